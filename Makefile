@@ -1,0 +1,45 @@
+# oncepay: `make run` serves the API against a local PostgreSQL; `make test` runs every test.
+DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/oncepay?sslmode=disable
+ADMIN_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
+STATICCHECK_VERSION ?= 2025.1.1
+
+export DATABASE_URL
+
+.PHONY: run db migrate test fuzz lint pg-stop
+
+## run: create the local database if needed, migrate it, and serve the API on LISTEN_ADDR (127.0.0.1:8080)
+run: migrate
+	go run ./cmd/api serve
+
+## db: create the database named in DATABASE_URL's server if it does not exist
+db:
+	@psql "$(ADMIN_DATABASE_URL)" -Atc "SELECT 1 FROM pg_database WHERE datname = 'oncepay'" | grep -q 1 \
+		|| psql "$(ADMIN_DATABASE_URL)" -c "CREATE DATABASE oncepay"
+
+## migrate: apply River's and oncepay's migrations (a no-op when up to date)
+migrate: db
+	go run ./cmd/api migrate
+
+## test: every test, with the race detector, against a real PostgreSQL (see README)
+test:
+	go test -race -count=1 -timeout 10m ./...
+
+## fuzz: run each fuzz target for FUZZTIME (default 20s)
+FUZZTIME ?= 20s
+fuzz:
+	go test -run '^$$' -fuzz '^FuzzParseKey$$' -fuzztime $(FUZZTIME) ./internal/idempotency
+	go test -run '^$$' -fuzz '^FuzzPreferredWait$$' -fuzztime $(FUZZTIME) ./internal/idempotency
+	go test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/jsonbody
+	go test -run '^$$' -fuzz '^FuzzValidateCreate$$' -fuzztime $(FUZZTIME) ./internal/payments
+
+## lint: gofmt, go vet and staticcheck
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	go vet ./...
+	go run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+
+## pg-stop: stop the throwaway cluster the tests start when no server is running
+pg-stop:
+	@d=$${TMPDIR:-/tmp}/oncepay-pgtest/data; if [ -d "$$d" ]; then \
+		if [ "$$(id -u)" = 0 ]; then runuser -u postgres -- $$(ls -d /usr/lib/postgresql/*/bin | tail -1)/pg_ctl -D "$$d" stop; \
+		else pg_ctl -D "$$d" stop; fi; fi

@@ -1,0 +1,115 @@
+// Command api serves oncepay's HTTP API, and prepares its database:
+//
+//	api [serve]              serve HTTP on LISTEN_ADDR
+//	api migrate              apply all migrations (River's and oncepay's) and exit
+//	api tenants create NAME  create a tenant and print its API key once, as JSON
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/oncepay/oncepay/internal/api"
+	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/outbox"
+	"github.com/oncepay/oncepay/internal/payments"
+	"github.com/oncepay/oncepay/internal/postgres"
+	"github.com/oncepay/oncepay/internal/tenant"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args, os.Getenv, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "api:", err)
+		os.Exit(1)
+	}
+}
+
+const usage = "usage: api [serve] | api migrate | api tenants create NAME"
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	cfg, err := loadConfig(getenv)
+	if err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.LogLevel))
+	logger := slog.New(slog.NewJSONHandler(stdout, &slog.HandlerOptions{Level: level}))
+
+	pool, err := postgres.Open(ctx, postgres.PoolConfig{
+		URL: cfg.DatabaseURL, ConnectTimeout: cfg.DatabaseConnectTimeout, MaxConns: int32(cfg.DatabaseMaxConns),
+	})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+
+	cmd := args[1:]
+	switch {
+	case len(cmd) == 0 || (len(cmd) == 1 && cmd[0] == "serve"):
+		return serve(ctx, cfg, pool, logger)
+	case len(cmd) == 1 && cmd[0] == "migrate":
+		return postgres.Migrate(ctx, pool, logger)
+	case len(cmd) == 3 && cmd[0] == "tenants" && cmd[1] == "create":
+		created, err := tenant.Create(ctx, pool, cmd[2])
+		if err != nil {
+			return fmt.Errorf("create tenant: %w", err)
+		}
+		return json.NewEncoder(stdout).Encode(created)
+	default:
+		return errors.New(usage)
+	}
+}
+
+func serve(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.Logger) error {
+	jobs, err := outbox.NewInsertOnly(pool, logger)
+	if err != nil {
+		return err
+	}
+	keys := idempotency.NewStore(idempotency.Config{
+		Retention: cfg.IdempotencyRetention,
+		LockWait:  cfg.IdempotencyLockWait,
+		Timeout:   cfg.IdempotencyLockWait + cfg.RequestDBTimeout,
+	})
+	handler := api.NewHandler(api.Deps{
+		Pool:     pool,
+		Keys:     keys,
+		Payments: &payments.Service{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger},
+		Logger:   logger,
+	})
+
+	ln, err := net.Listen("tcp", cfg.ListenAddr)
+	if err != nil {
+		return fmt.Errorf("listen on LISTEN_ADDR=%s: %w", cfg.ListenAddr, err)
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	logger.InfoContext(ctx, "api listening", slog.String("addr", ln.Addr().String()))
+
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	logger.InfoContext(ctx, "api shutting down")
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	return nil
+}

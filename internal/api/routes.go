@@ -1,0 +1,110 @@
+package api
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/payments"
+	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/tenant"
+)
+
+// Deps is what the API needs, built by cmd/api.
+type Deps struct {
+	Pool     *pgxpool.Pool
+	Keys     *idempotency.Store
+	Payments *payments.Service
+	Logger   *slog.Logger
+}
+
+// NewHandler returns the API's handler.
+func NewHandler(d Deps) http.Handler {
+	r := chi.NewRouter()
+	r.Use(middleware.RequestID, recoverer(d.Logger), accessLog(d.Logger))
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		problem.Write(w, r, d.Logger, problem.New(problem.NotFound, "No route for %s.", r.URL.Path))
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		problem.Write(w, r, d.Logger, problem.New(problem.MethodNotAllowed, "%s is not supported on %s.", r.Method, r.URL.Path))
+	})
+
+	r.Get("/healthz", handleHealthz)
+	r.Get("/readyz", handleReadyz(d.Pool))
+	r.Get("/docs/idempotency", handleIdempotencyDoc(d.Keys.Config()))
+	r.Get(problem.DocsPath, handleProblemIndex)
+	r.Get(problem.DocsPath+"/{slug}", handleProblemDoc)
+
+	r.Route("/v1", func(r chi.Router) {
+		r.Use(tenant.Middleware(d.Pool, d.Logger))
+		r.Method(http.MethodPost, "/payments", d.Payments.HandleCreate())
+		r.Get("/payments", d.Payments.HandleList())
+		r.Get("/payments/{id}", d.Payments.HandleGet())
+	})
+	return r
+}
+
+func handleHealthz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
+}
+
+// handleReadyz answers 200 only if the database answers within a second:
+// a load balancer should stop sending payments to an instance that would
+// fail them closed.
+func handleReadyz(pool *pgxpool.Pool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+		defer cancel()
+		w.Header().Set("Content-Type", "application/json")
+		if err := pool.Ping(ctx); err != nil {
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte(`{"status":"unavailable","database":"unreachable"}` + "\n"))
+			return
+		}
+		_, _ = w.Write([]byte(`{"status":"ok","database":"ok"}` + "\n"))
+	}
+}
+
+// recoverer turns a panic into a logged 500 problem. Nothing was stored
+// under the idempotency key (the transaction rolled back), so a retry runs
+// again.
+func recoverer(logger *slog.Logger) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			defer func() {
+				if v := recover(); v != nil {
+					if v == http.ErrAbortHandler {
+						panic(v)
+					}
+					logger.ErrorContext(r.Context(), "panic", slog.Any("panic", v), slog.String("stack", string(debug.Stack())))
+					problem.Write(w, r, logger, problem.New(problem.Internal, "An unexpected error occurred."))
+				}
+			}()
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+func accessLog(logger *slog.Logger) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			start := time.Now()
+			ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+			next.ServeHTTP(ww, r)
+			logger.InfoContext(r.Context(), "http request",
+				slog.String("request_id", middleware.GetReqID(r.Context())),
+				slog.String("method", r.Method), slog.String("path", r.URL.Path),
+				slog.Int("status", ww.Status()), slog.Duration("took", time.Since(start)),
+				slog.Bool("replayed", ww.Header().Get(idempotency.ReplayedHeader) == "true"))
+		})
+	}
+}

@@ -1,0 +1,14 @@
+// Package idempotency makes a state-changing HTTP endpoint safe to retry.
+//
+// A client names each operation with an Idempotency-Key header. The Store
+// reserves that key for the caller's tenant together with a fingerprint of
+// the validated request, in the same transaction as the endpoint's own
+// writes, and stores the response the endpoint produced. A later request
+// with the same key and fingerprint replays that response; the same key with
+// another fingerprint is rejected; a request that races the one still
+// holding the key waits a bounded time and is then told to retry.
+//
+// The package knows nothing of what an endpoint does. An endpoint plugs in
+// with Endpoint: a Decode function that validates the request and an Execute
+// function that does its writes inside the transaction the Store opened.
+package idempotency

@@ -1,0 +1,164 @@
+package idempotency
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/oncepay/oncepay/internal/problem"
+)
+
+// ReplayedHeader marks an answer that repeats a stored response.
+const ReplayedHeader = "Idempotent-Replayed"
+
+// MaxWait caps the wait a client may ask for with Prefer: wait=N.
+const MaxWait = 30 * time.Second
+
+// DB is what an Endpoint needs of the database: a pool.
+type DB interface {
+	TxBeginner
+	Querier
+}
+
+// Endpoint serves one idempotent POST endpoint. It parses the key, lets
+// Decode validate the body, fingerprints the validated request, runs Execute
+// under the key in one transaction, honours Prefer: wait, and answers: the
+// stored response (marked Idempotent-Replayed on a replay), or a problem.
+type Endpoint[T any] struct {
+	Store  *Store
+	DB     DB
+	Logger *slog.Logger
+	// TenantID returns the authenticated tenant: keys are scoped to it.
+	TenantID func(*http.Request) string
+	// Decode reads and validates the request. Its *problem.Error is
+	// answered before the key is touched, so a client can fix the request
+	// and send it again with the same key.
+	Decode func(w http.ResponseWriter, r *http.Request) (T, error)
+	// Execute does the operation's writes inside the key's transaction.
+	Execute func(ctx context.Context, tx pgx.Tx, attempt Attempt, req T) (Outcome, error)
+}
+
+func (e *Endpoint[T]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	key, err := ParseKey(r.Header)
+	if err != nil {
+		problem.Write(w, r, e.Logger, err)
+		return
+	}
+	req, err := e.Decode(w, r)
+	if err != nil {
+		problem.Write(w, r, e.Logger, err)
+		return
+	}
+	fingerprint, err := Fingerprint(r.Method, r.URL.Path, req)
+	if err != nil {
+		problem.Write(w, r, e.Logger, err)
+		return
+	}
+	tenantID := e.TenantID(r)
+	ireq := Request{TenantID: tenantID, Key: key, Method: r.Method, Path: r.URL.Path, Fingerprint: fingerprint}
+	res, err := e.Store.Run(r.Context(), e.DB, ireq, func(ctx context.Context, tx pgx.Tx, a Attempt) (Outcome, error) {
+		return e.Execute(ctx, tx, a, req)
+	})
+	if err != nil {
+		problem.Write(w, r, e.Logger, err)
+		return
+	}
+	e.Logger.DebugContext(r.Context(), "idempotency decision", slog.String("tenant_id", tenantID), slog.String("decision", res.Kind.String()))
+
+	switch res.Kind {
+	case Execute, Replay:
+		e.answer(w, r, res, PreferredWait(r.Header))
+	case InProgress:
+		problem.Write(w, r, e.Logger, &problem.Error{
+			Type:       problem.IdempotencyKeyInUse,
+			Detail:     "Another request with this Idempotency-Key is still being processed.",
+			RetryAfter: e.Store.cfg.InProgressRetryAfter,
+		})
+	case Mismatch:
+		problem.Write(w, r, e.Logger, problem.New(problem.IdempotencyKeyMismatch,
+			"This Idempotency-Key was first used with a different request to %s %s; nothing was done for this one.",
+			res.Record.Method, res.Record.Path))
+	case Unresolved:
+		e.writeUnresolved(w, r)
+	}
+}
+
+func (e *Endpoint[T]) writeUnresolved(w http.ResponseWriter, r *http.Request) {
+	problem.Write(w, r, e.Logger, &problem.Error{
+		Type:       problem.IdempotencyOutcomeUnknown,
+		Detail:     "The outcome of the operation started with this Idempotency-Key is being reconciled with the provider.",
+		RetryAfter: e.Store.cfg.UnknownRetryAfter,
+	})
+}
+
+// answer writes the stored response, after waiting for the operation to
+// finish if the client asked to and it has not.
+func (e *Endpoint[T]) answer(w http.ResponseWriter, r *http.Request, res Result, wait time.Duration) {
+	rec := res.Record
+	replayed := res.Replayed
+	if wait > 0 && rec.Status == StatusProcessing {
+		w.Header().Set("Preference-Applied", "wait="+strconv.Itoa(int(wait/time.Second)))
+		waited, err := e.Store.Await(r.Context(), e.DB, rec.TenantID, rec.Key, time.Now().Add(wait))
+		switch {
+		case err != nil:
+			// The operation is committed; a failed wait must not turn its
+			// acceptance into an error. Answer what was stored.
+			e.Logger.WarnContext(r.Context(), "waiting for operation failed", slog.String("tenant_id", rec.TenantID), slog.Any("error", err))
+		case waited.Status == StatusUnknown:
+			e.writeUnresolved(w, r)
+			return
+		case waited.Status == StatusCompleted && waited.Response != nil:
+			rec = waited
+		}
+	}
+	if rec.Response == nil {
+		// Cannot happen: a key is saved with its response in the
+		// transaction that reserved it. Answer as in progress, not 500.
+		problem.Write(w, r, e.Logger, &problem.Error{Type: problem.IdempotencyKeyInUse, RetryAfter: e.Store.cfg.InProgressRetryAfter})
+		return
+	}
+	WriteResponse(w, *rec.Response, replayed)
+}
+
+// WriteResponse writes a stored response; replayed marks it as a replay.
+func WriteResponse(w http.ResponseWriter, resp Response, replayed bool) {
+	for k, v := range resp.Header {
+		w.Header().Set(k, v)
+	}
+	if replayed {
+		w.Header().Set(ReplayedHeader, "true")
+	}
+	w.WriteHeader(resp.StatusCode)
+	_, _ = w.Write(resp.Body)
+}
+
+// PreferredWait parses RFC 7240 Prefer headers for wait=N (seconds), capped
+// at MaxWait. A malformed or absent preference means no wait: preferences are
+// hints, and RFC 7240 says to ignore what cannot be honoured.
+func PreferredWait(h http.Header) time.Duration {
+	for _, header := range h.Values("Prefer") {
+		for pref := range strings.SplitSeq(header, ",") {
+			// Parameters after ';' do not apply to wait.
+			token, _, _ := strings.Cut(pref, ";")
+			name, value, ok := strings.Cut(token, "=")
+			if !ok || !strings.EqualFold(strings.TrimSpace(name), "wait") {
+				continue
+			}
+			value = strings.Trim(strings.TrimSpace(value), `"`)
+			if value == "" || len(value) > 9 {
+				continue
+			}
+			secs, err := strconv.Atoi(value)
+			if err != nil || secs <= 0 {
+				continue
+			}
+			return min(time.Duration(secs)*time.Second, MaxWait)
+		}
+	}
+	return 0
+}

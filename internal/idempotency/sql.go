@@ -1,0 +1,151 @@
+package idempotency
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+const recordColumns = `tenant_id, idempotency_key, request_method, request_path, request_fingerprint, status,
+	coalesce(resource_id, '') AS resource_id, response_status, response_headers, response_body,
+	locked_at, created_at, updated_at, expires_at`
+
+type recordRow struct {
+	TenantID        string            `db:"tenant_id"`
+	Key             string            `db:"idempotency_key"`
+	Method          string            `db:"request_method"`
+	Path            string            `db:"request_path"`
+	Fingerprint     []byte            `db:"request_fingerprint"`
+	Status          Status            `db:"status"`
+	ResourceID      string            `db:"resource_id"`
+	ResponseStatus  *int32            `db:"response_status"`
+	ResponseHeaders map[string]string `db:"response_headers"`
+	ResponseBody    []byte            `db:"response_body"`
+	LockedAt        time.Time         `db:"locked_at"`
+	CreatedAt       time.Time         `db:"created_at"`
+	UpdatedAt       time.Time         `db:"updated_at"`
+	ExpiresAt       time.Time         `db:"expires_at"`
+}
+
+func (r recordRow) record() Record {
+	rec := Record{
+		TenantID: r.TenantID, Key: r.Key, Method: r.Method, Path: r.Path, Fingerprint: r.Fingerprint,
+		Status: r.Status, ResourceID: r.ResourceID,
+		LockedAt: r.LockedAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, ExpiresAt: r.ExpiresAt,
+	}
+	if r.ResponseStatus != nil {
+		rec.Response = &Response{StatusCode: int(*r.ResponseStatus), Header: r.ResponseHeaders, Body: r.ResponseBody}
+	}
+	return rec
+}
+
+func collectOne(rows pgx.Rows, err error) (Record, bool, error) {
+	if err != nil {
+		return Record{}, false, err
+	}
+	row, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[recordRow])
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Record{}, false, nil
+	}
+	if err != nil {
+		return Record{}, false, err
+	}
+	return row.record(), true, nil
+}
+
+func insertKey(ctx context.Context, tx pgx.Tx, req Request, retention time.Duration) (Record, bool, error) {
+	rec, ok, err := collectOne(tx.Query(ctx, `
+		INSERT INTO idempotency_keys
+			(tenant_id, idempotency_key, request_method, request_path, request_fingerprint, status, expires_at)
+		VALUES ($1, $2, $3, $4, $5, 'processing', now() + $6 * interval '1 microsecond')
+		ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
+		RETURNING `+recordColumns,
+		req.TenantID, req.Key, req.Method, req.Path, req.Fingerprint[:], retention.Microseconds()))
+	if err != nil {
+		return Record{}, false, fmt.Errorf("reserve idempotency key: %w", err)
+	}
+	return rec, ok, nil
+}
+
+func getKey(ctx context.Context, db Querier, tenantID, key string) (Record, error) {
+	rec, ok, err := collectOne(db.Query(ctx,
+		`SELECT `+recordColumns+` FROM idempotency_keys WHERE tenant_id = $1 AND idempotency_key = $2`, tenantID, key))
+	if err != nil {
+		return Record{}, fmt.Errorf("read idempotency key: %w", err)
+	}
+	if !ok {
+		return Record{}, ErrKeyNotFound
+	}
+	return rec, nil
+}
+
+// reacquireKey takes a failed_retryable key back to processing. The status
+// and fingerprint are re-checked by the UPDATE itself, under the row lock,
+// so of two racing retries exactly one gets the row.
+func reacquireKey(ctx context.Context, tx pgx.Tx, req Request, retention time.Duration) (Record, bool, error) {
+	rec, ok, err := collectOne(tx.Query(ctx, `
+		UPDATE idempotency_keys
+		SET status = 'processing', locked_at = now(), updated_at = now(),
+			expires_at = now() + $4 * interval '1 microsecond'
+		WHERE tenant_id = $1 AND idempotency_key = $2 AND status = 'failed_retryable' AND request_fingerprint = $3
+		RETURNING `+recordColumns,
+		req.TenantID, req.Key, req.Fingerprint[:], retention.Microseconds()))
+	if err != nil {
+		return Record{}, false, fmt.Errorf("re-acquire idempotency key: %w", err)
+	}
+	return rec, ok, nil
+}
+
+func deleteExpiredKey(ctx context.Context, tx pgx.Tx, tenantID, key string) error {
+	_, err := tx.Exec(ctx, `
+		DELETE FROM idempotency_keys
+		WHERE tenant_id = $1 AND idempotency_key = $2 AND status = 'completed' AND expires_at < now()`,
+		tenantID, key)
+	if err != nil {
+		return fmt.Errorf("delete expired idempotency key: %w", err)
+	}
+	return nil
+}
+
+// transition moves a key from one of the from states to status, optionally
+// setting the resource and the stored response. Retention counts from the
+// last transition, so a key is replayable for the full window after its
+// final answer, however long the operation took.
+func transition(ctx context.Context, tx pgx.Tx, tenantID, key string, from []Status, to Status, resourceID string, resp *Response, retention time.Duration) error {
+	// NULL parameters leave the stored response untouched.
+	var code, headers, body any
+	if resp != nil {
+		code, headers, body = int32(resp.StatusCode), resp.Header, resp.Body
+		if resp.Header == nil {
+			headers = map[string]string{}
+		}
+		if resp.Body == nil {
+			body = []byte{}
+		}
+	}
+	fromText := make([]string, len(from))
+	for i, f := range from {
+		fromText[i] = string(f)
+	}
+	tag, err := tx.Exec(ctx, `
+		UPDATE idempotency_keys
+		SET status = $4,
+			resource_id = coalesce(nullif($5, ''), resource_id),
+			response_status = coalesce($6, response_status),
+			response_headers = coalesce($7, response_headers),
+			response_body = coalesce($8, response_body),
+			updated_at = now(),
+			expires_at = now() + $9 * interval '1 microsecond'
+		WHERE tenant_id = $1 AND idempotency_key = $2 AND status = ANY($3)`,
+		tenantID, key, fromText, string(to), resourceID, code, headers, body, retention.Microseconds())
+	if err != nil {
+		return fmt.Errorf("move idempotency key to %s: %w", to, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("move idempotency key to %s: %w", to, ErrTransition)
+	}
+	return nil
+}

@@ -1,0 +1,374 @@
+package idempotency
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Status is the state of a key. The names match the CHECK constraint on
+// idempotency_keys.status.
+type Status string
+
+const (
+	// StatusProcessing: the operation was accepted and its stored response
+	// (typically 202) is replayed, but its asynchronous part has not finished.
+	StatusProcessing Status = "processing"
+	// StatusCompleted: the final response is stored and replayed forever
+	// after, until the key expires.
+	StatusCompleted Status = "completed"
+	// StatusUnknown: the operation may or may not have taken effect
+	// downstream. Nothing is replayed and nothing re-executes until
+	// reconciliation settles it.
+	StatusUnknown Status = "unknown"
+	// StatusFailedRetryable: the operation provably never took effect
+	// downstream, so the next request with the same key and fingerprint
+	// re-acquires the key and resumes the same resource.
+	StatusFailedRetryable Status = "failed_retryable"
+)
+
+// Kind is what the Store decided to do with a request.
+type Kind int
+
+const (
+	// Execute: the key is new (or re-acquired): run the operation.
+	Execute Kind = iota + 1
+	// Replay: answer with the stored response.
+	Replay
+	// InProgress: another transaction holds the key past the lock wait.
+	InProgress
+	// Mismatch: the key was used for a different request.
+	Mismatch
+	// Unresolved: the key's outcome is unknown until reconciliation.
+	Unresolved
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Execute:
+		return "execute"
+	case Replay:
+		return "replay"
+	case InProgress:
+		return "in_progress"
+	case Mismatch:
+		return "mismatch"
+	case Unresolved:
+		return "unresolved"
+	}
+	return fmt.Sprintf("Kind(%d)", int(k))
+}
+
+// Request identifies one attempt at an operation.
+type Request struct {
+	TenantID    string
+	Key         string
+	Method      string
+	Path        string
+	Fingerprint [32]byte
+}
+
+// Response is a stored HTTP answer.
+type Response struct {
+	StatusCode int
+	// Header holds the headers a replay repeats (Location, Retry-After).
+	Header map[string]string
+	Body   []byte
+}
+
+// Record is a key's row.
+type Record struct {
+	TenantID    string
+	Key         string
+	Method      string
+	Path        string
+	Fingerprint []byte
+	Status      Status
+	// ResourceID is what the operation created, set by its Execute.
+	ResourceID string
+	// Response is nil until the operation's first answer is stored.
+	Response  *Response
+	LockedAt  time.Time
+	CreatedAt time.Time
+	UpdatedAt time.Time
+	ExpiresAt time.Time
+}
+
+// Decision is Reserve's answer. Record is the key's row as the decision saw
+// it: the fresh reservation for Execute, the stored row otherwise.
+type Decision struct {
+	Kind   Kind
+	Record Record
+}
+
+// Config tunes a Store. Zero values take the documented defaults.
+type Config struct {
+	// Retention is how long a finished key is kept and replayed; after it,
+	// the same key starts a new operation. Defaults to 24h.
+	Retention time.Duration
+	// LockWait is how long a request waits for a concurrent request that
+	// holds the same key to commit before answering 409. Defaults to 2s.
+	LockWait time.Duration
+	// InProgressRetryAfter is the Retry-After sent with 409 in-progress
+	// answers. Defaults to 1s.
+	InProgressRetryAfter time.Duration
+	// UnknownRetryAfter is the Retry-After sent while a key's outcome is
+	// being reconciled. Defaults to 60s.
+	UnknownRetryAfter time.Duration
+	// Timeout bounds one Run, pool acquisition included, so a database
+	// that stops answering yields a prompt 503, not a hung request.
+	// Defaults to LockWait + 5s.
+	Timeout time.Duration
+}
+
+// WithDefaults returns the configuration with zero values defaulted.
+func (c Config) WithDefaults() Config {
+	c.Retention = cmp.Or(c.Retention, 24*time.Hour)
+	c.LockWait = cmp.Or(c.LockWait, 2*time.Second)
+	c.InProgressRetryAfter = cmp.Or(c.InProgressRetryAfter, time.Second)
+	c.UnknownRetryAfter = cmp.Or(c.UnknownRetryAfter, time.Minute)
+	c.Timeout = cmp.Or(c.Timeout, c.LockWait+5*time.Second)
+	return c
+}
+
+// Store reserves keys and stores responses in idempotency_keys.
+type Store struct {
+	cfg Config
+}
+
+// NewStore returns a Store.
+func NewStore(cfg Config) *Store {
+	return &Store{cfg: cfg.WithDefaults()}
+}
+
+// Config returns the Store's configuration, defaults applied.
+func (s *Store) Config() Config { return s.cfg }
+
+// ErrKeyNotFound is returned when a key has no row (never used, or reaped).
+var ErrKeyNotFound = errors.New("idempotency key not found")
+
+// ErrTransition is returned when a key is not in a state the requested
+// transition starts from (completing an already completed key, say).
+var ErrTransition = errors.New("idempotency key not in a state that allows this transition")
+
+// Reserve decides what to do with req, inside tx. On Execute the caller owns
+// the key until tx ends and must store an outcome with Save before it
+// commits. It must be the first statement that can block in tx: it sets a
+// transaction-local lock_timeout, and a lock timeout aborts tx, which the
+// caller then rolls back (Run does this and answers InProgress).
+//
+// The reservation is one INSERT ... ON CONFLICT DO NOTHING: if another
+// transaction inserted the same key and has not committed, Postgres makes
+// this insert wait for it (up to lock_timeout) and then either inserts (the
+// other rolled back) or returns nothing (it committed). There is no window
+// between a check and an insert, and no unique violation to catch.
+func (s *Store) Reserve(ctx context.Context, tx pgx.Tx, req Request) (Decision, error) {
+	if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", fmt.Sprintf("%dms", max(s.cfg.LockWait.Milliseconds(), 1))); err != nil {
+		return Decision{}, fmt.Errorf("set lock timeout: %w", err)
+	}
+	// Bounded: each pass either decides or removes one expired row or loses
+	// one re-acquisition race, after which the row is no longer retryable.
+	for range 3 {
+		rec, inserted, err := insertKey(ctx, tx, req, s.cfg.Retention)
+		if err != nil {
+			return Decision{}, err
+		}
+		if inserted {
+			return Decision{Kind: Execute, Record: rec}, nil
+		}
+		rec, err = getKey(ctx, tx, req.TenantID, req.Key)
+		if errors.Is(err, ErrKeyNotFound) {
+			continue // reaped between the insert and the read: insert again
+		}
+		if err != nil {
+			return Decision{}, err
+		}
+		if !sameRequest(rec, req) {
+			return Decision{Kind: Mismatch, Record: rec}, nil
+		}
+		switch rec.Status {
+		case StatusProcessing, StatusCompleted:
+			if rec.ExpiresAt.Before(time.Now()) && rec.Status == StatusCompleted {
+				if err := deleteExpiredKey(ctx, tx, req.TenantID, req.Key); err != nil {
+					return Decision{}, err
+				}
+				continue
+			}
+			return Decision{Kind: Replay, Record: rec}, nil
+		case StatusUnknown:
+			return Decision{Kind: Unresolved, Record: rec}, nil
+		case StatusFailedRetryable:
+			rec, ok, err := reacquireKey(ctx, tx, req, s.cfg.Retention)
+			if err != nil {
+				return Decision{}, err
+			}
+			if ok {
+				return Decision{Kind: Execute, Record: rec}, nil
+			}
+			// Another request re-acquired it first; read its outcome.
+		default:
+			return Decision{}, fmt.Errorf("idempotency key in unexpected status %q", rec.Status)
+		}
+	}
+	return Decision{Kind: InProgress}, nil
+}
+
+func sameRequest(rec Record, req Request) bool {
+	return rec.Method == req.Method && rec.Path == req.Path && bytes.Equal(rec.Fingerprint, req.Fingerprint[:])
+}
+
+// Outcome is what an operation reports back to the Store for the key.
+type Outcome struct {
+	// Status is StatusProcessing when asynchronous work remains (its
+	// completion is recorded later with Complete), else StatusCompleted.
+	Status Status
+	// ResourceID names what the operation created.
+	ResourceID string
+	// Response is the answer to store and replay. A 5xx is never stored.
+	Response Response
+}
+
+// Save records an Execute decision's outcome in tx.
+func (s *Store) Save(ctx context.Context, tx pgx.Tx, req Request, out Outcome) error {
+	if out.Response.StatusCode >= 500 || out.Response.StatusCode < 200 {
+		return fmt.Errorf("refusing to store a %d response", out.Response.StatusCode)
+	}
+	if out.Status != StatusProcessing && out.Status != StatusCompleted {
+		return fmt.Errorf("an operation's outcome must be processing or completed, not %q", out.Status)
+	}
+	return transition(ctx, tx, req.TenantID, req.Key, []Status{StatusProcessing}, out.Status, out.ResourceID, &out.Response, s.cfg.Retention)
+}
+
+// Complete records the final response of an operation whose key is
+// processing (or unknown, when reconciliation settles it). Call it in the
+// same transaction as the resource's own final state.
+func (s *Store) Complete(ctx context.Context, tx pgx.Tx, tenantID, key string, resp Response) error {
+	if resp.StatusCode >= 500 || resp.StatusCode < 200 {
+		return fmt.Errorf("refusing to store a %d response", resp.StatusCode)
+	}
+	return transition(ctx, tx, tenantID, key, []Status{StatusProcessing, StatusUnknown}, StatusCompleted, "", &resp, s.cfg.Retention)
+}
+
+// MarkUnknown records that a processing operation's outcome cannot be
+// determined: retries get 409 until reconciliation completes the key.
+func (s *Store) MarkUnknown(ctx context.Context, tx pgx.Tx, tenantID, key string) error {
+	return transition(ctx, tx, tenantID, key, []Status{StatusProcessing}, StatusUnknown, "", nil, s.cfg.Retention)
+}
+
+// MarkFailedRetryable records that a processing (or unknown) operation
+// provably had no downstream effect, so a retry may re-acquire the key.
+func (s *Store) MarkFailedRetryable(ctx context.Context, tx pgx.Tx, tenantID, key string) error {
+	return transition(ctx, tx, tenantID, key, []Status{StatusProcessing, StatusUnknown}, StatusFailedRetryable, "", nil, s.cfg.Retention)
+}
+
+// Get reads a key's row.
+func (s *Store) Get(ctx context.Context, db Querier, tenantID, key string) (Record, error) {
+	return getKey(ctx, db, tenantID, key)
+}
+
+// Querier runs queries: a pool, a connection or a transaction.
+type Querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// TxBeginner starts transactions: a pool or a connection.
+type TxBeginner interface {
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
+}
+
+// Attempt tells an operation whether it starts fresh or resumes.
+type Attempt struct {
+	// Request is the request that holds the key.
+	Request Request
+	// ResourceID is empty on a new key, and names the resource created by
+	// the earlier attempt when a failed_retryable key was re-acquired: the
+	// operation must resume that resource, not create another.
+	ResourceID string
+}
+
+// Operation does an endpoint's writes inside the Store's transaction. A
+// returned error rolls everything back, the key's reservation included.
+type Operation func(ctx context.Context, tx pgx.Tx, attempt Attempt) (Outcome, error)
+
+// Result is Run's answer.
+type Result struct {
+	Kind Kind
+	// Record is the key's row after Run (for Execute, as committed).
+	Record Record
+	// Replayed is true when Record.Response is a stored answer to an
+	// earlier request rather than this request's.
+	Replayed bool
+}
+
+// Run reserves req's key and, on Execute, runs op and saves its outcome,
+// all in one transaction: the key, the operation's writes and the stored
+// response commit together or not at all.
+func (s *Store) Run(ctx context.Context, db TxBeginner, req Request, op Operation) (Result, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	var res Result
+	err := pgx.BeginTxFunc(ctx, db, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		dec, err := s.Reserve(ctx, tx, req)
+		if err != nil {
+			return err
+		}
+		res = Result{Kind: dec.Kind, Record: dec.Record, Replayed: dec.Kind == Replay}
+		if dec.Kind != Execute {
+			return nil
+		}
+		out, err := op(ctx, tx, Attempt{Request: req, ResourceID: dec.Record.ResourceID})
+		if err != nil {
+			return err
+		}
+		if err := s.Save(ctx, tx, req, out); err != nil {
+			return err
+		}
+		res.Record.Status = out.Status
+		res.Record.ResourceID = out.ResourceID
+		res.Record.Response = &out.Response
+		return nil
+	})
+	if isLockTimeout(err) {
+		return Result{Kind: InProgress}, nil
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	return res, nil
+}
+
+func isLockTimeout(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
+}
+
+// Await polls the key until it leaves StatusProcessing or until passes, and
+// returns the last row read. It serves Prefer: wait, so the poll interval
+// starts small (a quick outcome is answered quickly) and backs off.
+func (s *Store) Await(ctx context.Context, db Querier, tenantID, key string, until time.Time) (Record, error) {
+	interval := 20 * time.Millisecond
+	for {
+		rec, err := getKey(ctx, db, tenantID, key)
+		if err != nil || rec.Status != StatusProcessing {
+			return rec, err
+		}
+		wait := min(interval, time.Until(until))
+		if wait <= 0 {
+			return rec, nil
+		}
+		select {
+		case <-ctx.Done():
+			return rec, nil
+		case <-time.After(wait):
+		}
+		interval = min(interval*2, 250*time.Millisecond)
+	}
+}

@@ -1,0 +1,79 @@
+// Package outbox owns River, the job queue that is oncepay's transactional
+// outbox: a job inserted in the same transaction as the business rows it
+// refers to exists if and only if those rows committed, so accepted work is
+// never lost and never runs for something that was rolled back.
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
+)
+
+// QueuePayments is the queue of jobs that talk to the payment provider.
+const QueuePayments = "payments"
+
+// ChargePaymentArgs asks the worker to charge one payment at the provider.
+type ChargePaymentArgs struct {
+	TenantID  string `json:"tenant_id"`
+	PaymentID string `json:"payment_id"`
+}
+
+// Kind is the job's River kind; never rename it while jobs may be queued.
+func (ChargePaymentArgs) Kind() string { return "charge_payment" }
+
+// InsertOpts makes a charge job unique per payment while one is live, a
+// second guard (after the idempotency key) against two jobs charging the
+// same payment at once. Finished states are left out of the uniqueness, so
+// a payment whose key was re-acquired can be charged again by a new job.
+func (ChargePaymentArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{
+		Queue: QueuePayments,
+		UniqueOpts: river.UniqueOpts{
+			ByArgs: true,
+			ByState: []rivertype.JobState{
+				rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRetryable,
+				rivertype.JobStateRunning, rivertype.JobStateScheduled,
+			},
+		},
+	}
+}
+
+// Client is the River client type oncepay uses.
+type Client = river.Client[pgx.Tx]
+
+// NewInsertOnly returns a client that can insert jobs but works none: what
+// the API needs.
+func NewInsertOnly(pool *pgxpool.Pool, logger *slog.Logger) (*Client, error) {
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: logger})
+	if err != nil {
+		return nil, fmt.Errorf("create river client: %w", err)
+	}
+	return client, nil
+}
+
+// Outbox inserts jobs inside callers' transactions.
+type Outbox struct {
+	client *Client
+}
+
+// New returns an Outbox that inserts through client.
+func New(client *Client) *Outbox {
+	return &Outbox{client: client}
+}
+
+// InsertTx inserts a job in tx: it becomes visible to workers only if tx
+// commits.
+func (o *Outbox) InsertTx(ctx context.Context, tx pgx.Tx, args river.JobArgs) (*rivertype.JobInsertResult, error) {
+	res, err := o.client.InsertTx(ctx, tx, args, nil)
+	if err != nil {
+		return nil, fmt.Errorf("insert %s job: %w", args.Kind(), err)
+	}
+	return res, nil
+}

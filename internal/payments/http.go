@@ -1,0 +1,105 @@
+package payments
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/oncepay/oncepay/internal/id"
+	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/tenant"
+)
+
+// HandleCreate serves POST /v1/payments.
+func (s *Service) HandleCreate() http.Handler {
+	return &idempotency.Endpoint[CreateRequest]{
+		Store:    s.Keys,
+		DB:       s.DB,
+		Logger:   s.Logger,
+		TenantID: tenant.IDFromRequest,
+		Decode:   DecodeCreate,
+		Execute:  s.create,
+	}
+}
+
+// HandleGet serves GET /v1/payments/{id}.
+func (s *Service) HandleGet() http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		paymentID := chi.URLParam(r, "id")
+		if !id.Valid("pay", paymentID) {
+			problem.Write(w, r, s.Logger, problem.New(problem.NotFound, "No payment %q.", paymentID))
+			return
+		}
+		p, err := GetPayment(r.Context(), s.DB, tenant.IDFromRequest(r), paymentID)
+		if errors.Is(err, ErrNotFound) {
+			problem.Write(w, r, s.Logger, problem.New(problem.NotFound, "No payment %q.", paymentID))
+			return
+		}
+		if err != nil {
+			problem.Write(w, r, s.Logger, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, p)
+	}
+}
+
+// List page sizes.
+const (
+	DefaultListLimit = 10
+	MaxListLimit     = 100
+)
+
+// listPage is a page of payments, newest first.
+type listPage struct {
+	Object  string    `json:"object"`
+	Data    []Payment `json:"data"`
+	HasMore bool      `json:"has_more"`
+}
+
+// HandleList serves GET /v1/payments?limit=&starting_after=.
+func (s *Service) HandleList() http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		var fields []problem.FieldError
+		limit := DefaultListLimit
+		if v := q.Get("limit"); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > MaxListLimit {
+				fields = append(fields, problem.FieldError{Field: "limit", Detail: "must be an integer from 1 to " + strconv.Itoa(MaxListLimit)})
+			}
+			limit = n
+		}
+		after := q.Get("starting_after")
+		if after != "" && !id.Valid("pay", after) {
+			fields = append(fields, problem.FieldError{Field: "starting_after", Detail: "must be a payment id"})
+		}
+		if len(fields) > 0 {
+			problem.Write(w, r, s.Logger, &problem.Error{Type: problem.InvalidRequest, Detail: "Invalid query parameters.", Fields: fields})
+			return
+		}
+		// One extra row tells whether another page exists.
+		list, err := listPayments(r.Context(), s.DB, tenant.IDFromRequest(r), after, limit+1)
+		if err != nil {
+			problem.Write(w, r, s.Logger, err)
+			return
+		}
+		page := listPage{Object: "list", Data: list, HasMore: len(list) > limit}
+		if page.HasMore {
+			page.Data = list[:limit]
+		}
+		if page.Data == nil {
+			page.Data = []Payment{}
+		}
+		writeJSON(w, http.StatusOK, page)
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

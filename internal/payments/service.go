@@ -1,0 +1,105 @@
+package payments
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/oncepay/oncepay/internal/id"
+	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/outbox"
+	"github.com/oncepay/oncepay/internal/problem"
+)
+
+// Service creates and reads payments.
+type Service struct {
+	DB     idempotency.DB
+	Keys   *idempotency.Store
+	Outbox *outbox.Outbox
+	Logger *slog.Logger
+	// RetryAfter is the Retry-After of a 202: when a client that did not
+	// ask to wait should look again. Defaults to 1s.
+	RetryAfter time.Duration
+}
+
+// create is the operation run under the idempotency key: in the key's
+// transaction it writes the payment (or resumes the one an earlier attempt
+// wrote) and inserts the job that will charge it, and answers 202.
+func (s *Service) create(ctx context.Context, tx pgx.Tx, attempt idempotency.Attempt, req CreateRequest) (idempotency.Outcome, error) {
+	tenantID := attempt.Request.TenantID
+	var (
+		p   Payment
+		err error
+	)
+	if attempt.ResourceID != "" {
+		p, err = resumePayment(ctx, tx, tenantID, attempt.ResourceID)
+	} else {
+		p, err = insertPayment(ctx, tx, newPayment(tenantID, attempt.Request.Key, req))
+	}
+	if err != nil {
+		return idempotency.Outcome{}, err
+	}
+	if _, err := s.Outbox.InsertTx(ctx, tx, outbox.ChargePaymentArgs{TenantID: tenantID, PaymentID: p.ID}); err != nil {
+		return idempotency.Outcome{}, err
+	}
+	resp, err := s.accepted(p)
+	if err != nil {
+		return idempotency.Outcome{}, err
+	}
+	s.Logger.InfoContext(ctx, "payment accepted", slog.String("tenant_id", tenantID), slog.String("payment_id", p.ID),
+		slog.Bool("resumed", attempt.ResourceID != ""))
+	return idempotency.Outcome{Status: idempotency.StatusProcessing, ResourceID: p.ID, Response: resp}, nil
+}
+
+func newPayment(tenantID, clientKey string, req CreateRequest) Payment {
+	paymentID := id.New("pay")
+	return Payment{
+		ID:                     paymentID,
+		TenantID:               tenantID,
+		IdempotencyKey:         clientKey,
+		Amount:                 req.Amount,
+		Currency:               req.Currency,
+		PaymentMethod:          req.PaymentMethod,
+		Customer:               nonEmpty(req.Customer),
+		Description:            nonEmpty(req.Description),
+		Metadata:               req.Metadata,
+		Status:                 StatusProcessing,
+		ProviderIdempotencyKey: ProviderIdempotencyKey(tenantID, clientKey, paymentID),
+	}
+}
+
+func nonEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// accepted is the 202 stored under the key and replayed until the charge
+// job records the final answer.
+func (s *Service) accepted(p Payment) (idempotency.Response, error) {
+	body, err := json.Marshal(p)
+	if err != nil {
+		return idempotency.Response{}, fmt.Errorf("encode payment: %w", err)
+	}
+	return idempotency.Response{
+		StatusCode: 202,
+		Header: map[string]string{
+			"Content-Type": "application/json",
+			"Location":     "/v1/payments/" + p.ID,
+			"Retry-After":  problem.RetryAfterValue(s.retryAfter()),
+		},
+		Body: body,
+	}, nil
+}
+
+func (s *Service) retryAfter() time.Duration {
+	if s.RetryAfter > 0 {
+		return s.RetryAfter
+	}
+	return time.Second
+}

@@ -1,0 +1,88 @@
+package payments
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// ErrNotFound is returned for a payment that does not exist for the tenant.
+var ErrNotFound = errors.New("payment not found")
+
+// Querier runs queries: a pool, a connection or a transaction.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+const paymentColumns = `id, tenant_id, idempotency_key, amount, currency, payment_method, customer, description,
+	metadata, status, provider_idempotency_key, provider_payment_intent_id, failure_code, decline_code,
+	failure_message, first_provider_attempt_at, created_at, updated_at`
+
+func insertPayment(ctx context.Context, tx pgx.Tx, p Payment) (Payment, error) {
+	metadata := p.Metadata
+	if metadata == nil {
+		metadata = map[string]string{}
+	}
+	rows, err := tx.Query(ctx, `
+		INSERT INTO payments (id, tenant_id, idempotency_key, amount, currency, payment_method, customer,
+			description, metadata, status, provider_idempotency_key)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+		RETURNING `+paymentColumns,
+		p.ID, p.TenantID, p.IdempotencyKey, p.Amount, p.Currency, p.PaymentMethod, p.Customer,
+		p.Description, metadata, p.Status, p.ProviderIdempotencyKey)
+	return collectPayment(rows, err, "insert payment")
+}
+
+// GetPayment reads a tenant's payment. Another tenant's payment is
+// ErrNotFound, exactly like a missing one.
+func GetPayment(ctx context.Context, db Querier, tenantID, paymentID string) (Payment, error) {
+	rows, err := db.Query(ctx, `SELECT `+paymentColumns+` FROM payments WHERE tenant_id = $1 AND id = $2`, tenantID, paymentID)
+	return collectPayment(rows, err, "get payment")
+}
+
+// listPayments returns up to limit payments older than startingAfter (or the
+// newest, if empty), newest first.
+func listPayments(ctx context.Context, db Querier, tenantID, startingAfter string, limit int) ([]Payment, error) {
+	rows, err := db.Query(ctx, `
+		SELECT `+paymentColumns+` FROM payments
+		WHERE tenant_id = $1 AND ($2 = '' OR id < $2)
+		ORDER BY id DESC
+		LIMIT $3`, tenantID, startingAfter, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list payments: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, pgx.RowToStructByName[Payment])
+	if err != nil {
+		return nil, fmt.Errorf("list payments: %w", err)
+	}
+	return list, nil
+}
+
+// resumePayment puts a payment whose key was re-acquired back to processing.
+// Only a payment that never reached the provider can be resumed; any other
+// state means the key should not have been retryable.
+func resumePayment(ctx context.Context, tx pgx.Tx, tenantID, paymentID string) (Payment, error) {
+	rows, err := tx.Query(ctx, `
+		UPDATE payments SET status = 'processing', updated_at = now()
+		WHERE tenant_id = $1 AND id = $2 AND status IN ('processing', 'failed')
+		RETURNING `+paymentColumns, tenantID, paymentID)
+	return collectPayment(rows, err, "resume payment")
+}
+
+func collectPayment(rows pgx.Rows, err error, op string) (Payment, error) {
+	if err != nil {
+		return Payment{}, fmt.Errorf("%s: %w", op, err)
+	}
+	p, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[Payment])
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Payment{}, fmt.Errorf("%s: %w", op, ErrNotFound)
+	}
+	if err != nil {
+		return Payment{}, fmt.Errorf("%s: %w", op, err)
+	}
+	return p, nil
+}

@@ -1,0 +1,89 @@
+package payments
+
+import (
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/oncepay/oncepay/internal/jsonbody"
+)
+
+// Limits on a new payment's fields, published in the README.
+const (
+	MinAmount            = 1
+	MaxAmount            = 99_999_999
+	MaxPaymentMethodLen  = 255
+	MaxCustomerLen       = 255
+	MaxDescriptionLen    = 1000
+	MaxMetadataKeys      = 20
+	MaxMetadataKeyLen    = 40
+	MaxMetadataValueLen  = 500
+	currencyDocExplained = "a lowercase ISO 4217 code oncepay supports"
+)
+
+// Currencies are the ISO 4217 codes accepted, lowercase as the provider
+// spells them. Amounts are in each currency's minor unit (cents for usd,
+// yen for jpy).
+var Currencies = []string{
+	"aud", "brl", "cad", "chf", "czk", "dkk", "eur", "gbp", "hkd", "huf", "inr", "jpy",
+	"mxn", "nok", "nzd", "pln", "sek", "sgd", "usd",
+}
+
+// CreateRequest is a validated request for a new payment. Its JSON encoding
+// is what the idempotency fingerprint hashes, so absent, null and empty
+// optional fields all mean the same request.
+type CreateRequest struct {
+	Amount        int64             `json:"amount"`
+	Currency      string            `json:"currency"`
+	PaymentMethod string            `json:"payment_method"`
+	Customer      string            `json:"customer,omitempty"`
+	Description   string            `json:"description,omitempty"`
+	Metadata      map[string]string `json:"metadata,omitempty"`
+}
+
+// DecodeCreate reads and validates a POST /v1/payments body, reporting every
+// invalid field at once.
+func DecodeCreate(w http.ResponseWriter, r *http.Request) (CreateRequest, error) {
+	obj, err := jsonbody.Read(w, r)
+	if err != nil {
+		return CreateRequest{}, err
+	}
+	return ValidateCreate(obj)
+}
+
+// ValidateCreate validates a parsed body.
+func ValidateCreate(obj jsonbody.Object) (CreateRequest, error) {
+	v := jsonbody.NewValidator(obj)
+	req := CreateRequest{
+		Amount: v.Integer("amount", true, MinAmount, MaxAmount),
+		Currency: v.String("currency", jsonbody.StringRule{Required: true, MaxLen: 3, Check: func(s string) string {
+			if !slices.Contains(Currencies, s) {
+				return "must be " + currencyDocExplained + ": one of " + strings.Join(Currencies, ", ")
+			}
+			return ""
+		}}),
+		PaymentMethod: v.String("payment_method", jsonbody.StringRule{Required: true, MaxLen: MaxPaymentMethodLen, Check: printableToken}),
+		Customer:      v.String("customer", jsonbody.StringRule{MaxLen: MaxCustomerLen, Check: printableToken}),
+		Description:   v.String("description", jsonbody.StringRule{MaxLen: MaxDescriptionLen}),
+		Metadata: v.StringMap("metadata", jsonbody.MapRule{
+			MaxEntries: MaxMetadataKeys, MaxKeyLen: MaxMetadataKeyLen, MaxValueLen: MaxMetadataValueLen,
+		}),
+	}
+	if len(req.Metadata) == 0 {
+		req.Metadata = nil
+	}
+	if err := v.Err(); err != nil {
+		return CreateRequest{}, err
+	}
+	return req, nil
+}
+
+// printableToken accepts provider object ids: printable ASCII, no spaces.
+func printableToken(s string) string {
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] > '~' {
+			return "must be printable ASCII without spaces"
+		}
+	}
+	return ""
+}

@@ -1,0 +1,104 @@
+package pgtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// throwawayPort is where the throwaway cluster listens. It is fixed so that
+// every test binary of one `go test ./...` shares one cluster; it is left
+// running afterwards (stop it with `make pg-stop`).
+const throwawayPort = 55432
+
+// throwawayCluster starts (or reuses) a cluster in the system temp directory
+// from the installed server binaries. A file lock serialises the test
+// binaries that race to start it.
+func throwawayCluster(ctx context.Context) (string, error) {
+	bin, err := postgresBinDir()
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(os.TempDir(), "oncepay-pgtest")
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return "", err
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		return "", err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return "", fmt.Errorf("lock %s: %w", dir, err)
+	}
+
+	adminURL := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", throwawayPort)
+	if ping(ctx, adminURL) == nil {
+		return adminURL, nil
+	}
+	// initdb and postgres refuse to run as root; run them as the postgres
+	// user the server package creates.
+	var asUser []string
+	if os.Geteuid() == 0 {
+		pgUser, err := user.Lookup("postgres")
+		if err != nil {
+			return "", fmt.Errorf("running as root and no postgres user: %w", err)
+		}
+		uid, _ := strconv.Atoi(pgUser.Uid)
+		gid, _ := strconv.Atoi(pgUser.Gid)
+		if err := os.Chown(dir, uid, gid); err != nil {
+			return "", err
+		}
+		asUser = []string{"runuser", "-u", "postgres", "--"}
+	}
+	data := filepath.Join(dir, "data")
+	if _, err := os.Stat(filepath.Join(data, "PG_VERSION")); errors.Is(err, os.ErrNotExist) {
+		if out, err := command(ctx, asUser, filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8").CombinedOutput(); err != nil {
+			return "", fmt.Errorf("initdb: %w: %s", err, out)
+		}
+	}
+	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=300", throwawayPort, dir)
+	if out, err := command(ctx, asUser, filepath.Join(bin, "pg_ctl"), "-D", data, "-o", opts, "-l", filepath.Join(dir, "log"), "-w", "start").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("pg_ctl start: %w: %s", err, out)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		err := ping(ctx, adminURL)
+		if err == nil {
+			return adminURL, nil
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("throwaway cluster did not come up: %w", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func command(ctx context.Context, prefix []string, name string, args ...string) *exec.Cmd {
+	full := append(append(append([]string{}, prefix...), name), args...)
+	return exec.CommandContext(ctx, full[0], full[1:]...)
+}
+
+// postgresBinDir finds the newest installed server's binaries (Debian keeps
+// them outside PATH).
+func postgresBinDir() (string, error) {
+	if p, err := exec.LookPath("initdb"); err == nil {
+		return filepath.Dir(p), nil
+	}
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Strings(dirs)
+	for i := len(dirs) - 1; i >= 0; i-- {
+		if _, err := os.Stat(filepath.Join(dirs[i], "initdb")); err == nil {
+			return dirs[i], nil
+		}
+	}
+	return "", errors.New("no initdb found on PATH or in /usr/lib/postgresql/*/bin")
+}

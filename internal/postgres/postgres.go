@@ -1,0 +1,73 @@
+package postgres
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// PoolConfig tunes the pool. Zero values take the documented defaults.
+type PoolConfig struct {
+	// URL is a libpq connection string or URL. Required.
+	URL string
+	// ConnectTimeout bounds establishing one connection, so that an
+	// unreachable database fails requests promptly instead of hanging them.
+	// Defaults to 3s.
+	ConnectTimeout time.Duration
+	// MaxConns caps open connections. Defaults to pgxpool's default
+	// (the larger of 4 and the number of CPUs).
+	MaxConns int32
+}
+
+// Open parses the configuration and creates a pool. It does not wait for the
+// database to be reachable: the API must start (and answer 503) without one.
+func Open(ctx context.Context, cfg PoolConfig) (*pgxpool.Pool, error) {
+	pcfg, err := pgxpool.ParseConfig(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("parse database url: %w", err)
+	}
+	pcfg.ConnConfig.ConnectTimeout = cmp.Or(cfg.ConnectTimeout, 3*time.Second)
+	if cfg.MaxConns > 0 {
+		pcfg.MaxConns = cfg.MaxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("create pool: %w", err)
+	}
+	return pool, nil
+}
+
+// IsUnavailable reports whether err means the database could not be reached
+// or the connection was lost, as opposed to the database rejecting a
+// statement. Callers answer such errors with 503 and Retry-After: the
+// transaction did not commit (or, if the commit's acknowledgement was lost,
+// a retry with the same idempotency key replays it), so retrying is safe.
+func IsUnavailable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var (
+		connectErr *pgconn.ConnectError
+		netErr     net.Error
+		pgErr      *pgconn.PgError
+	)
+	switch {
+	case errors.As(err, &pgErr):
+		// Class 08 is connection exceptions; 57P0x is the server shutting down.
+		return pgErr.Code[:2] == "08" || pgErr.Code == "57P01" || pgErr.Code == "57P02" || pgErr.Code == "57P03"
+	case errors.As(err, &connectErr), errors.As(err, &netErr), pgconn.Timeout(err):
+		return true
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed):
+		return true
+	case errors.Is(err, context.DeadlineExceeded):
+		return true
+	}
+	return false
+}

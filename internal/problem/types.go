@@ -1,0 +1,66 @@
+package problem
+
+import "net/http"
+
+// The catalogue. Slugs are part of the API: never rename one.
+var (
+	MissingIdempotencyKey = Type{"missing-idempotency-key", "Idempotency-Key header required", http.StatusBadRequest,
+		"Every POST that changes state needs an Idempotency-Key header. Generate a fresh high-entropy key (a UUID v4 is ideal) " +
+			"for each new operation, and send the same key again when you retry that operation."}
+	InvalidIdempotencyKey = Type{"invalid-idempotency-key", "Idempotency-Key header is malformed", http.StatusBadRequest,
+		"The key must be 16 to 255 characters from A-Z, a-z, 0-9 and - _ . : = (UUIDs, ULIDs and base64url fit), sent either bare " +
+			"(Idempotency-Key: 5f0c...) or as a structured-field string (Idempotency-Key: \"5f0c...\"), once per request."}
+	IdempotencyKeyMismatch = Type{"idempotency-key-mismatch", "Idempotency-Key reused with a different request", http.StatusUnprocessableEntity,
+		"This key was first used with a different request (another body, method or path). A key names one operation: nothing was " +
+			"done for this request. Use a new key for a new operation; to retry the original, resend it unchanged."}
+	IdempotencyKeyInUse = Type{"idempotency-key-in-use", "A request with this Idempotency-Key is still being processed", http.StatusConflict,
+		"Another request with the same key has not finished yet. Wait for the number of seconds in Retry-After and send the same " +
+			"request again: it will then be answered with the original outcome."}
+	IdempotencyOutcomeUnknown = Type{"idempotency-outcome-unknown", "The outcome of this operation is being reconciled", http.StatusConflict,
+		"The operation reached the payment provider but its outcome could not be confirmed. It is being reconciled with the provider; " +
+			"do not create a new operation. Retry with the same key after Retry-After to get the final outcome."}
+	InvalidRequest = Type{"invalid-request", "The request is invalid", http.StatusBadRequest,
+		"One or more fields are missing or invalid; the errors member lists each field and what is wrong with it. " +
+			"Nothing was stored and the Idempotency-Key was not used: fix the request and send it again with the same key."}
+	RequestTooLarge = Type{"request-too-large", "The request body is too large", http.StatusRequestEntityTooLarge,
+		"Request bodies are limited to 16 KiB."}
+	UnsupportedMediaType = Type{"unsupported-media-type", "The request body must be JSON", http.StatusUnsupportedMediaType,
+		"Send the body as application/json."}
+	Unauthorized = Type{"unauthorized", "Missing or invalid API key", http.StatusUnauthorized,
+		"Authenticate with Authorization: Bearer <api key>. Keys are created with `oncepay tenants create` and shown only once."}
+	NotFound = Type{"not-found", "Not found", http.StatusNotFound,
+		"There is no such resource for your account."}
+	MethodNotAllowed = Type{"method-not-allowed", "Method not allowed", http.StatusMethodNotAllowed,
+		"This path does not support the request's method; the Allow header lists the ones it does."}
+	CardDeclined = Type{"card-declined", "The card was declined", http.StatusPaymentRequired,
+		"The payment provider declined the card; decline_code says why (for example insufficient_funds). The payment is failed " +
+			"and will not be retried. To try again, create a new payment with a new Idempotency-Key, typically with another payment method."}
+	ProviderRejected = Type{"provider-rejected", "The payment provider rejected the payment", http.StatusBadRequest,
+		"The provider refused the request without charging anything (for example an unknown payment method); provider_code says why. " +
+			"The payment is failed. Fix the request and create a new payment with a new Idempotency-Key."}
+	ServiceUnavailable = Type{"service-unavailable", "Service temporarily unavailable", http.StatusServiceUnavailable,
+		"A dependency (usually the database) is unreachable. Nothing was processed. Retry the same request with the same " +
+			"Idempotency-Key after Retry-After; it is safe."}
+	Internal = Type{"internal-error", "Internal server error", http.StatusInternalServerError,
+		"Something unexpected went wrong and has been logged. Server errors are never stored against your Idempotency-Key: " +
+			"retrying the same request with the same key is safe and runs it again."}
+)
+
+// Catalog lists every problem type, in the order the documentation shows them.
+func Catalog() []Type {
+	return []Type{
+		MissingIdempotencyKey, InvalidIdempotencyKey, IdempotencyKeyMismatch, IdempotencyKeyInUse, IdempotencyOutcomeUnknown,
+		InvalidRequest, RequestTooLarge, UnsupportedMediaType, Unauthorized, NotFound, MethodNotAllowed,
+		CardDeclined, ProviderRejected, ServiceUnavailable, Internal,
+	}
+}
+
+// Lookup finds a type by slug.
+func Lookup(slug string) (Type, bool) {
+	for _, t := range Catalog() {
+		if t.Slug == slug {
+			return t, true
+		}
+	}
+	return Type{}, false
+}
