@@ -12,6 +12,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"unicode/utf8"
 
 	"github.com/oncepay/oncepay/internal/problem"
 )
@@ -57,6 +58,11 @@ func Read(w http.ResponseWriter, r *http.Request) (Object, error) {
 func Parse(data []byte) (Object, error) {
 	if !json.Valid(data) {
 		return Object{}, describeSyntaxError(data)
+	}
+	// encoding/json would silently replace invalid UTF-8 with U+FFFD, so
+	// two different byte strings could validate to the same request.
+	if !utf8.Valid(data) {
+		return Object{}, errors.New("the body is not valid UTF-8")
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()

@@ -87,7 +87,8 @@ func (v *Validator) Integer(name string, required bool, lo, hi int64) int64 {
 		return 0
 	}
 	var num json.Number
-	if err := json.Unmarshal(raw, &num); err != nil {
+	// json.Number also accepts a quoted number; an amount must be a number.
+	if raw[0] == '"' || json.Unmarshal(raw, &num) != nil {
 		v.Fail(name, "must be an integer")
 		return 0
 	}

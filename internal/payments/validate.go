@@ -10,15 +10,14 @@ import (
 
 // Limits on a new payment's fields, published in the README.
 const (
-	MinAmount            = 1
-	MaxAmount            = 99_999_999
-	MaxPaymentMethodLen  = 255
-	MaxCustomerLen       = 255
-	MaxDescriptionLen    = 1000
-	MaxMetadataKeys      = 20
-	MaxMetadataKeyLen    = 40
-	MaxMetadataValueLen  = 500
-	currencyDocExplained = "a lowercase ISO 4217 code oncepay supports"
+	MinAmount           = 1
+	MaxAmount           = 99_999_999
+	MaxPaymentMethodLen = 255
+	MaxCustomerLen      = 255
+	MaxDescriptionLen   = 1000
+	MaxMetadataKeys     = 20
+	MaxMetadataKeyLen   = 40
+	MaxMetadataValueLen = 500
 )
 
 // Currencies are the ISO 4217 codes accepted, lowercase as the provider
@@ -58,7 +57,7 @@ func ValidateCreate(obj jsonbody.Object) (CreateRequest, error) {
 		Amount: v.Integer("amount", true, MinAmount, MaxAmount),
 		Currency: v.String("currency", jsonbody.StringRule{Required: true, MaxLen: 3, Check: func(s string) string {
 			if !slices.Contains(Currencies, s) {
-				return "must be " + currencyDocExplained + ": one of " + strings.Join(Currencies, ", ")
+				return "must be a lowercase ISO 4217 code oncepay supports: one of " + strings.Join(Currencies, ", ")
 			}
 			return ""
 		}}),

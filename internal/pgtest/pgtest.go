@@ -70,6 +70,55 @@ func NewDatabase(tb testing.TB) string {
 	return withDatabase(server.adminURL, name)
 }
 
+// shared is the database SharedDatabase hands out, one per test binary.
+var shared struct {
+	mu   sync.Mutex
+	name string
+	url  string
+}
+
+// SharedDatabase returns a database shared by all tests of the package,
+// created on first use and dropped by Main when the package's tests end.
+// Tests sharing it isolate themselves by tenant. It requires a TestMain that
+// calls Main.
+func SharedDatabase(tb testing.TB) string {
+	tb.Helper()
+	prepare(tb)
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	if shared.url != "" {
+		return shared.url
+	}
+	name := "oncepay_test_" + randomHex(6)
+	if err := adminExec(context.Background(), server.adminURL, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s", name, server.template)); err != nil {
+		tb.Fatalf("pgtest: create shared database: %v", err)
+	}
+	shared.name, shared.url = name, withDatabase(server.adminURL, name)
+	return shared.url
+}
+
+// SharedDatabaseURL is SharedDatabase for examples, which have no testing.TB;
+// it panics where SharedDatabase would fail the test.
+func SharedDatabaseURL() string {
+	return SharedDatabase(panicTB{})
+}
+
+type panicTB struct{ testing.TB }
+
+func (panicTB) Helper()                           {}
+func (panicTB) Fatalf(format string, args ...any) { panic(fmt.Sprintf(format, args...)) }
+
+// Main runs the package's tests, then drops the shared database.
+func Main(m *testing.M) {
+	code := m.Run()
+	if shared.name != "" {
+		if err := adminExec(context.Background(), server.adminURL, fmt.Sprintf("DROP DATABASE IF EXISTS %s WITH (FORCE)", shared.name)); err != nil {
+			fmt.Fprintf(os.Stderr, "pgtest: drop shared database: %v\n", err)
+		}
+	}
+	os.Exit(code)
+}
+
 // NewPool creates a fresh database and a pool on it, closed when the test ends.
 func NewPool(tb testing.TB) (*pgxpool.Pool, string) {
 	tb.Helper()

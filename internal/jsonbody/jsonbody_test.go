@@ -1,0 +1,135 @@
+package jsonbody_test
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncepay/oncepay/internal/jsonbody"
+	"github.com/oncepay/oncepay/internal/problem"
+)
+
+func TestParse(t *testing.T) {
+	t.Parallel()
+	obj, err := jsonbody.Parse([]byte(` { "b": 1, "a": {"x": [1, 2]}, "c": null } `))
+	require.NoError(t, err)
+	require.Equal(t, []string{"b", "a", "c"}, obj.Names)
+	require.JSONEq(t, `{"x":[1,2]}`, string(obj.Members["a"]))
+
+	for name, input := range map[string]string{
+		"Empty":         ``,
+		"Array":         `[1]`,
+		"String":        `"x"`,
+		"Null":          `null`,
+		"Trailing":      `{"a":1} {"b":2}`,
+		"TrailingComma": `{"a":1,}`,
+		"Duplicate":     `{"a":1,"a":1}`,
+		"Unterminated":  `{"a":1`,
+		"InvalidUTF8":   "{\"a\":\"\xff\"}",
+	} {
+		_, err := jsonbody.Parse([]byte(input))
+		require.Error(t, err, name)
+	}
+}
+
+func TestRead(t *testing.T) {
+	t.Parallel()
+	read := func(contentType, body string) (jsonbody.Object, error) {
+		r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(body))
+		if contentType != "" {
+			r.Header.Set("Content-Type", contentType)
+		}
+		return jsonbody.Read(httptest.NewRecorder(), r)
+	}
+	problemType := func(err error) problem.Type {
+		var pe *problem.Error
+		require.True(t, errors.As(err, &pe), "%v", err)
+		return pe.Type
+	}
+
+	_, err := read("application/json; charset=utf-8", `{"a":1}`)
+	require.NoError(t, err)
+	_, err = read("", `{"a":1}`)
+	require.NoError(t, err, "a missing content type is read as JSON")
+
+	_, err = read("text/plain", `{"a":1}`)
+	require.Equal(t, problem.UnsupportedMediaType, problemType(err))
+	_, err = read("application/json", `{"a":"`+strings.Repeat("x", jsonbody.MaxBytes)+`"}`)
+	require.Equal(t, problem.RequestTooLarge, problemType(err))
+	_, err = read("application/json", `{"a":`)
+	require.Equal(t, problem.InvalidRequest, problemType(err))
+}
+
+func TestValidator(t *testing.T) {
+	t.Parallel()
+	obj, err := jsonbody.Parse([]byte(`{"n": 2e3, "f": 1.5, "s": 7, "m": {"k": "v", "bad": 1}, "extra": true, "nul": null}`))
+	require.NoError(t, err)
+	v := jsonbody.NewValidator(obj)
+	require.Equal(t, int64(2000), v.Integer("n", true, 1, 5000))
+	v.Integer("f", true, 1, 5000)
+	v.String("s", jsonbody.StringRule{})
+	v.String("missing", jsonbody.StringRule{Required: true})
+	v.String("nul", jsonbody.StringRule{})
+	m := v.StringMap("m", jsonbody.MapRule{MaxEntries: 5, MaxKeyLen: 10, MaxValueLen: 10})
+	require.Equal(t, map[string]string{"k": "v"}, m)
+
+	var pe *problem.Error
+	require.True(t, errors.As(v.Err(), &pe))
+	fields := map[string]string{}
+	for _, f := range pe.Fields {
+		fields[f.Field] = f.Detail
+	}
+	require.Equal(t, map[string]string{
+		"f":       "must be an integer from 1 to 5000",
+		"s":       "must be a string",
+		"missing": "is required",
+		"m.bad":   "must be a string",
+		"extra":   "is not a known field",
+	}, fields)
+}
+
+func TestIntegerSpellings(t *testing.T) {
+	t.Parallel()
+	for input, want := range map[string]int64{
+		"2000": 2000, "2000.0": 2000, "2e3": 2000, "2E+3": 2000, "20000e-1": 2000, "0.2e4": 2000,
+	} {
+		obj, err := jsonbody.Parse([]byte(`{"n":` + input + `}`))
+		require.NoError(t, err)
+		v := jsonbody.NewValidator(obj)
+		require.Equal(t, want, v.Integer("n", true, 1, 99999999), input)
+		require.NoError(t, v.Err(), input)
+	}
+	for _, input := range []string{"2000.5", "1e400", "-1", "0", "100000000", "1e-400", `"2000"`, "true", "99999999.0000000001"} {
+		obj, err := jsonbody.Parse([]byte(`{"n":` + input + `}`))
+		require.NoError(t, err)
+		v := jsonbody.NewValidator(obj)
+		v.Integer("n", true, 1, 99999999)
+		require.Error(t, v.Err(), input)
+	}
+}
+
+// FuzzParse checks Parse on any input: no panic, and what it accepts is a
+// JSON object whose members it reports exactly once each.
+func FuzzParse(f *testing.F) {
+	for _, seed := range []string{`{}`, `{"a":1}`, `{"a":{"b":[1,2,{"c":null}]}}`, `{"a":1,"a":2}`, `[]`, `{"a":"\u00e9"}`, `{`, "\xff", `{"amount":2e3}`} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		obj, err := jsonbody.Parse(data)
+		if err != nil {
+			return
+		}
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(data, &m); err != nil {
+			t.Fatalf("accepted input encoding/json rejects as an object: %v", err)
+		}
+		if len(m) != len(obj.Names) || len(obj.Members) != len(obj.Names) {
+			t.Fatalf("member count mismatch: %d names, %d members, %d decoded", len(obj.Names), len(obj.Members), len(m))
+		}
+	})
+}
