@@ -50,6 +50,15 @@ func DecodeCreate(w http.ResponseWriter, r *http.Request) (CreateRequest, error)
 	return ValidateCreate(obj)
 }
 
+// ValidateCreateJSON validates a body given as bytes.
+func ValidateCreateJSON(body []byte) (CreateRequest, error) {
+	obj, err := jsonbody.Parse(body)
+	if err != nil {
+		return CreateRequest{}, err
+	}
+	return ValidateCreate(obj)
+}
+
 // ValidateCreate validates a parsed body.
 func ValidateCreate(obj jsonbody.Object) (CreateRequest, error) {
 	v := jsonbody.NewValidator(obj)
