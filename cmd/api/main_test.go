@@ -1,0 +1,375 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncepay/oncepay/internal/id"
+	"github.com/oncepay/oncepay/internal/pgtest"
+	"github.com/oncepay/oncepay/internal/tenant"
+)
+
+// lineWriter collects a program's log lines and reports the address it
+// announces, so tests can start it on 127.0.0.1:0.
+type lineWriter struct {
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	addrc chan string
+}
+
+func newLineWriter() *lineWriter { return &lineWriter{addrc: make(chan string, 1)} }
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	sc := bufio.NewScanner(bytes.NewReader(p))
+	for sc.Scan() {
+		var line struct {
+			Msg  string `json:"msg"`
+			Addr string `json:"addr"`
+		}
+		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "api listening" {
+			select {
+			case w.addrc <- line.Addr:
+			default:
+			}
+		}
+	}
+	return len(p), nil
+}
+
+func (w *lineWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+func env(vars map[string]string) func(string) string {
+	return func(k string) string { return vars[k] }
+}
+
+// startAPI runs the real program in-process and returns its base URL once
+// /readyz answers.
+func startAPI(t *testing.T, vars map[string]string) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	out := newLineWriter()
+	vars["LISTEN_ADDR"] = "127.0.0.1:0"
+	errc := make(chan error, 1)
+	go func() { errc <- run(ctx, []string{"api", "serve"}, env(vars), out) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-errc:
+			assert.NoError(t, err)
+		case <-time.After(15 * time.Second):
+			t.Error("api did not stop")
+		}
+	})
+	var base string
+	select {
+	case addr := <-out.addrc:
+		base = "http://" + addr
+	case err := <-errc:
+		t.Fatalf("api exited: %v\n%s", err, out)
+	case <-time.After(15 * time.Second):
+		t.Fatalf("api did not start\n%s", out)
+	}
+	return base
+}
+
+func migratedDatabase(t *testing.T) string {
+	t.Helper()
+	return pgtest.NewDatabase(t)
+}
+
+func createTenant(t *testing.T, dbURL string) tenant.Created {
+	t.Helper()
+	var out bytes.Buffer
+	require.NoError(t, run(context.Background(), []string{"api", "tenants", "create", "acme"}, env(map[string]string{"DATABASE_URL": dbURL}), &out))
+	var created tenant.Created
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &created), out.String())
+	require.True(t, strings.HasPrefix(created.TenantID, "ten_"))
+	require.True(t, strings.HasPrefix(created.APIKey, "opk_"))
+	return created
+}
+
+func post(t *testing.T, client *http.Client, base, apiKey, key, body string) (int, http.Header, []byte, error) {
+	req, err := http.NewRequest(http.MethodPost, base+"/v1/payments", strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+apiKey)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", key)
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, data, err
+}
+
+const visa = `{"amount": 2000, "currency": "usd", "payment_method": "pm_card_visa"}`
+
+func TestMigrateIsIdempotentAndTenantsCreate(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.NewDatabase(t)
+	// The template is already migrated: running migrate again changes nothing.
+	var out bytes.Buffer
+	require.NoError(t, run(context.Background(), []string{"api", "migrate"}, env(map[string]string{"DATABASE_URL": dbURL}), &out))
+	require.NotContains(t, out.String(), "applied migration")
+
+	created := createTenant(t, dbURL)
+	pool, err := pgxpool.New(context.Background(), dbURL)
+	require.NoError(t, err)
+	defer pool.Close()
+	var stored []byte
+	require.NoError(t, pool.QueryRow(context.Background(), "SELECT secret_hash FROM api_keys WHERE tenant_id = $1", created.TenantID).Scan(&stored))
+	require.NotContains(t, created.APIKey, fmt.Sprintf("%x", stored), "only a hash is stored")
+	got, err := tenant.Authenticate(context.Background(), pool, created.APIKey)
+	require.NoError(t, err)
+	require.Equal(t, created.TenantID, got)
+}
+
+func TestMigrateEmptyDatabase(t *testing.T) {
+	t.Parallel()
+	admin := pgtest.AdminURL(t)
+	name := "oncepay_empty_" + strings.ToLower(id.New("x")[2:12])
+	conn, err := pgxpool.New(context.Background(), admin)
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = conn.Exec(context.Background(), "CREATE DATABASE "+name)
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)") })
+	dbURL := strings.Replace(admin, "/postgres?", "/"+name+"?", 1)
+	require.NotEqual(t, admin, dbURL)
+
+	for i := range 2 {
+		var out bytes.Buffer
+		require.NoError(t, run(context.Background(), []string{"api", "migrate"}, env(map[string]string{"DATABASE_URL": dbURL}), &out))
+		if i == 0 {
+			require.Contains(t, out.String(), "00003_payments.sql")
+			require.Contains(t, out.String(), "applied river migration")
+		} else {
+			require.NotContains(t, out.String(), "applied")
+		}
+	}
+	createTenant(t, dbURL)
+}
+
+func TestConfigErrorsNameTheVariable(t *testing.T) {
+	t.Parallel()
+	err := run(context.Background(), []string{"api"}, env(map[string]string{
+		"IDEMPOTENCY_RETENTION": "forever", "IDEMPOTENCY_LOCK_WAIT": "1h", "DATABASE_MAX_CONNS": "x", "LOG_LEVEL": "loud",
+	}), io.Discard)
+	require.Error(t, err)
+	for _, name := range []string{"IDEMPOTENCY_RETENTION", "IDEMPOTENCY_LOCK_WAIT", "DATABASE_MAX_CONNS", "LOG_LEVEL"} {
+		require.Contains(t, err.Error(), name)
+	}
+	require.ErrorContains(t, run(context.Background(), []string{"api", "frobnicate"}, env(map[string]string{}), io.Discard), "usage")
+}
+
+// TestTwoInstancesShareOneKey sends the same key and body to two API
+// processes' worth of servers at once: one payment, one job, one answer.
+func TestTwoInstancesShareOneKey(t *testing.T) {
+	t.Parallel()
+	dbURL := migratedDatabase(t)
+	created := createTenant(t, dbURL)
+	vars := func() map[string]string { return map[string]string{"DATABASE_URL": dbURL, "IDEMPOTENCY_LOCK_WAIT": "2s"} }
+	bases := []string{startAPI(t, vars()), startAPI(t, vars())}
+	require.NotEqual(t, bases[0], bases[1])
+
+	key := id.New("key")
+	const n = 50
+	var (
+		wg    sync.WaitGroup
+		start = make(chan struct{})
+		mu    sync.Mutex
+		ids   = map[string]int{}
+		codes = map[int]int{}
+	)
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			code, header, body, err := post(t, http.DefaultClient, bases[i%2], created.APIKey, key, visa)
+			if !assert.NoError(t, err) {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			codes[code]++
+			switch code {
+			case http.StatusAccepted:
+				var p struct{ ID string }
+				assert.NoError(t, json.Unmarshal(body, &p))
+				ids[p.ID]++
+			case http.StatusConflict:
+				assert.NotEmpty(t, header.Get("Retry-After"))
+			default:
+				t.Errorf("unexpected %d: %s", code, body)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	t.Logf("answers: %v", codes)
+	require.Len(t, ids, 1, "all 202s name one payment: %v", ids)
+
+	pool, err := pgxpool.New(context.Background(), dbURL)
+	require.NoError(t, err)
+	defer pool.Close()
+	var payments, jobs int
+	require.NoError(t, pool.QueryRow(context.Background(), "SELECT count(*) FROM payments").Scan(&payments))
+	require.NoError(t, pool.QueryRow(context.Background(), "SELECT count(*) FROM river_job").Scan(&jobs))
+	require.Equal(t, 1, payments)
+	require.Equal(t, 1, jobs)
+}
+
+// TestFailsClosedWhenDatabaseUnreachable puts a TCP proxy between the API and
+// PostgreSQL and cuts it: requests must get a prompt 503 with Retry-After,
+// nothing may be written, and once the proxy is back the retry goes through.
+func TestFailsClosedWhenDatabaseUnreachable(t *testing.T) {
+	t.Parallel()
+	dbURL := migratedDatabase(t)
+	created := createTenant(t, dbURL)
+	proxy := startProxy(t, hostPort(t, dbURL))
+	viaProxy := strings.Replace(dbURL, hostPort(t, dbURL), proxy.addr(), 1)
+	base := startAPI(t, map[string]string{"DATABASE_URL": viaProxy, "DATABASE_CONNECT_TIMEOUT": "1s", "REQUEST_DB_TIMEOUT": "2s"})
+
+	client := &http.Client{Timeout: 20 * time.Second}
+	key := id.New("key")
+	code, _, body, err := post(t, client, base, created.APIKey, id.New("key"), visa)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusAccepted, code, "works through the proxy: %s", body)
+
+	proxy.cut()
+	for range 3 { // pooled connections die, then new ones cannot be made
+		start := time.Now()
+		code, header, body, err := post(t, client, base, created.APIKey, key, visa)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusServiceUnavailable, code, "body: %s", body)
+		require.NotEmpty(t, header.Get("Retry-After"))
+		require.Contains(t, string(body), "/docs/problems/service-unavailable")
+		require.Less(t, time.Since(start), 8*time.Second, "fails promptly")
+	}
+	resp, err := client.Get(base + "/readyz")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+
+	direct, err := pgxpool.New(context.Background(), dbURL)
+	require.NoError(t, err)
+	defer direct.Close()
+	var n int
+	require.NoError(t, direct.QueryRow(context.Background(), "SELECT count(*) FROM payments WHERE idempotency_key = $1", key).Scan(&n))
+	require.Zero(t, n, "no payment")
+	require.NoError(t, direct.QueryRow(context.Background(), "SELECT count(*) FROM idempotency_keys WHERE idempotency_key = $1", key).Scan(&n))
+	require.Zero(t, n, "no key")
+	require.NoError(t, direct.QueryRow(context.Background(), "SELECT count(*) FROM river_job").Scan(&n))
+	require.Equal(t, 1, n, "only the job of the payment made before the cut")
+
+	proxy.restore()
+	require.Eventually(t, func() bool {
+		code, _, _, err := post(t, client, base, created.APIKey, key, visa)
+		return err == nil && code == http.StatusAccepted
+	}, 15*time.Second, 200*time.Millisecond, "the same request succeeds once the database is back")
+}
+
+func hostPort(t *testing.T, dbURL string) string {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(dbURL)
+	require.NoError(t, err)
+	return net.JoinHostPort(cfg.ConnConfig.Host, fmt.Sprint(cfg.ConnConfig.Port))
+}
+
+// tcpProxy forwards connections to a target until cut: then it closes every
+// open connection and refuses new ones by closing them at once.
+type tcpProxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	down   bool
+	conns  map[net.Conn]struct{}
+}
+
+func startProxy(t *testing.T, target string) *tcpProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &tcpProxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	t.Cleanup(func() { ln.Close(); p.cut() })
+	go p.serve()
+	return p
+}
+
+func (p *tcpProxy) addr() string { return p.ln.Addr().String() }
+
+func (p *tcpProxy) serve() {
+	for {
+		c, err := p.ln.Accept()
+		if errors.Is(err, net.ErrClosed) {
+			return
+		}
+		if err != nil {
+			continue
+		}
+		p.mu.Lock()
+		down := p.down
+		if !down {
+			p.conns[c] = struct{}{}
+		}
+		p.mu.Unlock()
+		if down {
+			c.Close()
+			continue
+		}
+		go p.pipe(c)
+	}
+}
+
+func (p *tcpProxy) pipe(client net.Conn) {
+	server, err := net.DialTimeout("tcp", p.target, 3*time.Second)
+	if err != nil {
+		client.Close()
+		return
+	}
+	p.mu.Lock()
+	p.conns[server] = struct{}{}
+	p.mu.Unlock()
+	go func() { _, _ = io.Copy(server, client); server.Close() }()
+	_, _ = io.Copy(client, server)
+	client.Close()
+}
+
+func (p *tcpProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = true
+	for c := range p.conns {
+		c.Close()
+		delete(p.conns, c)
+	}
+}
+
+func (p *tcpProxy) restore() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = false
+}
