@@ -192,7 +192,9 @@ func TestTwoInstancesShareOneKey(t *testing.T) {
 	t.Parallel()
 	dbURL := migratedDatabase(t)
 	created := createTenant(t, dbURL)
-	vars := func() map[string]string { return map[string]string{"DATABASE_URL": dbURL, "IDEMPOTENCY_LOCK_WAIT": "2s"} }
+	vars := func() map[string]string {
+		return map[string]string{"DATABASE_URL": dbURL, "IDEMPOTENCY_LOCK_WAIT": "2s"}
+	}
 	bases := []string{startAPI(t, vars()), startAPI(t, vars())}
 	require.NotEqual(t, bases[0], bases[1])
 

@@ -1,0 +1,43 @@
+package stripesim
+
+import (
+	"cmp"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+)
+
+// Config tunes a Server. Zero values take the documented defaults.
+type Config struct {
+	// Logger receives one line per Stripe API request (method, path, status,
+	// request id, idempotency key, injected fault). Defaults to discarding.
+	Logger *slog.Logger
+	// MaxHold bounds how long a hold_after fault keeps a response open when
+	// the client does not give up first, so that a forgotten fault cannot
+	// pin a connection (and a graceful shutdown) forever. Defaults to 60s.
+	MaxHold time.Duration
+	// ProcessingRetrievals is how many retrievals (GET
+	// /v1/payment_intents/{id}) a processing intent answers with status
+	// processing; the retrieval after them finds it succeeded. A negative
+	// value makes the first retrieval find it succeeded. Defaults to 2.
+	ProcessingRetrievals int
+	// Rand decides whether a fault with a probability fires. It is only used
+	// under the server's lock, so it need not be safe for concurrent use.
+	// Pass a seeded source, e.g. rand.New(rand.NewPCG(1, 2)), for
+	// reproducible runs. Defaults to a randomly seeded source.
+	Rand *rand.Rand
+	// Now stamps the created time of objects. Defaults to time.Now.
+	Now func() time.Time
+}
+
+// WithDefaults returns a copy of c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler))
+	c.MaxHold = cmp.Or(c.MaxHold, 60*time.Second)
+	c.ProcessingRetrievals = cmp.Or(c.ProcessingRetrievals, 2)
+	c.Rand = cmp.Or(c.Rand, rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())))
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}

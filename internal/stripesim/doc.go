@@ -1,0 +1,42 @@
+// Package stripesim is an in-memory Stripe simulator for the worker's tests
+// and the local demo.
+//
+// stripe-mock answers from fixtures and forgets every request, so it cannot
+// show that a payment was charged exactly once. This simulator keeps the
+// objects it creates, honours Idempotency-Key the way Stripe does (the first
+// response is stored per API key and key and replayed with
+// Idempotent-Replayed: true; other parameters under the same key are an
+// idempotency_error; a key still executing is a 409), injects faults such as
+// "commit the charge, then fail the response", and exposes a ledger that
+// tests assert on.
+//
+// The Stripe side speaks Stripe's wire format (form-encoded requests, bearer
+// auth, Stripe's JSON objects and error shape), so stripe-go talks to it
+// unchanged through a backend whose URL points at the simulator:
+//
+//	POST /v1/payment_intents
+//	GET  /v1/payment_intents/{id}
+//	POST /v1/payment_intents/{id}/confirm
+//	GET  /v1/payment_intents/search?query=metadata['payment_id']:'X'
+//	GET  /v1/charges/{id}
+//	POST /v1/refunds
+//	GET  /v1/refunds/{id}
+//
+// Confirmation outcomes are chosen by the payment method:
+//
+//	pm_card_visa, pm_card_mastercard                 succeeded
+//	pm_card_chargeDeclined                           402 card_declined / generic_decline
+//	pm_card_visa_chargeDeclinedInsufficientFunds     402 card_declined / insufficient_funds
+//	pm_card_authenticationRequired                   requires_action (402 authentication_required when off_session)
+//	pm_sim_processing                                processing, succeeded after Config.ProcessingRetrievals retrievals
+//
+// The admin side, under /_sim/ and without Stripe auth, takes and answers
+// JSON; AdminClient wraps it for tests in other packages:
+//
+//	POST   /_sim/faults                          inject a Fault
+//	GET    /_sim/faults                          list active faults
+//	DELETE /_sim/faults                          clear faults
+//	POST   /_sim/payment_intents/{id}/resolve    {"status":"succeeded"} finishes a requires_action or processing intent
+//	GET    /_sim/ledger                          the Ledger
+//	POST   /_sim/reset                           forget every object, key and fault
+package stripesim

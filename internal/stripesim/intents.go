@@ -1,0 +1,331 @@
+package stripesim
+
+import (
+	"cmp"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// intentCreateParams are the parameters POST /v1/payment_intents accepts:
+// the ones the simulator models, plus a few it accepts and ignores because
+// a card payment flow commonly sends them.
+func intentCreateParams() paramSpec {
+	return paramSpec{
+		"amount":                    {kind: paramScalar},
+		"currency":                  {kind: paramScalar},
+		"payment_method":            {kind: paramScalar},
+		"customer":                  {kind: paramScalar},
+		"description":               {kind: paramScalar},
+		"confirm":                   {kind: paramScalar},
+		"off_session":               {kind: paramScalar},
+		"receipt_email":             {kind: paramScalar},
+		"return_url":                {kind: paramScalar},
+		"metadata":                  {kind: paramHash},
+		"expand":                    {kind: paramList},
+		"payment_method_types":      {kind: paramList},
+		"automatic_payment_methods": {kind: paramStruct, fields: []string{"enabled", "allow_redirects"}},
+	}
+}
+
+func intentConfirmParams() paramSpec {
+	return paramSpec{
+		"payment_method": {kind: paramScalar},
+		"off_session":    {kind: paramScalar},
+		"return_url":     {kind: paramScalar},
+		"expand":         {kind: paramList},
+	}
+}
+
+func intentGetParams() paramSpec {
+	return paramSpec{
+		"client_secret": {kind: paramScalar},
+		"expand":        {kind: paramList},
+	}
+}
+
+func intentSearchParams() paramSpec {
+	return paramSpec{
+		"query":  {kind: paramScalar},
+		"limit":  {kind: paramScalar},
+		"page":   {kind: paramScalar},
+		"expand": {kind: paramList},
+	}
+}
+
+// isCurrency reports whether c looks like a lower-case ISO 4217 code.
+func isCurrency(c string) bool {
+	if len(c) != 3 {
+		return false
+	}
+	for _, r := range c {
+		if r < 'a' || r > 'z' {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *Server) createIntent(req *apiRequest) response {
+	p := req.params
+	if e := intentCreateParams().check(p); e != nil {
+		return errorResponse(http.StatusBadRequest, e)
+	}
+	amount, e := amountParam(p, "amount", true)
+	if e != nil {
+		return errorResponse(http.StatusBadRequest, e)
+	}
+	currency := strings.ToLower(p.Get("currency"))
+	if currency == "" {
+		return badRequest("parameter_missing", "currency", "Missing required param: currency.")
+	}
+	if !isCurrency(currency) {
+		return badRequest("", "currency", "Invalid currency: %s. Currencies are three-letter ISO codes such as usd or eur.", currency)
+	}
+	confirm, e := boolParam(p, "confirm")
+	if e != nil {
+		return errorResponse(http.StatusBadRequest, e)
+	}
+	offSession, e := boolParam(p, "off_session")
+	if e != nil {
+		return errorResponse(http.StatusBadRequest, e)
+	}
+	exp, e := expandParam(p, "latest_charge", "payment_method")
+	if e != nil {
+		return errorResponse(http.StatusBadRequest, e)
+	}
+	var apm *automaticPaymentMethodsJSON
+	if _, ok := p["automatic_payment_methods[enabled]"]; ok {
+		enabled, e := boolParam(p, "automatic_payment_methods[enabled]")
+		if e != nil {
+			return errorResponse(http.StatusBadRequest, e)
+		}
+		apm = &automaticPaymentMethodsJSON{Enabled: enabled}
+	}
+	if redirects, ok := p["automatic_payment_methods[allow_redirects]"]; ok {
+		if apm == nil {
+			return badRequest("parameter_missing", "automatic_payment_methods[enabled]", "Missing required param: automatic_payment_methods[enabled].")
+		}
+		if r := redirects[0]; r != "always" && r != "never" {
+			return badRequest("", "automatic_payment_methods[allow_redirects]", "Invalid automatic_payment_methods[allow_redirects]: must be one of always or never")
+		}
+		apm.AllowRedirects = redirects[0]
+	}
+	pm := p.Get("payment_method")
+	card, ok := lookupTestCard(pm)
+	if pm != "" && !ok {
+		return noSuchPaymentMethod(pm)
+	}
+	if confirm && pm == "" {
+		return badRequest("parameter_missing", "payment_method",
+			"You cannot confirm this PaymentIntent because it's missing a payment method. Pass payment_method, e.g. pm_card_visa.")
+	}
+
+	in := &intent{
+		id:                 newID("pi_", 24),
+		seq:                s.st.nextSeq(),
+		created:            req.now.Unix(),
+		idempotencyKey:     req.key,
+		amount:             amount,
+		currency:           currency,
+		customer:           p.Get("customer"),
+		description:        p.Get("description"),
+		receiptEmail:       p.Get("receipt_email"),
+		paymentMethod:      pm,
+		paymentMethodTypes: list(p, "payment_method_types"),
+		automaticMethods:   apm,
+		metadata:           hash(p, "metadata"),
+		status:             statusRequiresPaymentMethod,
+	}
+	if len(in.paymentMethodTypes) == 0 {
+		in.paymentMethodTypes = []string{"card"}
+	}
+	in.clientSecret = in.id + "_secret_" + newID("", 25)
+	s.st.intents[in.id] = in
+	if pm != "" {
+		in.status = statusRequiresConfirmation
+	}
+	if !confirm {
+		return jsonResponse(http.StatusOK, s.st.intentJSON(in, exp))
+	}
+	return s.confirm(in, card, offSession, exp, req.now)
+}
+
+func (s *Server) confirmIntent(req *apiRequest) response {
+	p := req.params
+	if e := intentConfirmParams().check(p); e != nil {
+		return errorResponse(http.StatusBadRequest, e)
+	}
+	offSession, e := boolParam(p, "off_session")
+	if e != nil {
+		return errorResponse(http.StatusBadRequest, e)
+	}
+	exp, e := expandParam(p, "latest_charge", "payment_method")
+	if e != nil {
+		return errorResponse(http.StatusBadRequest, e)
+	}
+	in, ok := s.st.intents[req.id]
+	if !ok {
+		return notFound("intent", "payment_intent", req.id)
+	}
+	if in.status != statusRequiresConfirmation && in.status != statusRequiresPaymentMethod {
+		return badRequest("payment_intent_unexpected_state", "",
+			"You cannot confirm this PaymentIntent because it has a status of %s.", in.status)
+	}
+	pm := cmp.Or(p.Get("payment_method"), in.paymentMethod)
+	if pm == "" {
+		return badRequest("parameter_missing", "payment_method",
+			"You cannot confirm this PaymentIntent because it's missing a payment method. Pass payment_method, e.g. pm_card_visa.")
+	}
+	card, ok := lookupTestCard(pm)
+	if !ok {
+		return noSuchPaymentMethod(pm)
+	}
+	in.paymentMethod = pm
+	return s.confirm(in, card, offSession, exp, req.now)
+}
+
+func noSuchPaymentMethod(pm string) response {
+	return badRequest("resource_missing", "payment_method",
+		"No such PaymentMethod: '%s'. The simulator knows pm_card_visa, pm_card_mastercard, pm_card_chargeDeclined, "+
+			"pm_card_visa_chargeDeclinedInsufficientFunds, pm_card_authenticationRequired and pm_sim_processing.", pm)
+}
+
+// confirm attempts the payment with the intent's test payment method.
+func (s *Server) confirm(in *intent, card testCard, offSession bool, exp expansion, now time.Time) response {
+	switch card.behaviour {
+	case cardSucceeds:
+		s.st.succeed(in, now)
+	case cardProcesses:
+		s.st.newCharge(in, card, chargePending, now)
+		in.status = statusProcessing
+		in.processingRetrievals = 0
+	case cardRequiresAction:
+		if offSession {
+			// Off-session there is no customer to authenticate, so Stripe
+			// declines instead of asking for action.
+			return s.decline(in, card, &apiError{
+				Type: errTypeCard, Code: "authentication_required", DeclineCode: "authentication_required",
+				Message: "Your card was declined. This transaction requires authentication.",
+			}, exp, now)
+		}
+		in.status = statusRequiresAction
+	case cardDeclines:
+		return s.decline(in, card, &apiError{
+			Type: errTypeCard, Code: "card_declined", DeclineCode: card.declineCode, Message: card.message,
+		}, exp, now)
+	}
+	return jsonResponse(http.StatusOK, s.st.intentJSON(in, exp))
+}
+
+// decline fails the payment and answers 402 with the card error and the
+// intent in it, as Stripe does.
+func (s *Server) decline(in *intent, card testCard, e *apiError, exp expansion, now time.Time) response {
+	s.st.fail(in, card, e, now)
+	body := *e
+	body.PaymentIntent = s.st.intentJSON(in, exp)
+	return errorResponse(http.StatusPaymentRequired, &body)
+}
+
+func (s *Server) getIntent(req *apiRequest) response {
+	if e := intentGetParams().check(req.params); e != nil {
+		return errorResponse(http.StatusBadRequest, e)
+	}
+	exp, e := expandParam(req.params, "latest_charge", "payment_method")
+	if e != nil {
+		return errorResponse(http.StatusBadRequest, e)
+	}
+	in, ok := s.st.intents[req.id]
+	if !ok {
+		return notFound("intent", "payment_intent", req.id)
+	}
+	if in.status == statusProcessing {
+		in.processingRetrievals++
+		if in.processingRetrievals > s.cfg.ProcessingRetrievals {
+			s.st.succeed(in, req.now)
+		}
+	}
+	return jsonResponse(http.StatusOK, s.st.intentJSON(in, exp))
+}
+
+func (s *Server) getCharge(req *apiRequest) response {
+	spec := paramSpec{"expand": {kind: paramList}}
+	if e := spec.check(req.params); e != nil {
+		return errorResponse(http.StatusBadRequest, e)
+	}
+	exp, e := expandParam(req.params, "payment_intent")
+	if e != nil {
+		return errorResponse(http.StatusBadRequest, e)
+	}
+	ch, ok := s.st.charges[req.id]
+	if !ok {
+		return notFound("charge", "charge", req.id)
+	}
+	return jsonResponse(http.StatusOK, s.st.chargeJSON(ch, exp))
+}
+
+// searchPagePrefix starts the opaque next_page tokens; the rest is the
+// offset of the next page.
+const searchPagePrefix = "simpage_"
+
+func (s *Server) searchIntents(req *apiRequest) response {
+	p := req.params
+	if e := intentSearchParams().check(p); e != nil {
+		return errorResponse(http.StatusBadRequest, e)
+	}
+	exp, e := expandParam(p, "data.latest_charge", "data.payment_method", "total_count")
+	if e != nil {
+		return errorResponse(http.StatusBadRequest, e)
+	}
+	raw := p.Get("query")
+	if raw == "" {
+		return badRequest("parameter_missing", "query", "Missing required param: query.")
+	}
+	q, err := parseSearchQuery(raw)
+	if err != nil {
+		return badRequest("", "query", "Invalid search query: %v", err)
+	}
+	limit := 10
+	if l := p.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > 100 {
+			return badRequest("", "limit", "Invalid limit: must be an integer between 1 and 100.")
+		}
+		limit = n
+	}
+	offset := 0
+	if page := p.Get("page"); page != "" {
+		rest, ok := strings.CutPrefix(page, searchPagePrefix)
+		n, err := strconv.Atoi(rest)
+		if !ok || err != nil || n < 0 {
+			return badRequest("", "page", "Invalid page: %s", page)
+		}
+		offset = n
+	}
+
+	var hits []*intent
+	for _, in := range s.st.intents {
+		if q.matches(in) {
+			hits = append(hits, in)
+		}
+	}
+	// Stripe orders search results newest first.
+	slices.SortFunc(hits, func(a, b *intent) int { return cmp.Compare(b.seq, a.seq) })
+
+	out := &searchResultJSON{Object: "search_result", Data: []*intentJSON{}, URL: "/v1/payment_intents/search"}
+	if exp["total_count"] {
+		n := len(hits)
+		out.TotalCount = &n
+	}
+	dataExp := exp.under("data.")
+	for i := offset; i < len(hits) && i < offset+limit; i++ {
+		out.Data = append(out.Data, s.st.intentJSON(hits[i], dataExp))
+	}
+	if offset+limit < len(hits) {
+		out.HasMore = true
+		out.NextPage = nullable(searchPagePrefix + strconv.Itoa(offset+limit))
+	}
+	return jsonResponse(http.StatusOK, out)
+}

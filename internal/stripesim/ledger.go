@@ -1,0 +1,174 @@
+package stripesim
+
+import (
+	"cmp"
+	"maps"
+	"slices"
+)
+
+// Ledger is what GET /_sim/ledger answers: every object the simulator
+// created and, per idempotency key, how its requests were handled. Tests
+// assert on it that a payment was executed exactly once at the provider.
+type Ledger struct {
+	// Objects are the payment intents, charges and refunds in creation
+	// order, with their current status.
+	Objects []LedgerObject `json:"objects"`
+	// Keys are the idempotency keys in order of first use.
+	Keys []KeyStats `json:"keys"`
+}
+
+// LedgerObject is one object the simulator created.
+type LedgerObject struct {
+	// ID is the Stripe id (pi_..., ch_..., re_...).
+	ID string `json:"id"`
+	// Object is payment_intent, charge or refund.
+	Object string `json:"object"`
+	// Amount is in the currency's smallest unit.
+	Amount int64 `json:"amount"`
+	// AmountRefunded is set on charges.
+	AmountRefunded int64 `json:"amount_refunded,omitempty"`
+	// Currency is the lower-case ISO code.
+	Currency string `json:"currency"`
+	// Status is the object's current status.
+	Status string `json:"status"`
+	// PaymentIntent is the intent a charge or refund belongs to.
+	PaymentIntent string `json:"payment_intent,omitempty"`
+	// Metadata is the object's metadata; never nil.
+	Metadata map[string]string `json:"metadata"`
+	// IdempotencyKey is the key of the request that created the object
+	// (for a charge, the key that created its intent), if it had one.
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	// Created is a Unix time in seconds.
+	Created int64 `json:"created"`
+}
+
+// KeyStats counts what happened to requests carrying one idempotency key.
+type KeyStats struct {
+	// Key is the Idempotency-Key header.
+	Key string `json:"key"`
+	// Method and Path are those of the request the key was first used with.
+	Method string `json:"method"`
+	Path   string `json:"path"`
+	// Status is the stored response's HTTP status, 0 while none is stored.
+	Status int `json:"status"`
+	// Executions counts requests that executed the endpoint; at most 1 once
+	// a response is stored.
+	Executions int `json:"executions"`
+	// Replays counts requests answered with the stored response.
+	Replays int `json:"replays"`
+	// Conflicts counts requests answered 409 because the key was executing.
+	Conflicts int `json:"conflicts"`
+	// Mismatches counts requests answered 400 because their parameters
+	// differed from the first request's.
+	Mismatches int `json:"mismatches"`
+}
+
+// IntentsWithMetadata returns the payment intents whose metadata has key set
+// to value, in creation order.
+func (l Ledger) IntentsWithMetadata(key, value string) []LedgerObject {
+	var out []LedgerObject
+	for _, o := range l.Objects {
+		if v, ok := o.Metadata[key]; o.Object == "payment_intent" && ok && v == value {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// Object returns the object with the given id.
+func (l Ledger) Object(id string) (LedgerObject, bool) {
+	for _, o := range l.Objects {
+		if o.ID == id {
+			return o, true
+		}
+	}
+	return LedgerObject{}, false
+}
+
+// ChargesFor returns the charges of a payment intent, in creation order.
+func (l Ledger) ChargesFor(intentID string) []LedgerObject {
+	return l.childrenOf(intentID, "charge")
+}
+
+// RefundsFor returns the refunds of a payment intent, in creation order.
+func (l Ledger) RefundsFor(intentID string) []LedgerObject {
+	return l.childrenOf(intentID, "refund")
+}
+
+func (l Ledger) childrenOf(intentID, object string) []LedgerObject {
+	var out []LedgerObject
+	for _, o := range l.Objects {
+		if o.Object == object && o.PaymentIntent == intentID {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// Key returns the counters of an idempotency key. Keys are scoped per API
+// key as at Stripe; if several API keys used the same key, their counters
+// are summed.
+func (l Ledger) Key(key string) (KeyStats, bool) {
+	var sum KeyStats
+	found := false
+	for _, k := range l.Keys {
+		if k.Key != key {
+			continue
+		}
+		if !found {
+			sum = k
+			found = true
+			continue
+		}
+		sum.Executions += k.Executions
+		sum.Replays += k.Replays
+		sum.Conflicts += k.Conflicts
+		sum.Mismatches += k.Mismatches
+	}
+	return sum, found
+}
+
+// ledger snapshots the state. Called with Server.mu held.
+func (st *state) ledger() Ledger {
+	type entry struct {
+		seq int64
+		obj LedgerObject
+	}
+	var entries []entry
+	for _, in := range st.intents {
+		entries = append(entries, entry{in.seq, LedgerObject{
+			ID: in.id, Object: "payment_intent", Amount: in.amount, Currency: in.currency, Status: in.status,
+			Metadata: metadataJSON(in.metadata), IdempotencyKey: in.idempotencyKey, Created: in.created,
+		}})
+	}
+	for _, ch := range st.charges {
+		entries = append(entries, entry{ch.seq, LedgerObject{
+			ID: ch.id, Object: "charge", Amount: ch.amount, AmountRefunded: ch.amountRefunded, Currency: ch.currency,
+			Status: ch.status, PaymentIntent: ch.intentID, Metadata: metadataJSON(ch.metadata),
+			IdempotencyKey: ch.idempotencyKey, Created: ch.created,
+		}})
+	}
+	for _, re := range st.refunds {
+		entries = append(entries, entry{re.seq, LedgerObject{
+			ID: re.id, Object: "refund", Amount: re.amount, Currency: re.currency, Status: "succeeded",
+			PaymentIntent: re.intentID, Metadata: metadataJSON(re.metadata), IdempotencyKey: re.idempotencyKey, Created: re.created,
+		}})
+	}
+	slices.SortFunc(entries, func(a, b entry) int { return cmp.Compare(a.seq, b.seq) })
+	l := Ledger{Objects: make([]LedgerObject, 0, len(entries)), Keys: []KeyStats{}}
+	for _, e := range entries {
+		l.Objects = append(l.Objects, e.obj)
+	}
+	keys := slices.SortedFunc(maps.Values(st.keys), func(a, b *keyEntry) int { return cmp.Compare(a.seq, b.seq) })
+	for _, k := range keys {
+		status := 0
+		if k.state == keyDone {
+			status = k.resp.status
+		}
+		l.Keys = append(l.Keys, KeyStats{
+			Key: k.scope.key, Method: k.method, Path: k.path, Status: status,
+			Executions: k.executions, Replays: k.replays, Conflicts: k.conflicts, Mismatches: k.mismatches,
+		})
+	}
+	return l
+}

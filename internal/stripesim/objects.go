@@ -1,0 +1,201 @@
+package stripesim
+
+import (
+	"maps"
+	"time"
+)
+
+// PaymentIntent statuses, as Stripe spells them.
+const (
+	statusRequiresPaymentMethod = "requires_payment_method"
+	statusRequiresConfirmation  = "requires_confirmation"
+	statusRequiresAction        = "requires_action"
+	statusProcessing            = "processing"
+	statusSucceeded             = "succeeded"
+	statusCanceled              = "canceled"
+)
+
+// Charge statuses.
+const (
+	chargePending   = "pending"
+	chargeSucceeded = "succeeded"
+	chargeFailed    = "failed"
+)
+
+// cardBehaviour is what confirming with a test payment method does.
+type cardBehaviour int
+
+const (
+	cardSucceeds cardBehaviour = iota
+	cardDeclines
+	cardRequiresAction
+	cardProcesses
+)
+
+// testCard is one of the payment methods the simulator knows.
+type testCard struct {
+	brand, last4, funding string
+	behaviour             cardBehaviour
+	declineCode, message  string // for cardDeclines
+}
+
+// lookupTestCard returns the test payment method with the given id. Ids
+// follow Stripe's test payment methods; pm_sim_processing is the
+// simulator's own, since Stripe has no card that stays processing.
+func lookupTestCard(id string) (testCard, bool) {
+	switch id {
+	case "pm_card_visa":
+		return testCard{brand: "visa", last4: "4242", funding: "credit", behaviour: cardSucceeds}, true
+	case "pm_card_mastercard":
+		return testCard{brand: "mastercard", last4: "4444", funding: "credit", behaviour: cardSucceeds}, true
+	case "pm_card_chargeDeclined":
+		return testCard{
+			brand: "visa", last4: "0002", funding: "credit", behaviour: cardDeclines,
+			declineCode: "generic_decline", message: "Your card was declined.",
+		}, true
+	case "pm_card_visa_chargeDeclinedInsufficientFunds":
+		return testCard{
+			brand: "visa", last4: "9995", funding: "credit", behaviour: cardDeclines,
+			declineCode: "insufficient_funds", message: "Your card has insufficient funds.",
+		}, true
+	case "pm_card_authenticationRequired":
+		return testCard{brand: "visa", last4: "3184", funding: "credit", behaviour: cardRequiresAction}, true
+	case "pm_sim_processing":
+		return testCard{brand: "visa", last4: "0077", funding: "credit", behaviour: cardProcesses}, true
+	}
+	return testCard{}, false
+}
+
+// intent is a PaymentIntent.
+type intent struct {
+	id, clientSecret     string
+	seq                  int64 // creation order, for the ledger and search
+	created              int64
+	idempotencyKey       string
+	amount               int64
+	currency             string
+	customer             string
+	description          string
+	receiptEmail         string
+	paymentMethod        string
+	paymentMethodTypes   []string
+	automaticMethods     *automaticPaymentMethodsJSON
+	metadata             map[string]string
+	status               string
+	latestCharge         string
+	lastError            *apiError
+	canceledAt           int64
+	cancellationReason   string
+	processingRetrievals int // retrievals answered while processing
+}
+
+// charge is the Charge a confirmation creates.
+type charge struct {
+	id, intentID   string
+	seq            int64
+	created        int64
+	idempotencyKey string
+	amount         int64
+	amountRefunded int64
+	currency       string
+	customer       string
+	description    string
+	metadata       map[string]string
+	paymentMethod  string
+	card           testCard
+	status         string
+	failureCode    string
+	failureMessage string
+}
+
+// refund is a Refund of (part of) a charge.
+type refund struct {
+	id, chargeID, intentID string
+	seq                    int64
+	created                int64
+	idempotencyKey         string
+	amount                 int64
+	currency               string
+	metadata               map[string]string
+	reason                 string
+}
+
+// state is everything the simulator remembers. Server.mu guards it.
+type state struct {
+	seq     int64
+	intents map[string]*intent
+	charges map[string]*charge
+	refunds map[string]*refund
+	keys    map[keyScope]*keyEntry
+	faults  []*activeFault
+}
+
+func newState() *state {
+	return &state{
+		intents: map[string]*intent{},
+		charges: map[string]*charge{},
+		refunds: map[string]*refund{},
+		keys:    map[keyScope]*keyEntry{},
+	}
+}
+
+func (st *state) nextSeq() int64 {
+	st.seq++
+	return st.seq
+}
+
+// newCharge records a charge for the intent's current payment method.
+func (st *state) newCharge(in *intent, card testCard, status string, now time.Time) *charge {
+	ch := &charge{
+		id:             newID("ch_", 24),
+		intentID:       in.id,
+		seq:            st.nextSeq(),
+		created:        now.Unix(),
+		idempotencyKey: in.idempotencyKey,
+		amount:         in.amount,
+		currency:       in.currency,
+		customer:       in.customer,
+		description:    in.description,
+		// Stripe copies the intent's metadata onto the charge it creates.
+		metadata:      maps.Clone(in.metadata),
+		paymentMethod: in.paymentMethod,
+		card:          card,
+		status:        status,
+	}
+	st.charges[ch.id] = ch
+	in.latestCharge = ch.id
+	return ch
+}
+
+// succeed moves an intent to succeeded, settling its pending charge or
+// creating one.
+func (st *state) succeed(in *intent, now time.Time) {
+	if ch, ok := st.charges[in.latestCharge]; ok && ch.status == chargePending {
+		ch.status = chargeSucceeded
+	} else {
+		card, _ := lookupTestCard(in.paymentMethod)
+		st.newCharge(in, card, chargeSucceeded, now)
+	}
+	in.status = statusSucceeded
+	in.lastError = nil
+}
+
+// fail moves an intent back to requires_payment_method after its payment
+// failed, as Stripe does: the error is kept in last_payment_error and the
+// payment method is detached so that the client must supply another.
+func (st *state) fail(in *intent, card testCard, e *apiError, now time.Time) {
+	ch, ok := st.charges[in.latestCharge]
+	if !ok || ch.status != chargePending {
+		ch = st.newCharge(in, card, chargeFailed, now)
+	}
+	ch.status = chargeFailed
+	ch.failureCode = e.Code
+	ch.failureMessage = e.Message
+	if e.Type == errTypeCard {
+		e.Charge = ch.id
+		e.PaymentMethod = paymentMethodObject(in.paymentMethod, card, in.created)
+	}
+	in.lastError = e.withDocURL()
+	in.status = statusRequiresPaymentMethod
+	in.paymentMethod = ""
+}
