@@ -34,7 +34,8 @@ func (ChargePaymentArgs) Kind() string { return "charge_payment" }
 // a payment whose key was re-acquired can be charged again by a new job.
 func (ChargePaymentArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{
-		Queue: QueuePayments,
+		Queue:       QueuePayments,
+		MaxAttempts: ChargeMaxAttempts,
 		UniqueOpts: river.UniqueOpts{
 			ByArgs: true,
 			ByState: []rivertype.JobState{

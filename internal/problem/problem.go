@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sort"
 	"strconv"
 	"time"
 
@@ -77,29 +78,33 @@ type Body struct {
 	Errors   []FieldError `json:"errors,omitempty"`
 }
 
-// Marshal renders the problem document, extensions included. Stored
-// responses (for idempotent replay) use it too, so a replay is byte-identical.
+// Marshal renders the problem document: the standard members first, then
+// the extensions (RFC 9457 §3.2) in name order. Stored responses (for
+// idempotent replay) use it too, so a replay is byte-identical.
 func (e *Error) Marshal() []byte {
 	body := Body{Type: e.Type.URI(), Title: e.Type.Title, Status: e.Type.Status, Detail: e.Detail, Errors: e.Fields}
-	b, err := json.Marshal(body)
-	if err != nil || len(e.Extensions) == 0 {
-		return b
+	b, _ := json.Marshal(body) // plain strings and ints: cannot fail
+	names := make([]string, 0, len(e.Extensions))
+	for k := range e.Extensions {
+		switch k {
+		case "type", "title", "status", "detail", "instance", "errors":
+			// Standard members cannot be overridden.
+		default:
+			names = append(names, k)
+		}
 	}
-	// Extensions go alongside the standard members; standard members win.
-	merged := map[string]any{}
-	for k, v := range e.Extensions {
-		merged[k] = v
+	sort.Strings(names)
+	for _, k := range names {
+		v, err := json.Marshal(e.Extensions[k])
+		if err != nil {
+			continue
+		}
+		name, _ := json.Marshal(k)
+		b = append(b[:len(b)-1], ',')
+		b = append(append(append(b, name...), ':'), v...)
+		b = append(b, '}')
 	}
-	var std map[string]any
-	_ = json.Unmarshal(b, &std)
-	for k, v := range std {
-		merged[k] = v
-	}
-	out, err := json.Marshal(merged)
-	if err != nil {
-		return b
-	}
-	return out
+	return b
 }
 
 // ContentType is the media type of problem documents.

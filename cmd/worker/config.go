@@ -1,0 +1,89 @@
+package main
+
+import (
+	"time"
+
+	"github.com/oncepay/oncepay/internal/envconfig"
+	"github.com/oncepay/oncepay/internal/payments"
+)
+
+// config is the worker's configuration, read from the environment. Every
+// variable is documented in the README's configuration table.
+type config struct {
+	// DatabaseURL (DATABASE_URL): as for the API.
+	DatabaseURL string
+	// StripeSecretKey (STRIPE_SECRET_KEY) authenticates to the provider.
+	// Required.
+	StripeSecretKey string
+	// StripeAPIBase (STRIPE_API_BASE) points stripe-go at another base URL
+	// (the simulator, stripe-mock). Empty means Stripe's real API.
+	StripeAPIBase string
+	// Concurrency (WORKER_CONCURRENCY) is how many payments are charged at
+	// once. Defaults to 10.
+	Concurrency int
+	// JobTimeout (WORKER_JOB_TIMEOUT) bounds one provider attempt. Defaults
+	// to 30s.
+	JobTimeout time.Duration
+	// RescueStuckAfter (WORKER_RESCUE_STUCK_AFTER) is when a job whose
+	// worker died runs again; it must exceed the job timeout. Defaults to 5m.
+	RescueStuckAfter time.Duration
+	// AdminAddr (WORKER_ADMIN_ADDR) serves /healthz and /readyz. Defaults to
+	// 127.0.0.1:8081.
+	AdminAddr string
+	// ShutdownGrace (WORKER_SHUTDOWN_GRACE) is how long in-flight jobs may
+	// finish after SIGTERM before they are cancelled. Defaults to 30s.
+	ShutdownGrace time.Duration
+	// RetryBase and RetryMax (WORKER_RETRY_BACKOFF_BASE, _MAX) shape the
+	// backoff between attempts. Default 1s and 10m.
+	RetryBase, RetryMax time.Duration
+	// PollInterval (WORKER_POLL_INTERVAL) is the wait between polls of an
+	// intent that is processing or requires action. Defaults to 2s.
+	PollInterval time.Duration
+	// MaxPollDuration (WORKER_MAX_POLL_DURATION) bounds polling. Defaults
+	// to 1h.
+	MaxPollDuration time.Duration
+	// ProviderKeyMargin (PROVIDER_KEY_MARGIN): never call the provider for
+	// a payment whose first attempt is older; the provider forgets keys
+	// after 24h. Defaults to 23h.
+	ProviderKeyMargin time.Duration
+	// IdempotencyRetention (IDEMPOTENCY_RETENTION): as for the API; a
+	// completed key is kept this long after completion.
+	IdempotencyRetention time.Duration
+	// DatabaseConnectTimeout (DATABASE_CONNECT_TIMEOUT): as for the API.
+	DatabaseConnectTimeout time.Duration
+	// DatabaseMaxConns (DATABASE_MAX_CONNS) caps the pool. Defaults to
+	// WORKER_CONCURRENCY + 5 (River's own connections need room).
+	DatabaseMaxConns int
+	// LogLevel (LOG_LEVEL) is debug, info, warn or error. Defaults to info.
+	LogLevel string
+}
+
+func loadConfig(getenv func(string) string) (config, error) {
+	env := envconfig.New(getenv)
+	cfg := config{
+		DatabaseURL:            env.String("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/oncepay?sslmode=disable"),
+		StripeSecretKey:        env.Required("STRIPE_SECRET_KEY", "a Stripe secret key (sk_test_… for test mode or the simulator)"),
+		StripeAPIBase:          env.URL("STRIPE_API_BASE"),
+		Concurrency:            env.Int("WORKER_CONCURRENCY", 10, 1, 1000),
+		JobTimeout:             env.Duration("WORKER_JOB_TIMEOUT", 30*time.Second, 100*time.Millisecond, 10*time.Minute),
+		RescueStuckAfter:       env.Duration("WORKER_RESCUE_STUCK_AFTER", 5*time.Minute, time.Second, 24*time.Hour),
+		AdminAddr:              env.String("WORKER_ADMIN_ADDR", "127.0.0.1:8081"),
+		ShutdownGrace:          env.Duration("WORKER_SHUTDOWN_GRACE", 30*time.Second, 0, time.Hour),
+		RetryBase:              env.Duration("WORKER_RETRY_BACKOFF_BASE", time.Second, time.Millisecond, time.Hour),
+		RetryMax:               env.Duration("WORKER_RETRY_BACKOFF_MAX", 10*time.Minute, time.Millisecond, 6*time.Hour),
+		PollInterval:           env.Duration("WORKER_POLL_INTERVAL", 2*time.Second, 10*time.Millisecond, time.Hour),
+		MaxPollDuration:        env.Duration("WORKER_MAX_POLL_DURATION", time.Hour, time.Second, 23*time.Hour),
+		ProviderKeyMargin:      env.Duration("PROVIDER_KEY_MARGIN", 23*time.Hour, time.Minute, payments.ProviderKeyWindow-time.Minute),
+		IdempotencyRetention:   env.Duration("IDEMPOTENCY_RETENTION", 24*time.Hour, time.Minute, 90*24*time.Hour),
+		DatabaseConnectTimeout: env.Duration("DATABASE_CONNECT_TIMEOUT", 3*time.Second, 100*time.Millisecond, time.Minute),
+		LogLevel:               env.OneOf("LOG_LEVEL", "info", "debug", "info", "warn", "error"),
+	}
+	cfg.DatabaseMaxConns = env.Int("DATABASE_MAX_CONNS", cfg.Concurrency+5, 2, 2000)
+	if cfg.RescueStuckAfter <= cfg.JobTimeout {
+		env.Fail("WORKER_RESCUE_STUCK_AFTER", "%s must exceed WORKER_JOB_TIMEOUT (%s), or a slow attempt would run twice at once", cfg.RescueStuckAfter, cfg.JobTimeout)
+	}
+	if cfg.RetryMax < cfg.RetryBase {
+		env.Fail("WORKER_RETRY_BACKOFF_MAX", "must not be less than WORKER_RETRY_BACKOFF_BASE")
+	}
+	return cfg, env.Err()
+}

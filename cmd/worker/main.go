@@ -1,0 +1,139 @@
+// Command worker charges accepted payments: it runs River's workers for the
+// charge_payment jobs the API inserts, calling the provider through
+// stripe-go, and serves /healthz and /readyz on WORKER_ADMIN_ADDR.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+
+	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/outbox"
+	"github.com/oncepay/oncepay/internal/payments"
+	"github.com/oncepay/oncepay/internal/postgres"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args, os.Getenv, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, _ []string, getenv func(string) string, stdout io.Writer) error {
+	cfg, err := loadConfig(getenv)
+	if err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.LogLevel))
+	logger := slog.New(slog.NewJSONHandler(stdout, &slog.HandlerOptions{Level: level}))
+
+	pool, err := postgres.Open(ctx, postgres.PoolConfig{
+		URL: cfg.DatabaseURL, ConnectTimeout: cfg.DatabaseConnectTimeout, MaxConns: int32(cfg.DatabaseMaxConns),
+	})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+
+	keys := idempotency.NewStore(idempotency.Config{Retention: cfg.IdempotencyRetention})
+	stripeClient := payments.NewStripeClient(payments.StripeConfig{SecretKey: cfg.StripeSecretKey, APIBase: cfg.StripeAPIBase})
+	workers := river.NewWorkers()
+	if err := river.AddWorkerSafely(workers, payments.NewChargeWorker(pool, keys, stripeClient, logger, payments.ChargeConfig{
+		JobTimeout:        cfg.JobTimeout,
+		ProviderKeyMargin: cfg.ProviderKeyMargin,
+		PollInterval:      cfg.PollInterval,
+		MaxPollDuration:   cfg.MaxPollDuration,
+	})); err != nil {
+		return fmt.Errorf("register charge worker: %w", err)
+	}
+	client, err := outbox.NewWorkerClient(pool, outbox.WorkerConfig{
+		Workers:              workers,
+		Concurrency:          cfg.Concurrency,
+		JobTimeout:           cfg.JobTimeout,
+		RescueStuckJobsAfter: cfg.RescueStuckAfter,
+		Retry:                outbox.RetryPolicy{Base: cfg.RetryBase, Max: cfg.RetryMax},
+		Logger:               logger,
+	})
+	if err != nil {
+		return err
+	}
+
+	ln, err := net.Listen("tcp", cfg.AdminAddr)
+	if err != nil {
+		return fmt.Errorf("listen on WORKER_ADMIN_ADDR=%s: %w", cfg.AdminAddr, err)
+	}
+	admin := &http.Server{Handler: adminHandler(pool), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = admin.Serve(ln) }()
+	defer admin.Close()
+
+	// River keeps retrying its own connection problems, so the worker
+	// starts even while the database is down and catches up when it is back.
+	if err := client.Start(ctx); err != nil {
+		return fmt.Errorf("start river: %w", err)
+	}
+	logger.InfoContext(ctx, "worker started", slog.String("admin_addr", ln.Addr().String()),
+		slog.Int("concurrency", cfg.Concurrency), slog.Bool("simulated_provider", cfg.StripeAPIBase != ""))
+
+	<-ctx.Done()
+	return shutdown(client, cfg.ShutdownGrace, logger)
+}
+
+// shutdown stops fetching new jobs and lets running ones finish within the
+// grace period, then cancels them. A cancelled charge is safe: its job runs
+// again later with the same provider key.
+func shutdown(client *outbox.Client, grace time.Duration, logger *slog.Logger) error {
+	logger.Info("worker stopping", slog.Duration("grace", grace))
+	softCtx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	err := client.Stop(softCtx)
+	if err == nil {
+		logger.Info("worker stopped")
+		return nil
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("stop river: %w", err)
+	}
+	logger.Warn("grace period over; cancelling running jobs")
+	hardCtx, cancelHard := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancelHard()
+	if err := client.StopAndCancel(hardCtx); err != nil {
+		return fmt.Errorf("stop and cancel river: %w", err)
+	}
+	return nil
+}
+
+func adminHandler(pool *pgxpool.Pool) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+		defer cancel()
+		w.Header().Set("Content-Type", "application/json")
+		if err := pool.Ping(ctx); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte(`{"status":"unavailable","database":"unreachable"}` + "\n"))
+			return
+		}
+		_, _ = w.Write([]byte(`{"status":"ok","database":"ok"}` + "\n"))
+	})
+	return mux
+}

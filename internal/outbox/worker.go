@@ -1,0 +1,93 @@
+package outbox
+
+import (
+	"cmp"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
+)
+
+// ChargeMaxAttempts is how many times a charge job runs before its payment
+// is handed to reconciliation. With the default backoff (1s doubling, capped
+// at 10m) that spans about two hours, well inside the provider's 24-hour
+// idempotency window.
+const ChargeMaxAttempts = 20
+
+// WorkerConfig configures a River client that works jobs.
+type WorkerConfig struct {
+	// Workers are the job workers to run. Required.
+	Workers *river.Workers
+	// Concurrency is how many payment jobs run at once. Defaults to 10.
+	Concurrency int
+	// JobTimeout is River's default per-job timeout (workers may set their
+	// own). Defaults to 30s.
+	JobTimeout time.Duration
+	// RescueStuckJobsAfter is when a running job whose worker died is made
+	// runnable again. It must exceed every job's timeout, or a slow but
+	// live attempt would be run twice at once. Defaults to 5m.
+	RescueStuckJobsAfter time.Duration
+	// Retry is the backoff between failed attempts.
+	Retry RetryPolicy
+	// FetchPollInterval is how often queues are polled in addition to
+	// insert notifications. Defaults to 200ms, so a new payment is picked up
+	// promptly even where notifications do not arrive.
+	FetchPollInterval time.Duration
+	// PeriodicJobs are scheduled jobs (the lifecycle sweepers, later).
+	PeriodicJobs []*river.PeriodicJob
+	Logger       *slog.Logger
+}
+
+// NewWorkerClient returns a River client that works WorkerConfig.Workers on
+// the payments queue. Start it with Start; stop it with Stop.
+func NewWorkerClient(pool *pgxpool.Pool, cfg WorkerConfig) (*Client, error) {
+	jobTimeout := cmp.Or(cfg.JobTimeout, 30*time.Second)
+	rescueAfter := cmp.Or(cfg.RescueStuckJobsAfter, 5*time.Minute)
+	if rescueAfter <= jobTimeout {
+		return nil, fmt.Errorf("rescue-stuck-jobs-after (%s) must exceed the job timeout (%s)", rescueAfter, jobTimeout)
+	}
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Queues: map[string]river.QueueConfig{
+			QueuePayments:      {MaxWorkers: cmp.Or(cfg.Concurrency, 10)},
+			river.QueueDefault: {MaxWorkers: 2},
+		},
+		Workers:              cfg.Workers,
+		JobTimeout:           jobTimeout,
+		RescueStuckJobsAfter: rescueAfter,
+		RetryPolicy:          cfg.Retry,
+		FetchPollInterval:    cmp.Or(cfg.FetchPollInterval, 200*time.Millisecond),
+		FetchCooldown:        50 * time.Millisecond,
+		PeriodicJobs:         cfg.PeriodicJobs,
+		Logger:               cfg.Logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create river worker client: %w", err)
+	}
+	return client, nil
+}
+
+// RetryPolicy is exponential backoff with a cap and ±10% jitter, so jobs
+// that failed together (a provider outage) do not all retry in one instant.
+type RetryPolicy struct {
+	// Base is the first retry's delay. Defaults to 1s.
+	Base time.Duration
+	// Max caps the delay. Defaults to 10m.
+	Max time.Duration
+}
+
+// NextRetry implements river.ClientRetryPolicy.
+func (p RetryPolicy) NextRetry(job *rivertype.JobRow) time.Time {
+	base, ceiling := cmp.Or(p.Base, time.Second), cmp.Or(p.Max, 10*time.Minute)
+	delay := ceiling
+	// Shift only when it cannot overflow past the cap.
+	if shift := max(job.Attempt-1, 0); shift < 62 && base <= ceiling>>shift {
+		delay = base << shift
+	}
+	jitter := time.Duration((rand.Float64()*0.2 - 0.1) * float64(delay))
+	return time.Now().Add(delay + jitter)
+}
