@@ -1,0 +1,418 @@
+package payments_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncepay/oncepay/internal/api"
+	"github.com/oncepay/oncepay/internal/id"
+	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/outbox"
+	"github.com/oncepay/oncepay/internal/payments"
+	"github.com/oncepay/oncepay/internal/pgtest"
+	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/stripesim"
+	"github.com/oncepay/oncepay/internal/tenant"
+)
+
+// chargeBundle is a whole pipeline in one process: the API, a River worker
+// client with the charge worker, and the Stripe simulator, on a database of
+// the test's own (a worker works every job in its database).
+type chargeBundle struct {
+	t      *testing.T
+	ctx    context.Context
+	pool   *pgxpool.Pool
+	api    *httptest.Server
+	sim    stripesim.AdminClient
+	tenant tenant.Created
+	keys   *idempotency.Store
+	client *outbox.Client
+}
+
+type chargeOptions struct {
+	cfg payments.ChargeConfig
+	// deferWorker leaves the worker stopped until startWorker is called.
+	deferWorker bool
+}
+
+func setupCharge(t *testing.T, opts chargeOptions) *chargeBundle {
+	t.Helper()
+	ctx := context.Background()
+	pool, _ := pgtest.NewPool(t)
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+
+	simServer := httptest.NewServer(stripesim.New(stripesim.Config{Logger: logger, MaxHold: 5 * time.Second}))
+	t.Cleanup(simServer.Close)
+
+	keys := idempotency.NewStore(idempotency.Config{})
+	inserter, err := outbox.NewInsertOnly(pool, logger)
+	require.NoError(t, err)
+	apiServer := httptest.NewServer(api.NewHandler(api.Deps{
+		Pool: pool, Keys: keys, Logger: logger,
+		Payments: &payments.Service{DB: pool, Keys: keys, Outbox: outbox.New(inserter), Logger: logger},
+	}))
+	t.Cleanup(apiServer.Close)
+
+	cfg := opts.cfg
+	if cfg.JobTimeout == 0 {
+		cfg.JobTimeout = 2 * time.Second
+	}
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = 50 * time.Millisecond
+	}
+	stripeClient := payments.NewStripeClient(payments.StripeConfig{SecretKey: "sk_test_oncepay", APIBase: simServer.URL})
+	workers := river.NewWorkers()
+	river.AddWorker(workers, payments.NewChargeWorker(pool, keys, stripeClient, logger, cfg))
+	client, err := outbox.NewWorkerClient(pool, outbox.WorkerConfig{
+		Workers: workers, JobTimeout: cfg.JobTimeout, RescueStuckJobsAfter: time.Minute,
+		Retry: outbox.RetryPolicy{Base: 20 * time.Millisecond, Max: 100 * time.Millisecond}, Logger: logger,
+	})
+	require.NoError(t, err)
+
+	created, err := tenant.Create(ctx, pool, t.Name())
+	require.NoError(t, err)
+	b := &chargeBundle{t: t, ctx: ctx, pool: pool, api: apiServer, sim: stripesim.AdminClient{BaseURL: simServer.URL}, tenant: created, keys: keys, client: client}
+	if !opts.deferWorker {
+		b.startWorker()
+	}
+	return b
+}
+
+func (b *chargeBundle) startWorker() {
+	require.NoError(b.t, b.client.Start(b.ctx))
+	b.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = b.client.StopAndCancel(ctx)
+	})
+}
+
+type apiResponse struct {
+	status int
+	header http.Header
+	body   map[string]any
+	raw    string
+}
+
+func (b *chargeBundle) pay(key, paymentMethod string, headers ...string) apiResponse {
+	b.t.Helper()
+	body := `{"amount": 2000, "currency": "usd", "payment_method": "` + paymentMethod + `", "metadata": {"order_id": "A-17"}}`
+	req, err := http.NewRequestWithContext(b.ctx, http.MethodPost, b.api.URL+"/v1/payments", strings.NewReader(body))
+	require.NoError(b.t, err)
+	req.Header.Set("Authorization", "Bearer "+b.tenant.APIKey)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(idempotency.HeaderName, key)
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(b.t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(b.t, err)
+	out := apiResponse{status: resp.StatusCode, header: resp.Header, raw: string(raw)}
+	require.NoError(b.t, json.Unmarshal(raw, &out.body), "body: %s", raw)
+	return out
+}
+
+// waitFinal waits until the payment leaves processing/requires_action.
+func (b *chargeBundle) waitFinal(paymentID string) payments.Payment {
+	b.t.Helper()
+	var p payments.Payment
+	require.Eventually(b.t, func() bool {
+		var err error
+		p, err = payments.GetPayment(b.ctx, b.pool, b.tenant.TenantID, paymentID)
+		require.NoError(b.t, err)
+		return p.Status.Terminal()
+	}, 20*time.Second, 20*time.Millisecond, "payment %s never became final", paymentID)
+	return p
+}
+
+func (b *chargeBundle) jobState(paymentID string) string {
+	b.t.Helper()
+	var state string
+	require.NoError(b.t, b.pool.QueryRow(b.ctx, "SELECT state FROM river_job WHERE args->>'payment_id' = $1 ORDER BY id DESC LIMIT 1", paymentID).Scan(&state))
+	return state
+}
+
+// executions is how many intents the provider created for the payment.
+func (b *chargeBundle) executions(paymentID string) []stripesim.LedgerObject {
+	b.t.Helper()
+	ledger, err := b.sim.Ledger(b.ctx)
+	require.NoError(b.t, err)
+	return ledger.IntentsWithMetadata("payment_id", paymentID)
+}
+
+func (b *chargeBundle) keyStats(paymentID string) stripesim.KeyStats {
+	b.t.Helper()
+	var providerKey string
+	require.NoError(b.t, b.pool.QueryRow(b.ctx, "SELECT provider_idempotency_key FROM payments WHERE id = $1", paymentID).Scan(&providerKey))
+	ledger, err := b.sim.Ledger(b.ctx)
+	require.NoError(b.t, err)
+	stats, _ := ledger.Key(providerKey)
+	return stats
+}
+
+func TestChargeOutcomes(t *testing.T) {
+	t.Parallel()
+
+	t.Run("SucceededIs201AndReplays", func(t *testing.T) {
+		t.Parallel()
+		b := setupCharge(t, chargeOptions{})
+		key := id.New("key")
+		first := b.pay(key, "pm_card_visa")
+		require.Equal(t, http.StatusAccepted, first.status)
+		paymentID := first.body["id"].(string)
+		p := b.waitFinal(paymentID)
+		require.Equal(t, payments.StatusSucceeded, p.Status)
+		require.NotNil(t, p.ProviderPaymentIntentID)
+		require.NotNil(t, p.FirstProviderAttemptAt)
+		require.Equal(t, "completed", b.jobState(paymentID))
+
+		intents := b.executions(paymentID)
+		require.Len(t, intents, 1)
+		require.Equal(t, *p.ProviderPaymentIntentID, intents[0].ID)
+		require.Equal(t, int64(2000), intents[0].Amount)
+		require.Equal(t, b.tenant.TenantID, intents[0].Metadata["tenant_id"])
+		require.Equal(t, "A-17", intents[0].Metadata["order_id"])
+		require.Equal(t, p.ProviderIdempotencyKey, intents[0].IdempotencyKey)
+
+		replay := b.pay(key, "pm_card_visa")
+		require.Equal(t, http.StatusCreated, replay.status)
+		require.Equal(t, "true", replay.header.Get(idempotency.ReplayedHeader))
+		require.Equal(t, "succeeded", replay.body["status"])
+		require.Equal(t, paymentID, replay.body["id"])
+		require.Equal(t, *p.ProviderPaymentIntentID, replay.body["provider_payment_intent_id"])
+	})
+
+	t.Run("PreferWaitReturnsFinalResponseInOneRoundTrip", func(t *testing.T) {
+		t.Parallel()
+		b := setupCharge(t, chargeOptions{})
+		r := b.pay(id.New("key"), "pm_card_visa", "Prefer", "wait=5")
+		require.Equal(t, http.StatusCreated, r.status, "body: %s", r.raw)
+		require.Equal(t, "succeeded", r.body["status"])
+		require.Equal(t, "wait=5", r.header.Get("Preference-Applied"))
+	})
+
+	for name, tc := range map[string]struct{ method, declineCode string }{
+		"GenericDeclineIs402":    {"pm_card_chargeDeclined", "generic_decline"},
+		"InsufficientFundsIs402": {"pm_card_visa_chargeDeclinedInsufficientFunds", "insufficient_funds"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setupCharge(t, chargeOptions{})
+			key := id.New("key")
+			r := b.pay(key, tc.method, "Prefer", "wait=5")
+			require.Equal(t, http.StatusPaymentRequired, r.status, "body: %s", r.raw)
+			require.Equal(t, problem.CardDeclined.URI(), r.body["type"])
+			require.Equal(t, tc.declineCode, r.body["decline_code"])
+			paymentID := r.body["payment_id"].(string)
+			require.Contains(t, r.body["detail"], paymentID)
+
+			p := b.waitFinal(paymentID)
+			require.Equal(t, payments.StatusFailed, p.Status)
+			require.Equal(t, "card_declined", *p.FailureCode)
+			require.Equal(t, tc.declineCode, *p.DeclineCode)
+			require.Equal(t, "completed", b.jobState(paymentID))
+
+			replay := b.pay(key, tc.method)
+			require.Equal(t, http.StatusPaymentRequired, replay.status)
+			require.Equal(t, "true", replay.header.Get(idempotency.ReplayedHeader))
+			require.Equal(t, r.raw, replay.raw)
+		})
+	}
+
+	t.Run("ProviderRejectionIs400WithProviderCode", func(t *testing.T) {
+		t.Parallel()
+		b := setupCharge(t, chargeOptions{})
+		r := b.pay(id.New("key"), "pm_does_not_exist", "Prefer", "wait=5")
+		require.Equal(t, http.StatusBadRequest, r.status, "body: %s", r.raw)
+		require.Equal(t, problem.ProviderRejected.URI(), r.body["type"])
+		require.Equal(t, "resource_missing", r.body["provider_code"])
+		p := b.waitFinal(r.body["payment_id"].(string))
+		require.Equal(t, payments.StatusFailed, p.Status)
+		require.Empty(t, b.executions(p.ID), "nothing was created at the provider")
+	})
+
+	t.Run("RequiresActionIsPolledUntilResolved", func(t *testing.T) {
+		t.Parallel()
+		b := setupCharge(t, chargeOptions{})
+		key := id.New("key")
+		r := b.pay(key, "pm_card_authenticationRequired")
+		paymentID := r.body["id"].(string)
+		var p payments.Payment
+		require.Eventually(t, func() bool {
+			p, _ = payments.GetPayment(b.ctx, b.pool, b.tenant.TenantID, paymentID)
+			return p.Status == payments.StatusRequiresAction
+		}, 10*time.Second, 20*time.Millisecond)
+		require.NotNil(t, p.ProviderPaymentIntentID)
+		require.Equal(t, http.StatusAccepted, b.pay(key, "pm_card_authenticationRequired").status, "still processing for the client")
+
+		require.NoError(t, b.sim.ResolveIntent(b.ctx, *p.ProviderPaymentIntentID, "succeeded"))
+		require.Equal(t, payments.StatusSucceeded, b.waitFinal(paymentID).Status)
+		require.Len(t, b.executions(paymentID), 1, "polling reads the intent; it never creates another")
+		require.Equal(t, http.StatusCreated, b.pay(key, "pm_card_authenticationRequired").status)
+	})
+
+	t.Run("ProcessingIsPolledUntilSucceeded", func(t *testing.T) {
+		t.Parallel()
+		b := setupCharge(t, chargeOptions{})
+		r := b.pay(id.New("key"), "pm_sim_processing", "Prefer", "wait=10")
+		require.Equal(t, http.StatusCreated, r.status, "body: %s", r.raw)
+		require.Len(t, b.executions(r.body["id"].(string)), 1)
+	})
+
+	t.Run("PollingIsBounded", func(t *testing.T) {
+		t.Parallel()
+		b := setupCharge(t, chargeOptions{cfg: payments.ChargeConfig{MaxPollDuration: time.Second}})
+		key := id.New("key")
+		paymentID := b.pay(key, "pm_card_authenticationRequired").body["id"].(string)
+		p := b.waitFinal(paymentID)
+		require.Equal(t, payments.StatusRequiresReconciliation, p.Status)
+		r := b.pay(key, "pm_card_authenticationRequired")
+		require.Equal(t, http.StatusConflict, r.status)
+		require.Equal(t, problem.IdempotencyOutcomeUnknown.URI(), r.body["type"])
+	})
+}
+
+// TestChargeFaults injects provider faults; every case must end with
+// exactly one provider execution for the payment.
+func TestChargeFaults(t *testing.T) {
+	t.Parallel()
+	for name, fault := range map[string]stripesim.Fault{
+		"ErrorBeforeAnything500":  {Mode: stripesim.FaultErrorBefore, Status: 500, Count: 2},
+		"RateLimited429":          {Mode: stripesim.FaultErrorBefore, Status: 429, Count: 2},
+		"Error500AfterCommitting": {Mode: stripesim.FaultErrorAfter, Status: 500, Count: 1},
+		"HeldPastClientTimeout":   {Mode: stripesim.FaultHoldAfter, Count: 1},
+		"ConnectionClosed":        {Mode: stripesim.FaultCloseAfter, Count: 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setupCharge(t, chargeOptions{cfg: payments.ChargeConfig{JobTimeout: time.Second}})
+			fault.Path = "POST /v1/payment_intents"
+			require.NoError(t, b.sim.InjectFault(b.ctx, fault))
+			key := id.New("key")
+			paymentID := b.pay(key, "pm_card_visa").body["id"].(string)
+			p := b.waitFinal(paymentID)
+			require.Equal(t, payments.StatusSucceeded, p.Status)
+			require.Len(t, b.executions(paymentID), 1, "one charge")
+			stats := b.keyStats(paymentID)
+			require.Equal(t, 1, stats.Executions)
+			if fault.Mode != stripesim.FaultErrorBefore {
+				require.GreaterOrEqual(t, stats.Replays, 1, "the retry got the committed charge back: %+v", stats)
+			}
+			require.Equal(t, http.StatusCreated, b.pay(key, "pm_card_visa").status)
+		})
+	}
+}
+
+func TestChargeGivesUpToReconciliation(t *testing.T) {
+	t.Parallel()
+
+	t.Run("RetriesExhausted", func(t *testing.T) {
+		t.Parallel()
+		b := setupCharge(t, chargeOptions{deferWorker: true})
+		require.NoError(t, b.sim.InjectFault(b.ctx, stripesim.Fault{Mode: stripesim.FaultErrorBefore, Status: 503}))
+		key := id.New("key")
+		paymentID := b.pay(key, "pm_card_visa").body["id"].(string)
+		_, err := b.pool.Exec(b.ctx, "UPDATE river_job SET max_attempts = 3 WHERE args->>'payment_id' = $1", paymentID)
+		require.NoError(t, err)
+		b.startWorker()
+
+		p := b.waitFinal(paymentID)
+		require.Equal(t, payments.StatusRequiresReconciliation, p.Status)
+		require.Equal(t, "completed", b.jobState(paymentID))
+		rec, err := b.keys.Get(b.ctx, b.pool, b.tenant.TenantID, key)
+		require.NoError(t, err)
+		require.Equal(t, idempotency.StatusUnknown, rec.Status)
+		r := b.pay(key, "pm_card_visa")
+		require.Equal(t, http.StatusConflict, r.status)
+		require.NotEmpty(t, r.header.Get("Retry-After"))
+	})
+
+	t.Run("ProviderKeyWindowPassed", func(t *testing.T) {
+		t.Parallel()
+		b := setupCharge(t, chargeOptions{deferWorker: true})
+		paymentID := b.pay(id.New("key"), "pm_card_visa").body["id"].(string)
+		_, err := b.pool.Exec(b.ctx, "UPDATE payments SET first_provider_attempt_at = now() - interval '23h 30m' WHERE id = $1", paymentID)
+		require.NoError(t, err)
+		b.startWorker()
+		require.Equal(t, payments.StatusRequiresReconciliation, b.waitFinal(paymentID).Status)
+		require.Empty(t, b.executions(paymentID), "the provider was not called")
+	})
+
+	t.Run("ProviderReportsKeyReuse", func(t *testing.T) {
+		t.Parallel()
+		b := setupCharge(t, chargeOptions{deferWorker: true})
+		first := b.pay(id.New("key"), "pm_card_visa").body["id"].(string)
+		second := b.pay(id.New("key"), "pm_card_visa").body["id"].(string)
+		// Simulate the bug the provider would catch: two payments, one key.
+		_, err := b.pool.Exec(b.ctx, `UPDATE payments SET provider_idempotency_key = (SELECT provider_idempotency_key FROM payments WHERE id = $1),
+			amount = 2500 WHERE id = $2`, first, second)
+		require.NoError(t, err)
+		b.startWorker()
+		statuses := map[payments.Status]int{b.waitFinal(first).Status: 1}
+		statuses[b.waitFinal(second).Status]++
+		require.Equal(t, map[payments.Status]int{payments.StatusSucceeded: 1, payments.StatusRequiresReconciliation: 1}, statuses)
+	})
+}
+
+// TestCompletionIsAtomic makes the last write of the completion transaction
+// (the job's completion) fail: the payment's state and the key's response
+// must not change either, and the retry records all three.
+func TestCompletionIsAtomic(t *testing.T) {
+	t.Parallel()
+	b := setupCharge(t, chargeOptions{deferWorker: true})
+	_, err := b.pool.Exec(b.ctx, `
+		CREATE TABLE fail_completion (enabled boolean NOT NULL);
+		INSERT INTO fail_completion VALUES (true);
+		CREATE FUNCTION fail_job_completion() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF NEW.state = 'completed' AND (SELECT enabled FROM fail_completion) THEN
+				RAISE EXCEPTION 'injected failure completing the job';
+			END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER fail_job_completion BEFORE UPDATE ON river_job FOR EACH ROW EXECUTE FUNCTION fail_job_completion();`)
+	require.NoError(t, err)
+
+	key := id.New("key")
+	paymentID := b.pay(key, "pm_card_visa").body["id"].(string)
+	b.startWorker()
+
+	// The charge happens, but nothing of its completion may be visible.
+	require.Eventually(t, func() bool { return len(b.executions(paymentID)) == 1 }, 10*time.Second, 20*time.Millisecond)
+	var errors int
+	require.Eventually(t, func() bool {
+		require.NoError(t, b.pool.QueryRow(b.ctx, "SELECT coalesce(array_length(errors, 1), 0) FROM river_job WHERE args->>'payment_id' = $1", paymentID).Scan(&errors))
+		return errors >= 2
+	}, 10*time.Second, 20*time.Millisecond, "the completion keeps failing")
+	p, err := payments.GetPayment(b.ctx, b.pool, b.tenant.TenantID, paymentID)
+	require.NoError(t, err)
+	require.Equal(t, payments.StatusProcessing, p.Status, "payment unchanged")
+	rec, err := b.keys.Get(b.ctx, b.pool, b.tenant.TenantID, key)
+	require.NoError(t, err)
+	require.Equal(t, idempotency.StatusProcessing, rec.Status, "key unchanged")
+	require.Equal(t, http.StatusAccepted, rec.Response.StatusCode)
+
+	_, err = b.pool.Exec(b.ctx, "UPDATE fail_completion SET enabled = false")
+	require.NoError(t, err)
+	require.Equal(t, payments.StatusSucceeded, b.waitFinal(paymentID).Status)
+	require.Eventually(t, func() bool { return b.jobState(paymentID) == "completed" }, 10*time.Second, 20*time.Millisecond)
+	rec, err = b.keys.Get(b.ctx, b.pool, b.tenant.TenantID, key)
+	require.NoError(t, err)
+	require.Equal(t, idempotency.StatusCompleted, rec.Status)
+	require.Equal(t, http.StatusCreated, rec.Response.StatusCode)
+	require.Len(t, b.executions(paymentID), 1, "retries replayed the one charge")
+}
