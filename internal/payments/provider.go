@@ -131,6 +131,13 @@ func classify(pi *stripe.PaymentIntent, err error) providerOutcome {
 
 // createIntent asks the provider to charge p, with p's provider key.
 func createIntent(ctx context.Context, sc *client.API, p Payment) providerOutcome {
+	return classify(sc.PaymentIntents.New(intentParams(ctx, p)))
+}
+
+// intentParams is the one request that charges p. Every attempt sends it
+// unchanged: the provider replays the first answer only for the same key
+// with the same parameters.
+func intentParams(ctx context.Context, p Payment) *stripe.PaymentIntentParams {
 	params := &stripe.PaymentIntentParams{
 		Amount:        stripe.Int64(p.Amount),
 		Currency:      stripe.String(p.Currency),
@@ -158,7 +165,7 @@ func createIntent(ctx context.Context, sc *client.API, p Payment) providerOutcom
 	params.AddMetadata("tenant_id", p.TenantID)
 	params.SetIdempotencyKey(p.ProviderIdempotencyKey)
 	params.Context = ctx
-	return classify(sc.PaymentIntents.New(params))
+	return params
 }
 
 // retrieveIntent reads an intent the provider already created for p.

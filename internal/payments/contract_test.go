@@ -1,0 +1,97 @@
+package payments
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestProviderRequestsAreValidForStripe sends the worker's provider requests
+// to stripe-mock, which validates every request against Stripe's published
+// OpenAPI spec and rejects unknown or malformed parameters with a 400. It
+// answers from fixtures (no state, no idempotency), so only acceptance is
+// asserted here; behaviour is tested against the simulator.
+func TestProviderRequestsAreValidForStripe(t *testing.T) {
+	t.Parallel()
+	base := startStripeMock(t)
+	sc := NewStripeClient(StripeConfig{SecretKey: "sk_test_123", APIBase: base})
+	ctx := context.Background()
+
+	customer, description := "cus_123", "Order A-17"
+	full := Payment{
+		ID: "pay_01J0000000000000000000000", TenantID: "ten_01J0000000000000000000000", Amount: 2000, Currency: "usd",
+		PaymentMethod: "pm_card_visa", Customer: &customer, Description: &description,
+		Metadata: map[string]string{"order_id": "A-17"}, ProviderIdempotencyKey: "oncepay-pay_01J0000000000000000000000-abc",
+	}
+	minimal := Payment{ID: "pay_01J0000000000000000000001", TenantID: "ten_01J0000000000000000000000", Amount: 1,
+		Currency: "eur", PaymentMethod: "pm_card_visa", ProviderIdempotencyKey: "oncepay-pay_01J0000000000000000000001-abc"}
+
+	for name, p := range map[string]Payment{"AllFields": full, "RequiredFieldsOnly": minimal} {
+		pi, err := sc.PaymentIntents.New(intentParams(ctx, p))
+		require.NoError(t, err, "%s: stripe-mock rejected our create request", name)
+		require.NotEmpty(t, pi.ID)
+
+		out := retrieveIntent(ctx, sc, pi.ID)
+		require.NoError(t, out.err, "%s: stripe-mock rejected our retrieve request", name)
+		require.Equal(t, pi.ID, out.intentID)
+	}
+}
+
+// startStripeMock runs stripe-mock (a tool dependency in go.mod) on free
+// loopback ports. Both listeners are bound explicitly: left alone, its HTTPS
+// listener binds every interface.
+func startStripeMock(t *testing.T) string {
+	t.Helper()
+	// Built rather than run through `go tool`, which would leave the real
+	// process behind when the go command is killed. The build cache makes
+	// this quick after the first time.
+	bin := filepath.Join(t.TempDir(), "stripe-mock")
+	build := exec.Command("go", "build", "-o", bin, "github.com/stripe/stripe-mock")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "build stripe-mock: %s", out)
+
+	httpPort, httpsPort := freePort(t), freePort(t)
+	var log bytes.Buffer
+	cmd := exec.Command(bin, "-http-addr", fmt.Sprintf("127.0.0.1:%d", httpPort), "-https-addr", fmt.Sprintf("127.0.0.1:%d", httpsPort))
+	cmd.Stdout, cmd.Stderr = &log, &log
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("stripe-mock output:\n%s", log.String())
+		}
+	})
+
+	base := fmt.Sprintf("http://127.0.0.1:%d", httpPort)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		req, _ := http.NewRequest(http.MethodGet, base+"/v1/payment_intents/pi_123", nil)
+		req.Header.Set("Authorization", "Bearer sk_test_123")
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			return base
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stripe-mock did not start: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
