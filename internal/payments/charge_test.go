@@ -2,12 +2,10 @@ package payments_test
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"testing"
 	"time"
 
@@ -15,7 +13,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
-	"github.com/oncepay/oncepay/internal/api"
+	"github.com/oncepay/oncepay/internal/apitest"
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/outbox"
@@ -33,7 +31,7 @@ type chargeBundle struct {
 	t      *testing.T
 	ctx    context.Context
 	pool   *pgxpool.Pool
-	api    *httptest.Server
+	api    *apitest.Server
 	sim    stripesim.AdminClient
 	tenant tenant.Created
 	keys   *idempotency.Store
@@ -55,14 +53,8 @@ func setupCharge(t *testing.T, opts chargeOptions) *chargeBundle {
 	simServer := httptest.NewServer(stripesim.New(stripesim.Config{Logger: logger, MaxHold: 5 * time.Second}))
 	t.Cleanup(simServer.Close)
 
-	keys := idempotency.NewStore(idempotency.Config{})
-	inserter, err := outbox.NewInsertOnly(pool, logger)
-	require.NoError(t, err)
-	apiServer := httptest.NewServer(api.NewHandler(api.Deps{
-		Pool: pool, Keys: keys, Logger: logger,
-		Payments: &payments.Service{DB: pool, Keys: keys, Outbox: outbox.New(inserter), Logger: logger},
-	}))
-	t.Cleanup(apiServer.Close)
+	apiServer := apitest.Start(t, pool)
+	keys := apiServer.Keys
 
 	cfg := opts.cfg
 	if cfg.JobTimeout == 0 {
@@ -80,9 +72,7 @@ func setupCharge(t *testing.T, opts chargeOptions) *chargeBundle {
 	})
 	require.NoError(t, err)
 
-	created, err := tenant.Create(ctx, pool, t.Name())
-	require.NoError(t, err)
-	b := &chargeBundle{t: t, ctx: ctx, pool: pool, api: apiServer, sim: stripesim.AdminClient{BaseURL: simServer.URL}, tenant: created, keys: keys, client: client}
+	b := &chargeBundle{t: t, ctx: ctx, pool: pool, api: apiServer, sim: stripesim.AdminClient{BaseURL: simServer.URL}, tenant: apiServer.Tenant, keys: keys, client: client}
 	if !opts.deferWorker {
 		b.startWorker()
 	}
@@ -98,32 +88,9 @@ func (b *chargeBundle) startWorker() {
 	})
 }
 
-type apiResponse struct {
-	status int
-	header http.Header
-	body   map[string]any
-	raw    string
-}
-
-func (b *chargeBundle) pay(key, paymentMethod string, headers ...string) apiResponse {
+func (b *chargeBundle) pay(key, paymentMethod string, headers ...string) apitest.Response {
 	b.t.Helper()
-	body := `{"amount": 2000, "currency": "usd", "payment_method": "` + paymentMethod + `", "metadata": {"order_id": "A-17"}}`
-	req, err := http.NewRequestWithContext(b.ctx, http.MethodPost, b.api.URL+"/v1/payments", strings.NewReader(body))
-	require.NoError(b.t, err)
-	req.Header.Set("Authorization", "Bearer "+b.tenant.APIKey)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(idempotency.HeaderName, key)
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(b.t, err)
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	require.NoError(b.t, err)
-	out := apiResponse{status: resp.StatusCode, header: resp.Header, raw: string(raw)}
-	require.NoError(b.t, json.Unmarshal(raw, &out.body), "body: %s", raw)
-	return out
+	return b.api.Pay(b.t, key, paymentMethod, headers...)
 }
 
 // waitFinal waits until the payment leaves processing/requires_action.
@@ -172,8 +139,8 @@ func TestChargeOutcomes(t *testing.T) {
 		b := setupCharge(t, chargeOptions{})
 		key := id.New("key")
 		first := b.pay(key, "pm_card_visa")
-		require.Equal(t, http.StatusAccepted, first.status)
-		paymentID := first.body["id"].(string)
+		require.Equal(t, http.StatusAccepted, first.Status)
+		paymentID := first.Body["id"].(string)
 		p := b.waitFinal(paymentID)
 		require.Equal(t, payments.StatusSucceeded, p.Status)
 		require.NotNil(t, p.ProviderPaymentIntentID)
@@ -189,20 +156,20 @@ func TestChargeOutcomes(t *testing.T) {
 		require.Equal(t, p.ProviderIdempotencyKey, intents[0].IdempotencyKey)
 
 		replay := b.pay(key, "pm_card_visa")
-		require.Equal(t, http.StatusCreated, replay.status)
-		require.Equal(t, "true", replay.header.Get(idempotency.ReplayedHeader))
-		require.Equal(t, "succeeded", replay.body["status"])
-		require.Equal(t, paymentID, replay.body["id"])
-		require.Equal(t, *p.ProviderPaymentIntentID, replay.body["provider_payment_intent_id"])
+		require.Equal(t, http.StatusCreated, replay.Status)
+		require.Equal(t, "true", replay.Header.Get(idempotency.ReplayedHeader))
+		require.Equal(t, "succeeded", replay.Body["status"])
+		require.Equal(t, paymentID, replay.Body["id"])
+		require.Equal(t, *p.ProviderPaymentIntentID, replay.Body["provider_payment_intent_id"])
 	})
 
 	t.Run("PreferWaitReturnsFinalResponseInOneRoundTrip", func(t *testing.T) {
 		t.Parallel()
 		b := setupCharge(t, chargeOptions{})
 		r := b.pay(id.New("key"), "pm_card_visa", "Prefer", "wait=5")
-		require.Equal(t, http.StatusCreated, r.status, "body: %s", r.raw)
-		require.Equal(t, "succeeded", r.body["status"])
-		require.Equal(t, "wait=5", r.header.Get("Preference-Applied"))
+		require.Equal(t, http.StatusCreated, r.Status, "body: %s", r.Raw)
+		require.Equal(t, "succeeded", r.Body["status"])
+		require.Equal(t, "wait=5", r.Header.Get("Preference-Applied"))
 	})
 
 	for name, tc := range map[string]struct{ method, declineCode string }{
@@ -214,11 +181,11 @@ func TestChargeOutcomes(t *testing.T) {
 			b := setupCharge(t, chargeOptions{})
 			key := id.New("key")
 			r := b.pay(key, tc.method, "Prefer", "wait=5")
-			require.Equal(t, http.StatusPaymentRequired, r.status, "body: %s", r.raw)
-			require.Equal(t, problem.CardDeclined.URI(), r.body["type"])
-			require.Equal(t, tc.declineCode, r.body["decline_code"])
-			paymentID := r.body["payment_id"].(string)
-			require.Contains(t, r.body["detail"], paymentID)
+			require.Equal(t, http.StatusPaymentRequired, r.Status, "body: %s", r.Raw)
+			require.Equal(t, problem.CardDeclined.URI(), r.Body["type"])
+			require.Equal(t, tc.declineCode, r.Body["decline_code"])
+			paymentID := r.Body["payment_id"].(string)
+			require.Contains(t, r.Body["detail"], paymentID)
 
 			p := b.waitFinal(paymentID)
 			require.Equal(t, payments.StatusFailed, p.Status)
@@ -227,9 +194,9 @@ func TestChargeOutcomes(t *testing.T) {
 			require.Equal(t, "completed", b.jobState(paymentID))
 
 			replay := b.pay(key, tc.method)
-			require.Equal(t, http.StatusPaymentRequired, replay.status)
-			require.Equal(t, "true", replay.header.Get(idempotency.ReplayedHeader))
-			require.Equal(t, r.raw, replay.raw)
+			require.Equal(t, http.StatusPaymentRequired, replay.Status)
+			require.Equal(t, "true", replay.Header.Get(idempotency.ReplayedHeader))
+			require.Equal(t, r.Raw, replay.Raw)
 		})
 	}
 
@@ -237,10 +204,10 @@ func TestChargeOutcomes(t *testing.T) {
 		t.Parallel()
 		b := setupCharge(t, chargeOptions{})
 		r := b.pay(id.New("key"), "pm_does_not_exist", "Prefer", "wait=5")
-		require.Equal(t, http.StatusBadRequest, r.status, "body: %s", r.raw)
-		require.Equal(t, problem.ProviderRejected.URI(), r.body["type"])
-		require.Equal(t, "resource_missing", r.body["provider_code"])
-		p := b.waitFinal(r.body["payment_id"].(string))
+		require.Equal(t, http.StatusBadRequest, r.Status, "body: %s", r.Raw)
+		require.Equal(t, problem.ProviderRejected.URI(), r.Body["type"])
+		require.Equal(t, "resource_missing", r.Body["provider_code"])
+		p := b.waitFinal(r.Body["payment_id"].(string))
 		require.Equal(t, payments.StatusFailed, p.Status)
 		require.Empty(t, b.executions(p.ID), "nothing was created at the provider")
 	})
@@ -250,39 +217,39 @@ func TestChargeOutcomes(t *testing.T) {
 		b := setupCharge(t, chargeOptions{})
 		key := id.New("key")
 		r := b.pay(key, "pm_card_authenticationRequired")
-		paymentID := r.body["id"].(string)
+		paymentID := r.Body["id"].(string)
 		var p payments.Payment
 		require.Eventually(t, func() bool {
 			p, _ = payments.GetPayment(b.ctx, b.pool, b.tenant.TenantID, paymentID)
 			return p.Status == payments.StatusRequiresAction
 		}, 10*time.Second, 20*time.Millisecond)
 		require.NotNil(t, p.ProviderPaymentIntentID)
-		require.Equal(t, http.StatusAccepted, b.pay(key, "pm_card_authenticationRequired").status, "still processing for the client")
+		require.Equal(t, http.StatusAccepted, b.pay(key, "pm_card_authenticationRequired").Status, "still processing for the client")
 
 		require.NoError(t, b.sim.ResolveIntent(b.ctx, *p.ProviderPaymentIntentID, "succeeded"))
 		require.Equal(t, payments.StatusSucceeded, b.waitFinal(paymentID).Status)
 		require.Len(t, b.executions(paymentID), 1, "polling reads the intent; it never creates another")
-		require.Equal(t, http.StatusCreated, b.pay(key, "pm_card_authenticationRequired").status)
+		require.Equal(t, http.StatusCreated, b.pay(key, "pm_card_authenticationRequired").Status)
 	})
 
 	t.Run("ProcessingIsPolledUntilSucceeded", func(t *testing.T) {
 		t.Parallel()
 		b := setupCharge(t, chargeOptions{})
 		r := b.pay(id.New("key"), "pm_sim_processing", "Prefer", "wait=10")
-		require.Equal(t, http.StatusCreated, r.status, "body: %s", r.raw)
-		require.Len(t, b.executions(r.body["id"].(string)), 1)
+		require.Equal(t, http.StatusCreated, r.Status, "body: %s", r.Raw)
+		require.Len(t, b.executions(r.Body["id"].(string)), 1)
 	})
 
 	t.Run("PollingIsBounded", func(t *testing.T) {
 		t.Parallel()
 		b := setupCharge(t, chargeOptions{cfg: payments.ChargeConfig{MaxPollDuration: time.Second}})
 		key := id.New("key")
-		paymentID := b.pay(key, "pm_card_authenticationRequired").body["id"].(string)
+		paymentID := b.pay(key, "pm_card_authenticationRequired").Body["id"].(string)
 		p := b.waitFinal(paymentID)
 		require.Equal(t, payments.StatusRequiresReconciliation, p.Status)
 		r := b.pay(key, "pm_card_authenticationRequired")
-		require.Equal(t, http.StatusConflict, r.status)
-		require.Equal(t, problem.IdempotencyOutcomeUnknown.URI(), r.body["type"])
+		require.Equal(t, http.StatusConflict, r.Status)
+		require.Equal(t, problem.IdempotencyOutcomeUnknown.URI(), r.Body["type"])
 	})
 }
 
@@ -303,7 +270,7 @@ func TestChargeFaults(t *testing.T) {
 			fault.Path = "POST /v1/payment_intents"
 			require.NoError(t, b.sim.InjectFault(b.ctx, fault))
 			key := id.New("key")
-			paymentID := b.pay(key, "pm_card_visa").body["id"].(string)
+			paymentID := b.pay(key, "pm_card_visa").Body["id"].(string)
 			p := b.waitFinal(paymentID)
 			require.Equal(t, payments.StatusSucceeded, p.Status)
 			require.Len(t, b.executions(paymentID), 1, "one charge")
@@ -312,7 +279,7 @@ func TestChargeFaults(t *testing.T) {
 			if fault.Mode != stripesim.FaultErrorBefore {
 				require.GreaterOrEqual(t, stats.Replays, 1, "the retry got the committed charge back: %+v", stats)
 			}
-			require.Equal(t, http.StatusCreated, b.pay(key, "pm_card_visa").status)
+			require.Equal(t, http.StatusCreated, b.pay(key, "pm_card_visa").Status)
 		})
 	}
 }
@@ -325,7 +292,7 @@ func TestChargeGivesUpToReconciliation(t *testing.T) {
 		b := setupCharge(t, chargeOptions{deferWorker: true})
 		require.NoError(t, b.sim.InjectFault(b.ctx, stripesim.Fault{Mode: stripesim.FaultErrorBefore, Status: 503}))
 		key := id.New("key")
-		paymentID := b.pay(key, "pm_card_visa").body["id"].(string)
+		paymentID := b.pay(key, "pm_card_visa").Body["id"].(string)
 		_, err := b.pool.Exec(b.ctx, "UPDATE river_job SET max_attempts = 3 WHERE args->>'payment_id' = $1", paymentID)
 		require.NoError(t, err)
 		b.startWorker()
@@ -337,14 +304,14 @@ func TestChargeGivesUpToReconciliation(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, idempotency.StatusUnknown, rec.Status)
 		r := b.pay(key, "pm_card_visa")
-		require.Equal(t, http.StatusConflict, r.status)
-		require.NotEmpty(t, r.header.Get("Retry-After"))
+		require.Equal(t, http.StatusConflict, r.Status)
+		require.NotEmpty(t, r.Header.Get("Retry-After"))
 	})
 
 	t.Run("ProviderKeyWindowPassed", func(t *testing.T) {
 		t.Parallel()
 		b := setupCharge(t, chargeOptions{deferWorker: true})
-		paymentID := b.pay(id.New("key"), "pm_card_visa").body["id"].(string)
+		paymentID := b.pay(id.New("key"), "pm_card_visa").Body["id"].(string)
 		_, err := b.pool.Exec(b.ctx, "UPDATE payments SET first_provider_attempt_at = now() - interval '23h 30m' WHERE id = $1", paymentID)
 		require.NoError(t, err)
 		b.startWorker()
@@ -355,8 +322,8 @@ func TestChargeGivesUpToReconciliation(t *testing.T) {
 	t.Run("ProviderReportsKeyReuse", func(t *testing.T) {
 		t.Parallel()
 		b := setupCharge(t, chargeOptions{deferWorker: true})
-		first := b.pay(id.New("key"), "pm_card_visa").body["id"].(string)
-		second := b.pay(id.New("key"), "pm_card_visa").body["id"].(string)
+		first := b.pay(id.New("key"), "pm_card_visa").Body["id"].(string)
+		second := b.pay(id.New("key"), "pm_card_visa").Body["id"].(string)
 		// Simulate the bug the provider would catch: two payments, one key.
 		_, err := b.pool.Exec(b.ctx, `UPDATE payments SET provider_idempotency_key = (SELECT provider_idempotency_key FROM payments WHERE id = $1),
 			amount = 2500 WHERE id = $2`, first, second)
@@ -388,7 +355,7 @@ func TestCompletionIsAtomic(t *testing.T) {
 	require.NoError(t, err)
 
 	key := id.New("key")
-	paymentID := b.pay(key, "pm_card_visa").body["id"].(string)
+	paymentID := b.pay(key, "pm_card_visa").Body["id"].(string)
 	b.startWorker()
 
 	// The charge happens, but nothing of its completion may be visible.

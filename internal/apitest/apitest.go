@@ -1,0 +1,89 @@
+// Package apitest runs the real API in-process for tests of the parts
+// around it (the worker, the binaries), and sends it payments.
+package apitest
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncepay/oncepay/internal/api"
+	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/outbox"
+	"github.com/oncepay/oncepay/internal/payments"
+	"github.com/oncepay/oncepay/internal/tenant"
+)
+
+// Server is a running API with one tenant.
+type Server struct {
+	URL    string
+	Keys   *idempotency.Store
+	Pool   *pgxpool.Pool
+	Tenant tenant.Created
+}
+
+// Start serves the API on pool until the test ends.
+func Start(t testing.TB, pool *pgxpool.Pool) *Server {
+	t.Helper()
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	keys := idempotency.NewStore(idempotency.Config{})
+	inserter, err := outbox.NewInsertOnly(pool, logger)
+	require.NoError(t, err)
+	srv := httptest.NewServer(api.NewHandler(api.Deps{
+		Pool: pool, Keys: keys, Logger: logger,
+		Payments: &payments.Service{DB: pool, Keys: keys, Outbox: outbox.New(inserter), Logger: logger},
+	}))
+	t.Cleanup(srv.Close)
+	created, err := tenant.Create(context.Background(), pool, t.Name())
+	require.NoError(t, err)
+	return &Server{URL: srv.URL, Keys: keys, Pool: pool, Tenant: created}
+}
+
+// Response is an API answer with its JSON body decoded.
+type Response struct {
+	Status int
+	Header http.Header
+	Body   map[string]any
+	Raw    string
+}
+
+// Pay sends POST /v1/payments for 20.00 USD with paymentMethod under key,
+// as the server's tenant; headers are extra name/value pairs.
+func (s *Server) Pay(t testing.TB, key, paymentMethod string, headers ...string) Response {
+	t.Helper()
+	body := `{"amount": 2000, "currency": "usd", "payment_method": "` + paymentMethod + `", "metadata": {"order_id": "A-17"}}`
+	req, err := http.NewRequest(http.MethodPost, s.URL+"/v1/payments", strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+s.Tenant.APIKey)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(idempotency.HeaderName, key)
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	out := Response{Status: resp.StatusCode, Header: resp.Header, Raw: string(raw)}
+	require.NoError(t, json.Unmarshal(raw, &out.Body), "body: %s", raw)
+	return out
+}
+
+// PaymentID is the id of the payment an answer names (in a payment body or
+// a problem's payment_id).
+func (r Response) PaymentID() string {
+	if id, ok := r.Body["id"].(string); ok {
+		return id
+	}
+	id, _ := r.Body["payment_id"].(string)
+	return id
+}
