@@ -108,15 +108,20 @@ type panicTB struct{ testing.TB }
 func (panicTB) Helper()                           {}
 func (panicTB) Fatalf(format string, args ...any) { panic(fmt.Sprintf(format, args...)) }
 
-// Main runs the package's tests, then drops the shared database.
+// Main runs the package's tests, drops the shared database and exits.
 func Main(m *testing.M) {
+	os.Exit(Run(m))
+}
+
+// Run is Main for a TestMain with cleanup of its own: it returns the exit code.
+func Run(m *testing.M) int {
 	code := m.Run()
 	if shared.name != "" {
 		if err := adminExec(context.Background(), server.adminURL, fmt.Sprintf("DROP DATABASE IF EXISTS %s WITH (FORCE)", shared.name)); err != nil {
 			fmt.Fprintf(os.Stderr, "pgtest: drop shared database: %v\n", err)
 		}
 	}
-	os.Exit(code)
+	return code
 }
 
 // NewPool creates a fresh database and a pool on it, closed when the test ends.

@@ -1,0 +1,332 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncepay/oncepay/internal/apitest"
+	"github.com/oncepay/oncepay/internal/id"
+	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/payments"
+	"github.com/oncepay/oncepay/internal/pgtest"
+	"github.com/oncepay/oncepay/internal/stripesim"
+)
+
+// workerBinary is built once by TestMain: these tests run the worker as a
+// real process, so that they can SIGKILL it.
+var workerBinary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "oncepay-worker-test")
+	if err != nil {
+		panic(err)
+	}
+	workerBinary = filepath.Join(dir, "worker")
+	if out, err := exec.Command("go", "build", "-race", "-o", workerBinary, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build worker: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := pgtest.Run(m)
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// pipeline is a database, the in-process API and simulator, and worker
+// processes started on demand.
+type pipeline struct {
+	t    *testing.T
+	ctx  context.Context
+	pool *pgxpool.Pool
+	url  string
+	api  *apitest.Server
+	sim  stripesim.AdminClient
+	base string
+}
+
+func newPipeline(t *testing.T) *pipeline {
+	t.Helper()
+	pool, url := pgtest.NewPool(t)
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	sim := httptest.NewServer(stripesim.New(stripesim.Config{Logger: logger, MaxHold: 30 * time.Second}))
+	t.Cleanup(sim.Close)
+	return &pipeline{t: t, ctx: context.Background(), pool: pool, url: url, api: apitest.Start(t, pool),
+		sim: stripesim.AdminClient{BaseURL: sim.URL}, base: sim.URL}
+}
+
+// workerProcess is a running worker binary.
+type workerProcess struct {
+	cmd *exec.Cmd
+	out *syncBuffer
+	// exited is closed when the process has exited; err is then its status.
+	exited chan struct{}
+	err    error
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func (b *syncBuffer) contains(msg string) bool {
+	sc := bufio.NewScanner(bytes.NewReader([]byte(b.String())))
+	for sc.Scan() {
+		var line struct{ Msg string }
+		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == msg {
+			return true
+		}
+	}
+	return false
+}
+
+// startWorker starts a worker process with the test defaults plus extra
+// variables, and waits until River is running.
+func (p *pipeline) startWorker(extra ...string) *workerProcess {
+	p.t.Helper()
+	cmd := exec.Command(workerBinary)
+	cmd.Env = append(os.Environ(),
+		"DATABASE_URL="+p.url,
+		"STRIPE_SECRET_KEY=sk_test_oncepay",
+		"STRIPE_API_BASE="+p.base,
+		"WORKER_ADMIN_ADDR=127.0.0.1:0",
+		"WORKER_JOB_TIMEOUT=2s",
+		"WORKER_RESCUE_STUCK_AFTER=3s",
+		"WORKER_RETRY_BACKOFF_BASE=20ms",
+		"WORKER_RETRY_BACKOFF_MAX=200ms",
+		"WORKER_POLL_INTERVAL=50ms",
+		"WORKER_SHUTDOWN_GRACE=5s",
+	)
+	cmd.Env = append(cmd.Env, extra...)
+	w := &workerProcess{cmd: cmd, out: &syncBuffer{}, exited: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = w.out, w.out
+	require.NoError(p.t, cmd.Start())
+	go func() { w.err = cmd.Wait(); close(w.exited) }()
+	p.t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-w.exited
+		if p.t.Failed() {
+			p.t.Logf("worker %d output:\n%s", cmd.Process.Pid, w.out)
+		}
+	})
+	require.Eventually(p.t, func() bool { return w.out.contains("worker started") }, 20*time.Second, 20*time.Millisecond,
+		"worker did not start:\n%s", w.out)
+	return w
+}
+
+func (p *pipeline) payment(paymentID string) payments.Payment {
+	p.t.Helper()
+	got, err := payments.GetPayment(p.ctx, p.pool, p.api.Tenant.TenantID, paymentID)
+	require.NoError(p.t, err)
+	return got
+}
+
+func (p *pipeline) waitStatus(paymentID string, want payments.Status, within time.Duration) {
+	p.t.Helper()
+	require.Eventually(p.t, func() bool { return p.payment(paymentID).Status == want }, within, 20*time.Millisecond,
+		"payment %s never reached %s", paymentID, want)
+}
+
+func (p *pipeline) ledger() stripesim.Ledger {
+	p.t.Helper()
+	l, err := p.sim.Ledger(p.ctx)
+	require.NoError(p.t, err)
+	return l
+}
+
+// requireChargedOnce is every test's closing check: one provider execution
+// for the payment, and the payment and its key in their final states.
+func (p *pipeline) requireChargedOnce(paymentID, key string) stripesim.KeyStats {
+	p.t.Helper()
+	pay := p.payment(paymentID)
+	require.Equal(p.t, payments.StatusSucceeded, pay.Status)
+	intents := p.ledger().IntentsWithMetadata("payment_id", paymentID)
+	require.Len(p.t, intents, 1, "charged exactly once")
+	require.Equal(p.t, *pay.ProviderPaymentIntentID, intents[0].ID)
+	stats, ok := p.ledger().Key(pay.ProviderIdempotencyKey)
+	require.True(p.t, ok)
+	require.Equal(p.t, 1, stats.Executions)
+	rec, err := p.api.Keys.Get(p.ctx, p.pool, p.api.Tenant.TenantID, key)
+	require.NoError(p.t, err)
+	require.Equal(p.t, idempotency.StatusCompleted, rec.Status)
+	replay := p.api.Pay(p.t, key, "pm_card_visa")
+	require.Equal(p.t, http.StatusCreated, replay.Status)
+	require.Equal(p.t, "true", replay.Header.Get(idempotency.ReplayedHeader))
+	return stats
+}
+
+// TestWorkerKilledAfterProviderCommitted: the provider charges the card and
+// holds its answer; the worker is SIGKILLed before it can record anything.
+// A new worker process rescues the job, asks the provider again with the
+// same key, gets the committed charge back, and records it.
+func TestWorkerKilledAfterProviderCommitted(t *testing.T) {
+	t.Parallel()
+	p := newPipeline(t)
+	require.NoError(t, p.sim.InjectFault(p.ctx, stripesim.Fault{Mode: stripesim.FaultHoldAfter, Count: 1, Path: "POST /v1/payment_intents"}))
+	key := id.New("key")
+	paymentID := p.api.Pay(t, key, "pm_card_visa").PaymentID()
+
+	first := p.startWorker("WORKER_JOB_TIMEOUT=20s", "WORKER_RESCUE_STUCK_AFTER=30s")
+	require.Eventually(t, func() bool {
+		return len(p.ledger().IntentsWithMetadata("payment_id", paymentID)) == 1
+	}, 20*time.Second, 10*time.Millisecond, "the provider never charged")
+	require.NoError(t, first.cmd.Process.Signal(syscall.SIGKILL))
+	<-first.exited
+	require.Equal(t, payments.StatusProcessing, p.payment(paymentID).Status, "the kill came before the outcome was recorded")
+
+	// The replacement takes over once the dead worker's leadership lapses
+	// (River's leader TTL) and its rescuer finds the job stuck.
+	p.startWorker()
+	p.waitStatus(paymentID, payments.StatusSucceeded, 90*time.Second)
+	stats := p.requireChargedOnce(paymentID, key)
+	require.GreaterOrEqual(t, stats.Replays, 1, "the new worker got the first charge replayed")
+}
+
+// TestWorkerProviderFaultsAfterCommit runs the real worker process against
+// provider failures that happen after the charge was committed.
+func TestWorkerProviderFaultsAfterCommit(t *testing.T) {
+	t.Parallel()
+	for name, fault := range map[string]stripesim.Fault{
+		"Error500AfterCommit":      {Mode: stripesim.FaultErrorAfter, Status: 500, Count: 1},
+		"HeldPastTheClientTimeout": {Mode: stripesim.FaultHoldAfter, Count: 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			p := newPipeline(t)
+			fault.Path = "POST /v1/payment_intents"
+			require.NoError(t, p.sim.InjectFault(p.ctx, fault))
+			p.startWorker("WORKER_JOB_TIMEOUT=1s")
+			key := id.New("key")
+			paymentID := p.api.Pay(t, key, "pm_card_visa").PaymentID()
+			p.waitStatus(paymentID, payments.StatusSucceeded, 30*time.Second)
+			stats := p.requireChargedOnce(paymentID, key)
+			require.GreaterOrEqual(t, stats.Replays, 1)
+		})
+	}
+}
+
+// TestTwoWorkersChargeEachPaymentOnce runs two worker processes on one
+// database, with the provider failing a share of requests after
+// committing, and checks every one of 200 payments was charged once.
+func TestTwoWorkersChargeEachPaymentOnce(t *testing.T) {
+	t.Parallel()
+	p := newPipeline(t)
+	require.NoError(t, p.sim.InjectFault(p.ctx, stripesim.Fault{Mode: stripesim.FaultErrorAfter, Status: 500, Probability: 0.1, Path: "POST /v1/payment_intents"}))
+	p.startWorker("WORKER_CONCURRENCY=8")
+	p.startWorker("WORKER_CONCURRENCY=8")
+
+	const n = 200
+	keys := make(map[string]string, n) // payment id -> client key
+	for range n {
+		key := id.New("key")
+		r := p.api.Pay(t, key, "pm_card_visa")
+		require.Equal(t, http.StatusAccepted, r.Status)
+		keys[r.PaymentID()] = key
+	}
+	require.Eventually(t, func() bool {
+		var done int
+		require.NoError(t, p.pool.QueryRow(p.ctx, "SELECT count(*) FROM payments WHERE status = 'succeeded'").Scan(&done))
+		return done == n
+	}, 120*time.Second, 100*time.Millisecond)
+
+	ledger := p.ledger()
+	intentsPerPayment := map[string]int{}
+	for _, o := range ledger.Objects {
+		if o.Object == "payment_intent" {
+			intentsPerPayment[o.Metadata["payment_id"]]++
+		}
+	}
+	require.Len(t, intentsPerPayment, n)
+	var replayed int
+	for paymentID, count := range intentsPerPayment {
+		require.Equal(t, 1, count, "payment %s charged %d times", paymentID, count)
+		_, ok := keys[paymentID]
+		require.True(t, ok)
+	}
+	for _, k := range ledger.Keys {
+		require.Equal(t, 1, k.Executions, "key %s", k.Key)
+		replayed += k.Replays
+	}
+	t.Logf("%d payments, %d provider replays after injected faults", n, replayed)
+	var completedKeys int
+	require.NoError(t, p.pool.QueryRow(p.ctx, "SELECT count(*) FROM idempotency_keys WHERE status = 'completed' AND response_status = 201").Scan(&completedKeys))
+	require.Equal(t, n, completedKeys)
+}
+
+// TestWorkerEndToEnd: the real worker process; a new request with
+// Prefer: wait gets its final answer in one round trip, and retries replay
+// 201 for the good card and 402 for the declined one.
+func TestWorkerEndToEnd(t *testing.T) {
+	t.Parallel()
+	p := newPipeline(t)
+	p.startWorker()
+
+	start := time.Now()
+	r := p.api.Pay(t, id.New("key"), "pm_card_visa", "Prefer", "wait=5")
+	require.Equal(t, http.StatusCreated, r.Status, "body: %s", r.Raw)
+	require.Equal(t, "succeeded", r.Body["status"])
+	t.Logf("201 after %s", time.Since(start))
+
+	key := id.New("key")
+	declined := p.api.Pay(t, key, "pm_card_chargeDeclined", "Prefer", "wait=5")
+	require.Equal(t, http.StatusPaymentRequired, declined.Status, "body: %s", declined.Raw)
+	replay := p.api.Pay(t, key, "pm_card_chargeDeclined")
+	require.Equal(t, http.StatusPaymentRequired, replay.Status)
+	require.Equal(t, declined.Raw, replay.Raw)
+	require.Equal(t, "true", replay.Header.Get(idempotency.ReplayedHeader))
+}
+
+// TestWorkerGracefulShutdown: SIGTERM lets the worker stop cleanly.
+func TestWorkerGracefulShutdown(t *testing.T) {
+	t.Parallel()
+	p := newPipeline(t)
+	w := p.startWorker()
+	require.NoError(t, w.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case <-w.exited:
+		require.NoError(t, w.err, "exit status")
+	case <-time.After(15 * time.Second):
+		t.Fatal("worker did not stop on SIGTERM")
+	}
+	require.True(t, w.out.contains("worker stopped"), w.out.String())
+}
+
+func TestConfigErrorsNameTheVariable(t *testing.T) {
+	t.Parallel()
+	err := run(context.Background(), nil, func(k string) string {
+		return map[string]string{
+			"WORKER_JOB_TIMEOUT": "1m", "WORKER_RESCUE_STUCK_AFTER": "30s", "STRIPE_API_BASE": "not a url", "WORKER_CONCURRENCY": "0",
+		}[k]
+	}, io.Discard)
+	require.Error(t, err)
+	for _, name := range []string{"STRIPE_SECRET_KEY", "WORKER_RESCUE_STUCK_AFTER", "STRIPE_API_BASE", "WORKER_CONCURRENCY"} {
+		require.Contains(t, err.Error(), name)
+	}
+}
