@@ -1,15 +1,26 @@
-# oncepay: `make run` serves the API against a local PostgreSQL; `make test` runs every test.
+# oncepay: `make run` runs the whole service locally; `make test` runs every test.
 DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/oncepay?sslmode=disable
 ADMIN_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
+# The local run charges against the Stripe simulator. For Stripe's test mode:
+#   make run STRIPE_SECRET_KEY=sk_test_... STRIPE_API_BASE=
+STRIPE_SECRET_KEY ?= sk_test_oncepay_local
+STRIPE_API_BASE ?= http://127.0.0.1:12111
 STATICCHECK_VERSION ?= 2025.1.1
 
-export DATABASE_URL
+export DATABASE_URL STRIPE_SECRET_KEY STRIPE_API_BASE
 
-.PHONY: run db migrate test fuzz lint pg-stop
+.PHONY: run build db migrate test fuzz lint pg-stop
 
-## run: create the local database if needed, migrate it, and serve the API on LISTEN_ADDR (127.0.0.1:8080)
-run: migrate
-	go run ./cmd/api serve
+## run: migrate the local database, then run the simulator, the worker and the API (Ctrl-C stops all three)
+run: migrate build
+	@trap 'kill 0' EXIT; \
+	if [ -n "$(STRIPE_API_BASE)" ]; then STRIPESIM_ADDR=$${STRIPE_API_BASE#http://} bin/stripesim & fi; \
+	bin/worker & \
+	bin/api serve
+
+## build: compile the binaries into bin/
+build:
+	go build -o bin/ ./cmd/...
 
 ## db: create the database named in DATABASE_URL's server if it does not exist
 db:
