@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncepay/oncepay/internal/apitest"
@@ -150,8 +151,11 @@ func (p *pipeline) payment(paymentID string) payments.Payment {
 
 func (p *pipeline) waitStatus(paymentID string, want payments.Status, within time.Duration) {
 	p.t.Helper()
-	require.Eventually(p.t, func() bool { return p.payment(paymentID).Status == want }, within, 20*time.Millisecond,
-		"payment %s never reached %s", paymentID, want)
+	require.EventuallyWithT(p.t, func(c *assert.CollectT) {
+		got, err := payments.GetPayment(p.ctx, p.pool, p.api.Tenant.TenantID, paymentID)
+		assert.NoError(c, err)
+		assert.Equal(c, want, got.Status)
+	}, within, 20*time.Millisecond, "payment %s never reached %s", paymentID, want)
 }
 
 func (p *pipeline) ledger() stripesim.Ledger {
@@ -194,8 +198,10 @@ func TestWorkerKilledAfterProviderCommitted(t *testing.T) {
 	paymentID := p.api.Pay(t, key, "pm_card_visa").PaymentID()
 
 	first := p.startWorker("WORKER_JOB_TIMEOUT=20s", "WORKER_RESCUE_STUCK_AFTER=30s")
-	require.Eventually(t, func() bool {
-		return len(p.ledger().IntentsWithMetadata("payment_id", paymentID)) == 1
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		ledger, err := p.sim.Ledger(p.ctx)
+		assert.NoError(c, err)
+		assert.Len(c, ledger.IntentsWithMetadata("payment_id", paymentID), 1)
 	}, 20*time.Second, 10*time.Millisecond, "the provider never charged")
 	require.NoError(t, first.cmd.Process.Signal(syscall.SIGKILL))
 	<-first.exited
@@ -250,10 +256,10 @@ func TestTwoWorkersChargeEachPaymentOnce(t *testing.T) {
 		require.Equal(t, http.StatusAccepted, r.Status)
 		keys[r.PaymentID()] = key
 	}
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		var done int
-		require.NoError(t, p.pool.QueryRow(p.ctx, "SELECT count(*) FROM payments WHERE status = 'succeeded'").Scan(&done))
-		return done == n
+		assert.NoError(c, p.pool.QueryRow(p.ctx, "SELECT count(*) FROM payments WHERE status = 'succeeded'").Scan(&done))
+		assert.Equal(c, n, done)
 	}, 120*time.Second, 100*time.Millisecond)
 
 	ledger := p.ledger()

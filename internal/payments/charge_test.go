@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncepay/oncepay/internal/apitest"
@@ -97,11 +98,11 @@ func (b *chargeBundle) pay(key, paymentMethod string, headers ...string) apitest
 func (b *chargeBundle) waitFinal(paymentID string) payments.Payment {
 	b.t.Helper()
 	var p payments.Payment
-	require.Eventually(b.t, func() bool {
+	require.EventuallyWithT(b.t, func(c *assert.CollectT) {
 		var err error
 		p, err = payments.GetPayment(b.ctx, b.pool, b.tenant.TenantID, paymentID)
-		require.NoError(b.t, err)
-		return p.Status.Terminal()
+		assert.NoError(c, err)
+		assert.True(c, p.Status.Terminal())
 	}, 20*time.Second, 20*time.Millisecond, "payment %s never became final", paymentID)
 	return p
 }
@@ -219,9 +220,11 @@ func TestChargeOutcomes(t *testing.T) {
 		r := b.pay(key, "pm_card_authenticationRequired")
 		paymentID := r.Body["id"].(string)
 		var p payments.Payment
-		require.Eventually(t, func() bool {
-			p, _ = payments.GetPayment(b.ctx, b.pool, b.tenant.TenantID, paymentID)
-			return p.Status == payments.StatusRequiresAction
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			var err error
+			p, err = payments.GetPayment(b.ctx, b.pool, b.tenant.TenantID, paymentID)
+			assert.NoError(c, err)
+			assert.Equal(c, payments.StatusRequiresAction, p.Status)
 		}, 10*time.Second, 20*time.Millisecond)
 		require.NotNil(t, p.ProviderPaymentIntentID)
 		require.Equal(t, http.StatusAccepted, b.pay(key, "pm_card_authenticationRequired").Status, "still processing for the client")
@@ -359,11 +362,15 @@ func TestCompletionIsAtomic(t *testing.T) {
 	b.startWorker()
 
 	// The charge happens, but nothing of its completion may be visible.
-	require.Eventually(t, func() bool { return len(b.executions(paymentID)) == 1 }, 10*time.Second, 20*time.Millisecond)
-	var errors int
-	require.Eventually(t, func() bool {
-		require.NoError(t, b.pool.QueryRow(b.ctx, "SELECT coalesce(array_length(errors, 1), 0) FROM river_job WHERE args->>'payment_id' = $1", paymentID).Scan(&errors))
-		return errors >= 2
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		ledger, err := b.sim.Ledger(b.ctx)
+		assert.NoError(c, err)
+		assert.Len(c, ledger.IntentsWithMetadata("payment_id", paymentID), 1)
+	}, 10*time.Second, 20*time.Millisecond)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		var errors int
+		assert.NoError(c, b.pool.QueryRow(b.ctx, "SELECT coalesce(array_length(errors, 1), 0) FROM river_job WHERE args->>'payment_id' = $1", paymentID).Scan(&errors))
+		assert.GreaterOrEqual(c, errors, 2)
 	}, 10*time.Second, 20*time.Millisecond, "the completion keeps failing")
 	p, err := payments.GetPayment(b.ctx, b.pool, b.tenant.TenantID, paymentID)
 	require.NoError(t, err)
@@ -376,7 +383,11 @@ func TestCompletionIsAtomic(t *testing.T) {
 	_, err = b.pool.Exec(b.ctx, "UPDATE fail_completion SET enabled = false")
 	require.NoError(t, err)
 	require.Equal(t, payments.StatusSucceeded, b.waitFinal(paymentID).Status)
-	require.Eventually(t, func() bool { return b.jobState(paymentID) == "completed" }, 10*time.Second, 20*time.Millisecond)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		var state string
+		assert.NoError(c, b.pool.QueryRow(b.ctx, "SELECT state FROM river_job WHERE args->>'payment_id' = $1", paymentID).Scan(&state))
+		assert.Equal(c, "completed", state)
+	}, 10*time.Second, 20*time.Millisecond)
 	rec, err = b.keys.Get(b.ctx, b.pool, b.tenant.TenantID, key)
 	require.NoError(t, err)
 	require.Equal(t, idempotency.StatusCompleted, rec.Status)
