@@ -5,7 +5,7 @@ ADMIN_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disabl
 #   make run STRIPE_SECRET_KEY=sk_test_... STRIPE_API_BASE=
 STRIPE_SECRET_KEY ?= sk_test_oncepay_local
 STRIPE_API_BASE ?= http://127.0.0.1:12111
-STATICCHECK_VERSION ?= 2025.1.1
+STATICCHECK_VERSION ?= v0.8.2
 
 export DATABASE_URL STRIPE_SECRET_KEY STRIPE_API_BASE
 

@@ -20,14 +20,19 @@ import (
 const throwawayPort = 55432
 
 // throwawayCluster starts (or reuses) a cluster in the system temp directory
-// from the installed server binaries. A file lock serialises the test
-// binaries that race to start it.
+// from the installed server binaries.
 func throwawayCluster(ctx context.Context) (string, error) {
+	return startCluster(ctx, filepath.Join(os.TempDir(), "oncepay-pgtest"), throwawayPort)
+}
+
+// startCluster starts (or reuses) a cluster with its data under dir,
+// listening on 127.0.0.1:port. A file lock in dir serialises the test
+// binaries that race to start it.
+func startCluster(ctx context.Context, dir string, port int) (string, error) {
 	bin, err := postgresBinDir()
 	if err != nil {
 		return "", err
 	}
-	dir := filepath.Join(os.TempDir(), "oncepay-pgtest")
 	if err := os.MkdirAll(dir, 0o777); err != nil {
 		return "", err
 	}
@@ -40,7 +45,7 @@ func throwawayCluster(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("lock %s: %w", dir, err)
 	}
 
-	adminURL := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", throwawayPort)
+	adminURL := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
 	if ping(ctx, adminURL) == nil {
 		return adminURL, nil
 	}
@@ -65,7 +70,7 @@ func throwawayCluster(ctx context.Context) (string, error) {
 			return "", fmt.Errorf("initdb: %w: %s", err, out)
 		}
 	}
-	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=300", throwawayPort, dir)
+	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=300", port, dir)
 	if out, err := command(ctx, asUser, filepath.Join(bin, "pg_ctl"), "-D", data, "-o", opts, "-l", filepath.Join(dir, "log"), "-w", "start").CombinedOutput(); err != nil {
 		return "", fmt.Errorf("pg_ctl start: %w: %s", err, out)
 	}
@@ -101,4 +106,20 @@ func postgresBinDir() (string, error) {
 		}
 	}
 	return "", errors.New("no initdb found on PATH or in /usr/lib/postgresql/*/bin")
+}
+
+// stopCluster stops a cluster startCluster started in dir.
+func stopCluster(ctx context.Context, dir string) error {
+	bin, err := postgresBinDir()
+	if err != nil {
+		return err
+	}
+	var asUser []string
+	if os.Geteuid() == 0 {
+		asUser = []string{"runuser", "-u", "postgres", "--"}
+	}
+	if out, err := command(ctx, asUser, filepath.Join(bin, "pg_ctl"), "-D", filepath.Join(dir, "data"), "-m", "immediate", "stop").CombinedOutput(); err != nil {
+		return fmt.Errorf("pg_ctl stop: %w: %s", err, out)
+	}
+	return nil
 }
