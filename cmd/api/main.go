@@ -17,7 +17,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -26,6 +25,7 @@ import (
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/postgres"
+	"github.com/oncepay/oncepay/internal/serve"
 	"github.com/oncepay/oncepay/internal/tenant"
 )
 
@@ -45,9 +45,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(cfg.LogLevel))
-	logger := slog.New(slog.NewJSONHandler(stdout, &slog.HandlerOptions{Level: level}))
+	logger := serve.NewLogger(stdout, cfg.LogLevel)
 
 	pool, err := postgres.Open(ctx, postgres.PoolConfig{
 		URL: cfg.DatabaseURL, ConnectTimeout: cfg.DatabaseConnectTimeout, MaxConns: int32(cfg.DatabaseMaxConns),
@@ -60,7 +58,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	cmd := args[1:]
 	switch {
 	case len(cmd) == 0 || (len(cmd) == 1 && cmd[0] == "serve"):
-		return serve(ctx, cfg, pool, logger)
+		return serveAPI(ctx, cfg, pool, logger)
 	case len(cmd) == 1 && cmd[0] == "migrate":
 		return postgres.Migrate(ctx, pool, logger)
 	case len(cmd) == 3 && cmd[0] == "tenants" && cmd[1] == "create":
@@ -74,7 +72,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 }
 
-func serve(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.Logger) error {
+func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.Logger) error {
 	jobs, err := outbox.NewInsertOnly(pool, logger)
 	if err != nil {
 		return err
@@ -95,21 +93,5 @@ func serve(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.Log
 	if err != nil {
 		return fmt.Errorf("listen on LISTEN_ADDR=%s: %w", cfg.ListenAddr, err)
 	}
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
-	logger.InfoContext(ctx, "api listening", slog.String("addr", ln.Addr().String()))
-
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return fmt.Errorf("serve: %w", err)
-	case <-ctx.Done():
-	}
-	logger.InfoContext(ctx, "api shutting down")
-	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
-	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
-		return fmt.Errorf("shutdown: %w", err)
-	}
-	return nil
+	return serve.HTTP(ctx, "api", &http.Server{Handler: handler}, ln, cfg.ShutdownTimeout, logger)
 }

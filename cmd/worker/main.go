@@ -23,6 +23,7 @@ import (
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/postgres"
+	"github.com/oncepay/oncepay/internal/serve"
 )
 
 func main() {
@@ -39,9 +40,7 @@ func run(ctx context.Context, _ []string, getenv func(string) string, stdout io.
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(cfg.LogLevel))
-	logger := slog.New(slog.NewJSONHandler(stdout, &slog.HandlerOptions{Level: level}))
+	logger := serve.NewLogger(stdout, cfg.LogLevel)
 
 	pool, err := postgres.Open(ctx, postgres.PoolConfig{
 		URL: cfg.DatabaseURL, ConnectTimeout: cfg.DatabaseConnectTimeout, MaxConns: int32(cfg.DatabaseMaxConns),

@@ -1,0 +1,50 @@
+package main
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/oncepay/oncepay/internal/envconfig"
+)
+
+// config is the simulator's configuration, read from the environment.
+type config struct {
+	// Addr (STRIPESIM_ADDR) is where HTTP is served; port 0 picks a free
+	// port, which the "stripesim listening" log line reports. Defaults to
+	// 127.0.0.1:12111 (stripe-mock uses 12111 too, so existing setups fit).
+	Addr string
+	// MaxHold (STRIPESIM_MAX_HOLD) bounds a hold_after fault. Defaults to 60s.
+	MaxHold time.Duration
+	// ProcessingRetrievals (STRIPESIM_PROCESSING_RETRIEVALS) is how many
+	// retrievals a processing intent stays processing. Defaults to 2.
+	ProcessingRetrievals int
+	// Seed (STRIPESIM_SEED) seeds the source behind probabilistic faults, for
+	// reproducible runs. Defaults to random.
+	Seed uint64
+	// ShutdownTimeout (STRIPESIM_SHUTDOWN_TIMEOUT) is how long in-flight
+	// requests get to finish on SIGTERM. Defaults to 5s.
+	ShutdownTimeout time.Duration
+	// LogLevel (LOG_LEVEL) is debug, info, warn or error. Defaults to info.
+	LogLevel string
+}
+
+// loadConfig reads and validates the configuration; errors name the
+// variable at fault.
+func loadConfig(getenv func(string) string) (config, error) {
+	env := envconfig.New(getenv)
+	cfg := config{
+		Addr:                 env.String("STRIPESIM_ADDR", "127.0.0.1:12111"),
+		MaxHold:              env.Duration("STRIPESIM_MAX_HOLD", 60*time.Second, time.Millisecond, time.Hour),
+		ProcessingRetrievals: env.Int("STRIPESIM_PROCESSING_RETRIEVALS", 2, 1, 1000),
+		ShutdownTimeout:      env.Duration("STRIPESIM_SHUTDOWN_TIMEOUT", 5*time.Second, time.Millisecond, time.Hour),
+		LogLevel:             env.OneOf("LOG_LEVEL", "info", "debug", "info", "warn", "error"),
+	}
+	if v := getenv("STRIPESIM_SEED"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil || n == 0 {
+			env.Fail("STRIPESIM_SEED", "%q must be a positive integer", v)
+		}
+		cfg.Seed = n
+	}
+	return cfg, env.Err()
+}
