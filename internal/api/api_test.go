@@ -229,10 +229,10 @@ func TestCreatePayment(t *testing.T) {
 		key := newKey()
 		first := b.pay(key, visa2000)
 		paymentID := first.json(t)["id"].(string)
-		// As after a charge job that gave up before reaching the provider.
-		_, err := b.pool.Exec(b.ctx, "UPDATE river_job SET state = 'discarded', finalized_at = now() WHERE args->>'payment_id' = $1", paymentID)
+		// As after reconciliation proved the provider never charged it.
+		_, err := b.pool.Exec(b.ctx, "UPDATE river_job SET state = 'completed', finalized_at = now() WHERE args->>'payment_id' = $1", paymentID)
 		require.NoError(t, err)
-		_, err = b.pool.Exec(b.ctx, "UPDATE payments SET status = 'failed' WHERE id = $1", paymentID)
+		_, err = b.pool.Exec(b.ctx, "UPDATE payments SET status = 'requires_reconciliation' WHERE id = $1", paymentID)
 		require.NoError(t, err)
 		require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
 			return b.keys.MarkFailedRetryable(b.ctx, tx, b.tenant.TenantID, key)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/assert"
@@ -309,6 +310,30 @@ func TestChargeGivesUpToReconciliation(t *testing.T) {
 		r := b.pay(key, "pm_card_visa")
 		require.Equal(t, http.StatusConflict, r.Status)
 		require.NotEmpty(t, r.Header.Get("Retry-After"))
+	})
+
+	t.Run("RetryableKeyResumesTheSamePayment", func(t *testing.T) {
+		t.Parallel()
+		b := setupCharge(t, chargeOptions{deferWorker: true})
+		require.NoError(t, b.sim.InjectFault(b.ctx, stripesim.Fault{Mode: stripesim.FaultErrorBefore, Status: 503}))
+		key := id.New("key")
+		paymentID := b.pay(key, "pm_card_visa").PaymentID()
+		_, err := b.pool.Exec(b.ctx, "UPDATE river_job SET max_attempts = 2 WHERE args->>'payment_id' = $1", paymentID)
+		require.NoError(t, err)
+		b.startWorker()
+		require.Equal(t, payments.StatusRequiresReconciliation, b.waitFinal(paymentID).Status)
+		require.Empty(t, b.executions(paymentID))
+
+		// Reconciliation's verdict: the provider never saw it. The client's
+		// retry re-acquires the key and the same payment is charged.
+		require.NoError(t, b.sim.ClearFaults(b.ctx))
+		require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+			return b.keys.MarkFailedRetryable(b.ctx, tx, b.tenant.TenantID, key)
+		}))
+		r := b.pay(key, "pm_card_visa", "Prefer", "wait=10")
+		require.Equal(t, http.StatusCreated, r.Status, "body: %s", r.Raw)
+		require.Equal(t, paymentID, r.PaymentID())
+		require.Len(t, b.executions(paymentID), 1)
 	})
 
 	t.Run("ProviderKeyWindowPassed", func(t *testing.T) {

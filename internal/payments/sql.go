@@ -64,12 +64,13 @@ func listPayments(ctx context.Context, db Querier, tenantID, startingAfter strin
 }
 
 // resumePayment puts a payment whose key was re-acquired back to processing.
-// Only a payment that never reached the provider can be resumed; any other
-// state means the key should not have been retryable.
+// A key becomes retryable only once it is proven the provider never charged
+// the payment, which leaves the payment processing or (after reconciliation)
+// requires_reconciliation; a succeeded or failed payment is never resumed.
 func resumePayment(ctx context.Context, tx pgx.Tx, tenantID, paymentID string) (Payment, error) {
 	rows, err := tx.Query(ctx, `
-		UPDATE payments SET status = 'processing', updated_at = now()
-		WHERE tenant_id = $1 AND id = $2 AND status IN ('processing', 'failed')
+		UPDATE payments SET status = 'processing', failure_message = NULL, updated_at = now()
+		WHERE tenant_id = $1 AND id = $2 AND status IN ('processing', 'requires_reconciliation')
 		RETURNING `+paymentColumns, tenantID, paymentID)
 	return collectPayment(rows, err, "resume payment")
 }
