@@ -9,7 +9,7 @@ STATICCHECK_VERSION ?= v0.8.2
 
 export DATABASE_URL STRIPE_SECRET_KEY STRIPE_API_BASE
 
-.PHONY: run build db migrate test fuzz lint pg-stop
+.PHONY: run build db migrate test fuzz bench lint pg-stop
 
 ## run: migrate the local database, then run the simulator, the worker and the API (Ctrl-C stops all three)
 run: migrate build
@@ -54,3 +54,7 @@ pg-stop:
 	@d=$${TMPDIR:-/tmp}/oncepay-pgtest/data; if [ -d "$$d" ]; then \
 		if [ "$$(id -u)" = 0 ]; then runuser -u postgres -- $$(ls -d /usr/lib/postgresql/*/bin | tail -1)/pg_ctl -D "$$d" stop; \
 		else pg_ctl -D "$$d" stop; fi; fi
+
+## bench: benchmarks, each reporting ratios to a baseline measured in the same run
+bench:
+	go test -run '^$$' -bench . -benchtime 2s ./internal/...

@@ -56,14 +56,19 @@ func collectOne(rows pgx.Rows, err error) (Record, bool, error) {
 	return row.record(), true, nil
 }
 
-func insertKey(ctx context.Context, tx pgx.Tx, req Request, retention time.Duration) (Record, bool, error) {
+// insertKey reserves the key. The row's values are selected from a
+// subquery that first sets the transaction's lock_timeout, so the bound on
+// waiting for a concurrent holder of the key is in force before the insert
+// can wait, without a round trip of its own on every request.
+func insertKey(ctx context.Context, tx pgx.Tx, req Request, retention time.Duration, lockTimeout string) (Record, bool, error) {
 	rec, ok, err := collectOne(tx.Query(ctx, `
 		INSERT INTO idempotency_keys
 			(tenant_id, idempotency_key, request_method, request_path, request_fingerprint, status, expires_at)
-		VALUES ($1, $2, $3, $4, $5, 'processing', now() + $6 * interval '1 microsecond')
+		SELECT $1, $2, $3, $4, $5, 'processing', now() + $6 * interval '1 microsecond'
+		FROM (SELECT set_config('lock_timeout', $7, true)) AS bounded_wait
 		ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
 		RETURNING `+recordColumns,
-		req.TenantID, req.Key, req.Method, req.Path, req.Fingerprint[:], retention.Microseconds()))
+		req.TenantID, req.Key, req.Method, req.Path, req.Fingerprint[:], retention.Microseconds(), lockTimeout))
 	if err != nil {
 		return Record{}, false, fmt.Errorf("reserve idempotency key: %w", err)
 	}

@@ -169,13 +169,11 @@ var ErrTransition = errors.New("idempotency key not in a state that allows this 
 // other rolled back) or returns nothing (it committed). There is no window
 // between a check and an insert, and no unique violation to catch.
 func (s *Store) Reserve(ctx context.Context, tx pgx.Tx, req Request) (Decision, error) {
-	if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", fmt.Sprintf("%dms", max(s.cfg.LockWait.Milliseconds(), 1))); err != nil {
-		return Decision{}, fmt.Errorf("set lock timeout: %w", err)
-	}
+	lockTimeout := fmt.Sprintf("%dms", max(s.cfg.LockWait.Milliseconds(), 1))
 	// Bounded: each pass either decides or removes one expired row or loses
 	// one re-acquisition race, after which the row is no longer retryable.
 	for range 3 {
-		rec, inserted, err := insertKey(ctx, tx, req, s.cfg.Retention)
+		rec, inserted, err := insertKey(ctx, tx, req, s.cfg.Retention, lockTimeout)
 		if err != nil {
 			return Decision{}, err
 		}
