@@ -46,7 +46,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	cfg := config{
 		DatabaseURL:            env.String("DATABASE_URL", defaultDatabaseURL),
 		ListenAddr:             env.String("LISTEN_ADDR", "127.0.0.1:8080"),
-		IdempotencyRetention:   env.Duration("IDEMPOTENCY_RETENTION", 24*time.Hour, time.Minute, 90*24*time.Hour),
+		IdempotencyRetention:   env.Duration("IDEMPOTENCY_RETENTION", 24*time.Hour, 24*time.Hour, 90*24*time.Hour),
 		IdempotencyLockWait:    env.Duration("IDEMPOTENCY_LOCK_WAIT", 2*time.Second, time.Millisecond, 30*time.Second),
 		DatabaseConnectTimeout: env.Duration("DATABASE_CONNECT_TIMEOUT", 3*time.Second, 100*time.Millisecond, time.Minute),
 		DatabaseMaxConns:       env.Int("DATABASE_MAX_CONNS", 10, 2, 1000),

@@ -83,10 +83,11 @@ func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.
 		Timeout:   cfg.IdempotencyLockWait + cfg.RequestDBTimeout,
 	})
 	handler := api.NewHandler(api.Deps{
-		Pool:     pool,
-		Keys:     keys,
-		Payments: &payments.Service{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger},
-		Logger:   logger,
+		Pool:      pool,
+		Keys:      keys,
+		Payments:  &payments.Service{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger, ReadTimeout: cfg.RequestDBTimeout},
+		Logger:    logger,
+		DBTimeout: cfg.RequestDBTimeout,
 	})
 
 	ln, err := net.Listen("tcp", cfg.ListenAddr)

@@ -74,13 +74,17 @@ func loadConfig(getenv func(string) string) (config, error) {
 		PollInterval:           env.Duration("WORKER_POLL_INTERVAL", 2*time.Second, 10*time.Millisecond, time.Hour),
 		MaxPollDuration:        env.Duration("WORKER_MAX_POLL_DURATION", time.Hour, time.Second, 23*time.Hour),
 		ProviderKeyMargin:      env.Duration("PROVIDER_KEY_MARGIN", 23*time.Hour, time.Minute, payments.ProviderKeyWindow-time.Minute),
-		IdempotencyRetention:   env.Duration("IDEMPOTENCY_RETENTION", 24*time.Hour, time.Minute, 90*24*time.Hour),
+		IdempotencyRetention:   env.Duration("IDEMPOTENCY_RETENTION", 24*time.Hour, 24*time.Hour, 90*24*time.Hour),
 		DatabaseConnectTimeout: env.Duration("DATABASE_CONNECT_TIMEOUT", 3*time.Second, 100*time.Millisecond, time.Minute),
 		LogLevel:               env.OneOf("LOG_LEVEL", "info", "debug", "info", "warn", "error"),
 	}
 	cfg.DatabaseMaxConns = env.Int("DATABASE_MAX_CONNS", cfg.Concurrency+5, 2, 2000)
 	if cfg.RescueStuckAfter <= cfg.JobTimeout {
 		env.Fail("WORKER_RESCUE_STUCK_AFTER", "%s must exceed WORKER_JOB_TIMEOUT (%s), or a slow attempt would run twice at once", cfg.RescueStuckAfter, cfg.JobTimeout)
+	}
+	if cfg.ProviderKeyMargin+cfg.JobTimeout >= payments.ProviderKeyWindow {
+		env.Fail("PROVIDER_KEY_MARGIN", "%s plus WORKER_JOB_TIMEOUT (%s) must stay under the provider's %s key window",
+			cfg.ProviderKeyMargin, cfg.JobTimeout, payments.ProviderKeyWindow)
 	}
 	if cfg.RetryMax < cfg.RetryBase {
 		env.Fail("WORKER_RETRY_BACKOFF_MAX", "must not be less than WORKER_RETRY_BACKOFF_BASE")

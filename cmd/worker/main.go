@@ -83,7 +83,9 @@ func run(ctx context.Context, _ []string, getenv func(string) string, stdout io.
 
 	// River keeps retrying its own connection problems, so the worker
 	// starts even while the database is down and catches up when it is back.
-	if err := client.Start(ctx); err != nil {
+	// It gets a context that the signal does not cancel: cancelling Start's
+	// context would cancel running jobs at once, before the grace period.
+	if err := client.Start(context.WithoutCancel(ctx)); err != nil {
 		return fmt.Errorf("start river: %w", err)
 	}
 	logger.InfoContext(ctx, "worker started", slog.String("admin_addr", ln.Addr().String()),

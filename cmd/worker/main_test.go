@@ -328,11 +328,11 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 	t.Parallel()
 	err := run(context.Background(), nil, func(k string) string {
 		return map[string]string{
-			"WORKER_JOB_TIMEOUT": "1m", "WORKER_RESCUE_STUCK_AFTER": "30s", "STRIPE_API_BASE": "not a url", "WORKER_CONCURRENCY": "0",
+			"WORKER_JOB_TIMEOUT": "1m", "WORKER_RESCUE_STUCK_AFTER": "30s", "PROVIDER_KEY_MARGIN": "23h59m30s", "STRIPE_API_BASE": "not a url", "WORKER_CONCURRENCY": "0",
 		}[k]
 	}, io.Discard)
 	require.Error(t, err)
-	for _, name := range []string{"STRIPE_SECRET_KEY", "WORKER_RESCUE_STUCK_AFTER", "STRIPE_API_BASE", "WORKER_CONCURRENCY"} {
+	for _, name := range []string{"STRIPE_SECRET_KEY", "PROVIDER_KEY_MARGIN", "WORKER_RESCUE_STUCK_AFTER", "STRIPE_API_BASE", "WORKER_CONCURRENCY"} {
 		require.Contains(t, err.Error(), name)
 	}
 }

@@ -327,6 +327,8 @@ func TestCreatePayment(t *testing.T) {
 		requireProblem(t, b.pay(newKey(), `[]`), problem.InvalidRequest)
 		requireProblem(t, b.pay(newKey(), `{"amount":1,"amount":2,"currency":"usd","payment_method":"pm_card_visa"}`), problem.InvalidRequest)
 		requireProblem(t, b.pay(newKey(), `{"description":"`+strings.Repeat("x", 17<<10)+`"}`), problem.RequestTooLarge)
+		requireProblem(t, b.pay(newKey(), `{"amount":1,"currency":"usd","payment_method":"pm_card_visa","description":"a\u0000b"}`), problem.InvalidRequest)
+		requireProblem(t, b.pay(newKey(), `{"amount":1,"currency":"usd","payment_method":"pm_card_visa","metadata":{"k":"\u0000"}}`), problem.InvalidRequest)
 		r := b.do(http.MethodPost, "/v1/payments", b.tenant.APIKey, map[string]string{idempotency.HeaderName: newKey(), "Content-Type": "text/plain"}, visa2000)
 		requireProblem(t, r, problem.UnsupportedMediaType)
 	})

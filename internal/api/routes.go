@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"net/http"
@@ -23,6 +24,8 @@ type Deps struct {
 	Keys     *idempotency.Store
 	Payments *payments.Service
 	Logger   *slog.Logger
+	// DBTimeout bounds the database work of authentication. Defaults to 5s.
+	DBTimeout time.Duration
 }
 
 // NewHandler returns the API's handler.
@@ -43,7 +46,7 @@ func NewHandler(d Deps) http.Handler {
 	r.Get(problem.DocsPath+"/{slug}", handleProblemDoc)
 
 	r.Route("/v1", func(r chi.Router) {
-		r.Use(tenant.Middleware(d.Pool, d.Logger))
+		r.Use(tenant.Middleware(d.Pool, d.Logger, cmp.Or(d.DBTimeout, 5*time.Second)))
 		r.Method(http.MethodPost, "/payments", d.Payments.HandleCreate())
 		r.Get("/payments", d.Payments.HandleList())
 		r.Get("/payments/{id}", d.Payments.HandleGet())

@@ -11,7 +11,7 @@ import (
 
 const recordColumns = `tenant_id, idempotency_key, request_method, request_path, request_fingerprint, status,
 	coalesce(resource_id, '') AS resource_id, response_status, response_headers, response_body,
-	locked_at, created_at, updated_at, expires_at`
+	locked_at, created_at, updated_at, expires_at, expires_at < now() AS expired`
 
 type recordRow struct {
 	TenantID        string            `db:"tenant_id"`
@@ -28,13 +28,14 @@ type recordRow struct {
 	CreatedAt       time.Time         `db:"created_at"`
 	UpdatedAt       time.Time         `db:"updated_at"`
 	ExpiresAt       time.Time         `db:"expires_at"`
+	Expired         bool              `db:"expired"`
 }
 
 func (r recordRow) record() Record {
 	rec := Record{
 		TenantID: r.TenantID, Key: r.Key, Method: r.Method, Path: r.Path, Fingerprint: r.Fingerprint,
 		Status: r.Status, ResourceID: r.ResourceID,
-		LockedAt: r.LockedAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, ExpiresAt: r.ExpiresAt,
+		LockedAt: r.LockedAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, ExpiresAt: r.ExpiresAt, Expired: r.Expired,
 	}
 	if r.ResponseStatus != nil {
 		rec.Response = &Response{StatusCode: int(*r.ResponseStatus), Header: r.ResponseHeaders, Body: r.ResponseBody}

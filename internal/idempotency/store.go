@@ -98,6 +98,9 @@ type Record struct {
 	CreatedAt time.Time
 	UpdatedAt time.Time
 	ExpiresAt time.Time
+	// Expired is whether ExpiresAt had passed, by the database's clock, when
+	// the row was read.
+	Expired bool
 }
 
 // Decision is Reserve's answer. Record is the key's row as the decision saw
@@ -187,17 +190,20 @@ func (s *Store) Reserve(ctx context.Context, tx pgx.Tx, req Request) (Decision, 
 		if err != nil {
 			return Decision{}, err
 		}
+		// Past retention a finished key is forgotten, whatever the new
+		// request is: delete it and reserve afresh. Expiry is judged by the
+		// database's clock, the one that set expires_at.
+		if rec.Status == StatusCompleted && rec.Expired {
+			if err := deleteExpiredKey(ctx, tx, req.TenantID, req.Key); err != nil {
+				return Decision{}, err
+			}
+			continue
+		}
 		if !sameRequest(rec, req) {
 			return Decision{Kind: Mismatch, Record: rec}, nil
 		}
 		switch rec.Status {
 		case StatusProcessing, StatusCompleted:
-			if rec.ExpiresAt.Before(time.Now()) && rec.Status == StatusCompleted {
-				if err := deleteExpiredKey(ctx, tx, req.TenantID, req.Key); err != nil {
-					return Decision{}, err
-				}
-				continue
-			}
 			return Decision{Kind: Replay, Record: rec}, nil
 		case StatusUnknown:
 			return Decision{Kind: Unresolved, Record: rec}, nil
@@ -313,7 +319,10 @@ func (s *Store) Run(ctx context.Context, db TxBeginner, req Request, op Operatio
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
 	var res Result
-	err := pgx.BeginTxFunc(ctx, db, pgx.TxOptions{}, func(tx pgx.Tx) error {
+	// Read committed is required, whatever the server's default: after a
+	// conflicting insert, the next statement must see the row the other
+	// transaction committed.
+	err := pgx.BeginTxFunc(ctx, db, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
 		dec, err := s.Reserve(ctx, tx, req)
 		if err != nil {
 			return err
@@ -354,7 +363,9 @@ func isLockTimeout(err error) bool {
 func (s *Store) Await(ctx context.Context, db Querier, tenantID, key string, until time.Time) (Record, error) {
 	interval := 20 * time.Millisecond
 	for {
-		rec, err := getKey(ctx, db, tenantID, key)
+		pollCtx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+		rec, err := getKey(pollCtx, db, tenantID, key)
+		cancel()
 		if err != nil || rec.Status != StatusProcessing {
 			return rec, err
 		}

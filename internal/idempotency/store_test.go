@@ -298,6 +298,16 @@ func TestStoreRun(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, idempotency.Execute, res.Kind)
 		require.Equal(t, "thing_2", res.Record.ResourceID)
+
+		// Another payload under an expired key is a new operation, not a mismatch.
+		require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+			return b.store.Complete(b.ctx, tx, b.tenant, req.Key, idempotency.Response{StatusCode: 201, Body: []byte("{}")})
+		}))
+		_, err = b.pool.Exec(b.ctx, "UPDATE idempotency_keys SET expires_at = now() - interval '1 second' WHERE tenant_id = $1", b.tenant)
+		require.NoError(t, err)
+		res, err = b.store.Run(b.ctx, b.pool, b.request(req.Key, 2), operation(&runs, &mu))
+		require.NoError(t, err)
+		require.Equal(t, idempotency.Execute, res.Kind)
 	})
 }
 

@@ -93,6 +93,20 @@ func TestValidator(t *testing.T) {
 	}, fields)
 }
 
+// PostgreSQL's text and jsonb cannot hold NUL: it must be a 400 here, not a
+// database error later.
+func TestValidatorRejectsNUL(t *testing.T) {
+	t.Parallel()
+	obj, err := jsonbody.Parse([]byte(`{"s": "a\u0000b", "m": {"k\u0000": "v", "k": "v\u0000"}}`))
+	require.NoError(t, err)
+	v := jsonbody.NewValidator(obj)
+	v.String("s", jsonbody.StringRule{})
+	v.StringMap("m", jsonbody.MapRule{MaxEntries: 5, MaxKeyLen: 10, MaxValueLen: 10})
+	var pe *problem.Error
+	require.True(t, errors.As(v.Err(), &pe))
+	require.Len(t, pe.Fields, 3)
+}
+
 func TestIntegerSpellings(t *testing.T) {
 	t.Parallel()
 	for input, want := range map[string]int64{

@@ -7,6 +7,7 @@ import (
 	"math/big"
 	"slices"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/oncepay/oncepay/internal/problem"
@@ -65,6 +66,8 @@ func (v *Validator) String(name string, rule StringRule) string {
 	}
 	n := utf8.RuneCountInString(s)
 	switch {
+	case strings.ContainsRune(s, 0):
+		v.Fail(name, "must not contain NUL characters")
 	case rule.Required && n == 0:
 		v.Fail(name, "must not be empty")
 	case n < rule.MinLen:
@@ -144,6 +147,10 @@ func (v *Validator) StringMap(name string, rule MapRule) map[string]string {
 	out := make(map[string]string, len(inner.Names))
 	for _, k := range inner.Names {
 		field := name + "." + k
+		if strings.ContainsRune(k, 0) {
+			v.Fail(name, "keys must not contain NUL characters")
+			continue
+		}
 		if k == "" || utf8.RuneCountInString(k) > rule.MaxKeyLen {
 			v.Fail(field, "keys must be 1 to %d characters", rule.MaxKeyLen)
 			continue
@@ -151,6 +158,10 @@ func (v *Validator) StringMap(name string, rule MapRule) map[string]string {
 		var s string
 		if err := json.Unmarshal(inner.Members[k], &s); err != nil {
 			v.Fail(field, "must be a string")
+			continue
+		}
+		if strings.ContainsRune(s, 0) {
+			v.Fail(field, "must not contain NUL characters")
 			continue
 		}
 		if utf8.RuneCountInString(s) > rule.MaxValueLen {

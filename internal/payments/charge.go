@@ -106,12 +106,21 @@ func (w *ChargeWorker) Work(ctx context.Context, job *river.Job[outbox.ChargePay
 		return w.reconcileLater(ctx, job, p, "the provider's idempotency window for this payment has passed")
 	}
 
+	// The provider call gets a deadline short of the job's, so that after a
+	// provider that hangs there is still time to record what happened.
+	callCtx, cancelCall := context.WithTimeout(ctx, w.providerCallTimeout())
 	var out providerOutcome
 	if p.ProviderPaymentIntentID != nil {
-		out = retrieveIntent(ctx, w.stripe, *p.ProviderPaymentIntentID)
+		out = retrieveIntent(callCtx, w.stripe, *p.ProviderPaymentIntentID)
 	} else {
-		out = createIntent(ctx, w.stripe, p)
+		out = createIntent(callCtx, w.stripe, p)
 	}
+	cancelCall()
+	// What the provider said must be written down even if the job's own
+	// deadline or a shutdown has cancelled ctx meanwhile: on the last
+	// attempt, a lost write would leave the payment processing with no job.
+	ctx, cancelRecord := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancelRecord()
 	log = log.With(slog.String("provider_idempotency_key", p.ProviderIdempotencyKey), slog.String("intent_id", out.intentID))
 
 	switch out.kind {
@@ -147,11 +156,20 @@ func (w *ChargeWorker) Work(ctx context.Context, job *river.Job[outbox.ChargePay
 	}
 }
 
+// recordTimeout bounds the writes that record a provider answer.
+const recordTimeout = 10 * time.Second
+
+// providerCallTimeout leaves a fifth of the job timeout (at most 5s) for
+// recording the answer.
+func (w *ChargeWorker) providerCallTimeout() time.Duration {
+	return w.cfg.JobTimeout - min(w.cfg.JobTimeout/5, 5*time.Second)
+}
+
 // finish records a final outcome: the payment's state, the response that
 // retries of the client's request will replay, and the job's completion, in
 // one transaction, so none of them is ever seen without the others.
 func (w *ChargeWorker) finish(ctx context.Context, job *river.Job[outbox.ChargePaymentArgs], p Payment, status Status, out providerOutcome) error {
-	return pgx.BeginTxFunc(ctx, w.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+	return pgx.BeginTxFunc(ctx, w.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
 		final, changed, err := finalizePayment(ctx, tx, p.TenantID, p.ID, status, out)
 		if err != nil {
 			return err
@@ -172,7 +190,7 @@ func (w *ChargeWorker) finish(ctx context.Context, job *river.Job[outbox.ChargeP
 // reconcileLater gives up on determining the outcome automatically: the
 // payment needs reconciliation and the client's key answers 409 until then.
 func (w *ChargeWorker) reconcileLater(ctx context.Context, job *river.Job[outbox.ChargePaymentArgs], p Payment, reason string) error {
-	return pgx.BeginTxFunc(ctx, w.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+	return pgx.BeginTxFunc(ctx, w.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
 		changed, err := markRequiresReconciliation(ctx, tx, p.TenantID, p.ID, reason)
 		if err != nil {
 			return err

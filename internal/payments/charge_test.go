@@ -336,6 +336,24 @@ func TestChargeGivesUpToReconciliation(t *testing.T) {
 		require.Len(t, b.executions(paymentID), 1)
 	})
 
+	t.Run("LastAttemptTimesOut", func(t *testing.T) {
+		t.Parallel()
+		// The provider hangs past the job's deadline on the last attempt:
+		// the outcome must still be recorded, not lost with the job.
+		b := setupCharge(t, chargeOptions{deferWorker: true, cfg: payments.ChargeConfig{JobTimeout: time.Second}})
+		require.NoError(t, b.sim.InjectFault(b.ctx, stripesim.Fault{Mode: stripesim.FaultHoldAfter}))
+		key := id.New("key")
+		paymentID := b.pay(key, "pm_card_visa").PaymentID()
+		_, err := b.pool.Exec(b.ctx, "UPDATE river_job SET max_attempts = 1 WHERE args->>'payment_id' = $1", paymentID)
+		require.NoError(t, err)
+		b.startWorker()
+		require.Equal(t, payments.StatusRequiresReconciliation, b.waitFinal(paymentID).Status)
+		require.Len(t, b.executions(paymentID), 1, "the provider did charge: reconciliation will find it")
+		rec, err := b.keys.Get(b.ctx, b.pool, b.tenant.TenantID, key)
+		require.NoError(t, err)
+		require.Equal(t, idempotency.StatusUnknown, rec.Status)
+	})
+
 	t.Run("ProviderKeyWindowPassed", func(t *testing.T) {
 		t.Parallel()
 		b := setupCharge(t, chargeOptions{deferWorker: true})

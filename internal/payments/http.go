@@ -34,7 +34,9 @@ func (s *Service) HandleGet() http.HandlerFunc {
 			problem.Write(w, r, s.Logger, problem.New(problem.NotFound, "No payment %q.", paymentID))
 			return
 		}
-		p, err := GetPayment(r.Context(), s.DB, tenant.IDFromRequest(r), paymentID)
+		ctx, cancel := s.readContext(r.Context())
+		defer cancel()
+		p, err := GetPayment(ctx, s.DB, tenant.IDFromRequest(r), paymentID)
 		if errors.Is(err, ErrNotFound) {
 			problem.Write(w, r, s.Logger, problem.New(problem.NotFound, "No payment %q.", paymentID))
 			return
@@ -82,7 +84,9 @@ func (s *Service) HandleList() http.HandlerFunc {
 			return
 		}
 		// One extra row tells whether another page exists.
-		list, err := listPayments(r.Context(), s.DB, tenant.IDFromRequest(r), after, limit+1)
+		ctx, cancel := s.readContext(r.Context())
+		defer cancel()
+		list, err := listPayments(ctx, s.DB, tenant.IDFromRequest(r), after, limit+1)
 		if err != nil {
 			problem.Write(w, r, s.Logger, err)
 			return

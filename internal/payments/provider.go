@@ -168,11 +168,18 @@ func intentParams(ctx context.Context, p Payment) *stripe.PaymentIntentParams {
 	return params
 }
 
-// retrieveIntent reads an intent the provider already created for p.
+// retrieveIntent reads an intent the provider already created for p. A
+// failed read proves nothing about the charge (the intent exists; a 404 or
+// 400 here means a wrong key, mode or account), so every error is retried
+// and, if it persists, ends in reconciliation, never in a final failure.
 func retrieveIntent(ctx context.Context, sc *client.API, intentID string) providerOutcome {
 	params := &stripe.PaymentIntentParams{}
 	params.Context = ctx
-	return classify(sc.PaymentIntents.Get(intentID, params))
+	out := classify(sc.PaymentIntents.Get(intentID, params))
+	if out.err != nil {
+		out.kind = outcomeRetry
+	}
+	return out
 }
 
 // ProviderKeyWindow is how long the provider remembers idempotency keys.

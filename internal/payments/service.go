@@ -1,6 +1,7 @@
 package payments
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -24,6 +25,13 @@ type Service struct {
 	// RetryAfter is the Retry-After of a 202: when a client that did not
 	// ask to wait should look again. Defaults to 1s.
 	RetryAfter time.Duration
+	// ReadTimeout bounds the database work of a read, so an unresponsive
+	// database yields a prompt 503. Defaults to 5s.
+	ReadTimeout time.Duration
+}
+
+func (s *Service) readContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, cmp.Or(s.ReadTimeout, 5*time.Second))
 }
 
 // create is the operation run under the idempotency key: in the key's

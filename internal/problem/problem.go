@@ -5,6 +5,7 @@
 package problem
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -119,9 +120,14 @@ func Write(w http.ResponseWriter, r *http.Request, logger *slog.Logger, err erro
 	var pe *Error
 	switch {
 	case errors.As(err, &pe):
+	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
+		// The client went away; nobody reads this answer and nothing is wrong.
+		logger.DebugContext(r.Context(), "request cancelled by the client", requestAttrs(r))
+		pe = &Error{Type: ServiceUnavailable, Detail: "The request was cancelled."}
 	case postgres.IsUnavailable(err):
 		logger.WarnContext(r.Context(), "database unavailable", requestAttrs(r), slog.Any("error", err))
-		pe = &Error{Type: ServiceUnavailable, Detail: "The database is unreachable; nothing was processed. Retry with the same Idempotency-Key.", RetryAfter: 2 * time.Second}
+		pe = &Error{Type: ServiceUnavailable, RetryAfter: 2 * time.Second,
+			Detail: "The database could not be reached. Retry with the same Idempotency-Key: it runs the request if it was not processed, and returns its result if it was."}
 	default:
 		logger.ErrorContext(r.Context(), "unexpected error", requestAttrs(r), slog.Any("error", err))
 		pe = &Error{Type: Internal, Detail: "An unexpected error occurred. Retry with the same Idempotency-Key."}

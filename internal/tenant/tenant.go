@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -129,9 +130,10 @@ func WithID(ctx context.Context, tenantID string) context.Context {
 }
 
 // Middleware authenticates "Authorization: Bearer <api key>" and puts the
-// tenant in the request context; anything else is 401. A database error is
-// answered 503 by problem.Write: authentication fails closed.
-func Middleware(db DB, logger *slog.Logger) func(http.Handler) http.Handler {
+// tenant in the request context; anything else is 401. The lookup is bounded
+// by timeout, and a database error is answered 503 by problem.Write:
+// authentication fails closed, and promptly.
+func Middleware(db DB, logger *slog.Logger, timeout time.Duration) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
@@ -140,7 +142,9 @@ func Middleware(db DB, logger *slog.Logger) func(http.Handler) http.Handler {
 				problem.Write(w, r, logger, problem.New(problem.Unauthorized, "Send Authorization: Bearer <api key>."))
 				return
 			}
-			tenantID, err := Authenticate(r.Context(), db, strings.TrimSpace(token))
+			ctx, cancel := context.WithTimeout(r.Context(), timeout)
+			tenantID, err := Authenticate(ctx, db, strings.TrimSpace(token))
+			cancel()
 			if errors.Is(err, ErrUnauthorized) {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="oncepay", error="invalid_token"`)
 				problem.Write(w, r, logger, problem.New(problem.Unauthorized, "The API key is not valid."))
