@@ -309,11 +309,21 @@ func TestWorkerEndToEnd(t *testing.T) {
 	require.Equal(t, "true", replay.Header.Get(idempotency.ReplayedHeader))
 }
 
-// TestWorkerGracefulShutdown: SIGTERM lets the worker stop cleanly.
+// TestWorkerGracefulShutdown: on SIGTERM the worker lets a charge that is
+// in flight finish and record its outcome, then exits cleanly.
 func TestWorkerGracefulShutdown(t *testing.T) {
 	t.Parallel()
 	p := newPipeline(t)
-	w := p.startWorker()
+	require.NoError(t, p.sim.InjectFault(p.ctx, stripesim.Fault{Mode: stripesim.FaultLatency, LatencyMS: 1500, Path: "POST /v1/payment_intents"}))
+	w := p.startWorker("WORKER_JOB_TIMEOUT=10s", "WORKER_RESCUE_STUCK_AFTER=30s")
+	key := id.New("key")
+	paymentID := p.api.Pay(t, key, "pm_card_visa").PaymentID()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		var state string
+		assert.NoError(c, p.pool.QueryRow(p.ctx, "SELECT state FROM river_job WHERE args->>'payment_id' = $1", paymentID).Scan(&state))
+		assert.Equal(c, "running", state)
+	}, 10*time.Second, 10*time.Millisecond)
+
 	require.NoError(t, w.cmd.Process.Signal(syscall.SIGTERM))
 	select {
 	case <-w.exited:
@@ -322,6 +332,7 @@ func TestWorkerGracefulShutdown(t *testing.T) {
 		t.Fatal("worker did not stop on SIGTERM")
 	}
 	require.True(t, w.out.contains("worker stopped"), w.out.String())
+	p.requireChargedOnce(paymentID, key)
 }
 
 func TestConfigErrorsNameTheVariable(t *testing.T) {
