@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/stripe/stripe-go/v76"
 	"github.com/stripe/stripe-go/v76/client"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
@@ -134,26 +135,44 @@ func (w *ChargeWorker) Work(ctx context.Context, job *river.Job[outbox.ChargePay
 		log.WarnContext(ctx, "provider rejected payment", slog.String("code", out.code), slog.String("param", out.param), slog.Any("error", out.err))
 		return w.finish(ctx, job, p, StatusFailed, out)
 	case outcomePending:
-		if age > w.cfg.MaxPollDuration {
-			log.WarnContext(ctx, "payment still pending at the provider; giving up polling", slog.String("intent_status", string(out.intentStatus)))
-			return w.reconcileLater(ctx, job, p, "the payment stayed "+string(out.intentStatus)+" at the provider")
+		if age <= w.cfg.MaxPollDuration {
+			if err := recordPending(ctx, w.pool, p.ID, out); err != nil {
+				return err
+			}
+			log.InfoContext(ctx, "payment pending at the provider; polling", slog.String("intent_status", string(out.intentStatus)))
+			return river.JobSnooze(w.cfg.PollInterval)
 		}
-		if err := recordPending(ctx, w.pool, p.ID, out); err != nil {
-			return err
+		if out.intentStatus == stripe.PaymentIntentStatusProcessing {
+			// The provider is settling it; only it knows how this ends.
+			log.WarnContext(ctx, "payment still processing at the provider; giving up polling")
+			return w.reconcileLater(ctx, job, p, "the payment stayed processing at the provider")
 		}
-		log.InfoContext(ctx, "payment pending at the provider; polling", slog.String("intent_status", string(out.intentStatus)))
-		return river.JobSnooze(w.cfg.PollInterval)
+		// Waiting for the customer (3-D Secure) that never came. Nothing was
+		// charged, and canceling makes sure nothing will be.
+		log.WarnContext(ctx, "customer action not completed in time; canceling the intent", slog.String("intent_status", string(out.intentStatus)))
+		canceled := cancelIntent(ctx, w.stripe, out.intentID, p.ProviderIdempotencyKey)
+		if canceled.kind != outcomeDeclined {
+			return w.retryOrReconcile(ctx, job, p, log, canceled.err)
+		}
+		return w.finish(ctx, job, p, StatusFailed, canceled)
 	case outcomeKeyReused:
 		log.ErrorContext(ctx, "BUG: provider saw this payment's idempotency key with other parameters", slog.Any("error", out.err))
 		return w.reconcileLater(ctx, job, p, "the provider reported an idempotency key conflict")
 	default:
-		if job.Attempt >= job.MaxAttempts {
-			log.ErrorContext(ctx, "provider attempts exhausted; outcome unknown", slog.Any("error", out.err))
-			return w.reconcileLater(ctx, job, p, "the provider could not be reached after every retry")
-		}
-		log.WarnContext(ctx, "provider outcome undetermined; will retry with the same key", slog.Any("error", out.err))
-		return fmt.Errorf("charge payment %s: %w", p.ID, out.err)
+		return w.retryOrReconcile(ctx, job, p, log, out.err)
 	}
+}
+
+// retryOrReconcile fails the attempt so River retries it with the same
+// key, unless it was the last attempt: then the payment goes to
+// reconciliation, because a discarded job would leave it processing forever.
+func (w *ChargeWorker) retryOrReconcile(ctx context.Context, job *river.Job[outbox.ChargePaymentArgs], p Payment, log *slog.Logger, err error) error {
+	if job.Attempt >= job.MaxAttempts {
+		log.ErrorContext(ctx, "provider attempts exhausted; outcome unknown", slog.Any("error", err))
+		return w.reconcileLater(ctx, job, p, "the provider could not be reached after every retry")
+	}
+	log.WarnContext(ctx, "provider outcome undetermined; will retry with the same key", slog.Any("error", err))
+	return fmt.Errorf("charge payment %s: %w", p.ID, err)
 }
 
 // recordTimeout bounds the writes that record a provider answer.

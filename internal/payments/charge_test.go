@@ -44,6 +44,8 @@ type chargeOptions struct {
 	cfg payments.ChargeConfig
 	// deferWorker leaves the worker stopped until startWorker is called.
 	deferWorker bool
+	// simRetrievals is how many reads a processing intent stays processing.
+	simRetrievals int
 }
 
 func setupCharge(t *testing.T, opts chargeOptions) *chargeBundle {
@@ -52,7 +54,7 @@ func setupCharge(t *testing.T, opts chargeOptions) *chargeBundle {
 	pool, _ := pgtest.NewPool(t)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 
-	simServer := httptest.NewServer(stripesim.New(stripesim.Config{Logger: logger, MaxHold: 5 * time.Second}))
+	simServer := httptest.NewServer(stripesim.New(stripesim.Config{Logger: logger, MaxHold: 5 * time.Second, ProcessingRetrievals: opts.simRetrievals}))
 	t.Cleanup(simServer.Close)
 
 	apiServer := apitest.Start(t, pool)
@@ -244,14 +246,29 @@ func TestChargeOutcomes(t *testing.T) {
 		require.Len(t, b.executions(r.Body["id"].(string)), 1)
 	})
 
-	t.Run("PollingIsBounded", func(t *testing.T) {
+	t.Run("UnfinishedActionIsCanceledAfterPollingLimit", func(t *testing.T) {
 		t.Parallel()
 		b := setupCharge(t, chargeOptions{cfg: payments.ChargeConfig{MaxPollDuration: time.Second}})
 		key := id.New("key")
-		paymentID := b.pay(key, "pm_card_authenticationRequired").Body["id"].(string)
+		paymentID := b.pay(key, "pm_card_authenticationRequired").PaymentID()
 		p := b.waitFinal(paymentID)
-		require.Equal(t, payments.StatusRequiresReconciliation, p.Status)
+		require.Equal(t, payments.StatusFailed, p.Status)
+		require.Equal(t, "authentication_required", *p.DeclineCode)
+		intents := b.executions(paymentID)
+		require.Len(t, intents, 1)
+		require.Equal(t, "canceled", intents[0].Status, "nothing can be charged later")
 		r := b.pay(key, "pm_card_authenticationRequired")
+		require.Equal(t, http.StatusPaymentRequired, r.Status)
+		require.Equal(t, problem.CardDeclined.URI(), r.Body["type"])
+	})
+
+	t.Run("ProcessingPastPollingLimitGoesToReconciliation", func(t *testing.T) {
+		t.Parallel()
+		b := setupCharge(t, chargeOptions{cfg: payments.ChargeConfig{MaxPollDuration: time.Second}, simRetrievals: 1000})
+		key := id.New("key")
+		paymentID := b.pay(key, "pm_sim_processing").PaymentID()
+		require.Equal(t, payments.StatusRequiresReconciliation, b.waitFinal(paymentID).Status)
+		r := b.pay(key, "pm_sim_processing")
 		require.Equal(t, http.StatusConflict, r.Status)
 		require.Equal(t, problem.IdempotencyOutcomeUnknown.URI(), r.Body["type"])
 	})

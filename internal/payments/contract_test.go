@@ -42,6 +42,9 @@ func TestProviderRequestsAreValidForStripe(t *testing.T) {
 		out := retrieveIntent(ctx, sc, pi.ID)
 		require.NoError(t, out.err, "%s: stripe-mock rejected our retrieve request", name)
 		require.Equal(t, pi.ID, out.intentID)
+
+		_, err = sc.PaymentIntents.Cancel(pi.ID, cancelParams(ctx, p.ProviderIdempotencyKey))
+		require.NoError(t, err, "%s: stripe-mock rejected our cancel request", name)
 	}
 }
 

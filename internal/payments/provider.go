@@ -182,5 +182,33 @@ func retrieveIntent(ctx context.Context, sc *client.API, intentID string) provid
 	return out
 }
 
+// cancelIntent cancels an intent still waiting for the customer. It has its
+// own idempotency key, derived from the payment's, so a retried cancel is
+// the same cancel. Success is reported as a decline: the payment is failed
+// and nothing was charged.
+func cancelIntent(ctx context.Context, sc *client.API, intentID, providerKey string) providerOutcome {
+	pi, err := sc.PaymentIntents.Cancel(intentID, cancelParams(ctx, providerKey))
+	if err != nil {
+		// Typically the customer finished meanwhile (the intent is no longer
+		// cancelable): the next run reads the intent and records that.
+		return providerOutcome{kind: outcomeRetry, intentID: intentID, err: err}
+	}
+	if pi.Status != stripe.PaymentIntentStatusCanceled {
+		return providerOutcome{kind: outcomeRetry, intentID: intentID, err: fmt.Errorf("cancel left payment intent %s %s", pi.ID, pi.Status)}
+	}
+	return providerOutcome{
+		kind: outcomeDeclined, intentID: pi.ID, intentStatus: pi.Status,
+		code: "authentication_required", declineCode: "authentication_required",
+		message: "The customer did not complete authentication in time; the payment intent was canceled.",
+	}
+}
+
+func cancelParams(ctx context.Context, providerKey string) *stripe.PaymentIntentCancelParams {
+	params := &stripe.PaymentIntentCancelParams{CancellationReason: stripe.String(string(stripe.PaymentIntentCancellationReasonAbandoned))}
+	params.SetIdempotencyKey(providerKey + "-cancel")
+	params.Context = ctx
+	return params
+}
+
 // ProviderKeyWindow is how long the provider remembers idempotency keys.
 const ProviderKeyWindow = 24 * time.Hour

@@ -17,6 +17,7 @@
 //	POST /v1/payment_intents
 //	GET  /v1/payment_intents/{id}
 //	POST /v1/payment_intents/{id}/confirm
+//	POST /v1/payment_intents/{id}/cancel
 //	GET  /v1/payment_intents/search?query=metadata['payment_id']:'X'
 //	GET  /v1/charges/{id}
 //	POST /v1/refunds

@@ -39,6 +39,13 @@ func intentConfirmParams() paramSpec {
 	}
 }
 
+func intentCancelParams() paramSpec {
+	return paramSpec{
+		"cancellation_reason": {kind: paramScalar},
+		"expand":              {kind: paramList},
+	}
+}
+
 func intentGetParams() paramSpec {
 	return paramSpec{
 		"client_secret": {kind: paramScalar},
@@ -185,6 +192,41 @@ func (s *Server) confirmIntent(req *apiRequest) response {
 	}
 	in.paymentMethod = pm
 	return s.confirm(in, card, offSession, exp, req.now)
+}
+
+// cancelIntent cancels an intent that has not charged: Stripe allows it in
+// requires_payment_method, requires_confirmation, requires_action and
+// requires_capture; a succeeded, processing or canceled intent is a 400.
+func (s *Server) cancelIntent(req *apiRequest) response {
+	p := req.params
+	if e := intentCancelParams().check(p); e != nil {
+		return errorResponse(http.StatusBadRequest, e)
+	}
+	exp, e := expandParam(p, "latest_charge", "payment_method")
+	if e != nil {
+		return errorResponse(http.StatusBadRequest, e)
+	}
+	reason := p.Get("cancellation_reason")
+	switch reason {
+	case "", "duplicate", "fraudulent", "requested_by_customer", "abandoned":
+	default:
+		return badRequest("parameter_invalid_string", "cancellation_reason",
+			"Invalid cancellation_reason: must be one of duplicate, fraudulent, requested_by_customer or abandoned")
+	}
+	in, ok := s.st.intents[req.id]
+	if !ok {
+		return notFound("intent", "payment_intent", req.id)
+	}
+	switch in.status {
+	case statusRequiresPaymentMethod, statusRequiresConfirmation, statusRequiresAction:
+	default:
+		return badRequest("payment_intent_unexpected_state", "",
+			"You cannot cancel this PaymentIntent because it has a status of %s.", in.status)
+	}
+	in.status = statusCanceled
+	in.canceledAt = req.now.Unix()
+	in.cancellationReason = reason
+	return jsonResponse(http.StatusOK, s.st.intentJSON(in, exp))
 }
 
 func noSuchPaymentMethod(pm string) response {

@@ -15,6 +15,24 @@ import (
 func TestPaymentIntents(t *testing.T) {
 	t.Parallel()
 
+	t.Run("CancelRequiresActionButNotSucceeded", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, stripesim.Config{})
+		pending, err := b.api.PaymentIntents.New(intentParams("pm_card_authenticationRequired", true))
+		require.NoError(t, err)
+		require.Equal(t, stripe.PaymentIntentStatusRequiresAction, pending.Status)
+		canceled, err := b.api.PaymentIntents.Cancel(pending.ID, &stripe.PaymentIntentCancelParams{CancellationReason: stripe.String("abandoned")})
+		require.NoError(t, err)
+		require.Equal(t, stripe.PaymentIntentStatusCanceled, canceled.Status)
+		require.Equal(t, stripe.PaymentIntentCancellationReasonAbandoned, canceled.CancellationReason)
+
+		done, err := b.api.PaymentIntents.New(intentParams("pm_card_visa", true))
+		require.NoError(t, err)
+		_, err = b.api.PaymentIntents.Cancel(done.ID, nil)
+		se := stripeError(t, err)
+		require.Equal(t, stripe.ErrorCode("payment_intent_unexpected_state"), se.Code)
+	})
+
 	t.Run("VisaSucceeds", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, stripesim.Config{})

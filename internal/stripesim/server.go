@@ -56,6 +56,7 @@ func (s *Server) routes() {
 	s.mux.Handle("GET /v1/payment_intents/search", s.api(s.searchIntents))
 	s.mux.Handle("GET /v1/payment_intents/{id}", s.api(s.getIntent))
 	s.mux.Handle("POST /v1/payment_intents/{id}/confirm", s.api(s.confirmIntent))
+	s.mux.Handle("POST /v1/payment_intents/{id}/cancel", s.api(s.cancelIntent))
 	s.mux.Handle("GET /v1/charges/{id}", s.api(s.getCharge))
 	s.mux.Handle("POST /v1/refunds", s.api(s.createRefund))
 	s.mux.Handle("GET /v1/refunds/{id}", s.api(s.getRefund))
