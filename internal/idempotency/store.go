@@ -177,6 +177,9 @@ func (s *Store) Reserve(ctx context.Context, tx pgx.Tx, req Request) (Decision, 
 	// one re-acquisition race, after which the row is no longer retryable.
 	for range 3 {
 		rec, inserted, err := insertKey(ctx, tx, req, s.cfg.Retention, lockTimeout)
+		if isLockTimeout(err) {
+			return Decision{}, fmt.Errorf("%w: %w", errKeyHeld, err)
+		}
 		if err != nil {
 			return Decision{}, err
 		}
@@ -209,6 +212,9 @@ func (s *Store) Reserve(ctx context.Context, tx pgx.Tx, req Request) (Decision, 
 			return Decision{Kind: Unresolved, Record: rec}, nil
 		case StatusFailedRetryable:
 			rec, ok, err := reacquireKey(ctx, tx, req, s.cfg.Retention)
+			if isLockTimeout(err) {
+				return Decision{}, fmt.Errorf("%w: %w", errKeyHeld, err)
+			}
 			if err != nil {
 				return Decision{}, err
 			}
@@ -343,7 +349,7 @@ func (s *Store) Run(ctx context.Context, db TxBeginner, req Request, op Operatio
 		res.Record.Response = &out.Response
 		return nil
 	})
-	if isLockTimeout(err) {
+	if errors.Is(err, errKeyHeld) {
 		return Result{Kind: InProgress}, nil
 	}
 	if err != nil {
@@ -351,6 +357,11 @@ func (s *Store) Run(ctx context.Context, db TxBeginner, req Request, op Operatio
 	}
 	return res, nil
 }
+
+// errKeyHeld marks a lock timeout while waiting for another transaction's
+// hold on the key itself. A lock timeout later in the transaction (the
+// operation's own writes) is not the key being in use; it stays an error.
+var errKeyHeld = errors.New("idempotency key held by another transaction")
 
 func isLockTimeout(err error) bool {
 	var pgErr *pgconn.PgError

@@ -44,8 +44,9 @@ func Open(ctx context.Context, cfg PoolConfig) (*pgxpool.Pool, error) {
 	return pool, nil
 }
 
-// IsUnavailable reports whether err means the database could not be reached
-// or the connection was lost, as opposed to the database rejecting a
+// IsUnavailable reports whether err means the database could not be reached,
+// the connection was lost, or the transaction lost a transient conflict
+// (lock timeout, deadlock), as opposed to the database rejecting a
 // statement. Callers answer such errors with 503 and Retry-After: the
 // transaction did not commit (or, if the commit's acknowledgement was lost,
 // a retry with the same idempotency key replays it), so retrying is safe.
@@ -60,8 +61,14 @@ func IsUnavailable(err error) bool {
 	)
 	switch {
 	case errors.As(err, &pgErr):
-		// Class 08 is connection exceptions; 57P0x is the server shutting down.
-		return pgErr.Code[:2] == "08" || pgErr.Code == "57P01" || pgErr.Code == "57P02" || pgErr.Code == "57P03"
+		switch pgErr.Code {
+		case "57P01", "57P02", "57P03": // the server is shutting down or starting
+			return true
+		case "55P03", "40001", "40P01": // lock timeout, serialization failure, deadlock: transient
+			return true
+		}
+		// Class 08 is connection exceptions.
+		return pgErr.Code[:2] == "08"
 	case errors.As(err, &connectErr), errors.As(err, &netErr), pgconn.Timeout(err):
 		return true
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed):
