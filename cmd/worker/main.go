@@ -121,20 +121,7 @@ func shutdown(client *outbox.Client, grace time.Duration, logger *slog.Logger) e
 
 func adminHandler(pool *pgxpool.Pool) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
-		defer cancel()
-		w.Header().Set("Content-Type", "application/json")
-		if err := pool.Ping(ctx); err != nil {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = w.Write([]byte(`{"status":"unavailable","database":"unreachable"}` + "\n"))
-			return
-		}
-		_, _ = w.Write([]byte(`{"status":"ok","database":"ok"}` + "\n"))
-	})
+	mux.HandleFunc("GET /healthz", serve.Healthz)
+	mux.HandleFunc("GET /readyz", serve.Readyz(pool))
 	return mux
 }

@@ -97,6 +97,19 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
+// field returns a string field of the first log line with message msg.
+func (b *syncBuffer) field(msg, name string) string {
+	sc := bufio.NewScanner(bytes.NewReader([]byte(b.String())))
+	for sc.Scan() {
+		var line map[string]any
+		if json.Unmarshal(sc.Bytes(), &line) == nil && line["msg"] == msg {
+			s, _ := line[name].(string)
+			return s
+		}
+	}
+	return ""
+}
+
 func (b *syncBuffer) contains(msg string) bool {
 	sc := bufio.NewScanner(bytes.NewReader([]byte(b.String())))
 	for sc.Scan() {
@@ -292,7 +305,13 @@ func TestTwoWorkersChargeEachPaymentOnce(t *testing.T) {
 func TestWorkerEndToEnd(t *testing.T) {
 	t.Parallel()
 	p := newPipeline(t)
-	p.startWorker()
+	w := p.startWorker()
+	for _, path := range []string{"/healthz", "/readyz"} {
+		resp, err := http.Get("http://" + w.out.field("worker started", "admin_addr") + path)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode, path)
+	}
 
 	start := time.Now()
 	r := p.api.Pay(t, id.New("key"), "pm_card_visa", "Prefer", "wait=5")

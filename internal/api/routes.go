@@ -2,7 +2,6 @@ package api
 
 import (
 	"cmp"
-	"context"
 	"log/slog"
 	"net/http"
 	"runtime/debug"
@@ -15,6 +14,7 @@ import (
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/serve"
 	"github.com/oncepay/oncepay/internal/tenant"
 )
 
@@ -39,8 +39,8 @@ func NewHandler(d Deps) http.Handler {
 		problem.Write(w, r, d.Logger, problem.New(problem.MethodNotAllowed, "%s is not supported on %s.", r.Method, r.URL.Path))
 	})
 
-	r.Get("/healthz", handleHealthz)
-	r.Get("/readyz", handleReadyz(d.Pool))
+	r.Get("/healthz", serve.Healthz)
+	r.Get("/readyz", serve.Readyz(d.Pool))
 	r.Get("/docs/idempotency", handleIdempotencyDoc(d.Keys.Config()))
 	r.Get(problem.DocsPath, handleProblemIndex)
 	r.Get(problem.DocsPath+"/{slug}", handleProblemDoc)
@@ -52,29 +52,6 @@ func NewHandler(d Deps) http.Handler {
 		r.Get("/payments/{id}", d.Payments.HandleGet())
 	})
 	return r
-}
-
-func handleHealthz(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
-}
-
-// handleReadyz answers 200 only if the database answers within a second:
-// a load balancer should stop sending payments to an instance that would
-// fail them closed.
-func handleReadyz(pool *pgxpool.Pool) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
-		defer cancel()
-		w.Header().Set("Content-Type", "application/json")
-		if err := pool.Ping(ctx); err != nil {
-			w.Header().Set("Retry-After", "1")
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = w.Write([]byte(`{"status":"unavailable","database":"unreachable"}` + "\n"))
-			return
-		}
-		_, _ = w.Write([]byte(`{"status":"ok","database":"ok"}` + "\n"))
-	}
 }
 
 // recoverer turns a panic into a logged 500 problem. Nothing was stored

@@ -52,3 +52,32 @@ func HTTP(ctx context.Context, name string, srv *http.Server, ln net.Listener, s
 	}
 	return nil
 }
+
+// Pinger is what readiness checks: a pool.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// Healthz answers 200 while the process is up.
+func Healthz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
+}
+
+// Readyz answers 200 only if the database answers within a second: a load
+// balancer or orchestrator should stop sending work to an instance that
+// would fail it closed.
+func Readyz(db Pinger) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+		defer cancel()
+		w.Header().Set("Content-Type", "application/json")
+		if err := db.Ping(ctx); err != nil {
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte(`{"status":"unavailable","database":"unreachable"}` + "\n"))
+			return
+		}
+		_, _ = w.Write([]byte(`{"status":"ok","database":"ok"}` + "\n"))
+	}
+}
