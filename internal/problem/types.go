@@ -19,6 +19,13 @@ var (
 	IdempotencyOutcomeUnknown = Type{"idempotency-outcome-unknown", "The outcome of this operation is being reconciled", http.StatusConflict,
 		"The operation reached the payment provider but its outcome could not be confirmed. It is being reconciled with the provider; " +
 			"do not create a new operation. Retry with the same key after Retry-After to get the final outcome."}
+	IdempotencyKeyExpired = Type{"idempotency-key-expired", "This Idempotency-Key expired long ago", http.StatusUnprocessableEntity,
+		"The key was used for an operation whose stored response has passed its retention period. The key is remembered (as a " +
+			"tombstone) so that a very late retry can never run the operation a second time; nothing was done for this request. " +
+			"The resource member names what the original request created: read it to learn its outcome. For a new operation, use a new key."}
+	IdempotencyRetryNeeded = Type{"idempotency-retry-needed", "The operation did not take effect; retry it", http.StatusServiceUnavailable,
+		"The operation started with this key provably never reached the payment provider, so nothing was charged. Send the same " +
+			"request with the same Idempotency-Key after Retry-After: it will run again, and still at most once."}
 	InvalidRequest = Type{"invalid-request", "The request is invalid", http.StatusBadRequest,
 		"One or more fields are missing or invalid; the errors member lists each field and what is wrong with it. " +
 			"Nothing was stored and the Idempotency-Key was not used: fix the request and send it again with the same key."}
@@ -50,6 +57,7 @@ var (
 func Catalog() []Type {
 	return []Type{
 		MissingIdempotencyKey, InvalidIdempotencyKey, IdempotencyKeyMismatch, IdempotencyKeyInUse, IdempotencyOutcomeUnknown,
+		IdempotencyKeyExpired, IdempotencyRetryNeeded,
 		InvalidRequest, RequestTooLarge, UnsupportedMediaType, Unauthorized, NotFound, MethodNotAllowed,
 		CardDeclined, ProviderRejected, ServiceUnavailable, Internal,
 	}
