@@ -1,0 +1,339 @@
+package provider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/stripe/stripe-go/v76"
+	"github.com/stripe/stripe-go/v76/client"
+)
+
+// KeyWindow is how long the provider remembers idempotency keys.
+const KeyWindow = 24 * time.Hour
+
+// Config configures a Client.
+type Config struct {
+	// SecretKey authenticates to Stripe (sk_test_… or sk_live_…). Required.
+	SecretKey string
+	// APIBase points the client at another base URL (the simulator,
+	// stripe-mock). Empty means Stripe's real API.
+	APIBase string
+	// HTTPClient carries the calls. Defaults to a client with no timeout of
+	// its own: every call carries its caller's context and deadline.
+	HTTPClient *http.Client
+}
+
+// Client calls the provider.
+type Client struct {
+	api *client.API
+}
+
+// New returns a Client with stripe-go's own retries turned off.
+func New(cfg Config) *Client {
+	httpClient := cfg.HTTPClient
+	if httpClient == nil {
+		httpClient = &http.Client{}
+	}
+	// A copy, so the caller's client is not changed: the transport notes
+	// which answers the provider replayed from its idempotency store.
+	observed := *httpClient
+	observed.Transport = replayObserver{next: httpClient.Transport}
+	backendCfg := &stripe.BackendConfig{
+		MaxNetworkRetries: stripe.Int64(0),
+		HTTPClient:        &observed,
+		EnableTelemetry:   stripe.Bool(false),
+		// Callers log every outcome themselves, with their own ids.
+		LeveledLogger: &stripe.LeveledLogger{Level: stripe.LevelNull},
+	}
+	if cfg.APIBase != "" {
+		backendCfg.URL = stripe.String(cfg.APIBase)
+	}
+	return &Client{api: client.New(cfg.SecretKey, stripe.NewBackendsWithConfig(backendCfg))}
+}
+
+// replayObserver records, for calls whose context carries a *callRecord,
+// whether the answer was replayed from the provider's idempotency store.
+// stripe-go does not expose response headers on errors, and a replayed 5xx
+// is exactly the error whose headers matter.
+type replayObserver struct {
+	next http.RoundTripper
+}
+
+func (o replayObserver) RoundTrip(req *http.Request) (*http.Response, error) {
+	next := o.next
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	resp, err := next.RoundTrip(req)
+	if rec, ok := req.Context().Value(callRecordKey{}).(*callRecord); ok && resp != nil {
+		rec.set(resp.Header.Get("Idempotent-Replayed") == "true")
+	}
+	return resp, err
+}
+
+type callRecordKey struct{}
+
+type callRecord struct {
+	mu       sync.Mutex
+	replayed bool
+}
+
+func (r *callRecord) set(replayed bool) {
+	r.mu.Lock()
+	r.replayed = replayed
+	r.mu.Unlock()
+}
+
+func (r *callRecord) get() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.replayed
+}
+
+func observe(ctx context.Context) (context.Context, *callRecord) {
+	rec := &callRecord{}
+	return context.WithValue(ctx, callRecordKey{}, rec), rec
+}
+
+// Kind is what a provider answer proves.
+type Kind int
+
+const (
+	// Succeeded: the intent is succeeded: the money moved.
+	Succeeded Kind = iota + 1
+	// Pending: the intent exists and is processing or waiting for the
+	// customer (3-D Secure); read it again later.
+	Pending
+	// Declined: a card error, or an intent that ended without a charge
+	// (canceled, payment method refused). Nothing was charged.
+	Declined
+	// Rejected: a 4xx proving the provider created nothing (invalid
+	// parameters, unknown payment method).
+	Rejected
+	// KeyConflict: the provider saw the idempotency key with other
+	// parameters. Keys are derived per payment and generation, so this is a
+	// bug, and the charge's outcome is unknown.
+	KeyConflict
+	// Ambiguous: nothing is proven (network error, timeout, 5xx, 429, 409
+	// key in flight, 401/403). Never read it as "nothing happened".
+	Ambiguous
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Succeeded:
+		return "succeeded"
+	case Pending:
+		return "pending"
+	case Declined:
+		return "declined"
+	case Rejected:
+		return "rejected"
+	case KeyConflict:
+		return "key_conflict"
+	case Ambiguous:
+		return "ambiguous"
+	}
+	return fmt.Sprintf("Kind(%d)", int(k))
+}
+
+// Outcome is a classified provider answer.
+type Outcome struct {
+	Kind Kind
+	// Intent is the payment intent the answer carried, if any.
+	Intent *Intent
+	// Code, DeclineCode, Message and Param come from a provider error or the
+	// intent's last payment error.
+	Code, DeclineCode, Message, Param string
+	// HTTPStatus is the provider's status code, 0 when no answer arrived.
+	HTTPStatus int
+	// Replayed is whether the provider answered from its idempotency store.
+	// For an Ambiguous 5xx it means every retry with the same key will get
+	// the same error: retrying can never learn more.
+	Replayed bool
+	// Err is the underlying error, for logs.
+	Err error
+}
+
+// IntentID is the id of the answer's intent, or "".
+func (o Outcome) IntentID() string {
+	if o.Intent == nil {
+		return ""
+	}
+	return o.Intent.ID
+}
+
+// Intent is the part of a payment intent oncepay reads.
+type Intent struct {
+	ID       string
+	Status   stripe.PaymentIntentStatus
+	Amount   int64
+	Currency string
+	Metadata map[string]string
+	Created  time.Time
+	// LastError is the intent's last payment error, if any.
+	LastError *IntentError
+}
+
+// IntentError is why an intent's last attempt failed.
+type IntentError struct {
+	Code, DeclineCode, Message string
+}
+
+func intentOf(pi *stripe.PaymentIntent) *Intent {
+	if pi == nil {
+		return nil
+	}
+	in := &Intent{
+		ID: pi.ID, Status: pi.Status, Amount: pi.Amount, Currency: string(pi.Currency),
+		Metadata: pi.Metadata, Created: time.Unix(pi.Created, 0).UTC(),
+	}
+	if pi.LastPaymentError != nil {
+		in.LastError = &IntentError{
+			Code: string(pi.LastPaymentError.Code), DeclineCode: string(pi.LastPaymentError.DeclineCode),
+			Message: pi.LastPaymentError.Msg,
+		}
+	}
+	return in
+}
+
+// OutcomeOf says what an intent's state proves.
+func OutcomeOf(in *Intent) Outcome {
+	out := Outcome{Intent: in}
+	switch in.Status {
+	case stripe.PaymentIntentStatusSucceeded:
+		out.Kind = Succeeded
+	case stripe.PaymentIntentStatusProcessing, stripe.PaymentIntentStatusRequiresAction,
+		stripe.PaymentIntentStatusRequiresCapture, stripe.PaymentIntentStatusRequiresConfirmation:
+		out.Kind = Pending
+	case stripe.PaymentIntentStatusRequiresPaymentMethod, stripe.PaymentIntentStatusCanceled:
+		// The attempt failed (declined, or 3-D Secure abandoned): no charge.
+		out.Kind = Declined
+		out.Code = string(in.Status)
+		if in.LastError != nil {
+			out.Code, out.DeclineCode, out.Message = in.LastError.Code, in.LastError.DeclineCode, in.LastError.Message
+		}
+	default:
+		out.Kind = Ambiguous
+		out.Err = fmt.Errorf("payment intent %s in unexpected status %q", in.ID, in.Status)
+	}
+	return out
+}
+
+// classify maps a call's result to what it proves. Only answers that prove
+// nothing was charged are Declined or Rejected; everything else that is not
+// a success is Ambiguous.
+func classify(pi *stripe.PaymentIntent, err error, replayed bool) Outcome {
+	if err == nil {
+		out := OutcomeOf(intentOf(pi))
+		out.HTTPStatus, out.Replayed = http.StatusOK, replayed
+		return out
+	}
+	var se *stripe.Error
+	if !errors.As(err, &se) {
+		return Outcome{Kind: Ambiguous, Err: err}
+	}
+	out := Outcome{
+		Code: string(se.Code), DeclineCode: string(se.DeclineCode), Message: se.Msg, Param: se.Param,
+		HTTPStatus: se.HTTPStatusCode, Replayed: replayed, Err: err, Intent: intentOf(se.PaymentIntent),
+	}
+	switch {
+	case se.Type == stripe.ErrorTypeIdempotency && se.HTTPStatusCode == http.StatusBadRequest:
+		out.Kind = KeyConflict
+	case se.HTTPStatusCode == http.StatusPaymentRequired || se.Type == stripe.ErrorTypeCard:
+		out.Kind = Declined
+	case se.HTTPStatusCode == http.StatusBadRequest || se.HTTPStatusCode == http.StatusNotFound:
+		// Invalid parameters, unknown payment method or customer: rejected
+		// before anything was created.
+		out.Kind = Rejected
+	default:
+		// 401/403 (our key is wrong: fixable), 409, 429, 5xx.
+		out.Kind = Ambiguous
+	}
+	return out
+}
+
+// Charge is the one request that charges a payment. Every attempt must send
+// it unchanged: the provider replays the first answer only for the same key
+// with the same parameters.
+type Charge struct {
+	IdempotencyKey string
+	Amount         int64
+	Currency       string
+	PaymentMethod  string
+	Customer       string
+	Description    string
+	Metadata       map[string]string
+}
+
+// CreateIntent creates and confirms a payment intent for c, with c's key.
+func (c *Client) CreateIntent(ctx context.Context, ch Charge) Outcome {
+	ctx, rec := observe(ctx)
+	params := &stripe.PaymentIntentParams{
+		Amount:        stripe.Int64(ch.Amount),
+		Currency:      stripe.String(ch.Currency),
+		PaymentMethod: stripe.String(ch.PaymentMethod),
+		Confirm:       stripe.Bool(true),
+		// A server-side charge cannot follow a redirect; cards that would
+		// need one end in requires_action, which the caller polls.
+		AutomaticPaymentMethods: &stripe.PaymentIntentAutomaticPaymentMethodsParams{
+			Enabled:        stripe.Bool(true),
+			AllowRedirects: stripe.String("never"),
+		},
+	}
+	if ch.Customer != "" {
+		params.Customer = stripe.String(ch.Customer)
+	}
+	if ch.Description != "" {
+		params.Description = stripe.String(ch.Description)
+	}
+	for k, v := range ch.Metadata {
+		params.AddMetadata(k, v)
+	}
+	params.SetIdempotencyKey(ch.IdempotencyKey)
+	params.Context = ctx
+	pi, err := c.api.PaymentIntents.New(params)
+	return classify(pi, err, rec.get())
+}
+
+// RetrieveIntent reads an intent that exists. A failed read proves nothing
+// about the charge (a 404 or 400 here means a wrong key, mode or account),
+// so every error is Ambiguous, never Declined or Rejected.
+func (c *Client) RetrieveIntent(ctx context.Context, intentID string) Outcome {
+	params := &stripe.PaymentIntentParams{}
+	params.Context = ctx
+	pi, err := c.api.PaymentIntents.Get(intentID, params)
+	out := classify(pi, err, false)
+	if out.Err != nil {
+		out.Kind = Ambiguous
+	}
+	return out
+}
+
+// CancelIntent cancels an intent still waiting for the customer, with
+// idempotencyKey, so a retried cancel is the same cancel. A canceled intent
+// is Declined with code authentication_required: nothing was charged, and
+// nothing can be later. Any other answer is Ambiguous (typically the
+// customer finished meanwhile and the intent is no longer cancelable: read
+// it again).
+func (c *Client) CancelIntent(ctx context.Context, intentID, idempotencyKey string) Outcome {
+	params := &stripe.PaymentIntentCancelParams{CancellationReason: stripe.String(string(stripe.PaymentIntentCancellationReasonAbandoned))}
+	params.SetIdempotencyKey(idempotencyKey)
+	params.Context = ctx
+	pi, err := c.api.PaymentIntents.Cancel(intentID, params)
+	if err != nil {
+		return Outcome{Kind: Ambiguous, Intent: &Intent{ID: intentID}, Err: err}
+	}
+	if pi.Status != stripe.PaymentIntentStatusCanceled {
+		return Outcome{Kind: Ambiguous, Intent: intentOf(pi), Err: fmt.Errorf("cancel left payment intent %s %s", pi.ID, pi.Status)}
+	}
+	return Outcome{
+		Kind: Declined, Intent: intentOf(pi), HTTPStatus: http.StatusOK,
+		Code: "authentication_required", DeclineCode: "authentication_required",
+		Message: "The customer did not complete authentication in time; the payment intent was canceled.",
+	}
+}
