@@ -5,6 +5,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/envconfig"
 	"github.com/oncepay/oncepay/internal/payments"
+	"github.com/oncepay/oncepay/internal/provider"
 )
 
 // config is the worker's configuration, read from the environment. Every
@@ -36,6 +37,9 @@ type config struct {
 	// RetryBase and RetryMax (WORKER_RETRY_BACKOFF_BASE, _MAX) shape the
 	// backoff between attempts. Default 1s and 10m.
 	RetryBase, RetryMax time.Duration
+	// RecordTimeout (WORKER_RECORD_TIMEOUT) bounds the writes that record a
+	// provider answer after the call. Defaults to 10s.
+	RecordTimeout time.Duration
 	// PollInterval (WORKER_POLL_INTERVAL) is the wait between polls of an
 	// intent that is processing or requires action. Defaults to 2s.
 	PollInterval time.Duration
@@ -46,6 +50,25 @@ type config struct {
 	// a payment whose first attempt is older; the provider forgets keys
 	// after 24h. Defaults to 23h.
 	ProviderKeyMargin time.Duration
+	// ReconcileInterval (RECONCILE_INTERVAL) is how often the reconciler
+	// looks for payments due. Defaults to 15s.
+	ReconcileInterval time.Duration
+	// ReconcileSettle (RECONCILE_SETTLE) is how long after a charge
+	// request's timeout "the provider has no intent" counts as proof.
+	// Defaults to 1m.
+	ReconcileSettle time.Duration
+	// ReconcileBackoffMax (RECONCILE_BACKOFF_MAX) caps the wait between
+	// looks that could not tell. Defaults to 1h.
+	ReconcileBackoffMax time.Duration
+	// ReconcileMaxAttempts (RECONCILE_MAX_ATTEMPTS): looks that could not
+	// tell before a payment is left to an operator. Defaults to 40.
+	ReconcileMaxAttempts int
+	// SweepInterval (SWEEP_INTERVAL) is how often stranded payments are
+	// looked for. Defaults to 1m.
+	SweepInterval time.Duration
+	// SweepGrace (SWEEP_GRACE): a payment unchanged this long with no live
+	// charge job is stranded. Defaults to 5m.
+	SweepGrace time.Duration
 	// IdempotencyRetention (IDEMPOTENCY_RETENTION): as for the API; a
 	// completed key is kept this long after completion.
 	IdempotencyRetention time.Duration
@@ -71,23 +94,44 @@ func loadConfig(getenv func(string) string) (config, error) {
 		ShutdownGrace:          env.Duration("WORKER_SHUTDOWN_GRACE", 30*time.Second, 0, time.Hour),
 		RetryBase:              env.Duration("WORKER_RETRY_BACKOFF_BASE", time.Second, time.Millisecond, time.Hour),
 		RetryMax:               env.Duration("WORKER_RETRY_BACKOFF_MAX", 10*time.Minute, time.Millisecond, 6*time.Hour),
+		RecordTimeout:          env.Duration("WORKER_RECORD_TIMEOUT", 10*time.Second, 100*time.Millisecond, 5*time.Minute),
 		PollInterval:           env.Duration("WORKER_POLL_INTERVAL", 2*time.Second, 10*time.Millisecond, time.Hour),
 		MaxPollDuration:        env.Duration("WORKER_MAX_POLL_DURATION", time.Hour, time.Second, 23*time.Hour),
-		ProviderKeyMargin:      env.Duration("PROVIDER_KEY_MARGIN", 23*time.Hour, time.Minute, payments.ProviderKeyWindow-time.Minute),
+		ProviderKeyMargin:      env.Duration("PROVIDER_KEY_MARGIN", 23*time.Hour, time.Minute, provider.KeyWindow-time.Minute),
+		ReconcileInterval:      env.Duration("RECONCILE_INTERVAL", 15*time.Second, 100*time.Millisecond, time.Hour),
+		ReconcileSettle:        env.Duration("RECONCILE_SETTLE", time.Minute, 0, time.Hour),
+		ReconcileBackoffMax:    env.Duration("RECONCILE_BACKOFF_MAX", time.Hour, time.Second, 24*time.Hour),
+		ReconcileMaxAttempts:   env.Int("RECONCILE_MAX_ATTEMPTS", 40, 1, 10000),
+		SweepInterval:          env.Duration("SWEEP_INTERVAL", time.Minute, 100*time.Millisecond, 24*time.Hour),
+		SweepGrace:             env.Duration("SWEEP_GRACE", 5*time.Minute, time.Second, 24*time.Hour),
 		IdempotencyRetention:   env.Duration("IDEMPOTENCY_RETENTION", 24*time.Hour, 24*time.Hour, 90*24*time.Hour),
 		DatabaseConnectTimeout: env.Duration("DATABASE_CONNECT_TIMEOUT", 3*time.Second, 100*time.Millisecond, time.Minute),
 		LogLevel:               env.OneOf("LOG_LEVEL", "info", "debug", "info", "warn", "error"),
 	}
 	cfg.DatabaseMaxConns = env.Int("DATABASE_MAX_CONNS", cfg.Concurrency+5, 2, 2000)
-	if cfg.RescueStuckAfter <= cfg.JobTimeout {
-		env.Fail("WORKER_RESCUE_STUCK_AFTER", "%s must exceed WORKER_JOB_TIMEOUT (%s), or a slow attempt would run twice at once", cfg.RescueStuckAfter, cfg.JobTimeout)
+	// A job's attempt may outlive its timeout by the window in which it
+	// records what the provider said; rescuing it before then would run a
+	// second attempt beside the first.
+	if minRescue := cfg.chargeConfig().MaxAttemptDuration(); cfg.RescueStuckAfter <= minRescue {
+		env.Fail("WORKER_RESCUE_STUCK_AFTER", "%s must exceed WORKER_JOB_TIMEOUT plus twice WORKER_RECORD_TIMEOUT (%s), or a slow attempt would run twice at once",
+			cfg.RescueStuckAfter, minRescue)
 	}
-	if cfg.ProviderKeyMargin+cfg.JobTimeout >= payments.ProviderKeyWindow {
+	if cfg.ProviderKeyMargin+cfg.JobTimeout >= provider.KeyWindow {
 		env.Fail("PROVIDER_KEY_MARGIN", "%s plus WORKER_JOB_TIMEOUT (%s) must stay under the provider's %s key window",
-			cfg.ProviderKeyMargin, cfg.JobTimeout, payments.ProviderKeyWindow)
+			cfg.ProviderKeyMargin, cfg.JobTimeout, provider.KeyWindow)
 	}
 	if cfg.RetryMax < cfg.RetryBase {
 		env.Fail("WORKER_RETRY_BACKOFF_MAX", "must not be less than WORKER_RETRY_BACKOFF_BASE")
 	}
 	return cfg, env.Err()
+}
+
+func (c config) chargeConfig() payments.ChargeConfig {
+	return payments.ChargeConfig{
+		JobTimeout:        c.JobTimeout,
+		ProviderKeyMargin: c.ProviderKeyMargin,
+		PollInterval:      c.PollInterval,
+		MaxPollDuration:   c.MaxPollDuration,
+		RecordTimeout:     c.RecordTimeout,
+	}
 }

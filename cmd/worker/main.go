@@ -1,6 +1,7 @@
 // Command worker charges accepted payments: it runs River's workers for the
 // charge_payment jobs the API inserts, calling the provider through
-// stripe-go, and serves /healthz and /readyz on WORKER_ADMIN_ADDR.
+// stripe-go, runs the periodic lifecycle jobs (reconciler, sweeper), and
+// serves /healthz and /readyz on WORKER_ADMIN_ADDR.
 package main
 
 import (
@@ -23,6 +24,7 @@ import (
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/postgres"
+	"github.com/oncepay/oncepay/internal/provider"
 	"github.com/oncepay/oncepay/internal/serve"
 )
 
@@ -51,22 +53,37 @@ func run(ctx context.Context, _ []string, getenv func(string) string, stdout io.
 	defer pool.Close()
 
 	keys := idempotency.NewStore(idempotency.Config{Retention: cfg.IdempotencyRetention})
-	stripeClient := payments.NewStripeClient(payments.StripeConfig{SecretKey: cfg.StripeSecretKey, APIBase: cfg.StripeAPIBase})
+	providerClient := provider.New(provider.Config{SecretKey: cfg.StripeSecretKey, APIBase: cfg.StripeAPIBase})
+	chargeCfg := cfg.chargeConfig()
 	workers := river.NewWorkers()
-	if err := river.AddWorkerSafely(workers, payments.NewChargeWorker(pool, keys, stripeClient, logger, payments.ChargeConfig{
-		JobTimeout:        cfg.JobTimeout,
-		ProviderKeyMargin: cfg.ProviderKeyMargin,
-		PollInterval:      cfg.PollInterval,
-		MaxPollDuration:   cfg.MaxPollDuration,
-	})); err != nil {
+	if err := river.AddWorkerSafely(workers, payments.NewChargeWorker(pool, keys, providerClient, logger, chargeCfg)); err != nil {
 		return fmt.Errorf("register charge worker: %w", err)
+	}
+	reconciler := payments.NewReconciler(pool, keys, providerClient, logger, payments.ReconcileConfig{
+		ChargeCallTimeout: chargeCfg.ProviderCallTimeout(),
+		Settle:            cfg.ReconcileSettle,
+		RetryMax:          cfg.ReconcileBackoffMax,
+		MaxAttempts:       cfg.ReconcileMaxAttempts,
+		MaxActionWait:     cfg.MaxPollDuration,
+	})
+	if err := river.AddWorkerSafely(workers, &payments.ReconcileWorker{Reconciler: reconciler}); err != nil {
+		return fmt.Errorf("register reconciler: %w", err)
+	}
+	sweeper := payments.NewSweeper(pool, keys, logger, payments.SweepConfig{Grace: cfg.SweepGrace})
+	if err := river.AddWorkerSafely(workers, &payments.SweepWorker{Sweeper: sweeper}); err != nil {
+		return fmt.Errorf("register sweeper: %w", err)
+	}
+	periodic := []*river.PeriodicJob{
+		periodicJob(cfg.ReconcileInterval, payments.ReconcilePaymentsArgs{}),
+		periodicJob(cfg.SweepInterval, payments.SweepPaymentsArgs{}),
 	}
 	client, err := outbox.NewWorkerClient(pool, outbox.WorkerConfig{
 		Workers:              workers,
 		Concurrency:          cfg.Concurrency,
-		JobTimeout:           cfg.JobTimeout,
+		JobTimeout:           chargeCfg.MaxAttemptDuration(),
 		RescueStuckJobsAfter: cfg.RescueStuckAfter,
 		Retry:                outbox.RetryPolicy{Base: cfg.RetryBase, Max: cfg.RetryMax},
+		PeriodicJobs:         periodic,
 		Logger:               logger,
 	})
 	if err != nil {
@@ -117,6 +134,13 @@ func shutdown(client *outbox.Client, grace time.Duration, logger *slog.Logger) e
 		return fmt.Errorf("stop and cancel river: %w", err)
 	}
 	return nil
+}
+
+// periodicJob schedules args every interval, the first run at start.
+func periodicJob(interval time.Duration, args river.JobArgs) *river.PeriodicJob {
+	return river.NewPeriodicJob(river.PeriodicInterval(interval),
+		func() (river.JobArgs, *river.InsertOpts) { return args, nil },
+		&river.PeriodicJobOpts{RunOnStart: true})
 }
 
 func adminHandler(pool *pgxpool.Pool) http.Handler {

@@ -175,7 +175,7 @@ func TestCreatePayment(t *testing.T) {
 
 		var providerKey string
 		require.NoError(t, b.pool.QueryRow(b.ctx, "SELECT provider_idempotency_key FROM payments WHERE id = $1", p["id"]).Scan(&providerKey))
-		require.Equal(t, payments.ProviderIdempotencyKey(b.tenant.TenantID, key, p["id"].(string)), providerKey)
+		require.Equal(t, payments.ProviderIdempotencyKey(b.tenant.TenantID, key, p["id"].(string), 1), providerKey)
 	})
 
 	t.Run("ProcessingKeyReplays202", func(t *testing.T) {

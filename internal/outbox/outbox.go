@@ -36,13 +36,7 @@ func (ChargePaymentArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{
 		Queue:       QueuePayments,
 		MaxAttempts: ChargeMaxAttempts,
-		UniqueOpts: river.UniqueOpts{
-			ByArgs: true,
-			ByState: []rivertype.JobState{
-				rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRetryable,
-				rivertype.JobStateRunning, rivertype.JobStateScheduled,
-			},
-		},
+		UniqueOpts:  river.UniqueOpts{ByArgs: true, ByState: LiveJobStates()},
 	}
 }
 
@@ -77,4 +71,17 @@ func (o *Outbox) InsertTx(ctx context.Context, tx pgx.Tx, args river.JobArgs) (*
 		return nil, fmt.Errorf("insert %s job: %w", args.Kind(), err)
 	}
 	return res, nil
+}
+
+// QueueMaintenance is the queue of the periodic lifecycle jobs (sweeper,
+// reconciler, key reaper), kept apart so they never wait behind charges.
+const QueueMaintenance = "maintenance"
+
+// LiveJobStates are the states of a job that will still run: a payment
+// with a charge job in one of them is not stranded.
+func LiveJobStates() []rivertype.JobState {
+	return []rivertype.JobState{
+		rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRetryable,
+		rivertype.JobStateRunning, rivertype.JobStateScheduled,
+	}
 }

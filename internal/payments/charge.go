@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"runtime/debug"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -15,11 +16,11 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stripe/stripe-go/v76"
-	"github.com/stripe/stripe-go/v76/client"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/provider"
 )
 
 // ChargeConfig tunes the charge worker. Zero values take the defaults.
@@ -38,6 +39,26 @@ type ChargeConfig struct {
 	// MaxPollDuration bounds polling, counted from the first provider
 	// attempt; past it the payment goes to reconciliation. Defaults to 1h.
 	MaxPollDuration time.Duration
+	// RecordTimeout bounds the writes that record a provider answer. They
+	// run after the job's own deadline when the provider call used it up,
+	// and once more on a last attempt whose recording failed (to hand the
+	// payment to reconciliation). Defaults to 10s.
+	RecordTimeout time.Duration
+}
+
+// MaxAttemptDuration is how long one attempt can run, recording included:
+// River must not rescue a job as stuck before then, or two attempts of one
+// job would run at once.
+func (c ChargeConfig) MaxAttemptDuration() time.Duration {
+	c = c.WithDefaults()
+	return c.JobTimeout + 2*c.RecordTimeout
+}
+
+// ProviderCallTimeout bounds one provider call: the job timeout less a
+// fifth (at most 5s) left for recording the answer.
+func (c ChargeConfig) ProviderCallTimeout() time.Duration {
+	c = c.WithDefaults()
+	return c.JobTimeout - min(c.JobTimeout/5, 5*time.Second)
 }
 
 // WithDefaults returns the configuration with zero values defaulted.
@@ -46,6 +67,7 @@ func (c ChargeConfig) WithDefaults() ChargeConfig {
 	c.ProviderKeyMargin = cmp.Or(c.ProviderKeyMargin, 23*time.Hour)
 	c.PollInterval = cmp.Or(c.PollInterval, 2*time.Second)
 	c.MaxPollDuration = cmp.Or(c.MaxPollDuration, time.Hour)
+	c.RecordTimeout = cmp.Or(c.RecordTimeout, 10*time.Second)
 	return c
 }
 
@@ -58,20 +80,22 @@ func (c ChargeConfig) WithDefaults() ChargeConfig {
 // most once and answers the rest with the first result. And the outcome is
 // recorded together with the job's completion, so a job that recorded its
 // outcome never runs again, and one that did not will ask the provider again
-// and get the same answer.
+// and get the same answer. Where asking again cannot tell (the provider
+// replays a stored 5xx, attempts are exhausted, the key's window is ending),
+// the payment goes to the Reconciler, which looks the charge up instead.
 type ChargeWorker struct {
 	river.WorkerDefaults[outbox.ChargePaymentArgs]
 
-	pool   *pgxpool.Pool
-	keys   *idempotency.Store
-	stripe *client.API
-	logger *slog.Logger
-	cfg    ChargeConfig
+	pool     *pgxpool.Pool
+	keys     *idempotency.Store
+	provider *provider.Client
+	logger   *slog.Logger
+	cfg      ChargeConfig
 }
 
 // NewChargeWorker returns a worker.
-func NewChargeWorker(pool *pgxpool.Pool, keys *idempotency.Store, stripe *client.API, logger *slog.Logger, cfg ChargeConfig) *ChargeWorker {
-	return &ChargeWorker{pool: pool, keys: keys, stripe: stripe, logger: logger, cfg: cfg.WithDefaults()}
+func NewChargeWorker(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, logger *slog.Logger, cfg ChargeConfig) *ChargeWorker {
+	return &ChargeWorker{pool: pool, keys: keys, provider: pc, logger: logger, cfg: cfg.WithDefaults()}
 }
 
 // Timeout bounds one attempt; the provider call carries this deadline.
@@ -79,11 +103,46 @@ func (w *ChargeWorker) Timeout(*river.Job[outbox.ChargePaymentArgs]) time.Durati
 	return w.cfg.JobTimeout
 }
 
-// Work charges the job's payment.
-func (w *ChargeWorker) Work(ctx context.Context, job *river.Job[outbox.ChargePaymentArgs]) error {
+// Work charges the job's payment. On the job's last attempt, every failure
+// (a database error while recording, a panic, not only a provider error)
+// hands the payment to reconciliation: River discards a job whose last
+// attempt fails, and a discarded job would leave its payment processing
+// with nothing looking at it again.
+func (w *ChargeWorker) Work(ctx context.Context, job *river.Job[outbox.ChargePaymentArgs]) (err error) {
 	log := w.logger.With(slog.String("tenant_id", job.Args.TenantID), slog.String("payment_id", job.Args.PaymentID),
 		slog.Int64("job_id", job.ID), slog.Int("attempt", job.Attempt))
+	if job.Attempt >= job.MaxAttempts {
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("charge worker panicked: %v", r)
+				log.ErrorContext(ctx, "charge worker panicked", slog.Any("panic", r), slog.String("stack", string(debug.Stack())))
+			}
+			if err == nil || isJobControl(err) {
+				return
+			}
+			log.ErrorContext(ctx, "last charge attempt failed; handing the payment to reconciliation", slog.Any("error", err))
+			recordCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.RecordTimeout)
+			defer cancel()
+			if rerr := w.reconcileJobPayment(recordCtx, job, "the charge job's last attempt failed: "+err.Error()); rerr != nil {
+				// The sweeper finds the payment once River discards the job.
+				log.ErrorContext(ctx, "could not hand the payment to reconciliation", slog.Any("error", rerr))
+				return
+			}
+			err = nil
+		}()
+	}
+	return w.work(ctx, job, log)
+}
 
+// isJobControl reports whether err is River's snooze or cancel, which are
+// decisions, not failures.
+func isJobControl(err error) bool {
+	var snooze *river.JobSnoozeError
+	var cancel *river.JobCancelError
+	return errors.As(err, &snooze) || errors.As(err, &cancel)
+}
+
+func (w *ChargeWorker) work(ctx context.Context, job *river.Job[outbox.ChargePaymentArgs], log *slog.Logger) error {
 	p, err := GetPayment(ctx, w.pool, job.Args.TenantID, job.Args.PaymentID)
 	if errors.Is(err, ErrNotFound) {
 		log.ErrorContext(ctx, "charge job for a payment that does not exist")
@@ -96,12 +155,16 @@ func (w *ChargeWorker) Work(ctx context.Context, job *river.Job[outbox.ChargePay
 		log.InfoContext(ctx, "payment already final; nothing to do", slog.String("status", string(p.Status)))
 		return nil
 	}
+	log = log.With(slog.Int("generation", p.ProviderKeyGeneration))
 
-	firstAttempt, err := markFirstProviderAttempt(ctx, w.pool, p.ID)
+	age, ok, err := startProviderAttempt(ctx, w.pool, p)
 	if err != nil {
 		return err
 	}
-	age := time.Since(firstAttempt)
+	if !ok {
+		log.InfoContext(ctx, "payment changed meanwhile; nothing to do")
+		return nil
+	}
 	if age > w.cfg.ProviderKeyMargin {
 		log.WarnContext(ctx, "provider idempotency window nearly over; not calling the provider", slog.Duration("since_first_attempt", age))
 		return w.reconcileLater(ctx, job, p, "the provider's idempotency window for this payment has passed")
@@ -109,57 +172,64 @@ func (w *ChargeWorker) Work(ctx context.Context, job *river.Job[outbox.ChargePay
 
 	// The provider call gets a deadline short of the job's, so that after a
 	// provider that hangs there is still time to record what happened.
-	callCtx, cancelCall := context.WithTimeout(ctx, w.providerCallTimeout())
-	var out providerOutcome
+	callCtx, cancelCall := context.WithTimeout(ctx, w.cfg.ProviderCallTimeout())
+	var out provider.Outcome
 	if p.ProviderPaymentIntentID != nil {
-		out = retrieveIntent(callCtx, w.stripe, *p.ProviderPaymentIntentID)
+		out = w.provider.RetrieveIntent(callCtx, *p.ProviderPaymentIntentID)
 	} else {
-		out = createIntent(callCtx, w.stripe, p)
+		out = w.provider.CreateIntent(callCtx, chargeOf(p))
 	}
 	cancelCall()
 	// What the provider said must be written down even if the job's own
 	// deadline or a shutdown has cancelled ctx meanwhile: on the last
 	// attempt, a lost write would leave the payment processing with no job.
-	ctx, cancelRecord := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	ctx, cancelRecord := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.RecordTimeout)
 	defer cancelRecord()
-	log = log.With(slog.String("provider_idempotency_key", p.ProviderIdempotencyKey), slog.String("intent_id", out.intentID))
+	log = log.With(slog.String("provider_idempotency_key", p.ProviderIdempotencyKey), slog.String("intent_id", out.IntentID()),
+		slog.String("outcome", out.Kind.String()))
 
-	switch out.kind {
-	case outcomeSucceeded:
+	switch out.Kind {
+	case provider.Succeeded:
 		log.InfoContext(ctx, "payment succeeded")
-		return w.finish(ctx, job, p, StatusSucceeded, out)
-	case outcomeDeclined:
-		log.InfoContext(ctx, "payment declined", slog.String("code", out.code), slog.String("decline_code", out.declineCode))
-		return w.finish(ctx, job, p, StatusFailed, out)
-	case outcomeRejected:
-		log.WarnContext(ctx, "provider rejected payment", slog.String("code", out.code), slog.String("param", out.param), slog.Any("error", out.err))
-		return w.finish(ctx, job, p, StatusFailed, out)
-	case outcomePending:
+		return w.finish(ctx, job, p, out)
+	case provider.Declined:
+		log.InfoContext(ctx, "payment declined", slog.String("code", out.Code), slog.String("decline_code", out.DeclineCode))
+		return w.finish(ctx, job, p, out)
+	case provider.Rejected:
+		log.WarnContext(ctx, "provider rejected payment", slog.String("code", out.Code), slog.String("param", out.Param), slog.Any("error", out.Err))
+		return w.finish(ctx, job, p, out)
+	case provider.Pending:
 		if age <= w.cfg.MaxPollDuration {
 			if err := recordPending(ctx, w.pool, p.ID, out); err != nil {
 				return err
 			}
-			log.InfoContext(ctx, "payment pending at the provider; polling", slog.String("intent_status", string(out.intentStatus)))
+			log.InfoContext(ctx, "payment pending at the provider; polling", slog.String("intent_status", string(out.Intent.Status)))
 			return river.JobSnooze(w.cfg.PollInterval)
 		}
-		if out.intentStatus == stripe.PaymentIntentStatusProcessing {
+		if out.Intent.Status != stripe.PaymentIntentStatusRequiresAction {
 			// The provider is settling it; only it knows how this ends.
-			log.WarnContext(ctx, "payment still processing at the provider; giving up polling")
-			return w.reconcileLater(ctx, job, p, "the payment stayed processing at the provider")
+			log.WarnContext(ctx, "payment still pending at the provider; giving up polling", slog.String("intent_status", string(out.Intent.Status)))
+			return w.reconcileLater(ctx, job, p, "the payment stayed "+string(out.Intent.Status)+" at the provider")
 		}
 		// Waiting for the customer (3-D Secure) that never came. Nothing was
 		// charged, and canceling makes sure nothing will be.
-		log.WarnContext(ctx, "customer action not completed in time; canceling the intent", slog.String("intent_status", string(out.intentStatus)))
-		canceled := cancelIntent(ctx, w.stripe, out.intentID, p.ProviderIdempotencyKey)
-		if canceled.kind != outcomeDeclined {
-			return w.retryOrReconcile(ctx, job, p, log, canceled.err)
+		log.WarnContext(ctx, "customer action not completed in time; canceling the intent")
+		canceled := w.provider.CancelIntent(ctx, out.IntentID(), cancelKey(p))
+		if canceled.Kind != provider.Declined {
+			return w.retryOrReconcile(ctx, job, p, log, canceled.Err)
 		}
-		return w.finish(ctx, job, p, StatusFailed, canceled)
-	case outcomeKeyReused:
-		log.ErrorContext(ctx, "BUG: provider saw this payment's idempotency key with other parameters", slog.Any("error", out.err))
+		return w.finish(ctx, job, p, canceled)
+	case provider.KeyConflict:
+		log.ErrorContext(ctx, "BUG: provider saw this payment's idempotency key with other parameters", slog.Any("error", out.Err))
 		return w.reconcileLater(ctx, job, p, "the provider reported an idempotency key conflict")
 	default:
-		return w.retryOrReconcile(ctx, job, p, log, out.err)
+		if out.Replayed && out.HTTPStatus >= 500 {
+			// The provider stored this error under the key and will answer
+			// every retry with it: only a lookup can tell what happened.
+			log.WarnContext(ctx, "provider replays a stored error for this key; looking the charge up instead", slog.Int("http_status", out.HTTPStatus))
+			return w.reconcileLater(ctx, job, p, fmt.Sprintf("the provider answers this charge's key with a stored %d error", out.HTTPStatus))
+		}
+		return w.retryOrReconcile(ctx, job, p, log, out.Err)
 	}
 }
 
@@ -175,52 +245,83 @@ func (w *ChargeWorker) retryOrReconcile(ctx context.Context, job *river.Job[outb
 	return fmt.Errorf("charge payment %s: %w", p.ID, err)
 }
 
-// recordTimeout bounds the writes that record a provider answer.
+// recordTimeout bounds maintenance jobs' writes after a provider call.
 const recordTimeout = 10 * time.Second
-
-// providerCallTimeout leaves a fifth of the job timeout (at most 5s) for
-// recording the answer.
-func (w *ChargeWorker) providerCallTimeout() time.Duration {
-	return w.cfg.JobTimeout - min(w.cfg.JobTimeout/5, 5*time.Second)
-}
 
 // finish records a final outcome: the payment's state, the response that
 // retries of the client's request will replay, and the job's completion, in
 // one transaction, so none of them is ever seen without the others.
-func (w *ChargeWorker) finish(ctx context.Context, job *river.Job[outbox.ChargePaymentArgs], p Payment, status Status, out providerOutcome) error {
+func (w *ChargeWorker) finish(ctx context.Context, job *river.Job[outbox.ChargePaymentArgs], p Payment, out provider.Outcome) error {
 	return pgx.BeginTxFunc(ctx, w.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
-		final, changed, err := finalizePayment(ctx, tx, p.TenantID, p.ID, status, out)
-		if err != nil {
+		if _, err := recordOutcome(ctx, tx, w.keys, p, []Status{StatusProcessing, StatusRequiresAction}, out); err != nil {
 			return err
-		}
-		if changed {
-			resp, err := finalResponse(final, out.kind)
-			if err != nil {
-				return err
-			}
-			if err := w.keys.Complete(ctx, tx, p.TenantID, p.IdempotencyKey, resp); err != nil {
-				return fmt.Errorf("complete idempotency key: %w", err)
-			}
 		}
 		return completeJob(ctx, tx, job)
 	})
 }
 
-// reconcileLater gives up on determining the outcome automatically: the
-// payment needs reconciliation and the client's key answers 409 until then.
+// recordOutcome records a final provider outcome for p (a payment in one of
+// the from states): the payment's final state and the idempotency key's
+// final response, locked in that order. changed is false when p had
+// already left the from states (another run recorded it).
+func recordOutcome(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, p Payment, from []Status, out provider.Outcome) (bool, error) {
+	status := StatusFailed
+	if out.Kind == provider.Succeeded {
+		status = StatusSucceeded
+	}
+	final, changed, err := finalizePayment(ctx, tx, p, from, status, out)
+	if err != nil || !changed {
+		return false, err
+	}
+	resp, err := finalResponse(final, out.Kind)
+	if err != nil {
+		return false, err
+	}
+	if err := keys.Complete(ctx, tx, p.TenantID, p.IdempotencyKey, resp); err != nil {
+		return false, fmt.Errorf("complete idempotency key: %w", err)
+	}
+	return true, nil
+}
+
+// reconcileLater gives up on determining the outcome by retrying: the
+// payment goes to the Reconciler and the client's key answers 409 until it
+// is settled.
 func (w *ChargeWorker) reconcileLater(ctx context.Context, job *river.Job[outbox.ChargePaymentArgs], p Payment, reason string) error {
 	return pgx.BeginTxFunc(ctx, w.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
-		changed, err := markRequiresReconciliation(ctx, tx, p.TenantID, p.ID, reason)
-		if err != nil {
+		if err := handToReconciliation(ctx, tx, w.keys, p, reason); err != nil {
 			return err
-		}
-		if changed {
-			if err := w.keys.MarkUnknown(ctx, tx, p.TenantID, p.IdempotencyKey); err != nil {
-				return fmt.Errorf("mark idempotency key unknown: %w", err)
-			}
 		}
 		return completeJob(ctx, tx, job)
 	})
+}
+
+// reconcileJobPayment is reconcileLater for a job whose payment was not
+// read (the failure may have been reading it).
+func (w *ChargeWorker) reconcileJobPayment(ctx context.Context, job *river.Job[outbox.ChargePaymentArgs], reason string) error {
+	return pgx.BeginTxFunc(ctx, w.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+		p, err := lockPayment(ctx, tx, job.Args.TenantID, job.Args.PaymentID)
+		if err != nil {
+			return err
+		}
+		if err := handToReconciliation(ctx, tx, w.keys, p, reason); err != nil {
+			return err
+		}
+		return completeJob(ctx, tx, job)
+	})
+}
+
+// handToReconciliation moves a processing payment to requires_reconciliation
+// and its key to unknown, payment row first. A payment that already left
+// processing is left as it is.
+func handToReconciliation(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, p Payment, reason string) error {
+	changed, err := markRequiresReconciliation(ctx, tx, p, reason)
+	if err != nil || !changed {
+		return err
+	}
+	if err := keys.MarkUnknown(ctx, tx, p.TenantID, p.IdempotencyKey); err != nil {
+		return fmt.Errorf("mark idempotency key unknown: %w", err)
+	}
+	return nil
 }
 
 func completeJob(ctx context.Context, tx pgx.Tx, job *river.Job[outbox.ChargePaymentArgs]) error {
@@ -232,7 +333,7 @@ func completeJob(ctx context.Context, tx pgx.Tx, job *river.Job[outbox.ChargePay
 
 // finalResponse is what a retry of the client's POST replays once the
 // payment is final: 201 with the payment, or a problem that names it.
-func finalResponse(p Payment, kind outcomeKind) (idempotency.Response, error) {
+func finalResponse(p Payment, kind provider.Kind) (idempotency.Response, error) {
 	if p.Status == StatusSucceeded {
 		body, err := json.Marshal(p)
 		if err != nil {
@@ -250,7 +351,7 @@ func finalResponse(p Payment, kind outcomeKind) (idempotency.Response, error) {
 		Detail:     fmt.Sprintf("The payment provider rejected payment %s (%s): %s", p.ID, code, deref(p.FailureMessage)),
 		Extensions: map[string]any{"payment_id": p.ID, "provider_code": code},
 	}
-	if kind == outcomeDeclined {
+	if kind == provider.Declined {
 		pe.Type = problem.CardDeclined
 		pe.Detail = fmt.Sprintf("The card was declined (%s); payment %s is failed.", cmp.Or(decline, code), p.ID)
 		pe.Extensions["decline_code"] = decline

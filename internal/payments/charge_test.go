@@ -1,6 +1,7 @@
 package payments_test
 
 import (
+	"cmp"
 	"context"
 	"io"
 	"log/slog"
@@ -22,6 +23,7 @@ import (
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/pgtest"
 	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/provider"
 	"github.com/oncepay/oncepay/internal/stripesim"
 	"github.com/oncepay/oncepay/internal/tenant"
 )
@@ -38,6 +40,22 @@ type chargeBundle struct {
 	tenant tenant.Created
 	keys   *idempotency.Store
 	client *outbox.Client
+
+	provider  *provider.Client
+	logger    *slog.Logger
+	chargeCfg payments.ChargeConfig
+}
+
+// reconciler returns a Reconciler for the bundle with the tests' short
+// timers where cfg leaves them zero.
+func (b *chargeBundle) reconciler(cfg payments.ReconcileConfig) *payments.Reconciler {
+	cfg.ChargeCallTimeout = cmp.Or(cfg.ChargeCallTimeout, b.chargeCfg.ProviderCallTimeout())
+	cfg.Settle = cmp.Or(cfg.Settle, 100*time.Millisecond)
+	cfg.RetryBase = cmp.Or(cfg.RetryBase, 100*time.Millisecond)
+	cfg.RetryMax = cmp.Or(cfg.RetryMax, 500*time.Millisecond)
+	cfg.PollInterval = cmp.Or(cfg.PollInterval, 100*time.Millisecond)
+	cfg.RunBudget = cmp.Or(cfg.RunBudget, 5*time.Second)
+	return payments.NewReconciler(b.pool, b.keys, b.provider, b.logger, cfg)
 }
 
 type chargeOptions struct {
@@ -46,6 +64,11 @@ type chargeOptions struct {
 	deferWorker bool
 	// simRetrievals is how many reads a processing intent stays processing.
 	simRetrievals int
+	// reconcile runs the reconciler and the sweeper as periodic jobs on
+	// short timers (reconcileCfg and sweepCfg adjust them).
+	reconcile    bool
+	reconcileCfg payments.ReconcileConfig
+	sweepCfg     payments.SweepConfig
 }
 
 func setupCharge(t *testing.T, opts chargeOptions) *chargeBundle {
@@ -67,16 +90,31 @@ func setupCharge(t *testing.T, opts chargeOptions) *chargeBundle {
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = 50 * time.Millisecond
 	}
-	stripeClient := payments.NewStripeClient(payments.StripeConfig{SecretKey: "sk_test_oncepay", APIBase: simServer.URL})
+	providerClient := provider.New(provider.Config{SecretKey: "sk_test_oncepay", APIBase: simServer.URL})
 	workers := river.NewWorkers()
-	river.AddWorker(workers, payments.NewChargeWorker(pool, keys, stripeClient, logger, cfg))
+	river.AddWorker(workers, payments.NewChargeWorker(pool, keys, providerClient, logger, cfg))
+	b := &chargeBundle{t: t, ctx: ctx, pool: pool, api: apiServer, sim: stripesim.AdminClient{BaseURL: simServer.URL}, tenant: apiServer.Tenant, keys: keys,
+		provider: providerClient, logger: logger, chargeCfg: cfg}
+	var periodic []*river.PeriodicJob
+	if opts.reconcile {
+		river.AddWorker(workers, &payments.ReconcileWorker{Reconciler: b.reconciler(opts.reconcileCfg)})
+		scfg := opts.sweepCfg
+		scfg.Grace = cmp.Or(scfg.Grace, time.Second)
+		river.AddWorker(workers, &payments.SweepWorker{Sweeper: payments.NewSweeper(pool, keys, logger, scfg)})
+		periodic = []*river.PeriodicJob{
+			river.NewPeriodicJob(river.PeriodicInterval(200*time.Millisecond),
+				func() (river.JobArgs, *river.InsertOpts) { return payments.ReconcilePaymentsArgs{}, nil }, nil),
+			river.NewPeriodicJob(river.PeriodicInterval(200*time.Millisecond),
+				func() (river.JobArgs, *river.InsertOpts) { return payments.SweepPaymentsArgs{}, nil }, nil),
+		}
+	}
 	client, err := outbox.NewWorkerClient(pool, outbox.WorkerConfig{
 		Workers: workers, JobTimeout: cfg.JobTimeout, RescueStuckJobsAfter: time.Minute,
 		Retry: outbox.RetryPolicy{Base: 20 * time.Millisecond, Max: 100 * time.Millisecond}, Logger: logger,
+		PeriodicJobs: periodic,
 	})
 	require.NoError(t, err)
-
-	b := &chargeBundle{t: t, ctx: ctx, pool: pool, api: apiServer, sim: stripesim.AdminClient{BaseURL: simServer.URL}, tenant: apiServer.Tenant, keys: keys, client: client}
+	b.client = client
 	if !opts.deferWorker {
 		b.startWorker()
 	}
@@ -95,6 +133,19 @@ func (b *chargeBundle) startWorker() {
 func (b *chargeBundle) pay(key, paymentMethod string, headers ...string) apitest.Response {
 	b.t.Helper()
 	return b.api.Pay(b.t, key, paymentMethod, headers...)
+}
+
+// waitStatus waits until the payment is in status.
+func (b *chargeBundle) waitStatus(paymentID string, status payments.Status) payments.Payment {
+	b.t.Helper()
+	var p payments.Payment
+	require.EventuallyWithT(b.t, func(c *assert.CollectT) {
+		var err error
+		p, err = payments.GetPayment(b.ctx, b.pool, b.tenant.TenantID, paymentID)
+		assert.NoError(c, err)
+		assert.Equal(c, status, p.Status)
+	}, 30*time.Second, 20*time.Millisecond, "payment %s never became %s", paymentID, status)
+	return p
 }
 
 // waitFinal waits until the payment leaves processing/requires_action.

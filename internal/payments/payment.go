@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"strconv"
 	"time"
 )
 
@@ -26,7 +27,14 @@ const (
 	StatusRequiresReconciliation Status = "requires_reconciliation"
 )
 
-// Terminal reports whether no further automatic change will happen.
+// FailureProviderNotReached is the failure code of a payment proven never
+// to have reached the provider: nothing was charged, and a retry of the
+// client's request with the same key charges it under the next generation.
+const FailureProviderNotReached = "provider_not_reached"
+
+// Terminal reports whether the charge job is done with the payment: no
+// charge job will change it (the reconciler may still settle a payment
+// that requires reconciliation).
 func (s Status) Terminal() bool {
 	return s == StatusSucceeded || s == StatusFailed || s == StatusRequiresReconciliation
 }
@@ -49,7 +57,11 @@ type Payment struct {
 	FailureCode             *string           `json:"failure_code" db:"failure_code"`
 	DeclineCode             *string           `json:"decline_code" db:"decline_code"`
 	FailureMessage          *string           `json:"failure_message" db:"failure_message"`
+	ProviderKeyGeneration   int               `json:"-" db:"provider_key_generation"`
 	FirstProviderAttemptAt  *time.Time        `json:"-" db:"first_provider_attempt_at"`
+	LastProviderAttemptAt   *time.Time        `json:"-" db:"last_provider_attempt_at"`
+	ReconcileAfter          *time.Time        `json:"-" db:"reconcile_after"`
+	ReconcileAttempts       int               `json:"-" db:"reconcile_attempts"`
 	CreatedAt               time.Time         `json:"created_at" db:"created_at"`
 	UpdatedAt               time.Time         `json:"updated_at" db:"updated_at"`
 }
@@ -68,14 +80,21 @@ func (p Payment) MarshalJSON() ([]byte, error) {
 }
 
 // ProviderIdempotencyKey derives the key sent to the provider with every
-// attempt to charge one payment. It is a function of the tenant (equal
-// client keys of two tenants never collide at the provider), the client's
-// key, and the payment id (a client key reused after its retention window
-// creates a new payment, which must not be answered with the old charge).
-// It is computed once, stored on the payment, and never recomputed.
-func ProviderIdempotencyKey(tenantID, clientKey, paymentID string) string {
+// attempt to charge one payment in one generation. It is a function of the
+// tenant (equal client keys of two tenants never collide at the provider),
+// the client's key, the payment id (a client key reused after its retention
+// window creates a new payment, which must not be answered with the old
+// charge) and the generation: a payment resumed after it was proven never to
+// have reached the provider is charged under the next generation, so the
+// provider never answers it from an earlier attempt's stored response (a
+// stored 500, say). Generation 1 keeps the original derivation.
+func ProviderIdempotencyKey(tenantID, clientKey, paymentID string, generation int) string {
 	h := sha256.New()
-	for _, part := range []string{tenantID, clientKey, paymentID} {
+	parts := []string{tenantID, clientKey, paymentID}
+	if generation > 1 {
+		parts = append(parts, strconv.Itoa(generation))
+	}
+	for _, part := range parts {
 		h.Write([]byte(part))
 		h.Write([]byte{0})
 	}

@@ -44,7 +44,13 @@ func (s *Service) create(ctx context.Context, tx pgx.Tx, attempt idempotency.Att
 		err error
 	)
 	if attempt.ResourceID != "" {
-		p, err = resumePayment(ctx, tx, tenantID, attempt.ResourceID)
+		// The key was re-acquired: the payment was proven never to have
+		// reached the provider. Its lock is usually held already (see
+		// LockPayment); taking it again is free.
+		p, err = lockPayment(ctx, tx, tenantID, attempt.ResourceID)
+		if err == nil {
+			p, err = resumePayment(ctx, tx, p)
+		}
 	} else {
 		p, err = insertPayment(ctx, tx, newPayment(tenantID, attempt.Request.Key, req))
 	}
@@ -76,7 +82,8 @@ func newPayment(tenantID, clientKey string, req CreateRequest) Payment {
 		Description:            nonEmpty(req.Description),
 		Metadata:               req.Metadata,
 		Status:                 StatusProcessing,
-		ProviderIdempotencyKey: ProviderIdempotencyKey(tenantID, clientKey, paymentID),
+		ProviderKeyGeneration:  1,
+		ProviderIdempotencyKey: ProviderIdempotencyKey(tenantID, clientKey, paymentID, 1),
 	}
 }
 
@@ -110,4 +117,15 @@ func (s *Service) retryAfter() time.Duration {
 		return s.RetryAfter
 	}
 	return time.Second
+}
+
+// LockPayment is the idempotency Endpoint's LockResource hook: it locks the
+// payment a re-acquired key names before the key itself, in the one lock
+// order (payment, then key) that every outcome-changing transaction uses.
+// Payment ids are unique across tenants; the key already scoped the tenant.
+func LockPayment(ctx context.Context, tx pgx.Tx, paymentID string) error {
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM payments WHERE id = $1 FOR UPDATE`, paymentID); err != nil {
+		return fmt.Errorf("lock payment: %w", err)
+	}
+	return nil
 }

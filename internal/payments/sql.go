@@ -8,6 +8,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stripe/stripe-go/v76"
+
+	"github.com/oncepay/oncepay/internal/provider"
 )
 
 // ErrNotFound is returned for a payment that does not exist for the tenant.
@@ -21,7 +24,8 @@ type Querier interface {
 
 const paymentColumns = `id, tenant_id, idempotency_key, amount, currency, payment_method, customer, description,
 	metadata, status, provider_idempotency_key, provider_payment_intent_id, failure_code, decline_code,
-	failure_message, first_provider_attempt_at, created_at, updated_at`
+	failure_message, provider_key_generation, first_provider_attempt_at, last_provider_attempt_at,
+	reconcile_after, reconcile_attempts, created_at, updated_at`
 
 func insertPayment(ctx context.Context, tx pgx.Tx, p Payment) (Payment, error) {
 	metadata := p.Metadata
@@ -63,15 +67,36 @@ func listPayments(ctx context.Context, db Querier, tenantID, startingAfter strin
 	return list, nil
 }
 
-// resumePayment puts a payment whose key was re-acquired back to processing.
-// A key becomes retryable only once it is proven the provider never charged
-// the payment, which leaves the payment processing or (after reconciliation)
-// requires_reconciliation; a succeeded or failed payment is never resumed.
-func resumePayment(ctx context.Context, tx pgx.Tx, tenantID, paymentID string) (Payment, error) {
+// lockPayment reads a tenant's payment and locks its row until tx ends.
+// Every transaction that changes a payment's outcome takes this lock first
+// and the idempotency key's second; one order everywhere means two of them
+// can never deadlock.
+func lockPayment(ctx context.Context, tx pgx.Tx, tenantID, paymentID string) (Payment, error) {
+	rows, err := tx.Query(ctx, `SELECT `+paymentColumns+` FROM payments WHERE tenant_id = $1 AND id = $2 FOR UPDATE`, tenantID, paymentID)
+	return collectPayment(rows, err, "lock payment")
+}
+
+// resumable is where a payment can be resumed from when its key is
+// re-acquired: proven never to have reached the provider (failed with
+// FailureProviderNotReached), or left in reconciliation by an operator who
+// proved the same and released the key.
+const resumable = `(status = 'requires_reconciliation' OR (status = 'failed' AND failure_code = '` + FailureProviderNotReached + `'))`
+
+// resumePayment puts a payment whose key was re-acquired back to processing
+// under the next provider key generation, with a fresh attempt window: the
+// provider must never answer the resumed charge from an earlier
+// generation's stored answer. The caller holds the payment's lock
+// (lockPayment), so the generation read is the one written.
+func resumePayment(ctx context.Context, tx pgx.Tx, p Payment) (Payment, error) {
+	generation := p.ProviderKeyGeneration + 1
 	rows, err := tx.Query(ctx, `
-		UPDATE payments SET status = 'processing', failure_message = NULL, updated_at = now()
-		WHERE tenant_id = $1 AND id = $2 AND status IN ('processing', 'requires_reconciliation')
-		RETURNING `+paymentColumns, tenantID, paymentID)
+		UPDATE payments SET status = 'processing', provider_key_generation = $3, provider_idempotency_key = $4,
+			first_provider_attempt_at = NULL, last_provider_attempt_at = NULL, provider_payment_intent_id = NULL,
+			failure_code = NULL, decline_code = NULL, failure_message = NULL,
+			reconcile_after = NULL, reconcile_attempts = 0, updated_at = now()
+		WHERE tenant_id = $1 AND id = $2 AND `+resumable+`
+		RETURNING `+paymentColumns,
+		p.TenantID, p.ID, generation, ProviderIdempotencyKey(p.TenantID, p.IdempotencyKey, p.ID, generation))
 	return collectPayment(rows, err, "resume payment")
 }
 
@@ -89,79 +114,89 @@ func collectPayment(rows pgx.Rows, err error, op string) (Payment, error) {
 	return p, nil
 }
 
-// markFirstProviderAttempt records, once, when the provider was first
-// called for a payment, and returns that time. It commits on its own, before
-// the call: a crash right after the call must not lose the clock that
-// guards the provider's idempotency window.
-func markFirstProviderAttempt(ctx context.Context, db Querier, paymentID string) (time.Time, error) {
+// startProviderAttempt records, before a provider call, when the provider
+// was first and last called for the payment's current generation, and
+// returns how long ago the first call was. It commits on its own, before the
+// call: a crash right after the call must not lose the clock that guards the
+// provider's idempotency window, nor the bound of the window in which the
+// provider may have created an intent. The age is computed by the database,
+// whose clock set the time, not by this process's. ok is false when the
+// payment left processing or changed generation meanwhile.
+func startProviderAttempt(ctx context.Context, db Querier, p Payment) (age time.Duration, ok bool, err error) {
 	rows, err := db.Query(ctx, `
-		UPDATE payments SET first_provider_attempt_at = coalesce(first_provider_attempt_at, now())
-		WHERE id = $1 RETURNING first_provider_attempt_at`, paymentID)
+		UPDATE payments SET first_provider_attempt_at = coalesce(first_provider_attempt_at, now()),
+			last_provider_attempt_at = now()
+		WHERE id = $1 AND provider_key_generation = $2 AND status IN ('processing', 'requires_action')
+		RETURNING (extract(epoch FROM now() - first_provider_attempt_at) * 1000000)::bigint`, p.ID, p.ProviderKeyGeneration)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("mark first provider attempt: %w", err)
+		return 0, false, fmt.Errorf("start provider attempt: %w", err)
 	}
-	at, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[time.Time])
+	micros, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[int64])
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
 	if err != nil {
-		return time.Time{}, fmt.Errorf("mark first provider attempt: %w", err)
+		return 0, false, fmt.Errorf("start provider attempt: %w", err)
 	}
-	return at, nil
+	return time.Duration(micros) * time.Microsecond, true, nil
 }
 
 // recordPending notes the provider's intent and its non-final state, so
 // the next run polls that intent instead of creating one.
-func recordPending(ctx context.Context, db Querier, paymentID string, out providerOutcome) error {
+func recordPending(ctx context.Context, db Querier, paymentID string, out provider.Outcome) error {
 	status := StatusProcessing
-	if out.intentStatus == "requires_action" {
+	if out.Intent.Status == stripe.PaymentIntentStatusRequiresAction {
 		status = StatusRequiresAction
 	}
 	_, err := db.Exec(ctx, `
 		UPDATE payments SET status = $2, provider_payment_intent_id = $3, updated_at = now()
-		WHERE id = $1 AND status IN ('processing', 'requires_action')`, paymentID, status, out.intentID)
+		WHERE id = $1 AND status IN ('processing', 'requires_action')`, paymentID, status, out.IntentID())
 	if err != nil {
 		return fmt.Errorf("record pending payment: %w", err)
 	}
 	return nil
 }
 
-// finalizePayment moves a payment to a final state. changed is false when
-// another run already finalized it: the caller then records nothing else.
-func finalizePayment(ctx context.Context, tx pgx.Tx, tenantID, paymentID string, status Status, out providerOutcome) (Payment, bool, error) {
+// finalizePayment moves a payment from one of the from states to a final
+// state. changed is false when another run already moved it: the caller
+// then records nothing else.
+func finalizePayment(ctx context.Context, tx pgx.Tx, p Payment, from []Status, status Status, out provider.Outcome) (Payment, bool, error) {
+	var code, decline, message string
+	if status != StatusSucceeded {
+		code, decline, message = out.Code, out.DeclineCode, out.Message
+	}
 	rows, err := tx.Query(ctx, `
-		UPDATE payments SET status = $3,
-			provider_payment_intent_id = coalesce(nullif($4, ''), provider_payment_intent_id),
-			failure_code = nullif($5, ''), decline_code = nullif($6, ''), failure_message = nullif($7, ''),
-			updated_at = now()
-		WHERE tenant_id = $1 AND id = $2 AND status IN ('processing', 'requires_action')
+		UPDATE payments SET status = $5,
+			provider_payment_intent_id = coalesce(nullif($6, ''), provider_payment_intent_id),
+			failure_code = nullif($7, ''), decline_code = nullif($8, ''), failure_message = nullif($9, ''),
+			reconcile_after = NULL, updated_at = now()
+		WHERE tenant_id = $1 AND id = $2 AND provider_key_generation = $3 AND status = ANY($4)
 		RETURNING `+paymentColumns,
-		tenantID, paymentID, status, out.intentID, failureCode(status, out), out.declineCode, failureMessage(status, out))
-	p, err := collectPayment(rows, err, "finalize payment")
+		p.TenantID, p.ID, p.ProviderKeyGeneration, statusTexts(from), status, out.IntentID(), code, decline, message)
+	final, err := collectPayment(rows, err, "finalize payment")
 	if errors.Is(err, ErrNotFound) {
 		return Payment{}, false, nil
 	}
-	return p, err == nil, err
+	return final, err == nil, err
 }
 
-func failureCode(status Status, out providerOutcome) string {
-	if status == StatusSucceeded {
-		return ""
-	}
-	return out.code
-}
-
-func failureMessage(status Status, out providerOutcome) string {
-	if status == StatusSucceeded {
-		return ""
-	}
-	return out.message
-}
-
-// markRequiresReconciliation hands a payment to reconciliation.
-func markRequiresReconciliation(ctx context.Context, tx pgx.Tx, tenantID, paymentID, reason string) (bool, error) {
+// markRequiresReconciliation hands a payment to reconciliation, due at once.
+func markRequiresReconciliation(ctx context.Context, tx pgx.Tx, p Payment, reason string) (bool, error) {
 	tag, err := tx.Exec(ctx, `
-		UPDATE payments SET status = 'requires_reconciliation', failure_message = $3, updated_at = now()
-		WHERE tenant_id = $1 AND id = $2 AND status IN ('processing', 'requires_action')`, tenantID, paymentID, reason)
+		UPDATE payments SET status = 'requires_reconciliation', failure_message = $4,
+			reconcile_after = now(), reconcile_attempts = 0, updated_at = now()
+		WHERE tenant_id = $1 AND id = $2 AND provider_key_generation = $3 AND status IN ('processing', 'requires_action')`,
+		p.TenantID, p.ID, p.ProviderKeyGeneration, reason)
 	if err != nil {
 		return false, fmt.Errorf("mark payment for reconciliation: %w", err)
 	}
 	return tag.RowsAffected() == 1, nil
+}
+
+func statusTexts(statuses []Status) []string {
+	texts := make([]string, len(statuses))
+	for i, s := range statuses {
+		texts[i] = string(s)
+	}
+	return texts
 }

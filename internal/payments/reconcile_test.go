@@ -1,0 +1,140 @@
+package payments_test
+
+import (
+	"net/http"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncepay/oncepay/internal/id"
+	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/payments"
+	"github.com/oncepay/oncepay/internal/stripesim"
+)
+
+// failKeyCompletionOnce installs a trigger that fails the first attempt to
+// complete any idempotency key in the bundle's database: a database error
+// in the middle of recording an outcome the provider has already produced.
+func (b *chargeBundle) failKeyCompletionOnce() {
+	b.t.Helper()
+	_, err := b.pool.Exec(b.ctx, `
+		CREATE SEQUENCE fail_key_completion;
+		CREATE FUNCTION fail_key_completion() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			-- A sequence, not a table: the failed transaction rolls back, a
+			-- sequence's increment does not.
+			IF NEW.status = 'completed' AND OLD.status <> 'completed' AND nextval('fail_key_completion') = 1 THEN
+				RAISE EXCEPTION 'injected failure completing the idempotency key';
+			END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER fail_key_completion BEFORE UPDATE ON idempotency_keys FOR EACH ROW EXECUTE FUNCTION fail_key_completion();`)
+	require.NoError(b.t, err)
+}
+
+func (b *chargeBundle) setMaxAttempts(paymentID string, n int) {
+	b.t.Helper()
+	_, err := b.pool.Exec(b.ctx, "UPDATE river_job SET max_attempts = $2 WHERE args->>'payment_id' = $1", paymentID, n)
+	require.NoError(b.t, err)
+}
+
+func (b *chargeBundle) keyRecord(key string) idempotency.Record {
+	b.t.Helper()
+	rec, err := b.keys.Get(b.ctx, b.pool, b.tenant.TenantID, key)
+	require.NoError(b.t, err)
+	return rec
+}
+
+// requireSettledOnce is the closing check of a reconciled payment: one
+// charge at the provider, the payment succeeded with that intent, the key
+// completed, and the client's retry replays 201.
+func (b *chargeBundle) requireSettledOnce(paymentID, key string) {
+	b.t.Helper()
+	p := b.waitStatus(paymentID, payments.StatusSucceeded)
+	intents := b.executions(paymentID)
+	require.Len(b.t, intents, 1, "charged exactly once")
+	require.NotNil(b.t, p.ProviderPaymentIntentID)
+	require.Equal(b.t, intents[0].ID, *p.ProviderPaymentIntentID)
+	require.Equal(b.t, idempotency.StatusCompleted, b.keyRecord(key).Status)
+	replay := b.pay(key, "pm_card_visa")
+	require.Equal(b.t, http.StatusCreated, replay.Status, "body: %s", replay.Raw)
+	require.Equal(b.t, "true", replay.Header.Get(idempotency.ReplayedHeader))
+}
+
+// TestStrandedPaymentIsReconciled reproduces the payment that used to be
+// stranded: the job's only attempt charges at the provider, then fails to
+// record it (a database error completing the key). River discards a job
+// whose last attempt fails; the worker must hand the payment to
+// reconciliation instead, and the reconciler must find the charge.
+func TestStrandedPaymentIsReconciled(t *testing.T) {
+	t.Parallel()
+
+	t.Run("HandedOverByTheLastAttempt", func(t *testing.T) {
+		t.Parallel()
+		b := setupCharge(t, chargeOptions{deferWorker: true})
+		b.failKeyCompletionOnce()
+		key := id.New("key")
+		paymentID := b.pay(key, "pm_card_visa").PaymentID()
+		b.setMaxAttempts(paymentID, 1)
+		b.startWorker()
+
+		p := b.waitStatus(paymentID, payments.StatusRequiresReconciliation)
+		require.Equal(t, "completed", b.jobState(paymentID), "the job was finished, not discarded")
+		require.Equal(t, idempotency.StatusUnknown, b.keyRecord(key).Status)
+		require.Contains(t, *p.FailureMessage, "injected failure")
+		require.NotNil(t, p.ReconcileAfter, "due for reconciliation")
+		require.Len(t, b.executions(paymentID), 1, "the provider did charge")
+
+		reconciler := b.reconciler(payments.ReconcileConfig{})
+		res, err := reconciler.Run(b.ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, res.Settled, "%+v", res)
+		b.requireSettledOnce(paymentID, key)
+	})
+
+	t.Run("SweptWhenTheJobIsGone", func(t *testing.T) {
+		t.Parallel()
+		b := setupCharge(t, chargeOptions{deferWorker: true, reconcile: true})
+		key := id.New("key")
+		paymentID := b.pay(key, "pm_card_visa").PaymentID()
+		// The charge job discarded without a word (as after a crash while
+		// handing over): the payment would stay processing forever.
+		_, err := b.pool.Exec(b.ctx, "UPDATE river_job SET state = 'discarded', finalized_at = now() WHERE args->>'payment_id' = $1", paymentID)
+		require.NoError(t, err)
+		_, err = b.pool.Exec(b.ctx, "UPDATE payments SET updated_at = now() - interval '1 hour' WHERE id = $1", paymentID)
+		require.NoError(t, err)
+		live := b.pay(id.New("key"), "pm_card_visa").PaymentID()
+		b.startWorker()
+
+		// Never charged: reconciliation proves it and the retry charges it.
+		p := b.waitStatus(paymentID, payments.StatusFailed)
+		require.Equal(t, payments.FailureProviderNotReached, *p.FailureCode)
+		require.Equal(t, idempotency.StatusFailedRetryable, b.keyRecord(key).Status)
+		require.Empty(t, b.executions(paymentID))
+		require.Equal(t, payments.StatusSucceeded, b.waitStatus(live, payments.StatusSucceeded).Status, "a payment with a live job is left alone")
+
+		r := b.pay(key, "pm_card_visa", "Prefer", "wait=10")
+		require.Equal(t, http.StatusCreated, r.Status, "body: %s", r.Raw)
+		require.Equal(t, paymentID, r.PaymentID())
+		b.requireSettledOnce(paymentID, key)
+	})
+}
+
+// TestReplayedServerErrorIsLookedUp: the provider charges, answers 500 and,
+// as Stripe does, stores that 500 under the key and replays it to every
+// retry. Retrying can never learn the outcome; the worker must hand the
+// payment to reconciliation at once, which finds the charge by metadata.
+func TestReplayedServerErrorIsLookedUp(t *testing.T) {
+	t.Parallel()
+	b := setupCharge(t, chargeOptions{reconcile: true, deferWorker: true})
+	require.NoError(t, b.sim.InjectFault(b.ctx, stripesim.Fault{Mode: stripesim.FaultErrorAfter, Status: 500, Count: 1, Path: "POST /v1/payment_intents"}))
+	key := id.New("key")
+	paymentID := b.pay(key, "pm_card_visa").PaymentID()
+	b.startWorker()
+	b.requireSettledOnce(paymentID, key)
+	stats := b.keyStats(paymentID)
+	require.Equal(t, 1, stats.Executions)
+	var attempts int
+	require.NoError(t, b.pool.QueryRow(b.ctx, "SELECT attempt FROM river_job WHERE args->>'payment_id' = $1", paymentID).Scan(&attempts))
+	require.LessOrEqual(t, attempts, 2, "the replayed 500 ended the retries")
+}
