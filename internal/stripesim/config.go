@@ -28,6 +28,15 @@ type Config struct {
 	Rand *rand.Rand
 	// Now stamps the created time of objects. Defaults to time.Now.
 	Now func() time.Time
+	// ReplayCommittedOn5xx makes an error_after fault store the committed
+	// response under the request's idempotency key instead of the error it
+	// answers, so that a retry with the key replays the committed object.
+	// That is not what Stripe does: once an endpoint has started executing,
+	// Stripe stores its result under the key for 24 hours, a 500 included,
+	// and replays that 500 to every retry with the key. The option exists
+	// for tests written before the simulator stored 5xx responses. Defaults
+	// to false: the 5xx is stored and replayed, as at Stripe.
+	ReplayCommittedOn5xx bool
 }
 
 // WithDefaults returns a copy of c with zero fields set to their defaults.

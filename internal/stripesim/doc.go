@@ -10,6 +10,14 @@
 // "commit the charge, then fail the response", and exposes a ledger that
 // tests assert on.
 //
+// Where Stripe's behaviour is inconvenient for a client, the simulator
+// copies it by default, so that tests meet it before production does:
+//
+//   - A 5xx answered after the endpoint executed (FaultErrorAfter) is stored
+//     under the idempotency key and replayed to every retry with that key:
+//     retrying cannot reveal that the charge was committed.
+//     Config.ReplayCommittedOn5xx restores the older, unfaithful behaviour.
+//
 // The Stripe side speaks Stripe's wire format (form-encoded requests, bearer
 // auth, Stripe's JSON objects and error shape), so stripe-go talks to it
 // unchanged through a backend whose URL points at the simulator:
