@@ -17,6 +17,11 @@
 //     under the idempotency key and replayed to every retry with that key:
 //     retrying cannot reveal that the charge was committed.
 //     Config.ReplayCommittedOn5xx restores the older, unfaithful behaviour.
+//   - A request whose parameters fail validation (unknown, missing,
+//     malformed or contradictory parameters: a 400 before the endpoint
+//     executes) is not stored, so the corrected request with the same key
+//     executes. A 400 found while executing (no such payment method, an
+//     intent in the wrong state) is stored and replayed like any result.
 //
 // The Stripe side speaks Stripe's wire format (form-encoded requests, bearer
 // auth, Stripe's JSON objects and error shape), so stripe-go talks to it

@@ -30,7 +30,9 @@ const (
 	// every retry with the same key and parameters: the retry cannot learn
 	// what was committed, only a retrieval or a list can.
 	// Config.ReplayCommittedOn5xx stores the committed response instead, so
-	// that a retry replays the committed object (not what Stripe does).
+	// that a retry replays the committed object (not what Stripe does). A
+	// request whose parameters fail validation executes nothing, so even
+	// under this fault its key stays free for the corrected request.
 	FaultErrorAfter FaultMode = "error_after"
 	// FaultHoldAfter executes and commits the request and stores its real
 	// response under the key, then holds the response until the client

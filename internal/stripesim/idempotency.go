@@ -18,8 +18,9 @@ const (
 	// the same parameters replays it.
 	keyDone
 	// keyReleased means the request holding the key ended without the
-	// endpoint executing (the client left first), so like Stripe the next
-	// request with the key executes afresh.
+	// endpoint executing (its parameters failed validation, or the client
+	// left first), so like Stripe the next request with the key executes
+	// afresh, whatever its parameters.
 	keyReleased
 )
 
@@ -33,6 +34,7 @@ type keyEntry struct {
 	resp         response
 	requestID    string // of the request whose response is stored
 	executions   int
+	rejections   int
 	replays      int
 	conflicts    int
 	mismatches   int
@@ -94,6 +96,14 @@ func (st *state) reserve(scope keyScope, method, path, fp string) (decision, *ke
 func (e *keyEntry) settle(resp response, requestID string) {
 	e.executions++
 	e.state, e.resp, e.requestID = keyDone, resp, requestID
+}
+
+// reject gives the key back when its request failed parameter validation:
+// Stripe saves no result for a request that no endpoint began executing.
+// Called with Server.mu held.
+func (e *keyEntry) reject() {
+	e.rejections++
+	e.state = keyReleased
 }
 
 // release gives the key back when its request ends without executing.

@@ -78,56 +78,59 @@ func isCurrency(c string) bool {
 func (s *Server) createIntent(req *apiRequest) response {
 	p := req.params
 	if e := intentCreateParams().check(p); e != nil {
-		return errorResponse(http.StatusBadRequest, e)
+		return rejected(e)
 	}
 	amount, e := amountParam(p, "amount", true)
 	if e != nil {
-		return errorResponse(http.StatusBadRequest, e)
+		return rejected(e)
 	}
 	currency := strings.ToLower(p.Get("currency"))
 	if currency == "" {
-		return badRequest("parameter_missing", "currency", "Missing required param: currency.")
+		return rejectParam("parameter_missing", "currency", "Missing required param: currency.")
 	}
 	if !isCurrency(currency) {
-		return badRequest("", "currency", "Invalid currency: %s. Currencies are three-letter ISO codes such as usd or eur.", currency)
+		return rejectParam("", "currency", "Invalid currency: %s. Currencies are three-letter ISO codes such as usd or eur.", currency)
 	}
 	confirm, e := boolParam(p, "confirm")
 	if e != nil {
-		return errorResponse(http.StatusBadRequest, e)
+		return rejected(e)
 	}
 	offSession, e := boolParam(p, "off_session")
 	if e != nil {
-		return errorResponse(http.StatusBadRequest, e)
+		return rejected(e)
 	}
 	exp, e := expandParam(p, "latest_charge", "payment_method")
 	if e != nil {
-		return errorResponse(http.StatusBadRequest, e)
+		return rejected(e)
 	}
 	var apm *automaticPaymentMethodsJSON
 	if _, ok := p["automatic_payment_methods[enabled]"]; ok {
 		enabled, e := boolParam(p, "automatic_payment_methods[enabled]")
 		if e != nil {
-			return errorResponse(http.StatusBadRequest, e)
+			return rejected(e)
 		}
 		apm = &automaticPaymentMethodsJSON{Enabled: enabled}
 	}
 	if redirects, ok := p["automatic_payment_methods[allow_redirects]"]; ok {
 		if apm == nil {
-			return badRequest("parameter_missing", "automatic_payment_methods[enabled]", "Missing required param: automatic_payment_methods[enabled].")
+			return rejectParam("parameter_missing", "automatic_payment_methods[enabled]", "Missing required param: automatic_payment_methods[enabled].")
 		}
 		if r := redirects[0]; r != "always" && r != "never" {
-			return badRequest("", "automatic_payment_methods[allow_redirects]", "Invalid automatic_payment_methods[allow_redirects]: must be one of always or never")
+			return rejectParam("", "automatic_payment_methods[allow_redirects]", "Invalid automatic_payment_methods[allow_redirects]: must be one of always or never")
 		}
 		apm.AllowRedirects = redirects[0]
 	}
 	pm := p.Get("payment_method")
+	if confirm && pm == "" {
+		return rejectParam("parameter_missing", "payment_method",
+			"You cannot confirm this PaymentIntent because it's missing a payment method. Pass payment_method, e.g. pm_card_visa.")
+	}
+
+	// The parameters are valid: from here on the endpoint executes, and
+	// whatever it answers is stored under the idempotency key.
 	card, ok := lookupTestCard(pm)
 	if pm != "" && !ok {
 		return noSuchPaymentMethod(pm)
-	}
-	if confirm && pm == "" {
-		return badRequest("parameter_missing", "payment_method",
-			"You cannot confirm this PaymentIntent because it's missing a payment method. Pass payment_method, e.g. pm_card_visa.")
 	}
 
 	in := &intent{
@@ -163,15 +166,15 @@ func (s *Server) createIntent(req *apiRequest) response {
 func (s *Server) confirmIntent(req *apiRequest) response {
 	p := req.params
 	if e := intentConfirmParams().check(p); e != nil {
-		return errorResponse(http.StatusBadRequest, e)
+		return rejected(e)
 	}
 	offSession, e := boolParam(p, "off_session")
 	if e != nil {
-		return errorResponse(http.StatusBadRequest, e)
+		return rejected(e)
 	}
 	exp, e := expandParam(p, "latest_charge", "payment_method")
 	if e != nil {
-		return errorResponse(http.StatusBadRequest, e)
+		return rejected(e)
 	}
 	in, ok := s.st.intents[req.id]
 	if !ok {
@@ -200,17 +203,17 @@ func (s *Server) confirmIntent(req *apiRequest) response {
 func (s *Server) cancelIntent(req *apiRequest) response {
 	p := req.params
 	if e := intentCancelParams().check(p); e != nil {
-		return errorResponse(http.StatusBadRequest, e)
+		return rejected(e)
 	}
 	exp, e := expandParam(p, "latest_charge", "payment_method")
 	if e != nil {
-		return errorResponse(http.StatusBadRequest, e)
+		return rejected(e)
 	}
 	reason := p.Get("cancellation_reason")
 	switch reason {
 	case "", "duplicate", "fraudulent", "requested_by_customer", "abandoned":
 	default:
-		return badRequest("parameter_invalid_string", "cancellation_reason",
+		return rejectParam("parameter_invalid_string", "cancellation_reason",
 			"Invalid cancellation_reason: must be one of duplicate, fraudulent, requested_by_customer or abandoned")
 	}
 	in, ok := s.st.intents[req.id]
@@ -273,11 +276,11 @@ func (s *Server) decline(in *intent, card testCard, e *apiError, exp expansion, 
 
 func (s *Server) getIntent(req *apiRequest) response {
 	if e := intentGetParams().check(req.params); e != nil {
-		return errorResponse(http.StatusBadRequest, e)
+		return rejected(e)
 	}
 	exp, e := expandParam(req.params, "latest_charge", "payment_method")
 	if e != nil {
-		return errorResponse(http.StatusBadRequest, e)
+		return rejected(e)
 	}
 	in, ok := s.st.intents[req.id]
 	if !ok {
@@ -295,11 +298,11 @@ func (s *Server) getIntent(req *apiRequest) response {
 func (s *Server) getCharge(req *apiRequest) response {
 	spec := paramSpec{"expand": {kind: paramList}}
 	if e := spec.check(req.params); e != nil {
-		return errorResponse(http.StatusBadRequest, e)
+		return rejected(e)
 	}
 	exp, e := expandParam(req.params, "payment_intent")
 	if e != nil {
-		return errorResponse(http.StatusBadRequest, e)
+		return rejected(e)
 	}
 	ch, ok := s.st.charges[req.id]
 	if !ok {
@@ -315,25 +318,25 @@ const searchPagePrefix = "simpage_"
 func (s *Server) searchIntents(req *apiRequest) response {
 	p := req.params
 	if e := intentSearchParams().check(p); e != nil {
-		return errorResponse(http.StatusBadRequest, e)
+		return rejected(e)
 	}
 	exp, e := expandParam(p, "data.latest_charge", "data.payment_method", "total_count")
 	if e != nil {
-		return errorResponse(http.StatusBadRequest, e)
+		return rejected(e)
 	}
 	raw := p.Get("query")
 	if raw == "" {
-		return badRequest("parameter_missing", "query", "Missing required param: query.")
+		return rejectParam("parameter_missing", "query", "Missing required param: query.")
 	}
 	q, err := parseSearchQuery(raw)
 	if err != nil {
-		return badRequest("", "query", "Invalid search query: %v", err)
+		return rejectParam("", "query", "Invalid search query: %v", err)
 	}
 	limit := 10
 	if l := p.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
 		if err != nil || n < 1 || n > 100 {
-			return badRequest("", "limit", "Invalid limit: must be an integer between 1 and 100.")
+			return rejectParam("", "limit", "Invalid limit: must be an integer between 1 and 100.")
 		}
 		limit = n
 	}
@@ -342,7 +345,7 @@ func (s *Server) searchIntents(req *apiRequest) response {
 		rest, ok := strings.CutPrefix(page, searchPagePrefix)
 		n, err := strconv.Atoi(rest)
 		if !ok || err != nil || n < 0 {
-			return badRequest("", "page", "Invalid page: %s", page)
+			return rejectParam("", "page", "Invalid page: %s", page)
 		}
 		offset = n
 	}

@@ -248,12 +248,14 @@ func (s *Server) process(w http.ResponseWriter, r *http.Request, requestID strin
 	defer s.mu.Unlock()
 	req.now = s.cfg.Now()
 	resp := ep(req)
-	if entry != nil {
-		stored := resp
-		if x.store != nil {
-			stored = *x.store
-		}
-		entry.settle(stored, requestID)
+	switch {
+	case entry == nil:
+	case resp.rejected:
+		entry.reject()
+	case x.store != nil:
+		entry.settle(*x.store, requestID)
+	default:
+		entry.settle(resp, requestID)
 	}
 	return outcome{resp: resp, key: req.key}
 }

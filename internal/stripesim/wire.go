@@ -48,6 +48,11 @@ type apiError struct {
 type response struct {
 	status int
 	body   []byte
+	// rejected marks a 400 for parameters that fail validation, which the
+	// endpoint answers before it executes anything. Stripe saves a result
+	// under an idempotency key only once an endpoint has started executing,
+	// so a rejected request leaves its key free for the corrected request.
+	rejected bool
 }
 
 func jsonResponse(status int, v any) response {
@@ -79,8 +84,26 @@ func invalidRequest(code, param, format string, args ...any) *apiError {
 	return &apiError{Type: errTypeInvalidRequest, Code: code, Param: param, Message: fmt.Sprintf(format, args...)}
 }
 
+// badRequest is a 400 found while executing: the request's parameters are
+// well formed but the objects they name do not allow it (no such payment
+// method, an intent in the wrong state, more than the charge to refund).
+// Stripe stores it under the idempotency key like any executed result.
 func badRequest(code, param, format string, args ...any) response {
 	return errorResponse(http.StatusBadRequest, invalidRequest(code, param, format, args...))
+}
+
+// rejected is a 400 for parameters that fail validation on their own
+// (unknown, missing, malformed or contradictory), before the endpoint
+// executes; it is not stored under the idempotency key.
+func rejected(e *apiError) response {
+	resp := errorResponse(http.StatusBadRequest, e)
+	resp.rejected = true
+	return resp
+}
+
+// rejectParam is rejected with a formatted invalid_request_error.
+func rejectParam(code, param, format string, args ...any) response {
+	return rejected(invalidRequest(code, param, format, args...))
 }
 
 func notFound(param, object, id string) response {
