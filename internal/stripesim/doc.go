@@ -22,6 +22,10 @@
 //     executes) is not stored, so the corrected request with the same key
 //     executes. A 400 found while executing (no such payment method, an
 //     intent in the wrong state) is stored and replayed like any result.
+//   - A Stripe-Version header that is not spelt like an API version
+//     (2023-10-16, 2024-09-30.acacia) is a 400 invalid_request_error. Any
+//     well-formed date is accepted, where Stripe accepts only the dates it
+//     released a version on.
 //
 // The Stripe side speaks Stripe's wire format (form-encoded requests, bearer
 // auth, Stripe's JSON objects and error shape), so stripe-go talks to it

@@ -64,15 +64,7 @@ func intentSearchParams() paramSpec {
 
 // isCurrency reports whether c looks like a lower-case ISO 4217 code.
 func isCurrency(c string) bool {
-	if len(c) != 3 {
-		return false
-	}
-	for _, r := range c {
-		if r < 'a' || r > 'z' {
-			return false
-		}
-	}
-	return true
+	return len(c) == 3 && isLowerWord(c)
 }
 
 func (s *Server) createIntent(req *apiRequest) response {

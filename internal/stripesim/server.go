@@ -195,6 +195,10 @@ func (s *Server) process(w http.ResponseWriter, r *http.Request, requestID strin
 	if authErr != nil {
 		return outcome{resp: errorResponse(http.StatusUnauthorized, authErr)}
 	}
+	if v := r.Header.Get("Stripe-Version"); v != "" && !validAPIVersion(v) {
+		w.Header().Set("Stripe-Version", apiVersion)
+		return outcome{resp: errorResponse(http.StatusBadRequest, invalidRequest("", "", "Invalid Stripe API version: %s", v))}
+	}
 	params, paramErr := readParams(w, r)
 	if paramErr != nil {
 		return outcome{resp: errorResponse(http.StatusBadRequest, paramErr)}

@@ -11,11 +11,52 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // apiVersion is the version stripe-go v76 pins; it is echoed in
 // Stripe-Version when the client sends none.
 const apiVersion = "2023-10-16"
+
+// validAPIVersion reports whether v is spelt like a Stripe API version: a
+// date (2023-10-16), optionally named (2024-09-30.acacia), optionally
+// followed by beta flags ("2023-10-16; feature_beta=v1"). Stripe also
+// rejects well-formed dates on which it released no version; the simulator
+// cannot know those and accepts every real calendar date.
+func validAPIVersion(v string) bool {
+	version, betas, hasBetas := strings.Cut(v, ";")
+	date, name, named := strings.Cut(strings.TrimSpace(version), ".")
+	if _, err := time.Parse(time.DateOnly, date); err != nil {
+		return false
+	}
+	if named && !isLowerWord(name) {
+		return false
+	}
+	if !hasBetas {
+		return true
+	}
+	for _, beta := range strings.Split(betas, ";") {
+		flag, rev, ok := strings.Cut(strings.TrimSpace(beta), "=")
+		n, err := strconv.Atoi(strings.TrimPrefix(rev, "v"))
+		if !ok || flag == "" || strings.ContainsAny(flag, " =") || !strings.HasPrefix(rev, "v") || err != nil || n < 1 {
+			return false
+		}
+	}
+	return true
+}
+
+// isLowerWord reports whether s is one or more lower-case ASCII letters.
+func isLowerWord(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if r < 'a' || r > 'z' {
+			return false
+		}
+	}
+	return true
+}
 
 // maxBodyBytes bounds a form body; Stripe's requests are a few hundred bytes.
 const maxBodyBytes = 1 << 20
