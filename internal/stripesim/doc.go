@@ -26,12 +26,17 @@
 //     (2023-10-16, 2024-09-30.acacia) is a 400 invalid_request_error. Any
 //     well-formed date is accepted, where Stripe accepts only the dates it
 //     released a version on.
+//   - The list endpoint, GET /v1/payment_intents, is consistent: an intent
+//     is listed from the moment it is created. It filters on created (=,
+//     gt, gte, lt, lte) and customer, pages with limit (1 to 100, default
+//     10) and the starting_after and ending_before cursors, newest first.
 //
 // The Stripe side speaks Stripe's wire format (form-encoded requests, bearer
 // auth, Stripe's JSON objects and error shape), so stripe-go talks to it
 // unchanged through a backend whose URL points at the simulator:
 //
 //	POST /v1/payment_intents
+//	GET  /v1/payment_intents?created[gte]=T&created[lte]=T&limit=N&starting_after=ID
 //	GET  /v1/payment_intents/{id}
 //	POST /v1/payment_intents/{id}/confirm
 //	POST /v1/payment_intents/{id}/cancel

@@ -53,6 +53,17 @@ func intentGetParams() paramSpec {
 	}
 }
 
+func intentListParams() paramSpec {
+	return paramSpec{
+		"created":        {kind: paramRange},
+		"customer":       {kind: paramScalar},
+		"ending_before":  {kind: paramScalar},
+		"starting_after": {kind: paramScalar},
+		"limit":          {kind: paramScalar},
+		"expand":         {kind: paramList},
+	}
+}
+
 func intentSearchParams() paramSpec {
 	return paramSpec{
 		"query":  {kind: paramScalar},
@@ -324,13 +335,9 @@ func (s *Server) searchIntents(req *apiRequest) response {
 	if err != nil {
 		return rejectParam("", "query", "Invalid search query: %v", err)
 	}
-	limit := 10
-	if l := p.Get("limit"); l != "" {
-		n, err := strconv.Atoi(l)
-		if err != nil || n < 1 || n > 100 {
-			return rejectParam("", "limit", "Invalid limit: must be an integer between 1 and 100.")
-		}
-		limit = n
+	limit, e := limitParam(p)
+	if e != nil {
+		return rejected(e)
 	}
 	offset := 0
 	if page := p.Get("page"); page != "" {
@@ -349,7 +356,7 @@ func (s *Server) searchIntents(req *apiRequest) response {
 		}
 	}
 	// Stripe orders search results newest first.
-	slices.SortFunc(hits, func(a, b *intent) int { return cmp.Compare(b.seq, a.seq) })
+	slices.SortFunc(hits, newestFirst)
 
 	out := &searchResultJSON{Object: "search_result", Data: []*intentJSON{}, URL: "/v1/payment_intents/search"}
 	if exp["total_count"] {
@@ -363,6 +370,88 @@ func (s *Server) searchIntents(req *apiRequest) response {
 	if offset+limit < len(hits) {
 		out.HasMore = true
 		out.NextPage = nullable(searchPagePrefix + strconv.Itoa(offset+limit))
+	}
+	return jsonResponse(http.StatusOK, out)
+}
+
+// newestFirst orders intents as Stripe's lists do: by created, newest
+// first, and by creation order within a second.
+func newestFirst(a, b *intent) int {
+	return cmp.Or(cmp.Compare(b.created, a.created), cmp.Compare(b.seq, a.seq))
+}
+
+// listIntents answers GET /v1/payment_intents. Unlike search it is
+// consistent: an intent is listed from the moment it is created.
+func (s *Server) listIntents(req *apiRequest) response {
+	p := req.params
+	if e := intentListParams().check(p); e != nil {
+		return rejected(e)
+	}
+	exp, e := expandParam(p, "data.latest_charge", "data.payment_method")
+	if e != nil {
+		return rejected(e)
+	}
+	created, e := rangeParam(p, "created")
+	if e != nil {
+		return rejected(e)
+	}
+	limit, e := limitParam(p)
+	if e != nil {
+		return rejected(e)
+	}
+	after, before := p.Get("starting_after"), p.Get("ending_before")
+	if after != "" && before != "" {
+		return rejectParam("parameters_exclusive", "ending_before",
+			"You may only specify one of these parameters: ending_before, starting_after.")
+	}
+	customer := p.Get("customer")
+
+	var cursor *intent
+	if id := cmp.Or(after, before); id != "" {
+		var ok bool
+		if cursor, ok = s.st.intents[id]; !ok {
+			param := "starting_after"
+			if before != "" {
+				param = "ending_before"
+			}
+			return badRequest("resource_missing", param, "No such payment_intent: '%s'", id)
+		}
+	}
+
+	var all []*intent
+	for _, in := range s.st.intents {
+		if created.contains(in.created) && (customer == "" || in.customer == customer) {
+			all = append(all, in)
+		}
+	}
+	slices.SortFunc(all, newestFirst)
+
+	// The page is the limit intents next to the cursor on its side: after
+	// it (older) for starting_after, before it (newer) for ending_before.
+	// has_more says whether more lie beyond the page on that side.
+	page := all
+	switch {
+	case after != "":
+		i, found := slices.BinarySearchFunc(all, cursor, newestFirst)
+		if found {
+			i++
+		}
+		page = all[i:]
+	case before != "":
+		i, _ := slices.BinarySearchFunc(all, cursor, newestFirst)
+		page = all[:i]
+	}
+	hasMore := len(page) > limit
+	if hasMore && before != "" {
+		page = page[len(page)-limit:]
+	} else if hasMore {
+		page = page[:limit]
+	}
+
+	out := &listJSON{Object: "list", Data: make([]*intentJSON, 0, len(page)), HasMore: hasMore, URL: "/v1/payment_intents"}
+	dataExp := exp.under("data.")
+	for _, in := range page {
+		out.Data = append(out.Data, s.st.intentJSON(in, dataExp))
 	}
 	return jsonResponse(http.StatusOK, out)
 }

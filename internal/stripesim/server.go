@@ -53,6 +53,7 @@ type apiRequest struct {
 
 func (s *Server) routes() {
 	s.mux.Handle("POST /v1/payment_intents", s.api(s.createIntent))
+	s.mux.Handle("GET /v1/payment_intents", s.api(s.listIntents))
 	s.mux.Handle("GET /v1/payment_intents/search", s.api(s.searchIntents))
 	s.mux.Handle("GET /v1/payment_intents/{id}", s.api(s.getIntent))
 	s.mux.Handle("POST /v1/payment_intents/{id}/confirm", s.api(s.confirmIntent))

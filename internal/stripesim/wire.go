@@ -210,6 +210,9 @@ const (
 	paramList
 	// paramStruct is name[field]=value for the listed fields only.
 	paramStruct
+	// paramRange is a list filter on a timestamp: name=value, or any of
+	// name[gt], name[gte], name[lt] and name[lte].
+	paramRange
 )
 
 // paramRule describes one accepted top-level parameter.
@@ -258,6 +261,8 @@ func (spec paramSpec) check(params url.Values) *apiError {
 			valid = rest == "" || (isNested && closed && (inner == "" || atoiErr == nil))
 		case paramStruct:
 			valid = isNested && closed && slices.Contains(rule.fields, inner)
+		case paramRange:
+			valid = rest == "" || (isNested && closed && slices.Contains(rangeOperators, inner))
 		}
 		if !valid {
 			return invalidRequest("parameter_unknown", key, "Received unknown parameter: %s", key)
@@ -318,6 +323,76 @@ func amountParam(params url.Values, name string, required bool) (int64, *apiErro
 	}
 	if n > 99999999 {
 		return 0, invalidRequest("amount_too_large", name, "Amount must be no more than 99999999 in the smallest currency unit.")
+	}
+	return n, nil
+}
+
+// rangeOperators are the comparisons a paramRange accepts.
+var rangeOperators = []string{"gt", "gte", "lt", "lte"}
+
+// timeRange is what a paramRange admits: every comparison must hold.
+type timeRange []timeBound
+
+// timeBound is one comparison of a timeRange; op "eq" is name=value.
+type timeBound struct {
+	op string
+	n  int64
+}
+
+func (r timeRange) contains(t int64) bool {
+	for _, b := range r {
+		ok := false
+		switch b.op {
+		case "eq":
+			ok = t == b.n
+		case "gt":
+			ok = t > b.n
+		case "gte":
+			ok = t >= b.n
+		case "lt":
+			ok = t < b.n
+		case "lte":
+			ok = t <= b.n
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// rangeParam reads a timestamp filter such as created=1700000000 or
+// created[gte]=1700000000&created[lt]=1700003600; absent admits every time.
+func rangeParam(params url.Values, name string) (timeRange, *apiError) {
+	var r timeRange
+	for _, op := range append([]string{"eq"}, rangeOperators...) {
+		key := name + "[" + op + "]"
+		if op == "eq" {
+			key = name
+		}
+		raw, ok := params[key]
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseInt(raw[0], 10, 64)
+		if err != nil {
+			return nil, invalidRequest("parameter_invalid_integer", key, "Invalid integer: %s", raw[0])
+		}
+		r = append(r, timeBound{op: op, n: n})
+	}
+	return r, nil
+}
+
+// limitParam reads a page size between 1 and 100; absent is 10, as at
+// Stripe.
+func limitParam(params url.Values) (int, *apiError) {
+	l := params.Get("limit")
+	if l == "" {
+		return 10, nil
+	}
+	n, err := strconv.Atoi(l)
+	if err != nil || n < 1 || n > 100 {
+		return 0, invalidRequest("", "limit", "Invalid limit: must be an integer between 1 and 100.")
 	}
 	return n, nil
 }
