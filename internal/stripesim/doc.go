@@ -26,6 +26,10 @@
 //     (2023-10-16, 2024-09-30.acacia) is a 400 invalid_request_error. Any
 //     well-formed date is accepted, where Stripe accepts only the dates it
 //     released a version on.
+//   - Search lags: an intent appears in search results only
+//     Config.SearchIndexDelay (2s by default) after its creation, measured
+//     with Config.Now, as Stripe's search is eventually consistent. A
+//     negative delay makes search immediate.
 //   - The list endpoint, GET /v1/payment_intents, is consistent: an intent
 //     is listed from the moment it is created. It filters on created (=,
 //     gt, gte, lt, lte) and customer, pages with limit (1 to 100, default

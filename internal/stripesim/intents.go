@@ -140,6 +140,7 @@ func (s *Server) createIntent(req *apiRequest) response {
 		id:                 newID("pi_", 24),
 		seq:                s.st.nextSeq(),
 		created:            req.now.Unix(),
+		createdAt:          req.now,
 		idempotencyKey:     req.key,
 		amount:             amount,
 		currency:           currency,
@@ -349,9 +350,12 @@ func (s *Server) searchIntents(req *apiRequest) response {
 		offset = n
 	}
 
+	// Search is eventually consistent at Stripe: an intent is in the index
+	// only once SearchIndexDelay has passed since its creation.
 	var hits []*intent
 	for _, in := range s.st.intents {
-		if q.matches(in) {
+		indexed := !req.now.Before(in.createdAt.Add(s.cfg.SearchIndexDelay))
+		if indexed && q.matches(in) {
 			hits = append(hits, in)
 		}
 	}
