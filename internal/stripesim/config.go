@@ -46,7 +46,9 @@ type Config struct {
 	// Stripe stores its result under the key for 24 hours, a 500 included,
 	// and replays that 500 to every retry with the key. The option exists
 	// for tests written before the simulator stored 5xx responses. Defaults
-	// to false: the 5xx is stored and replayed, as at Stripe.
+	// to false: the 5xx is stored and replayed, as at Stripe. Either way an
+	// error_before fault stores nothing, since it stands for a failure
+	// before any endpoint began executing, which Stripe does not store.
 	ReplayCommittedOn5xx bool
 }
 
