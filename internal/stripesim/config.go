@@ -26,8 +26,30 @@ type Config struct {
 	// Pass a seeded source, e.g. rand.New(rand.NewPCG(1, 2)), for
 	// reproducible runs. Defaults to a randomly seeded source.
 	Rand *rand.Rand
-	// Now stamps the created time of objects. Defaults to time.Now.
+	// Now is the simulator's clock: it stamps the created time of objects
+	// and decides when they become searchable. Defaults to time.Now.
 	Now func() time.Time
+	// SearchIndexDelay is how long after its creation, by Now, a payment
+	// intent first appears in search results (GET
+	// /v1/payment_intents/search). Stripe's search is eventually consistent
+	// and new objects can take up to about a minute to appear, so a client
+	// must not read "search found nothing" as "it does not exist"; the list
+	// endpoint is consistent and does not lag. A negative value makes
+	// intents searchable at once, for tests that are not about the lag.
+	// Defaults to 2s: long enough that a search right after a create misses
+	// it, short enough for a demo.
+	SearchIndexDelay time.Duration
+	// ReplayCommittedOn5xx makes an error_after fault store the committed
+	// response under the request's idempotency key instead of the error it
+	// answers, so that a retry with the key replays the committed object.
+	// That is not what Stripe does: once an endpoint has started executing,
+	// Stripe stores its result under the key for 24 hours, a 500 included,
+	// and replays that 500 to every retry with the key. The option exists
+	// for tests written before the simulator stored 5xx responses. Defaults
+	// to false: the 5xx is stored and replayed, as at Stripe. Either way an
+	// error_before fault stores nothing, since it stands for a failure
+	// before any endpoint began executing, which Stripe does not store.
+	ReplayCommittedOn5xx bool
 }
 
 // WithDefaults returns a copy of c with zero fields set to their defaults.
@@ -36,6 +58,7 @@ func (c Config) WithDefaults() Config {
 	c.MaxHold = cmp.Or(c.MaxHold, 60*time.Second)
 	c.ProcessingRetrievals = cmp.Or(c.ProcessingRetrievals, 2)
 	c.Rand = cmp.Or(c.Rand, rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())))
+	c.SearchIndexDelay = cmp.Or(c.SearchIndexDelay, 2*time.Second)
 	if c.Now == nil {
 		c.Now = time.Now
 	}

@@ -10,11 +10,37 @@
 // "commit the charge, then fail the response", and exposes a ledger that
 // tests assert on.
 //
+// Where Stripe's behaviour is inconvenient for a client, the simulator
+// copies it by default, so that tests meet it before production does:
+//
+//   - A 5xx answered after the endpoint executed (FaultErrorAfter) is stored
+//     under the idempotency key and replayed to every retry with that key:
+//     retrying cannot reveal that the charge was committed.
+//     Config.ReplayCommittedOn5xx restores the older, unfaithful behaviour.
+//   - A request whose parameters fail validation (unknown, missing,
+//     malformed or contradictory parameters: a 400 before the endpoint
+//     executes) is not stored, so the corrected request with the same key
+//     executes. A 400 found while executing (no such payment method, an
+//     intent in the wrong state) is stored and replayed like any result.
+//   - A Stripe-Version header that is not spelt like an API version
+//     (2023-10-16, 2024-09-30.acacia) is a 400 invalid_request_error. Any
+//     well-formed date is accepted, where Stripe accepts only the dates it
+//     released a version on.
+//   - Search lags: an intent appears in search results only
+//     Config.SearchIndexDelay (2s by default) after its creation, measured
+//     with Config.Now, as Stripe's search is eventually consistent. A
+//     negative delay makes search immediate.
+//   - The list endpoint, GET /v1/payment_intents, is consistent: an intent
+//     is listed from the moment it is created. It filters on created (=,
+//     gt, gte, lt, lte) and customer, pages with limit (1 to 100, default
+//     10) and the starting_after and ending_before cursors, newest first.
+//
 // The Stripe side speaks Stripe's wire format (form-encoded requests, bearer
 // auth, Stripe's JSON objects and error shape), so stripe-go talks to it
 // unchanged through a backend whose URL points at the simulator:
 //
 //	POST /v1/payment_intents
+//	GET  /v1/payment_intents?created[gte]=T&created[lte]=T&limit=N&starting_after=ID
 //	GET  /v1/payment_intents/{id}
 //	POST /v1/payment_intents/{id}/confirm
 //	POST /v1/payment_intents/{id}/cancel

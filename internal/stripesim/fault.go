@@ -17,18 +17,31 @@ const (
 	// concurrent retry with the same key gets a 409.
 	FaultLatency FaultMode = "latency"
 	// FaultErrorBefore answers Status (500 by default, or 429) with Stripe's
-	// error body and does nothing else: no object, no stored response.
+	// error body and does nothing else: no object, no stored response, so a
+	// retry with the same key executes. It models a failure before the
+	// request reached an endpoint (a rate limit, an overloaded front end):
+	// Stripe stores a result only once an endpoint has started executing.
 	FaultErrorBefore FaultMode = "error_before"
-	// FaultErrorAfter executes the request, commits its objects and stores
-	// its idempotent response, then answers Status (500 by default). A
-	// retry with the same key replays the committed result.
+	// FaultErrorAfter executes the request and commits its objects, then
+	// answers Status (500 by default) in place of the endpoint's response.
+	// Like Stripe, which stores an executed request's result under its
+	// idempotency key even when it is a 500, the simulator stores that error
+	// and replays it, status and body, with Idempotent-Replayed: true to
+	// every retry with the same key and parameters: the retry cannot learn
+	// what was committed, only a retrieval or a list can.
+	// Config.ReplayCommittedOn5xx stores the committed response instead, so
+	// that a retry replays the committed object (not what Stripe does). A
+	// request whose parameters fail validation executes nothing, so even
+	// under this fault its key stays free for the corrected request.
 	FaultErrorAfter FaultMode = "error_after"
-	// FaultHoldAfter commits like FaultErrorAfter, then holds the response
-	// until the client gives up or Config.MaxHold passes, and closes the
-	// connection without answering.
+	// FaultHoldAfter executes and commits the request and stores its real
+	// response under the key, then holds the response until the client
+	// gives up or Config.MaxHold passes, and closes the connection without
+	// answering. A retry with the same key replays the committed result,
+	// as at Stripe, whose stored result is what the endpoint answered.
 	FaultHoldAfter FaultMode = "hold_after"
-	// FaultCloseAfter commits like FaultErrorAfter, then closes the TCP
-	// connection without a response.
+	// FaultCloseAfter executes, commits and stores like FaultHoldAfter, then
+	// closes the TCP connection without a response.
 	FaultCloseAfter FaultMode = "close_after"
 )
 

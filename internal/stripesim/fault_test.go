@@ -74,19 +74,71 @@ func TestFaults(t *testing.T) {
 		require.Equal(t, stripe.ErrorCodeRateLimit, serr.Code)
 	})
 
-	t.Run("ErrorAfterCommitsThenRetryReplays", func(t *testing.T) {
+	t.Run("ErrorAfterStoresThe500AndReplaysIt", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, stripesim.Config{})
+		require.NoError(t, b.admin.InjectFault(t.Context(), stripesim.Fault{
+			Mode: stripesim.FaultErrorAfter, Status: http.StatusServiceUnavailable, Count: 1, Path: createPath,
+		}))
+
+		_, err := b.api.PaymentIntents.New(keyed(intentParams("pm_card_visa", true), "key-ea", "pay_ea"))
+		first := stripeError(t, err)
+		require.Equal(t, http.StatusServiceUnavailable, first.HTTPStatusCode)
+		require.Equal(t, stripe.ErrorTypeAPI, first.Type)
+		require.Empty(t, first.LastResponse.Header.Get("Idempotent-Replayed"))
+		committed := ledger(t, b).IntentsWithMetadata("payment_id", "pay_ea")
+		require.Len(t, committed, 1, "the faulted request committed its intent")
+		require.Equal(t, "succeeded", committed[0].Status)
+
+		for range 2 {
+			_, err := b.api.PaymentIntents.New(keyed(intentParams("pm_card_visa", true), "key-ea", "pay_ea"))
+			retry := stripeError(t, err)
+			require.Equal(t, http.StatusServiceUnavailable, retry.HTTPStatusCode, "the stored error, not the committed intent")
+			require.Equal(t, string(first.LastResponse.RawJSON), string(retry.LastResponse.RawJSON))
+			require.Equal(t, "true", retry.LastResponse.Header.Get("Idempotent-Replayed"))
+			require.Equal(t, first.RequestID, retry.LastResponse.Header.Get("Original-Request"))
+			require.Nil(t, retry.PaymentIntent, "nothing in a replayed 5xx tells the client what was committed")
+		}
+
+		l := ledger(t, b)
+		require.Len(t, l.IntentsWithMetadata("payment_id", "pay_ea"), 1)
+		require.Len(t, l.ChargesFor(committed[0].ID), 1)
+		stats, _ := l.Key("key-ea")
+		require.Equal(t, http.StatusServiceUnavailable, stats.Status, "the 503 is what the key stores")
+		require.Equal(t, 1, stats.Executions)
+		require.Equal(t, 2, stats.Replays)
+
+		got, err := b.api.PaymentIntents.Get(committed[0].ID, nil)
+		require.NoError(t, err, "a retrieval is how the client learns the outcome")
+		require.Equal(t, stripe.PaymentIntentStatusSucceeded, got.Status)
+	})
+
+	t.Run("ErrorAfterWithoutKeyStoresNothing", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, stripesim.Config{})
 		require.NoError(t, b.admin.InjectFault(t.Context(), stripesim.Fault{Mode: stripesim.FaultErrorAfter, Count: 1, Path: createPath}))
 
-		_, err := b.api.PaymentIntents.New(keyed(intentParams("pm_card_visa", true), "key-ea", "pay_ea"))
+		// stripe-go adds a key to every POST, so send this one by hand.
+		res, body := rawPost(t, b, "/v1/payment_intents", "", "amount=1500&currency=usd&payment_method=pm_card_visa&confirm=true")
+		require.Equal(t, http.StatusInternalServerError, res.StatusCode, body)
+		l := ledger(t, b)
+		require.Len(t, l.Objects, 2, "the intent and its charge were committed")
+		require.Empty(t, l.Keys)
+	})
+
+	t.Run("ErrorAfterWithReplayCommittedOn5xxReplaysTheObject", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, stripesim.Config{ReplayCommittedOn5xx: true})
+		require.NoError(t, b.admin.InjectFault(t.Context(), stripesim.Fault{Mode: stripesim.FaultErrorAfter, Count: 1, Path: createPath}))
+
+		_, err := b.api.PaymentIntents.New(keyed(intentParams("pm_card_visa", true), "key-ea-old", "pay_ea_old"))
 		serr := stripeError(t, err)
 		require.Equal(t, http.StatusInternalServerError, serr.HTTPStatusCode)
 		require.Equal(t, stripe.ErrorTypeAPI, serr.Type)
-		stats, _ := ledger(t, b).Key("key-ea")
-		require.Equal(t, http.StatusOK, stats.Status, "the real response was stored")
+		stats, _ := ledger(t, b).Key("key-ea-old")
+		require.Equal(t, http.StatusOK, stats.Status, "the committed response was stored")
 
-		retryReplays(t, b, "key-ea", "pay_ea")
+		retryReplays(t, b, "key-ea-old", "pay_ea_old")
 	})
 
 	t.Run("CloseAfterCommitsThenRetryReplays", func(t *testing.T) {

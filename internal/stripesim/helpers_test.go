@@ -5,7 +5,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	stripe "github.com/stripe/stripe-go/v76"
@@ -116,4 +119,46 @@ func ledger(t *testing.T, b *bundle) stripesim.Ledger {
 	l, err := b.admin.Ledger(t.Context())
 	require.NoError(t, err)
 	return l
+}
+
+// clock is a Config.Now that only moves when the test advances it.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newClock() *clock {
+	return &clock{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// countingTransport counts the requests it sends, e.g. the pages an
+// iterator fetched.
+type countingTransport struct {
+	n atomic.Int64
+}
+
+func (c *countingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	c.n.Add(1)
+	return http.DefaultTransport.RoundTrip(req)
+}
+
+// get sends an authenticated GET the way curl would.
+func get(t *testing.T, b *bundle, pathAndQuery string) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, b.srv.URL+pathAndQuery, nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+testAPIKey)
+	return send(t, b, req)
 }

@@ -17,9 +17,10 @@ const (
 	// keyDone means the response is stored and every later request with
 	// the same parameters replays it.
 	keyDone
-	// keyReleased means the request holding the key ended without a
-	// storable response (a 5xx, or the client left before execution), so
-	// like Stripe the next request with the key executes afresh.
+	// keyReleased means the request holding the key ended without the
+	// endpoint executing (its parameters failed validation, or the client
+	// left first), so like Stripe the next request with the key executes
+	// afresh, whatever its parameters.
 	keyReleased
 )
 
@@ -33,6 +34,7 @@ type keyEntry struct {
 	resp         response
 	requestID    string // of the request whose response is stored
 	executions   int
+	rejections   int
 	replays      int
 	conflicts    int
 	mismatches   int
@@ -89,15 +91,19 @@ func (st *state) reserve(scope keyScope, method, path, fp string) (decision, *ke
 // settle stores the response of the request that held the key, in the same
 // critical section as the execution that produced it, so that no other
 // request can observe the committed objects without the stored response.
-// 5xx responses are not stored: Stripe stores only results of requests
-// that executed to a definite answer. Called with Server.mu held.
+// Whatever the endpoint answered once it executed is stored, errors and 5xx
+// included, as Stripe stores it. Called with Server.mu held.
 func (e *keyEntry) settle(resp response, requestID string) {
 	e.executions++
-	if resp.status >= 500 {
-		e.state = keyReleased
-		return
-	}
 	e.state, e.resp, e.requestID = keyDone, resp, requestID
+}
+
+// reject gives the key back when its request failed parameter validation:
+// Stripe saves no result for a request that no endpoint began executing.
+// Called with Server.mu held.
+func (e *keyEntry) reject() {
+	e.rejections++
+	e.state = keyReleased
 }
 
 // release gives the key back when its request ends without executing.

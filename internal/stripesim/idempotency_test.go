@@ -79,9 +79,11 @@ func TestIdempotency(t *testing.T) {
 		require.Equal(t, http.StatusPaymentRequired, stats.Status)
 	})
 
-	t.Run("ValidationErrorIsStoredAndReplayed", func(t *testing.T) {
+	t.Run("ErrorWhileExecutingIsStoredAndReplayed", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, stripesim.Config{})
+		// The parameters are well formed; the endpoint executes and finds
+		// no such payment method, a result Stripe stores like any other.
 
 		for i := range 2 {
 			_, err := b.api.PaymentIntents.New(keyed(intentParams("pm_card_nope", true), "key-invalid", "pay_1"))
@@ -90,6 +92,100 @@ func TestIdempotency(t *testing.T) {
 			require.Equal(t, stripe.ErrorCodeResourceMissing, serr.Code)
 			require.Equal(t, i == 1, serr.LastResponse.Header.Get("Idempotent-Replayed") == "true")
 		}
+	})
+
+	t.Run("ParameterErrorIsNotStored", func(t *testing.T) {
+		t.Parallel()
+
+		withoutCurrency := func(key string) *stripe.PaymentIntentParams {
+			p := keyed(intentParams("pm_card_visa", true), key, "pay_1")
+			p.Currency = nil
+			return p
+		}
+		confirmWithoutMethod := func(key string) *stripe.PaymentIntentParams {
+			return keyed(intentParams("", true), key, "pay_1")
+		}
+		unknownParameter := func(key string) *stripe.PaymentIntentParams {
+			p := keyed(intentParams("pm_card_visa", true), key, "pay_1")
+			p.AddExtra("amout", "1500")
+			return p
+		}
+		for _, tc := range []struct {
+			name    string
+			invalid func(key string) *stripe.PaymentIntentParams
+			code    stripe.ErrorCode
+		}{
+			{"MissingCurrency", withoutCurrency, stripe.ErrorCodeParameterMissing},
+			{"ConfirmWithoutPaymentMethod", confirmWithoutMethod, stripe.ErrorCodeParameterMissing},
+			{"UnknownParameter", unknownParameter, stripe.ErrorCodeParameterUnknown},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				b := setup(t, stripesim.Config{})
+				key := "key-" + tc.name
+
+				for range 2 {
+					_, err := b.api.PaymentIntents.New(tc.invalid(key))
+					serr := stripeError(t, err)
+					require.Equal(t, http.StatusBadRequest, serr.HTTPStatusCode)
+					require.Equal(t, tc.code, serr.Code)
+					require.Empty(t, serr.LastResponse.Header.Get("Idempotent-Replayed"), "a rejected request is not stored")
+				}
+
+				pi, err := b.api.PaymentIntents.New(keyed(intentParams("pm_card_visa", true), key, "pay_1"))
+				require.NoError(t, err, "the corrected request with the same key executes")
+				require.Empty(t, pi.LastResponse.Header.Get("Idempotent-Replayed"))
+				require.Equal(t, stripe.PaymentIntentStatusSucceeded, pi.Status)
+
+				again, err := b.api.PaymentIntents.New(keyed(intentParams("pm_card_visa", true), key, "pay_1"))
+				require.NoError(t, err)
+				require.Equal(t, pi.ID, again.ID)
+				require.Equal(t, "true", again.LastResponse.Header.Get("Idempotent-Replayed"), "and its result is stored")
+
+				l := ledger(t, b)
+				require.Len(t, l.IntentsWithMetadata("payment_id", "pay_1"), 1)
+				stats, _ := l.Key(key)
+				require.Equal(t, stripesim.KeyStats{
+					Key: key, Method: http.MethodPost, Path: "/v1/payment_intents", Status: http.StatusOK,
+					Executions: 1, Rejections: 2, Replays: 1,
+				}, stats)
+			})
+		}
+	})
+
+	t.Run("RefundParameterErrorIsNotStored", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, stripesim.Config{})
+		pi, err := b.api.PaymentIntents.New(intentParams("pm_card_visa", true))
+		require.NoError(t, err)
+
+		both := &stripe.RefundParams{PaymentIntent: stripe.String(pi.ID), Charge: stripe.String(pi.LatestCharge.ID)}
+		both.SetIdempotencyKey("key-refund")
+		_, err = b.api.Refunds.New(both)
+		require.Equal(t, stripe.ErrorCode("parameters_exclusive"), stripeError(t, err).Code)
+
+		one := &stripe.RefundParams{PaymentIntent: stripe.String(pi.ID)}
+		one.SetIdempotencyKey("key-refund")
+		re, err := b.api.Refunds.New(one)
+		require.NoError(t, err)
+		require.Equal(t, int64(1500), re.Amount)
+	})
+
+	t.Run("ParameterErrorUnderErrorAfterFaultIsNotStored", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, stripesim.Config{})
+		require.NoError(t, b.admin.InjectFault(t.Context(), stripesim.Fault{
+			Mode: stripesim.FaultErrorAfter, Count: 1, Path: "POST /v1/payment_intents",
+		}))
+
+		invalid := keyed(intentParams("pm_card_visa", true), "key-invalid-500", "pay_1")
+		invalid.Amount = stripe.Int64(0)
+		_, err := b.api.PaymentIntents.New(invalid)
+		require.Equal(t, http.StatusInternalServerError, stripeError(t, err).HTTPStatusCode)
+
+		pi, err := b.api.PaymentIntents.New(keyed(intentParams("pm_card_visa", true), "key-invalid-500", "pay_1"))
+		require.NoError(t, err, "nothing executed, so nothing was stored, not even the 500")
+		require.Empty(t, pi.LastResponse.Header.Get("Idempotent-Replayed"))
 	})
 
 	t.Run("OtherParametersIsIdempotencyError", func(t *testing.T) {

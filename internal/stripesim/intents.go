@@ -53,6 +53,17 @@ func intentGetParams() paramSpec {
 	}
 }
 
+func intentListParams() paramSpec {
+	return paramSpec{
+		"created":        {kind: paramRange},
+		"customer":       {kind: paramScalar},
+		"ending_before":  {kind: paramScalar},
+		"starting_after": {kind: paramScalar},
+		"limit":          {kind: paramScalar},
+		"expand":         {kind: paramList},
+	}
+}
+
 func intentSearchParams() paramSpec {
 	return paramSpec{
 		"query":  {kind: paramScalar},
@@ -64,76 +75,72 @@ func intentSearchParams() paramSpec {
 
 // isCurrency reports whether c looks like a lower-case ISO 4217 code.
 func isCurrency(c string) bool {
-	if len(c) != 3 {
-		return false
-	}
-	for _, r := range c {
-		if r < 'a' || r > 'z' {
-			return false
-		}
-	}
-	return true
+	return len(c) == 3 && isLowerWord(c)
 }
 
 func (s *Server) createIntent(req *apiRequest) response {
 	p := req.params
 	if e := intentCreateParams().check(p); e != nil {
-		return errorResponse(http.StatusBadRequest, e)
+		return rejected(e)
 	}
 	amount, e := amountParam(p, "amount", true)
 	if e != nil {
-		return errorResponse(http.StatusBadRequest, e)
+		return rejected(e)
 	}
 	currency := strings.ToLower(p.Get("currency"))
 	if currency == "" {
-		return badRequest("parameter_missing", "currency", "Missing required param: currency.")
+		return rejectParam("parameter_missing", "currency", "Missing required param: currency.")
 	}
 	if !isCurrency(currency) {
-		return badRequest("", "currency", "Invalid currency: %s. Currencies are three-letter ISO codes such as usd or eur.", currency)
+		return rejectParam("", "currency", "Invalid currency: %s. Currencies are three-letter ISO codes such as usd or eur.", currency)
 	}
 	confirm, e := boolParam(p, "confirm")
 	if e != nil {
-		return errorResponse(http.StatusBadRequest, e)
+		return rejected(e)
 	}
 	offSession, e := boolParam(p, "off_session")
 	if e != nil {
-		return errorResponse(http.StatusBadRequest, e)
+		return rejected(e)
 	}
 	exp, e := expandParam(p, "latest_charge", "payment_method")
 	if e != nil {
-		return errorResponse(http.StatusBadRequest, e)
+		return rejected(e)
 	}
 	var apm *automaticPaymentMethodsJSON
 	if _, ok := p["automatic_payment_methods[enabled]"]; ok {
 		enabled, e := boolParam(p, "automatic_payment_methods[enabled]")
 		if e != nil {
-			return errorResponse(http.StatusBadRequest, e)
+			return rejected(e)
 		}
 		apm = &automaticPaymentMethodsJSON{Enabled: enabled}
 	}
 	if redirects, ok := p["automatic_payment_methods[allow_redirects]"]; ok {
 		if apm == nil {
-			return badRequest("parameter_missing", "automatic_payment_methods[enabled]", "Missing required param: automatic_payment_methods[enabled].")
+			return rejectParam("parameter_missing", "automatic_payment_methods[enabled]", "Missing required param: automatic_payment_methods[enabled].")
 		}
 		if r := redirects[0]; r != "always" && r != "never" {
-			return badRequest("", "automatic_payment_methods[allow_redirects]", "Invalid automatic_payment_methods[allow_redirects]: must be one of always or never")
+			return rejectParam("", "automatic_payment_methods[allow_redirects]", "Invalid automatic_payment_methods[allow_redirects]: must be one of always or never")
 		}
 		apm.AllowRedirects = redirects[0]
 	}
 	pm := p.Get("payment_method")
+	if confirm && pm == "" {
+		return rejectParam("parameter_missing", "payment_method",
+			"You cannot confirm this PaymentIntent because it's missing a payment method. Pass payment_method, e.g. pm_card_visa.")
+	}
+
+	// The parameters are valid: from here on the endpoint executes, and
+	// whatever it answers is stored under the idempotency key.
 	card, ok := lookupTestCard(pm)
 	if pm != "" && !ok {
 		return noSuchPaymentMethod(pm)
-	}
-	if confirm && pm == "" {
-		return badRequest("parameter_missing", "payment_method",
-			"You cannot confirm this PaymentIntent because it's missing a payment method. Pass payment_method, e.g. pm_card_visa.")
 	}
 
 	in := &intent{
 		id:                 newID("pi_", 24),
 		seq:                s.st.nextSeq(),
 		created:            req.now.Unix(),
+		createdAt:          req.now,
 		idempotencyKey:     req.key,
 		amount:             amount,
 		currency:           currency,
@@ -163,15 +170,15 @@ func (s *Server) createIntent(req *apiRequest) response {
 func (s *Server) confirmIntent(req *apiRequest) response {
 	p := req.params
 	if e := intentConfirmParams().check(p); e != nil {
-		return errorResponse(http.StatusBadRequest, e)
+		return rejected(e)
 	}
 	offSession, e := boolParam(p, "off_session")
 	if e != nil {
-		return errorResponse(http.StatusBadRequest, e)
+		return rejected(e)
 	}
 	exp, e := expandParam(p, "latest_charge", "payment_method")
 	if e != nil {
-		return errorResponse(http.StatusBadRequest, e)
+		return rejected(e)
 	}
 	in, ok := s.st.intents[req.id]
 	if !ok {
@@ -200,17 +207,17 @@ func (s *Server) confirmIntent(req *apiRequest) response {
 func (s *Server) cancelIntent(req *apiRequest) response {
 	p := req.params
 	if e := intentCancelParams().check(p); e != nil {
-		return errorResponse(http.StatusBadRequest, e)
+		return rejected(e)
 	}
 	exp, e := expandParam(p, "latest_charge", "payment_method")
 	if e != nil {
-		return errorResponse(http.StatusBadRequest, e)
+		return rejected(e)
 	}
 	reason := p.Get("cancellation_reason")
 	switch reason {
 	case "", "duplicate", "fraudulent", "requested_by_customer", "abandoned":
 	default:
-		return badRequest("parameter_invalid_string", "cancellation_reason",
+		return rejectParam("parameter_invalid_string", "cancellation_reason",
 			"Invalid cancellation_reason: must be one of duplicate, fraudulent, requested_by_customer or abandoned")
 	}
 	in, ok := s.st.intents[req.id]
@@ -273,11 +280,11 @@ func (s *Server) decline(in *intent, card testCard, e *apiError, exp expansion, 
 
 func (s *Server) getIntent(req *apiRequest) response {
 	if e := intentGetParams().check(req.params); e != nil {
-		return errorResponse(http.StatusBadRequest, e)
+		return rejected(e)
 	}
 	exp, e := expandParam(req.params, "latest_charge", "payment_method")
 	if e != nil {
-		return errorResponse(http.StatusBadRequest, e)
+		return rejected(e)
 	}
 	in, ok := s.st.intents[req.id]
 	if !ok {
@@ -295,11 +302,11 @@ func (s *Server) getIntent(req *apiRequest) response {
 func (s *Server) getCharge(req *apiRequest) response {
 	spec := paramSpec{"expand": {kind: paramList}}
 	if e := spec.check(req.params); e != nil {
-		return errorResponse(http.StatusBadRequest, e)
+		return rejected(e)
 	}
 	exp, e := expandParam(req.params, "payment_intent")
 	if e != nil {
-		return errorResponse(http.StatusBadRequest, e)
+		return rejected(e)
 	}
 	ch, ok := s.st.charges[req.id]
 	if !ok {
@@ -315,46 +322,45 @@ const searchPagePrefix = "simpage_"
 func (s *Server) searchIntents(req *apiRequest) response {
 	p := req.params
 	if e := intentSearchParams().check(p); e != nil {
-		return errorResponse(http.StatusBadRequest, e)
+		return rejected(e)
 	}
 	exp, e := expandParam(p, "data.latest_charge", "data.payment_method", "total_count")
 	if e != nil {
-		return errorResponse(http.StatusBadRequest, e)
+		return rejected(e)
 	}
 	raw := p.Get("query")
 	if raw == "" {
-		return badRequest("parameter_missing", "query", "Missing required param: query.")
+		return rejectParam("parameter_missing", "query", "Missing required param: query.")
 	}
 	q, err := parseSearchQuery(raw)
 	if err != nil {
-		return badRequest("", "query", "Invalid search query: %v", err)
+		return rejectParam("", "query", "Invalid search query: %v", err)
 	}
-	limit := 10
-	if l := p.Get("limit"); l != "" {
-		n, err := strconv.Atoi(l)
-		if err != nil || n < 1 || n > 100 {
-			return badRequest("", "limit", "Invalid limit: must be an integer between 1 and 100.")
-		}
-		limit = n
+	limit, e := limitParam(p)
+	if e != nil {
+		return rejected(e)
 	}
 	offset := 0
 	if page := p.Get("page"); page != "" {
 		rest, ok := strings.CutPrefix(page, searchPagePrefix)
 		n, err := strconv.Atoi(rest)
 		if !ok || err != nil || n < 0 {
-			return badRequest("", "page", "Invalid page: %s", page)
+			return rejectParam("", "page", "Invalid page: %s", page)
 		}
 		offset = n
 	}
 
+	// Search is eventually consistent at Stripe: an intent is in the index
+	// only once SearchIndexDelay has passed since its creation.
 	var hits []*intent
 	for _, in := range s.st.intents {
-		if q.matches(in) {
+		indexed := !req.now.Before(in.createdAt.Add(s.cfg.SearchIndexDelay))
+		if indexed && q.matches(in) {
 			hits = append(hits, in)
 		}
 	}
 	// Stripe orders search results newest first.
-	slices.SortFunc(hits, func(a, b *intent) int { return cmp.Compare(b.seq, a.seq) })
+	slices.SortFunc(hits, newestFirst)
 
 	out := &searchResultJSON{Object: "search_result", Data: []*intentJSON{}, URL: "/v1/payment_intents/search"}
 	if exp["total_count"] {
@@ -368,6 +374,88 @@ func (s *Server) searchIntents(req *apiRequest) response {
 	if offset+limit < len(hits) {
 		out.HasMore = true
 		out.NextPage = nullable(searchPagePrefix + strconv.Itoa(offset+limit))
+	}
+	return jsonResponse(http.StatusOK, out)
+}
+
+// newestFirst orders intents as Stripe's lists do: by created, newest
+// first, and by creation order within a second.
+func newestFirst(a, b *intent) int {
+	return cmp.Or(cmp.Compare(b.created, a.created), cmp.Compare(b.seq, a.seq))
+}
+
+// listIntents answers GET /v1/payment_intents. Unlike search it is
+// consistent: an intent is listed from the moment it is created.
+func (s *Server) listIntents(req *apiRequest) response {
+	p := req.params
+	if e := intentListParams().check(p); e != nil {
+		return rejected(e)
+	}
+	exp, e := expandParam(p, "data.latest_charge", "data.payment_method")
+	if e != nil {
+		return rejected(e)
+	}
+	created, e := rangeParam(p, "created")
+	if e != nil {
+		return rejected(e)
+	}
+	limit, e := limitParam(p)
+	if e != nil {
+		return rejected(e)
+	}
+	after, before := p.Get("starting_after"), p.Get("ending_before")
+	if after != "" && before != "" {
+		return rejectParam("parameters_exclusive", "ending_before",
+			"You may only specify one of these parameters: ending_before, starting_after.")
+	}
+	customer := p.Get("customer")
+
+	var cursor *intent
+	if id := cmp.Or(after, before); id != "" {
+		var ok bool
+		if cursor, ok = s.st.intents[id]; !ok {
+			param := "starting_after"
+			if before != "" {
+				param = "ending_before"
+			}
+			return badRequest("resource_missing", param, "No such payment_intent: '%s'", id)
+		}
+	}
+
+	var all []*intent
+	for _, in := range s.st.intents {
+		if created.contains(in.created) && (customer == "" || in.customer == customer) {
+			all = append(all, in)
+		}
+	}
+	slices.SortFunc(all, newestFirst)
+
+	// The page is the limit intents next to the cursor on its side: after
+	// it (older) for starting_after, before it (newer) for ending_before.
+	// has_more says whether more lie beyond the page on that side.
+	page := all
+	switch {
+	case after != "":
+		i, found := slices.BinarySearchFunc(all, cursor, newestFirst)
+		if found {
+			i++
+		}
+		page = all[i:]
+	case before != "":
+		i, _ := slices.BinarySearchFunc(all, cursor, newestFirst)
+		page = all[:i]
+	}
+	hasMore := len(page) > limit
+	if hasMore && before != "" {
+		page = page[len(page)-limit:]
+	} else if hasMore {
+		page = page[:limit]
+	}
+
+	out := &listJSON{Object: "list", Data: make([]*intentJSON, 0, len(page)), HasMore: hasMore, URL: "/v1/payment_intents"}
+	dataExp := exp.under("data.")
+	for _, in := range page {
+		out.Data = append(out.Data, s.st.intentJSON(in, dataExp))
 	}
 	return jsonResponse(http.StatusOK, out)
 }

@@ -457,3 +457,54 @@ func TestPaymentIntentValidation(t *testing.T) {
 		require.NotEmpty(t, res.Header.Get("Request-Id"))
 	})
 }
+
+func TestStripeVersion(t *testing.T) {
+	t.Parallel()
+
+	withVersion := func(v string) *stripe.PaymentIntentParams {
+		p := intentParams("pm_card_visa", true)
+		p.Headers = http.Header{"Stripe-Version": {v}}
+		return p
+	}
+
+	t.Run("PinnedVersionIsEchoed", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, stripesim.Config{})
+
+		pi, err := b.api.PaymentIntents.New(intentParams("pm_card_visa", true))
+		require.NoError(t, err)
+		require.Equal(t, stripe.APIVersion, pi.LastResponse.Header.Get("Stripe-Version"))
+	})
+
+	t.Run("NamedVersionIsAccepted", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, stripesim.Config{})
+
+		pi, err := b.api.PaymentIntents.New(withVersion("2024-09-30.acacia"))
+		require.NoError(t, err)
+		require.Equal(t, "2024-09-30.acacia", pi.LastResponse.Header.Get("Stripe-Version"))
+	})
+
+	t.Run("MalformedVersionIs400", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, stripesim.Config{})
+
+		params := withVersion("2019-2-19")
+		params.SetIdempotencyKey("key-version")
+		_, err := b.api.PaymentIntents.New(params)
+		serr := stripeError(t, err)
+		require.Equal(t, http.StatusBadRequest, serr.HTTPStatusCode)
+		require.Equal(t, stripe.ErrorTypeInvalidRequest, serr.Type)
+		require.Equal(t, "Invalid Stripe API version: 2019-2-19", serr.Msg)
+		var invalid *stripe.InvalidRequestError
+		require.ErrorAs(t, serr.Err, &invalid)
+		l := ledger(t, b)
+		require.Empty(t, l.Objects)
+		require.Empty(t, l.Keys, "the request never reached the idempotency layer")
+
+		_, err = b.api.PaymentIntents.Get("pi_missing", &stripe.PaymentIntentParams{Params: stripe.Params{
+			Headers: http.Header{"Stripe-Version": {"latest"}},
+		}})
+		require.Equal(t, http.StatusBadRequest, stripeError(t, err).HTTPStatusCode, "reads are checked too")
+	})
+}

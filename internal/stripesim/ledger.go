@@ -54,6 +54,10 @@ type KeyStats struct {
 	// Executions counts requests that executed the endpoint; at most 1 once
 	// a response is stored.
 	Executions int `json:"executions"`
+	// Rejections counts requests whose parameters failed validation. As at
+	// Stripe nothing was stored for them, so the next request with the key,
+	// with any parameters, executed afresh.
+	Rejections int `json:"rejections"`
 	// Replays counts requests answered with the stored response.
 	Replays int `json:"replays"`
 	// Conflicts counts requests answered 409 because the key was executing.
@@ -121,6 +125,7 @@ func (l Ledger) Key(key string) (KeyStats, bool) {
 			continue
 		}
 		sum.Executions += k.Executions
+		sum.Rejections += k.Rejections
 		sum.Replays += k.Replays
 		sum.Conflicts += k.Conflicts
 		sum.Mismatches += k.Mismatches
@@ -167,7 +172,8 @@ func (st *state) ledger() Ledger {
 		}
 		l.Keys = append(l.Keys, KeyStats{
 			Key: k.scope.key, Method: k.method, Path: k.path, Status: status,
-			Executions: k.executions, Replays: k.replays, Conflicts: k.conflicts, Mismatches: k.mismatches,
+			Executions: k.executions, Rejections: k.rejections, Replays: k.replays, Conflicts: k.conflicts,
+			Mismatches: k.mismatches,
 		})
 	}
 	return l

@@ -69,8 +69,9 @@ func lookupTestCard(id string) (testCard, bool) {
 // intent is a PaymentIntent.
 type intent struct {
 	id, clientSecret     string
-	seq                  int64 // creation order, for the ledger and search
+	seq                  int64 // creation order, for the ledger and lists
 	created              int64
+	createdAt            time.Time // created to the nanosecond, for the search delay
 	idempotencyKey       string
 	amount               int64
 	currency             string

@@ -18,27 +18,27 @@ func refundCreateParams() paramSpec {
 func (s *Server) createRefund(req *apiRequest) response {
 	p := req.params
 	if e := refundCreateParams().check(p); e != nil {
-		return errorResponse(http.StatusBadRequest, e)
+		return rejected(e)
 	}
 	exp, e := expandParam(p, "charge", "payment_intent")
 	if e != nil {
-		return errorResponse(http.StatusBadRequest, e)
+		return rejected(e)
 	}
 	amount, e := amountParam(p, "amount", false)
 	if e != nil {
-		return errorResponse(http.StatusBadRequest, e)
+		return rejected(e)
 	}
 	reason := p.Get("reason")
 	switch reason {
 	case "", "duplicate", "fraudulent", "requested_by_customer":
 	default:
-		return badRequest("", "reason", "Invalid reason: must be one of duplicate, fraudulent, or requested_by_customer")
+		return rejectParam("", "reason", "Invalid reason: must be one of duplicate, fraudulent, or requested_by_customer")
 	}
 
 	var ch *charge
 	switch piID, chID := p.Get("payment_intent"), p.Get("charge"); {
 	case piID != "" && chID != "":
-		return badRequest("parameters_exclusive", "charge", "You may only specify one of these parameters: charge, payment_intent.")
+		return rejectParam("parameters_exclusive", "charge", "You may only specify one of these parameters: charge, payment_intent.")
 	case piID != "":
 		in, ok := s.st.intents[piID]
 		if !ok {
@@ -58,7 +58,7 @@ func (s *Server) createRefund(req *apiRequest) response {
 			return badRequest("", "charge", "Charge %s has not succeeded and cannot be refunded.", ch.id)
 		}
 	default:
-		return badRequest("parameter_missing", "",
+		return rejectParam("parameter_missing", "",
 			"One of the following params should be provided for this request: payment_intent or charge.")
 	}
 
@@ -93,11 +93,11 @@ func (s *Server) createRefund(req *apiRequest) response {
 func (s *Server) getRefund(req *apiRequest) response {
 	spec := paramSpec{"expand": {kind: paramList}}
 	if e := spec.check(req.params); e != nil {
-		return errorResponse(http.StatusBadRequest, e)
+		return rejected(e)
 	}
 	exp, e := expandParam(req.params, "charge", "payment_intent")
 	if e != nil {
-		return errorResponse(http.StatusBadRequest, e)
+		return rejected(e)
 	}
 	re, ok := s.st.refunds[req.id]
 	if !ok {

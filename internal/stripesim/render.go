@@ -122,6 +122,13 @@ type refundJSON struct {
 	Status             string            `json:"status"`
 }
 
+type listJSON struct {
+	Object  string        `json:"object"`
+	Data    []*intentJSON `json:"data"`
+	HasMore bool          `json:"has_more"`
+	URL     string        `json:"url"`
+}
+
 type searchResultJSON struct {
 	Object     string        `json:"object"`
 	Data       []*intentJSON `json:"data"`

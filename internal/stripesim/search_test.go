@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	stripe "github.com/stripe/stripe-go/v76"
@@ -28,6 +29,10 @@ func searchIDs(t *testing.T, b *bundle, query string, limit int64) ([]string, er
 	return ids, it.Err()
 }
 
+// immediateSearch makes intents searchable as soon as they are created, for
+// tests of what search finds rather than of when.
+var immediateSearch = stripesim.Config{SearchIndexDelay: -1}
+
 func TestSearch(t *testing.T) {
 	t.Parallel()
 
@@ -46,7 +51,7 @@ func TestSearch(t *testing.T) {
 
 	t.Run("ByMetadata", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, stripesim.Config{})
+		b := setup(t, immediateSearch)
 		want := create(t, b, "pm_card_visa", "pay_1", "o1")
 		create(t, b, "pm_card_visa", "pay_2", "o1")
 
@@ -61,7 +66,7 @@ func TestSearch(t *testing.T) {
 
 	t.Run("AndNarrows", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, stripesim.Config{})
+		b := setup(t, immediateSearch)
 		succeeded := create(t, b, "pm_card_visa", "pay_1", "o1")
 		create(t, b, "pm_card_chargeDeclined", "pay_2", "o1")
 
@@ -72,7 +77,7 @@ func TestSearch(t *testing.T) {
 
 	t.Run("OrWidens", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, stripesim.Config{})
+		b := setup(t, immediateSearch)
 		first := create(t, b, "pm_card_visa", "pay_1", "o1")
 		second := create(t, b, "pm_card_visa", "pay_2", "o2")
 		create(t, b, "pm_card_visa", "pay_3", "o3")
@@ -84,7 +89,7 @@ func TestSearch(t *testing.T) {
 
 	t.Run("PagesNewestFirst", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, stripesim.Config{})
+		b := setup(t, immediateSearch)
 		a := create(t, b, "pm_card_visa", "pay_a", "o1")
 		c := create(t, b, "pm_card_visa", "pay_b", "o1")
 		d := create(t, b, "pm_card_visa", "pay_c", "o1")
@@ -96,7 +101,7 @@ func TestSearch(t *testing.T) {
 
 	t.Run("NoMatchIsEmpty", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, stripesim.Config{})
+		b := setup(t, immediateSearch)
 		create(t, b, "pm_card_visa", "pay_1", "o1")
 
 		ids, err := searchIDs(t, b, "metadata['payment_id']:'pay_none'", 0)
@@ -106,7 +111,7 @@ func TestSearch(t *testing.T) {
 
 	t.Run("InvalidQueryIs400", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, stripesim.Config{})
+		b := setup(t, immediateSearch)
 
 		for _, q := range []string{"metadata[payment_id]:'x'", "created>100", "status:'a' AND currency:'usd' OR amount:1"} {
 			_, err := searchIDs(t, b, q, 0)
@@ -118,7 +123,7 @@ func TestSearch(t *testing.T) {
 
 	t.Run("WireShape", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, stripesim.Config{})
+		b := setup(t, immediateSearch)
 		id := create(t, b, "pm_card_visa", "pay_1", "o1")
 
 		q := url.Values{"query": {"metadata['payment_id']:'pay_1'"}, "expand[]": {"total_count"}}
@@ -144,4 +149,58 @@ func TestSearch(t *testing.T) {
 		require.Equal(t, "/v1/payment_intents/search", got.URL)
 		require.Equal(t, 1, got.TotalCount)
 	})
+	t.Run("NewIntentAppearsAfterTheIndexDelay", func(t *testing.T) {
+		t.Parallel()
+		c := newClock()
+		b := setup(t, stripesim.Config{Now: c.Now, SearchIndexDelay: 30 * time.Second})
+		older := create(t, b, "pm_card_visa", "pay_1", "o1")
+		c.Advance(10 * time.Second)
+		newer := create(t, b, "pm_card_visa", "pay_2", "o1")
+
+		ids, err := searchIDs(t, b, "metadata['order']:'o1'", 0)
+		require.NoError(t, err)
+		require.Empty(t, ids, "neither is indexed yet")
+
+		c.Advance(20 * time.Second)
+		ids, err = searchIDs(t, b, "metadata['order']:'o1'", 0)
+		require.NoError(t, err)
+		require.Equal(t, []string{older}, ids, "30s after its creation the older one is")
+
+		list := collectList(t, b)
+		require.Equal(t, []string{newer, older}, list, "the list endpoint does not lag")
+
+		c.Advance(10 * time.Second)
+		ids, err = searchIDs(t, b, "metadata['order']:'o1'", 0)
+		require.NoError(t, err)
+		require.Equal(t, []string{newer, older}, ids)
+	})
+
+	t.Run("DefaultDelayIsTwoSeconds", func(t *testing.T) {
+		t.Parallel()
+		c := newClock()
+		b := setup(t, stripesim.Config{Now: c.Now})
+		id := create(t, b, "pm_card_visa", "pay_1", "o1")
+
+		c.Advance(2*time.Second - time.Millisecond)
+		ids, err := searchIDs(t, b, "metadata['payment_id']:'pay_1'", 0)
+		require.NoError(t, err)
+		require.Empty(t, ids)
+
+		c.Advance(time.Millisecond)
+		ids, err = searchIDs(t, b, "metadata['payment_id']:'pay_1'", 0)
+		require.NoError(t, err)
+		require.Equal(t, []string{id}, ids)
+	})
+}
+
+// collectList lists every payment intent, newest first.
+func collectList(t *testing.T, b *bundle) []string {
+	t.Helper()
+	it := b.api.PaymentIntents.List(&stripe.PaymentIntentListParams{})
+	var ids []string
+	for it.Next() {
+		ids = append(ids, it.PaymentIntent().ID)
+	}
+	require.NoError(t, it.Err())
+	return ids
 }

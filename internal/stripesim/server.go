@@ -53,6 +53,7 @@ type apiRequest struct {
 
 func (s *Server) routes() {
 	s.mux.Handle("POST /v1/payment_intents", s.api(s.createIntent))
+	s.mux.Handle("GET /v1/payment_intents", s.api(s.listIntents))
 	s.mux.Handle("GET /v1/payment_intents/search", s.api(s.searchIntents))
 	s.mux.Handle("GET /v1/payment_intents/{id}", s.api(s.getIntent))
 	s.mux.Handle("POST /v1/payment_intents/{id}/confirm", s.api(s.confirmIntent))
@@ -108,15 +109,24 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, ep endpoint) {
 	fault, faulted := s.takeFault(r.Method, r.URL.Path)
 	s.mu.Unlock()
 
-	var out outcome
+	var (
+		out    outcome
+		failed response // what an error_before or error_after fault answers
+	)
+	if faulted && (fault.Mode == FaultErrorBefore || fault.Mode == FaultErrorAfter) {
+		failed = faultResponse(fault.Status)
+	}
 	if faulted && fault.Mode == FaultErrorBefore {
-		out.resp = faultResponse(fault.Status)
+		out.resp = failed
 	} else {
-		var latency time.Duration
+		var x execution
 		if faulted && fault.Mode == FaultLatency {
-			latency = fault.latency()
+			x.latency = fault.latency()
 		}
-		out = s.process(w, r, requestID, ep, latency)
+		if faulted && fault.Mode == FaultErrorAfter && !s.cfg.ReplayCommittedOn5xx {
+			x.store = &failed
+		}
+		out = s.process(w, r, requestID, ep, x)
 	}
 
 	attrs := []slog.Attr{
@@ -152,7 +162,7 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, ep endpoint) {
 		attrs = append(attrs, slog.Int("committed_status", out.resp.status))
 		h.Del("Idempotent-Replayed")
 		h.Del("Original-Request")
-		out.resp = faultResponse(fault.Status)
+		out.resp = failed
 	case fault.Mode == FaultHoldAfter:
 		attrs = append(attrs, slog.Int("committed_status", out.resp.status), slog.String("result", "held, then closed"))
 		s.hold(ctx)
@@ -168,12 +178,27 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, ep endpoint) {
 	_, _ = w.Write(out.resp.body) // the client may be gone; nothing to do then
 }
 
+// execution is what faults change in how process runs a request.
+type execution struct {
+	// latency delays execution (a latency fault); a keyed request holds its
+	// key meanwhile.
+	latency time.Duration
+	// store, if set, is stored under the idempotency key in place of the
+	// endpoint's response: the 5xx of an error_after fault, which Stripe
+	// stores because the endpoint had started executing.
+	store *response
+}
+
 // process authenticates and parses the request, applies idempotency, and
 // executes the endpoint when it should.
-func (s *Server) process(w http.ResponseWriter, r *http.Request, requestID string, ep endpoint, latency time.Duration) outcome {
+func (s *Server) process(w http.ResponseWriter, r *http.Request, requestID string, ep endpoint, x execution) outcome {
 	apiKey, authErr := authenticate(r)
 	if authErr != nil {
 		return outcome{resp: errorResponse(http.StatusUnauthorized, authErr)}
+	}
+	if v := r.Header.Get("Stripe-Version"); v != "" && !validAPIVersion(v) {
+		w.Header().Set("Stripe-Version", apiVersion)
+		return outcome{resp: errorResponse(http.StatusBadRequest, invalidRequest("", "", "Invalid Stripe API version: %s", v))}
 	}
 	params, paramErr := readParams(w, r)
 	if paramErr != nil {
@@ -196,7 +221,7 @@ func (s *Server) process(w http.ResponseWriter, r *http.Request, requestID strin
 		case decideExecute:
 			entry = e
 		case decideReplay:
-			if !sleep(r.Context(), latency) {
+			if !sleep(r.Context(), x.latency) {
 				return outcome{abandoned: true}
 			}
 			return outcome{resp: stored, key: key, replayed: true, originID: origin}
@@ -215,7 +240,7 @@ func (s *Server) process(w http.ResponseWriter, r *http.Request, requestID strin
 		}
 	}
 
-	if !sleep(r.Context(), latency) {
+	if !sleep(r.Context(), x.latency) {
 		if entry != nil {
 			s.mu.Lock()
 			entry.release()
@@ -228,7 +253,13 @@ func (s *Server) process(w http.ResponseWriter, r *http.Request, requestID strin
 	defer s.mu.Unlock()
 	req.now = s.cfg.Now()
 	resp := ep(req)
-	if entry != nil {
+	switch {
+	case entry == nil:
+	case resp.rejected:
+		entry.reject()
+	case x.store != nil:
+		entry.settle(*x.store, requestID)
+	default:
 		entry.settle(resp, requestID)
 	}
 	return outcome{resp: resp, key: req.key}

@@ -11,11 +11,52 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // apiVersion is the version stripe-go v76 pins; it is echoed in
 // Stripe-Version when the client sends none.
 const apiVersion = "2023-10-16"
+
+// validAPIVersion reports whether v is spelt like a Stripe API version: a
+// date (2023-10-16), optionally named (2024-09-30.acacia), optionally
+// followed by beta flags ("2023-10-16; feature_beta=v1"). Stripe also
+// rejects well-formed dates on which it released no version; the simulator
+// cannot know those and accepts every real calendar date.
+func validAPIVersion(v string) bool {
+	version, betas, hasBetas := strings.Cut(v, ";")
+	date, name, named := strings.Cut(strings.TrimSpace(version), ".")
+	if _, err := time.Parse(time.DateOnly, date); err != nil {
+		return false
+	}
+	if named && !isLowerWord(name) {
+		return false
+	}
+	if !hasBetas {
+		return true
+	}
+	for _, beta := range strings.Split(betas, ";") {
+		flag, rev, ok := strings.Cut(strings.TrimSpace(beta), "=")
+		n, err := strconv.Atoi(strings.TrimPrefix(rev, "v"))
+		if !ok || flag == "" || strings.ContainsAny(flag, " =") || !strings.HasPrefix(rev, "v") || err != nil || n < 1 {
+			return false
+		}
+	}
+	return true
+}
+
+// isLowerWord reports whether s is one or more lower-case ASCII letters.
+func isLowerWord(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if r < 'a' || r > 'z' {
+			return false
+		}
+	}
+	return true
+}
 
 // maxBodyBytes bounds a form body; Stripe's requests are a few hundred bytes.
 const maxBodyBytes = 1 << 20
@@ -48,6 +89,11 @@ type apiError struct {
 type response struct {
 	status int
 	body   []byte
+	// rejected marks a 400 for parameters that fail validation, which the
+	// endpoint answers before it executes anything. Stripe saves a result
+	// under an idempotency key only once an endpoint has started executing,
+	// so a rejected request leaves its key free for the corrected request.
+	rejected bool
 }
 
 func jsonResponse(status int, v any) response {
@@ -79,8 +125,26 @@ func invalidRequest(code, param, format string, args ...any) *apiError {
 	return &apiError{Type: errTypeInvalidRequest, Code: code, Param: param, Message: fmt.Sprintf(format, args...)}
 }
 
+// badRequest is a 400 found while executing: the request's parameters are
+// well formed but the objects they name do not allow it (no such payment
+// method, an intent in the wrong state, more than the charge to refund).
+// Stripe stores it under the idempotency key like any executed result.
 func badRequest(code, param, format string, args ...any) response {
 	return errorResponse(http.StatusBadRequest, invalidRequest(code, param, format, args...))
+}
+
+// rejected is a 400 for parameters that fail validation on their own
+// (unknown, missing, malformed or contradictory), before the endpoint
+// executes; it is not stored under the idempotency key.
+func rejected(e *apiError) response {
+	resp := errorResponse(http.StatusBadRequest, e)
+	resp.rejected = true
+	return resp
+}
+
+// rejectParam is rejected with a formatted invalid_request_error.
+func rejectParam(code, param, format string, args ...any) response {
+	return rejected(invalidRequest(code, param, format, args...))
 }
 
 func notFound(param, object, id string) response {
@@ -146,6 +210,9 @@ const (
 	paramList
 	// paramStruct is name[field]=value for the listed fields only.
 	paramStruct
+	// paramRange is a list filter on a timestamp: name=value, or any of
+	// name[gt], name[gte], name[lt] and name[lte].
+	paramRange
 )
 
 // paramRule describes one accepted top-level parameter.
@@ -194,6 +261,8 @@ func (spec paramSpec) check(params url.Values) *apiError {
 			valid = rest == "" || (isNested && closed && (inner == "" || atoiErr == nil))
 		case paramStruct:
 			valid = isNested && closed && slices.Contains(rule.fields, inner)
+		case paramRange:
+			valid = rest == "" || (isNested && closed && slices.Contains(rangeOperators, inner))
 		}
 		if !valid {
 			return invalidRequest("parameter_unknown", key, "Received unknown parameter: %s", key)
@@ -254,6 +323,76 @@ func amountParam(params url.Values, name string, required bool) (int64, *apiErro
 	}
 	if n > 99999999 {
 		return 0, invalidRequest("amount_too_large", name, "Amount must be no more than 99999999 in the smallest currency unit.")
+	}
+	return n, nil
+}
+
+// rangeOperators are the comparisons a paramRange accepts.
+var rangeOperators = []string{"gt", "gte", "lt", "lte"}
+
+// timeRange is what a paramRange admits: every comparison must hold.
+type timeRange []timeBound
+
+// timeBound is one comparison of a timeRange; op "eq" is name=value.
+type timeBound struct {
+	op string
+	n  int64
+}
+
+func (r timeRange) contains(t int64) bool {
+	for _, b := range r {
+		ok := false
+		switch b.op {
+		case "eq":
+			ok = t == b.n
+		case "gt":
+			ok = t > b.n
+		case "gte":
+			ok = t >= b.n
+		case "lt":
+			ok = t < b.n
+		case "lte":
+			ok = t <= b.n
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// rangeParam reads a timestamp filter such as created=1700000000 or
+// created[gte]=1700000000&created[lt]=1700003600; absent admits every time.
+func rangeParam(params url.Values, name string) (timeRange, *apiError) {
+	var r timeRange
+	for _, op := range append([]string{"eq"}, rangeOperators...) {
+		key := name + "[" + op + "]"
+		if op == "eq" {
+			key = name
+		}
+		raw, ok := params[key]
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseInt(raw[0], 10, 64)
+		if err != nil {
+			return nil, invalidRequest("parameter_invalid_integer", key, "Invalid integer: %s", raw[0])
+		}
+		r = append(r, timeBound{op: op, n: n})
+	}
+	return r, nil
+}
+
+// limitParam reads a page size between 1 and 100; absent is 10, as at
+// Stripe.
+func limitParam(params url.Values) (int, *apiError) {
+	l := params.Get("limit")
+	if l == "" {
+		return 10, nil
+	}
+	n, err := strconv.Atoi(l)
+	if err != nil || n < 1 || n > 100 {
+		return 0, invalidRequest("", "limit", "Invalid limit: must be an integer between 1 and 100.")
 	}
 	return n, nil
 }
