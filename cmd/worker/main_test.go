@@ -252,6 +252,28 @@ func TestWorkerProviderFaultsAfterCommit(t *testing.T) {
 	}
 }
 
+// TestStoredServerErrorSettlesWithDefaultTimers: the provider charges and
+// answers 500, and replays that 500 to every retry with the key, as Stripe
+// does. With every timer at its default, the worker stops retrying at the
+// first replayed 500 and the reconciler finds the charge by its metadata:
+// one charge, settled in well under five minutes (not the two hours of
+// retries it took when the 500 was simply retried).
+func TestStoredServerErrorSettlesWithDefaultTimers(t *testing.T) {
+	t.Parallel()
+	p := newPipeline(t)
+	require.NoError(t, p.sim.InjectFault(p.ctx, stripesim.Fault{Mode: stripesim.FaultErrorAfter, Status: 500, Count: 1, Path: "POST /v1/payment_intents"}))
+	// The test defaults of startWorker, put back to the real defaults.
+	p.startWorker("WORKER_JOB_TIMEOUT=30s", "WORKER_RESCUE_STUCK_AFTER=5m", "WORKER_RECORD_TIMEOUT=10s",
+		"WORKER_RETRY_BACKOFF_BASE=1s", "WORKER_RETRY_BACKOFF_MAX=10m", "WORKER_POLL_INTERVAL=2s")
+	key := id.New("key")
+	start := time.Now()
+	paymentID := p.api.Pay(t, key, "pm_card_visa").PaymentID()
+	p.waitStatus(paymentID, payments.StatusSucceeded, 5*time.Minute)
+	t.Logf("settled through reconciliation in %s", time.Since(start).Round(time.Millisecond))
+	stats := p.requireChargedOnce(paymentID, key)
+	require.GreaterOrEqual(t, stats.Replays, 1, "the retry got the stored 500")
+}
+
 // TestTwoWorkersChargeEachPaymentOnce runs two worker processes on one
 // database, with the provider failing a share of requests after
 // committing, and checks every one of 200 payments was charged once.

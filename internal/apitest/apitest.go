@@ -68,6 +68,20 @@ func (s *Server) Pay(t testing.TB, key, paymentMethod string, headers ...string)
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
 	}
+	return do(t, req)
+}
+
+// Get sends GET path as the server's tenant.
+func (s *Server) Get(t testing.TB, path string) Response {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, s.URL+path, nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+s.Tenant.APIKey)
+	return do(t, req)
+}
+
+func do(t testing.TB, req *http.Request) Response {
+	t.Helper()
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()

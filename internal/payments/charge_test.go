@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/assert"
@@ -338,13 +337,14 @@ func TestChargeFaults(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			b := setupCharge(t, chargeOptions{cfg: payments.ChargeConfig{JobTimeout: time.Second}})
+			// The reconciler runs too: a 500 after committing is stored and
+			// replayed, as Stripe does, and only a lookup can settle it.
+			b := setupCharge(t, chargeOptions{cfg: payments.ChargeConfig{JobTimeout: time.Second}, reconcile: true})
 			fault.Path = "POST /v1/payment_intents"
 			require.NoError(t, b.sim.InjectFault(b.ctx, fault))
 			key := id.New("key")
 			paymentID := b.pay(key, "pm_card_visa").Body["id"].(string)
-			p := b.waitFinal(paymentID)
-			require.Equal(t, payments.StatusSucceeded, p.Status)
+			b.waitStatus(paymentID, payments.StatusSucceeded)
 			require.Len(t, b.executions(paymentID), 1, "one charge")
 			stats := b.keyStats(paymentID)
 			require.Equal(t, 1, stats.Executions)
@@ -380,28 +380,41 @@ func TestChargeGivesUpToReconciliation(t *testing.T) {
 		require.NotEmpty(t, r.Header.Get("Retry-After"))
 	})
 
-	t.Run("RetryableKeyResumesTheSamePayment", func(t *testing.T) {
+	t.Run("NeverReachedIsRetriedUnderTheNextGeneration", func(t *testing.T) {
 		t.Parallel()
-		b := setupCharge(t, chargeOptions{deferWorker: true})
-		require.NoError(t, b.sim.InjectFault(b.ctx, stripesim.Fault{Mode: stripesim.FaultErrorBefore, Status: 503}))
+		b := setupCharge(t, chargeOptions{deferWorker: true, reconcile: true})
+		require.NoError(t, b.sim.InjectFault(b.ctx, stripesim.Fault{Mode: stripesim.FaultErrorBefore, Status: 503, Path: "POST /v1/payment_intents"}))
 		key := id.New("key")
 		paymentID := b.pay(key, "pm_card_visa").PaymentID()
-		_, err := b.pool.Exec(b.ctx, "UPDATE river_job SET max_attempts = 2 WHERE args->>'payment_id' = $1", paymentID)
-		require.NoError(t, err)
+		b.setMaxAttempts(paymentID, 2)
 		b.startWorker()
-		require.Equal(t, payments.StatusRequiresReconciliation, b.waitFinal(paymentID).Status)
-		require.Empty(t, b.executions(paymentID))
 
-		// Reconciliation's verdict: the provider never saw it. The client's
-		// retry re-acquires the key and the same payment is charged.
+		// Reconciliation lists the attempt window at the provider, finds
+		// nothing, and once no request can still be in flight says so.
+		failed := b.waitStatus(paymentID, payments.StatusFailed)
+		require.Equal(t, payments.FailureProviderNotReached, *failed.FailureCode)
+		require.Contains(t, *failed.FailureMessage, "same Idempotency-Key")
+		require.Equal(t, idempotency.StatusFailedRetryable, b.keyRecord(key).Status)
+		require.Empty(t, b.executions(paymentID))
+		got := b.api.Get(t, "/v1/payments/"+paymentID)
+		require.Equal(t, "failed", got.Body["status"])
+		require.Equal(t, payments.FailureProviderNotReached, got.Body["failure_code"])
+
+		// The client's retry re-acquires the key; the same payment is
+		// charged under generation 2, with a provider key of its own.
 		require.NoError(t, b.sim.ClearFaults(b.ctx))
-		require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
-			return b.keys.MarkFailedRetryable(b.ctx, tx, b.tenant.TenantID, key)
-		}))
 		r := b.pay(key, "pm_card_visa", "Prefer", "wait=10")
 		require.Equal(t, http.StatusCreated, r.Status, "body: %s", r.Raw)
 		require.Equal(t, paymentID, r.PaymentID())
-		require.Len(t, b.executions(paymentID), 1)
+		p := b.waitStatus(paymentID, payments.StatusSucceeded)
+		require.Equal(t, 2, p.ProviderKeyGeneration)
+		require.NotEqual(t, failed.ProviderIdempotencyKey, p.ProviderIdempotencyKey)
+		require.Equal(t, payments.ProviderIdempotencyKey(b.tenant.TenantID, key, paymentID, 2), p.ProviderIdempotencyKey)
+		intents := b.executions(paymentID)
+		require.Len(t, intents, 1, "charged once")
+		require.Equal(t, "2", intents[0].Metadata[payments.MetadataGeneration])
+		require.Equal(t, p.ProviderIdempotencyKey, intents[0].IdempotencyKey)
+		require.Equal(t, idempotency.StatusCompleted, b.keyRecord(key).Status)
 	})
 
 	t.Run("LastAttemptTimesOut", func(t *testing.T) {
