@@ -3,7 +3,9 @@ package payments_test
 import (
 	"net/http"
 	"testing"
+	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncepay/oncepay/internal/id"
@@ -50,13 +52,18 @@ func (b *chargeBundle) keyRecord(key string) idempotency.Record {
 // completed, and the client's retry replays 201.
 func (b *chargeBundle) requireSettledOnce(paymentID, key string) {
 	b.t.Helper()
+	b.requireSettledOnceWith(paymentID, key, "pm_card_visa")
+}
+
+func (b *chargeBundle) requireSettledOnceWith(paymentID, key, paymentMethod string) {
+	b.t.Helper()
 	p := b.waitStatus(paymentID, payments.StatusSucceeded)
 	intents := b.executions(paymentID)
 	require.Len(b.t, intents, 1, "charged exactly once")
 	require.NotNil(b.t, p.ProviderPaymentIntentID)
 	require.Equal(b.t, intents[0].ID, *p.ProviderPaymentIntentID)
 	require.Equal(b.t, idempotency.StatusCompleted, b.keyRecord(key).Status)
-	replay := b.pay(key, "pm_card_visa")
+	replay := b.pay(key, paymentMethod)
 	require.Equal(b.t, http.StatusCreated, replay.Status, "body: %s", replay.Raw)
 	require.Equal(b.t, "true", replay.Header.Get(idempotency.ReplayedHeader))
 }
@@ -137,4 +144,130 @@ func TestReplayedServerErrorIsLookedUp(t *testing.T) {
 	var attempts int
 	require.NoError(t, b.pool.QueryRow(b.ctx, "SELECT attempt FROM river_job WHERE args->>'payment_id' = $1", paymentID).Scan(&attempts))
 	require.LessOrEqual(t, attempts, 2, "the replayed 500 ended the retries")
+}
+
+// toReconciliation puts a payment and its key back where the worker leaves
+// an unknown outcome: requires_reconciliation, due now, key unknown.
+// forgetIntent drops the intent id, so the reconciler must find it by
+// metadata.
+func (b *chargeBundle) toReconciliation(paymentID, key string, forgetIntent bool) {
+	b.t.Helper()
+	_, err := b.pool.Exec(b.ctx, `
+		UPDATE payments SET status = 'requires_reconciliation', reconcile_after = now(), reconcile_attempts = 0,
+			provider_payment_intent_id = CASE WHEN $2 THEN NULL ELSE provider_payment_intent_id END
+		WHERE id = $1`, paymentID, forgetIntent)
+	require.NoError(b.t, err)
+	_, err = b.pool.Exec(b.ctx, `UPDATE idempotency_keys SET status = 'unknown' WHERE tenant_id = $1 AND idempotency_key = $2`, b.tenant.TenantID, key)
+	require.NoError(b.t, err)
+}
+
+func TestReconcilerOutcomes(t *testing.T) {
+	t.Parallel()
+
+	t.Run("PendingIntentIsPolledUntilFinal", func(t *testing.T) {
+		t.Parallel()
+		b := setupCharge(t, chargeOptions{cfg: payments.ChargeConfig{MaxPollDuration: time.Second}, simRetrievals: 1000})
+		key := id.New("key")
+		paymentID := b.pay(key, "pm_sim_processing").PaymentID()
+		p := b.waitStatus(paymentID, payments.StatusRequiresReconciliation)
+		require.NotNil(t, p.ProviderPaymentIntentID)
+
+		reconciler := b.reconciler(payments.ReconcileConfig{PollInterval: time.Hour})
+		res, err := reconciler.Run(b.ctx)
+		require.NoError(t, err)
+		require.Equal(t, payments.ReconcileResult{Pending: 1}, res)
+		p = b.waitStatus(paymentID, payments.StatusRequiresReconciliation)
+		require.Zero(t, p.ReconcileAttempts, "a pending intent is not a failed look")
+		require.True(t, p.ReconcileAfter.After(time.Now().Add(50*time.Minute)), "next look after the poll interval")
+		res, err = reconciler.Run(b.ctx)
+		require.NoError(t, err)
+		require.Zero(t, res, "not due yet")
+
+		require.NoError(t, b.sim.ResolveIntent(b.ctx, *p.ProviderPaymentIntentID, "succeeded"))
+		res, err = reconciler.ReconcileNow(b.ctx, b.tenant.TenantID, paymentID)
+		require.NoError(t, err)
+		require.Equal(t, 1, res.Settled)
+		b.requireSettledOnceWith(paymentID, key, "pm_sim_processing")
+	})
+
+	t.Run("AbandonedCustomerActionIsCanceled", func(t *testing.T) {
+		t.Parallel()
+		b := setupCharge(t, chargeOptions{})
+		key := id.New("key")
+		paymentID := b.pay(key, "pm_card_authenticationRequired").PaymentID()
+		b.waitStatus(paymentID, payments.StatusRequiresAction)
+		b.toReconciliation(paymentID, key, true)
+		_, err := b.pool.Exec(b.ctx, "UPDATE payments SET first_provider_attempt_at = now() - interval '2 hours' WHERE id = $1", paymentID)
+		require.NoError(t, err)
+
+		res, err := b.reconciler(payments.ReconcileConfig{MaxActionWait: time.Hour}).Run(b.ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, res.Settled, "%+v", res)
+		p := b.waitStatus(paymentID, payments.StatusFailed)
+		require.Equal(t, "authentication_required", *p.DeclineCode)
+		intents := b.executions(paymentID)
+		require.Len(t, intents, 1)
+		require.Equal(t, "canceled", intents[0].Status)
+		r := b.pay(key, "pm_card_authenticationRequired")
+		require.Equal(t, http.StatusPaymentRequired, r.Status, "body: %s", r.Raw)
+		require.Equal(t, "true", r.Header.Get(idempotency.ReplayedHeader))
+	})
+
+	t.Run("UndeterminedIsLeftToAnOperator", func(t *testing.T) {
+		t.Parallel()
+		b := setupCharge(t, chargeOptions{})
+		key := id.New("key")
+		paymentID := b.pay(key, "pm_card_visa").PaymentID()
+		b.waitStatus(paymentID, payments.StatusSucceeded)
+		b.toReconciliation(paymentID, key, false)
+		// Every read of the intent fails: nothing can be learned.
+		require.NoError(t, b.sim.InjectFault(b.ctx, stripesim.Fault{Mode: stripesim.FaultErrorBefore, Status: 500, Path: "GET /v1/payment_intents/*"}))
+		reconciler := b.reconciler(payments.ReconcileConfig{MaxAttempts: 2, RetryBase: 10 * time.Millisecond})
+
+		res, err := reconciler.Run(b.ctx)
+		require.NoError(t, err)
+		require.Equal(t, payments.ReconcileResult{Undetermined: 1}, res)
+		require.Eventually(t, func() bool {
+			res, err = reconciler.Run(b.ctx)
+			return err == nil && res.LeftToOperator == 1
+		}, 5*time.Second, 20*time.Millisecond)
+		p := b.waitStatus(paymentID, payments.StatusRequiresReconciliation)
+		require.Nil(t, p.ReconcileAfter, "no longer scheduled")
+		require.Equal(t, 2, p.ReconcileAttempts)
+		require.Contains(t, *p.FailureMessage, "operator")
+		require.Equal(t, idempotency.StatusUnknown, b.keyRecord(key).Status, "the client still hears 409 outcome-unknown")
+	})
+
+	t.Run("ConcurrentRunsSettleEachPaymentOnce", func(t *testing.T) {
+		t.Parallel()
+		b := setupCharge(t, chargeOptions{})
+		keys := map[string]string{}
+		for range 12 {
+			key := id.New("key")
+			keys[b.pay(key, "pm_card_visa").PaymentID()] = key
+		}
+		for paymentID, key := range keys {
+			b.waitStatus(paymentID, payments.StatusSucceeded)
+			b.toReconciliation(paymentID, key, true)
+		}
+		results := make(chan payments.ReconcileResult, 4)
+		for range 4 {
+			go func() {
+				res, err := b.reconciler(payments.ReconcileConfig{Batch: 2}).Run(b.ctx)
+				assert.NoError(t, err)
+				results <- res
+			}()
+		}
+		var total payments.ReconcileResult
+		for range 4 {
+			res := <-results
+			total.Settled += res.Settled
+			total.Failed += res.Failed
+			total.Undetermined += res.Undetermined
+		}
+		require.Equal(t, payments.ReconcileResult{Settled: len(keys)}, total, "each payment claimed by exactly one run")
+		for paymentID, key := range keys {
+			b.requireSettledOnce(paymentID, key)
+		}
+	})
 }
