@@ -62,6 +62,7 @@ func handleIdempotencyDoc(cfg idempotency.Config) http.HandlerFunc {
 		{"same key, same request, first request's transaction still open", "409 Conflict", "After waiting up to " + dur(cfg.LockWait) + " for it: problem <a href=\"" + problem.IdempotencyKeyInUse.URI() + "\">idempotency-key-in-use</a> with <code>Retry-After</code>."},
 		{"same key, outcome being reconciled", "409 Conflict", "Problem <a href=\"" + problem.IdempotencyOutcomeUnknown.URI() + "\">idempotency-outcome-unknown</a> with <code>Retry-After</code>."},
 		{"same key, earlier attempt proven not to have run", "202 Accepted", "The key is re-acquired and the same payment is queued again."},
+		{"same key, same request, after the key's retention (" + dur(cfg.Retention) + ")", "422 Unprocessable Content", "Problem <a href=\"" + problem.IdempotencyKeyExpired.URI() + "\">idempotency-key-expired</a> naming the original <code>resource_id</code>; nothing is done. Use a new key for a new operation."},
 		{"same key, different request", "422 Unprocessable Content", "Problem <a href=\"" + problem.IdempotencyKeyMismatch.URI() + "\">idempotency-key-mismatch</a>; nothing is done."},
 		{"no key", "400 Bad Request", "Problem <a href=\"" + problem.MissingIdempotencyKey.URI() + "\">missing-idempotency-key</a>."},
 		{"malformed key", "400 Bad Request", "Problem <a href=\"" + problem.InvalidIdempotencyKey.URI() + "\">invalid-idempotency-key</a>."},

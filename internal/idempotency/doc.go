@@ -8,6 +8,12 @@
 // another fingerprint is rejected; a request that races the one still
 // holding the key waits a bounded time and is then told to retry.
 //
+// A finished key is replayed for Config.Retention. After that it becomes a
+// tombstone: its stored response is no longer replayed, but the row is kept,
+// so that a very late retry is refused (Expired) rather than run a second
+// time. Only when the tombstone's own expiry has passed is the key forgotten
+// and free for a new operation.
+//
 // The package knows nothing of what an endpoint does. An endpoint plugs in
 // with Endpoint: a Decode function that validates the request and an Execute
 // function that does its writes inside the transaction the Store opened.

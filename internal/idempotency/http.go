@@ -85,7 +85,23 @@ func (e *Endpoint[T]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			res.Record.Method, res.Record.Path))
 	case Unresolved:
 		e.writeUnresolved(w, r)
+	case Expired:
+		e.writeExpired(w, r, res.Record)
 	}
+}
+
+// writeExpired refuses a request whose key is a tombstone, naming what the
+// original request created so the client can look up its outcome there.
+func (e *Endpoint[T]) writeExpired(w http.ResponseWriter, r *http.Request, rec Record) {
+	pe := &problem.Error{
+		Type: problem.IdempotencyKeyExpired,
+		Detail: "This Idempotency-Key was first used longer ago than its retention, so its response is no longer stored; " +
+			"nothing was done for this request. Use a new key for a new operation.",
+	}
+	if rec.ResourceID != "" {
+		pe.Extensions = map[string]any{"resource_id": rec.ResourceID}
+	}
+	problem.Write(w, r, e.Logger, pe)
 }
 
 func (e *Endpoint[T]) writeUnresolved(w http.ResponseWriter, r *http.Request) {

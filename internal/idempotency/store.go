@@ -31,6 +31,10 @@ const (
 	// downstream, so the next request with the same key and fingerprint
 	// re-acquires the key and resumes the same resource.
 	StatusFailedRetryable Status = "failed_retryable"
+	// StatusExpired: a tombstone. The key outlived its retention and its
+	// stored response was dropped, but the row is kept so that a very late
+	// retry is refused instead of running the operation a second time.
+	StatusExpired Status = "expired"
 )
 
 // Kind is what the Store decided to do with a request.
@@ -47,6 +51,10 @@ const (
 	Mismatch
 	// Unresolved: the key's outcome is unknown until reconciliation.
 	Unresolved
+	// Expired: the same request arrived after the key's retention. Nothing
+	// runs and nothing is replayed; Record.ResourceID names what the
+	// original request created.
+	Expired
 )
 
 func (k Kind) String() string {
@@ -61,6 +69,8 @@ func (k Kind) String() string {
 		return "mismatch"
 	case Unresolved:
 		return "unresolved"
+	case Expired:
+		return "expired"
 	}
 	return fmt.Sprintf("Kind(%d)", int(k))
 }
@@ -104,7 +114,8 @@ type Record struct {
 }
 
 // Decision is Reserve's answer. Record is the key's row as the decision saw
-// it: the fresh reservation for Execute, the stored row otherwise.
+// it: the fresh reservation for Execute, the stored row otherwise (for
+// Expired, without a response: it is never replayed).
 type Decision struct {
 	Kind   Kind
 	Record Record
@@ -113,7 +124,8 @@ type Decision struct {
 // Config tunes a Store. Zero values take the documented defaults.
 type Config struct {
 	// Retention is how long a finished key is kept and replayed; after it,
-	// the same key starts a new operation. Defaults to 24h.
+	// the key is a tombstone for TombstoneRetention: the same request is
+	// refused (Expired), never run again. Defaults to 24h.
 	Retention time.Duration
 	// LockWait is how long a request waits for a concurrent request that
 	// holds the same key to commit before answering 409. Defaults to 2s.
@@ -193,10 +205,10 @@ func (s *Store) Reserve(ctx context.Context, tx pgx.Tx, req Request) (Decision, 
 		if err != nil {
 			return Decision{}, err
 		}
-		// Past retention a finished key is forgotten, whatever the new
+		// A tombstone past its own retention is forgotten, whatever the new
 		// request is: delete it and reserve afresh. Expiry is judged by the
 		// database's clock, the one that set expires_at.
-		if rec.Status == StatusCompleted && rec.Expired {
+		if rec.Status == StatusExpired && rec.Expired {
 			if err := deleteExpiredKey(ctx, tx, req.TenantID, req.Key); err != nil {
 				return Decision{}, err
 			}
@@ -204,6 +216,14 @@ func (s *Store) Reserve(ctx context.Context, tx pgx.Tx, req Request) (Decision, 
 		}
 		if !sameRequest(rec, req) {
 			return Decision{Kind: Mismatch, Record: rec}, nil
+		}
+		// A finished key past its retention is a tombstone, whether or not
+		// the reaper has got to it yet: running the operation again would
+		// be a second execution of a request the client already sent.
+		if rec.Status == StatusExpired || (rec.Expired && (rec.Status == StatusCompleted || rec.Status == StatusFailedRetryable)) {
+			// The stored response is past retention: never replay it.
+			rec.Response = nil
+			return Decision{Kind: Expired, Record: rec}, nil
 		}
 		switch rec.Status {
 		case StatusProcessing, StatusCompleted:
