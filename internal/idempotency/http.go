@@ -41,6 +41,8 @@ type Endpoint[T any] struct {
 	Decode func(w http.ResponseWriter, r *http.Request) (T, error)
 	// Execute does the operation's writes inside the key's transaction.
 	Execute func(ctx context.Context, tx pgx.Tx, attempt Attempt, req T) (Outcome, error)
+	// LockResource is copied into every Request: see Request.LockResource.
+	LockResource func(ctx context.Context, tx pgx.Tx, resourceID string) error
 }
 
 func (e *Endpoint[T]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -60,7 +62,7 @@ func (e *Endpoint[T]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tenantID := e.TenantID(r)
-	ireq := Request{TenantID: tenantID, Key: key, Method: r.Method, Path: r.URL.Path, Fingerprint: fingerprint}
+	ireq := Request{TenantID: tenantID, Key: key, Method: r.Method, Path: r.URL.Path, Fingerprint: fingerprint, LockResource: e.LockResource}
 	res, err := e.Store.Run(r.Context(), e.DB, ireq, func(ctx context.Context, tx pgx.Tx, a Attempt) (Outcome, error) {
 		return e.Execute(ctx, tx, a, req)
 	})

@@ -93,4 +93,24 @@ func TestEndpoint(t *testing.T) {
 
 		problemBody(t, post(t, h, key, `{"n":2}`), problem.IdempotencyKeyMismatch)
 	})
+	t.Run("ReacquireLocksTheResourceThroughTheHook", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, idempotency.Config{})
+		var runs atomic.Int32
+		h := b.endpoint(&runs)
+		var locked []string
+		h.LockResource = func(ctx context.Context, tx pgx.Tx, resourceID string) error {
+			locked = append(locked, resourceID)
+			return nil
+		}
+		key := "key-0000000000000201"
+		require.Equal(t, http.StatusAccepted, post(t, h, key, `{"n":1}`).Code)
+		require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+			return b.store.MarkFailedRetryable(b.ctx, tx, b.tenant, key)
+		}))
+		w := post(t, h, key, `{"n":1}`)
+		require.Equal(t, http.StatusAccepted, w.Code, "body: %s", w.Body)
+		require.Equal(t, []string{"thing_1"}, locked)
+		require.EqualValues(t, 2, runs.Load())
+	})
 }

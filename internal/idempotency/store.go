@@ -82,6 +82,13 @@ type Request struct {
 	Method      string
 	Path        string
 	Fingerprint [32]byte
+	// LockResource, if set, locks the row of the resource a key created
+	// (SELECT ... FOR UPDATE) in tx. Callers that change a resource's
+	// outcome lock the resource row before its key; Reserve calls this hook
+	// before it re-acquires a failed_retryable key, so that it takes the two
+	// locks in the same order and cannot deadlock with them. It runs under
+	// the Store's lock wait.
+	LockResource func(ctx context.Context, tx pgx.Tx, resourceID string) error
 }
 
 // Response is a stored HTTP answer.
@@ -231,6 +238,9 @@ func (s *Store) Reserve(ctx context.Context, tx pgx.Tx, req Request) (Decision, 
 		case StatusUnknown:
 			return Decision{Kind: Unresolved, Record: rec}, nil
 		case StatusFailedRetryable:
+			if err := lockResource(ctx, tx, req, rec.ResourceID); err != nil {
+				return Decision{}, err
+			}
 			rec, ok, err := reacquireKey(ctx, tx, req, s.cfg.Retention)
 			if isLockTimeout(err) {
 				return Decision{}, fmt.Errorf("%w: %w", errKeyHeld, err)
@@ -247,6 +257,24 @@ func (s *Store) Reserve(ctx context.Context, tx pgx.Tx, req Request) (Decision, 
 		}
 	}
 	return Decision{Kind: InProgress}, nil
+}
+
+// lockResource takes the resource's lock through the caller's hook, the
+// first half of the lock order (resource row, then key). Waiting too long
+// for it means another transaction is settling the same operation: that is
+// the key being in use, answered like a lock timeout on the key itself.
+func lockResource(ctx context.Context, tx pgx.Tx, req Request, resourceID string) error {
+	if req.LockResource == nil || resourceID == "" {
+		return nil
+	}
+	err := req.LockResource(ctx, tx, resourceID)
+	if isLockTimeout(err) {
+		return fmt.Errorf("%w: lock resource %s: %w", errKeyHeld, resourceID, err)
+	}
+	if err != nil {
+		return fmt.Errorf("lock resource %s: %w", resourceID, err)
+	}
+	return nil
 }
 
 func sameRequest(rec Record, req Request) bool {

@@ -524,3 +524,123 @@ func runConcurrently(t *testing.T, n int, f func() idempotency.Kind) map[idempot
 	wg.Wait()
 	return kinds
 }
+
+// TestStoreLockOrder checks that a failed_retryable key is re-acquired only
+// after the resource's lock, the order every outcome-changing path follows.
+func TestStoreLockOrder(t *testing.T) {
+	t.Parallel()
+	// The resources: created once, before the subtests, as concurrent
+	// CREATE TABLE IF NOT EXISTS can still collide.
+	b0 := setup(t, idempotency.Config{})
+	_, err := b0.pool.Exec(b0.ctx, "CREATE TABLE lock_order_things (id text PRIMARY KEY, tries int NOT NULL DEFAULT 0)")
+	require.NoError(t, err)
+
+	// setupThing creates a key whose resource is a row in a things table,
+	// marks it failed_retryable and returns the request, with a hook that
+	// locks the thing's row.
+	setupThing := func(t *testing.T, b bundle, key string) idempotency.Request {
+		t.Helper()
+		thingID := id.New("thing")
+		_, err := b.pool.Exec(b.ctx, "INSERT INTO lock_order_things (id) VALUES ($1)", thingID)
+		require.NoError(t, err)
+		req := b.request(key, 1)
+		_, err = b.store.Run(b.ctx, b.pool, req, func(ctx context.Context, tx pgx.Tx, a idempotency.Attempt) (idempotency.Outcome, error) {
+			return accepted(thingID), nil
+		})
+		require.NoError(t, err)
+		require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+			return b.store.MarkFailedRetryable(b.ctx, tx, b.tenant, req.Key)
+		}))
+		req.LockResource = func(ctx context.Context, tx pgx.Tx, resourceID string) error {
+			_, err := tx.Exec(ctx, "SELECT FROM lock_order_things WHERE id = $1 FOR UPDATE", resourceID)
+			return err
+		}
+		return req
+	}
+	// resume is an operation that resumes the thing, as a payment is resumed.
+	resume := func(ctx context.Context, tx pgx.Tx, a idempotency.Attempt) (idempotency.Outcome, error) {
+		_, err := tx.Exec(ctx, "UPDATE lock_order_things SET tries = tries + 1 WHERE id = $1", a.ResourceID)
+		return accepted(a.ResourceID), err
+	}
+
+	t.Run("HookRunsBeforeTheKeyIsReacquired", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, idempotency.Config{})
+		req := setupThing(t, b, "key-0000000000000300")
+		lock := req.LockResource
+		var seen []idempotency.Status
+		req.LockResource = func(ctx context.Context, tx pgx.Tx, resourceID string) error {
+			rec, err := b.store.Get(ctx, tx, b.tenant, req.Key)
+			if err != nil {
+				return err
+			}
+			seen = append(seen, rec.Status)
+			return lock(ctx, tx, resourceID)
+		}
+		res, err := b.store.Run(b.ctx, b.pool, req, resume)
+		require.NoError(t, err)
+		require.Equal(t, idempotency.Execute, res.Kind)
+		require.Equal(t, []idempotency.Status{idempotency.StatusFailedRetryable}, seen, "called once, before the key left failed_retryable")
+
+		// A replay of a processing key takes no resource lock.
+		seen = nil
+		res, err = b.store.Run(b.ctx, b.pool, req, resume)
+		require.NoError(t, err)
+		require.Equal(t, idempotency.Replay, res.Kind)
+		require.Empty(t, seen)
+	})
+
+	t.Run("ResourceLockTimeoutIsInProgress", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, idempotency.Config{LockWait: 200 * time.Millisecond})
+		req := setupThing(t, b, "key-0000000000000301")
+		rec, err := b.store.Get(b.ctx, b.pool, b.tenant, req.Key)
+		require.NoError(t, err)
+		holder, err := b.pool.Begin(b.ctx)
+		require.NoError(t, err)
+		defer holder.Rollback(b.ctx) //nolint:errcheck
+		_, err = holder.Exec(b.ctx, "SELECT FROM lock_order_things WHERE id = $1 FOR UPDATE", rec.ResourceID)
+		require.NoError(t, err)
+
+		res, err := b.store.Run(b.ctx, b.pool, req, resume)
+		require.NoError(t, err)
+		require.Equal(t, idempotency.InProgress, res.Kind)
+		after, err := b.store.Get(b.ctx, b.pool, b.tenant, req.Key)
+		require.NoError(t, err)
+		require.Equal(t, idempotency.StatusFailedRetryable, after.Status, "the key was not taken")
+	})
+
+	t.Run("RetryAndSettlerDoNotDeadlock", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, idempotency.Config{LockWait: 5 * time.Second})
+		req := setupThing(t, b, "key-0000000000000302")
+		rec, err := b.store.Get(b.ctx, b.pool, b.tenant, req.Key)
+		require.NoError(t, err)
+
+		// The settler locks the resource, then (while the retry is already
+		// waiting) touches the key, as a worker recording an outcome does.
+		// Had the retry locked the key first, each would wait for the other.
+		settler, err := b.pool.Begin(b.ctx)
+		require.NoError(t, err)
+		defer settler.Rollback(b.ctx) //nolint:errcheck
+		_, err = settler.Exec(b.ctx, "SELECT FROM lock_order_things WHERE id = $1 FOR UPDATE", rec.ResourceID)
+		require.NoError(t, err)
+		type result struct {
+			res idempotency.Result
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			res, err := b.store.Run(b.ctx, b.pool, req, resume)
+			done <- result{res, err}
+		}()
+		time.Sleep(200 * time.Millisecond)
+		_, err = settler.Exec(b.ctx, "UPDATE idempotency_keys SET updated_at = now() WHERE tenant_id = $1 AND idempotency_key = $2", b.tenant, req.Key)
+		require.NoError(t, err)
+		require.NoError(t, settler.Commit(b.ctx))
+
+		got := <-done
+		require.NoError(t, got.err)
+		require.Equal(t, idempotency.Execute, got.res.Kind)
+	})
+}
