@@ -85,9 +85,12 @@ another tenant's equal key is a different key.</p>
 	}
 	b.WriteString(`</table>
 <h2>Waiting for the outcome</h2><p>Send <code>Prefer: wait=N</code> (N ≤ ` + itoa(int(idempotency.MaxWait/time.Second)) + `) to hold the answer until the payment
-is final or N seconds pass; the answer carries <code>Preference-Applied</code>. This works on first requests and on retries.</p>
+is final or N seconds pass; the answer carries <code>Preference-Applied</code>. This works on first requests and on retries. If the
+operation turns out never to have reached the provider, the answer is problem <a href="` + problem.IdempotencyRetryNeeded.URI() + `">idempotency-retry-needed</a>
+(503 with <code>Retry-After</code>): send the same request with the same key again and it runs again, still at most once.</p>
 <h2>Retention</h2><p>A key is kept for ` + dur(cfg.Retention) + ` after its last change. Within that window every retry is answered as above.
-After it, the key is forgotten and the same key starts a new operation: retry within the window, and use a new key for a new payment.</p>`)
+After it, the key is a tombstone: the same request is answered <a href="` + problem.IdempotencyKeyExpired.URI() + `">idempotency-key-expired</a>
+and is never run again; a different one is still a mismatch. Retry within the window, and use a new key for a new payment.</p>`)
 	body := b.String()
 	return func(w http.ResponseWriter, _ *http.Request) {
 		writePage(w, http.StatusOK, page{Title: "Idempotency keys", Body: template.HTML(body)})

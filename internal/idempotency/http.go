@@ -130,6 +130,17 @@ func (e *Endpoint[T]) answer(w http.ResponseWriter, r *http.Request, res Result,
 		case waited.Status == StatusUnknown:
 			e.writeUnresolved(w, r)
 			return
+		case waited.Status == StatusFailedRetryable:
+			// The stored 202 no longer holds: the operation stopped without
+			// taking effect, and waiting longer will not change that. Only a
+			// new request with the key resumes it.
+			problem.Write(w, r, e.Logger, &problem.Error{
+				Type: problem.IdempotencyRetryNeeded,
+				Detail: "The operation started with this Idempotency-Key provably never took effect downstream. " +
+					"Send the same request with the same key again: it will run again, and still at most once.",
+				RetryAfter: e.Store.cfg.InProgressRetryAfter,
+			})
+			return
 		case waited.Status == StatusCompleted && waited.Response != nil:
 			rec = waited
 		}

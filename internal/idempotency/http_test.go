@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -111,6 +112,36 @@ func TestEndpoint(t *testing.T) {
 		w := post(t, h, key, `{"n":1}`)
 		require.Equal(t, http.StatusAccepted, w.Code, "body: %s", w.Body)
 		require.Equal(t, []string{"thing_1"}, locked)
+		require.EqualValues(t, 2, runs.Load())
+	})
+	t.Run("WaitEndingFailedRetryableIsRetryNeeded", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, idempotency.Config{})
+		var runs atomic.Int32
+		h := b.endpoint(&runs)
+		key := "key-0000000000000202"
+		require.Equal(t, http.StatusAccepted, post(t, h, key, `{"n":1}`).Code)
+		marked := make(chan error, 1)
+		go func() {
+			time.Sleep(200 * time.Millisecond)
+			marked <- pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+				return b.store.MarkFailedRetryable(b.ctx, tx, b.tenant, key)
+			})
+		}()
+		w := post(t, h, key, `{"n":1}`, "Prefer", "wait=5")
+		require.NoError(t, <-marked)
+		problemBody(t, w, problem.IdempotencyRetryNeeded)
+		require.Equal(t, "1", w.Header().Get("Retry-After"))
+		require.Equal(t, "wait=5", w.Header().Get("Preference-Applied"))
+		require.EqualValues(t, 1, runs.Load(), "the wait itself runs nothing")
+
+		// Another request under the key is refused, not run.
+		problemBody(t, post(t, h, key, `{"n":2}`), problem.IdempotencyKeyMismatch)
+		// The retry the answer asked for runs the operation again, on the
+		// same resource.
+		w = post(t, h, key, `{"n":1}`)
+		require.Equal(t, http.StatusAccepted, w.Code, "body: %s", w.Body)
+		require.Equal(t, `{"id":"thing_1"}`, w.Body.String())
 		require.EqualValues(t, 2, runs.Load())
 	})
 }

@@ -138,7 +138,8 @@ type Config struct {
 	// holds the same key to commit before answering 409. Defaults to 2s.
 	LockWait time.Duration
 	// InProgressRetryAfter is the Retry-After sent with 409 in-progress
-	// answers. Defaults to 1s.
+	// answers, and with 503 retry-needed when a waited-for operation ended
+	// failed_retryable. Defaults to 1s.
 	InProgressRetryAfter time.Duration
 	// UnknownRetryAfter is the Retry-After sent while a key's outcome is
 	// being reconciled. Defaults to 60s.
