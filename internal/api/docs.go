@@ -62,6 +62,7 @@ func handleIdempotencyDoc(cfg idempotency.Config) http.HandlerFunc {
 		{"same key, same request, first request's transaction still open", "409 Conflict", "After waiting up to " + dur(cfg.LockWait) + " for it: problem <a href=\"" + problem.IdempotencyKeyInUse.URI() + "\">idempotency-key-in-use</a> with <code>Retry-After</code>."},
 		{"same key, outcome being reconciled", "409 Conflict", "Problem <a href=\"" + problem.IdempotencyOutcomeUnknown.URI() + "\">idempotency-outcome-unknown</a> with <code>Retry-After</code>."},
 		{"same key, earlier attempt proven not to have run", "202 Accepted", "The key is re-acquired and the same payment is queued again."},
+		{"same key, same request, after the key's retention (" + dur(cfg.Retention) + ")", "422 Unprocessable Content", "Problem <a href=\"" + problem.IdempotencyKeyExpired.URI() + "\">idempotency-key-expired</a> naming the original <code>resource_id</code>; nothing is done. Use a new key for a new operation."},
 		{"same key, different request", "422 Unprocessable Content", "Problem <a href=\"" + problem.IdempotencyKeyMismatch.URI() + "\">idempotency-key-mismatch</a>; nothing is done."},
 		{"no key", "400 Bad Request", "Problem <a href=\"" + problem.MissingIdempotencyKey.URI() + "\">missing-idempotency-key</a>."},
 		{"malformed key", "400 Bad Request", "Problem <a href=\"" + problem.InvalidIdempotencyKey.URI() + "\">invalid-idempotency-key</a>."},
@@ -84,9 +85,12 @@ another tenant's equal key is a different key.</p>
 	}
 	b.WriteString(`</table>
 <h2>Waiting for the outcome</h2><p>Send <code>Prefer: wait=N</code> (N ≤ ` + itoa(int(idempotency.MaxWait/time.Second)) + `) to hold the answer until the payment
-is final or N seconds pass; the answer carries <code>Preference-Applied</code>. This works on first requests and on retries.</p>
+is final or N seconds pass; the answer carries <code>Preference-Applied</code>. This works on first requests and on retries. If the
+operation turns out never to have reached the provider, the answer is problem <a href="` + problem.IdempotencyRetryNeeded.URI() + `">idempotency-retry-needed</a>
+(503 with <code>Retry-After</code>): send the same request with the same key again and it runs again, still at most once.</p>
 <h2>Retention</h2><p>A key is kept for ` + dur(cfg.Retention) + ` after its last change. Within that window every retry is answered as above.
-After it, the key is forgotten and the same key starts a new operation: retry within the window, and use a new key for a new payment.</p>`)
+After it, the key is a tombstone: the same request is answered <a href="` + problem.IdempotencyKeyExpired.URI() + `">idempotency-key-expired</a>
+and is never run again; a different one is still a mismatch. Retry within the window, and use a new key for a new payment.</p>`)
 	body := b.String()
 	return func(w http.ResponseWriter, _ *http.Request) {
 		writePage(w, http.StatusOK, page{Title: "Idempotency keys", Body: template.HTML(body)})

@@ -41,6 +41,8 @@ type Endpoint[T any] struct {
 	Decode func(w http.ResponseWriter, r *http.Request) (T, error)
 	// Execute does the operation's writes inside the key's transaction.
 	Execute func(ctx context.Context, tx pgx.Tx, attempt Attempt, req T) (Outcome, error)
+	// LockResource is copied into every Request: see Request.LockResource.
+	LockResource func(ctx context.Context, tx pgx.Tx, resourceID string) error
 }
 
 func (e *Endpoint[T]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -60,7 +62,7 @@ func (e *Endpoint[T]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tenantID := e.TenantID(r)
-	ireq := Request{TenantID: tenantID, Key: key, Method: r.Method, Path: r.URL.Path, Fingerprint: fingerprint}
+	ireq := Request{TenantID: tenantID, Key: key, Method: r.Method, Path: r.URL.Path, Fingerprint: fingerprint, LockResource: e.LockResource}
 	res, err := e.Store.Run(r.Context(), e.DB, ireq, func(ctx context.Context, tx pgx.Tx, a Attempt) (Outcome, error) {
 		return e.Execute(ctx, tx, a, req)
 	})
@@ -85,7 +87,23 @@ func (e *Endpoint[T]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			res.Record.Method, res.Record.Path))
 	case Unresolved:
 		e.writeUnresolved(w, r)
+	case Expired:
+		e.writeExpired(w, r, res.Record)
 	}
+}
+
+// writeExpired refuses a request whose key is a tombstone, naming what the
+// original request created so the client can look up its outcome there.
+func (e *Endpoint[T]) writeExpired(w http.ResponseWriter, r *http.Request, rec Record) {
+	pe := &problem.Error{
+		Type: problem.IdempotencyKeyExpired,
+		Detail: "This Idempotency-Key was first used longer ago than its retention, so its response is no longer stored; " +
+			"nothing was done for this request. Use a new key for a new operation.",
+	}
+	if rec.ResourceID != "" {
+		pe.Extensions = map[string]any{"resource_id": rec.ResourceID}
+	}
+	problem.Write(w, r, e.Logger, pe)
 }
 
 func (e *Endpoint[T]) writeUnresolved(w http.ResponseWriter, r *http.Request) {
@@ -111,6 +129,17 @@ func (e *Endpoint[T]) answer(w http.ResponseWriter, r *http.Request, res Result,
 			e.Logger.WarnContext(r.Context(), "waiting for operation failed", slog.String("tenant_id", rec.TenantID), slog.Any("error", err))
 		case waited.Status == StatusUnknown:
 			e.writeUnresolved(w, r)
+			return
+		case waited.Status == StatusFailedRetryable:
+			// The stored 202 no longer holds: the operation stopped without
+			// taking effect, and waiting longer will not change that. Only a
+			// new request with the key resumes it.
+			problem.Write(w, r, e.Logger, &problem.Error{
+				Type: problem.IdempotencyRetryNeeded,
+				Detail: "The operation started with this Idempotency-Key provably never took effect downstream. " +
+					"Send the same request with the same key again: it will run again, and still at most once.",
+				RetryAfter: e.Store.cfg.InProgressRetryAfter,
+			})
 			return
 		case waited.Status == StatusCompleted && waited.Response != nil:
 			rec = waited

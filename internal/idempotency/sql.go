@@ -88,15 +88,17 @@ func getKey(ctx context.Context, db Querier, tenantID, key string) (Record, erro
 	return rec, nil
 }
 
-// reacquireKey takes a failed_retryable key back to processing. The status
-// and fingerprint are re-checked by the UPDATE itself, under the row lock,
-// so of two racing retries exactly one gets the row.
+// reacquireKey takes a failed_retryable key back to processing. The status,
+// fingerprint and expiry are re-checked by the UPDATE itself, under the row
+// lock, so of two racing retries exactly one gets the row, and a key the
+// reaper has just tombstoned is not revived.
 func reacquireKey(ctx context.Context, tx pgx.Tx, req Request, retention time.Duration) (Record, bool, error) {
 	rec, ok, err := collectOne(tx.Query(ctx, `
 		UPDATE idempotency_keys
 		SET status = 'processing', locked_at = now(), updated_at = now(),
 			expires_at = now() + $4 * interval '1 microsecond'
 		WHERE tenant_id = $1 AND idempotency_key = $2 AND status = 'failed_retryable' AND request_fingerprint = $3
+			AND expires_at >= now()
 		RETURNING `+recordColumns,
 		req.TenantID, req.Key, req.Fingerprint[:], retention.Microseconds()))
 	if err != nil {
@@ -105,10 +107,12 @@ func reacquireKey(ctx context.Context, tx pgx.Tx, req Request, retention time.Du
 	return rec, ok, nil
 }
 
+// deleteExpiredKey deletes a tombstone past its retention. The conditions
+// are repeated so that a row that changed since it was read is left alone.
 func deleteExpiredKey(ctx context.Context, tx pgx.Tx, tenantID, key string) error {
 	_, err := tx.Exec(ctx, `
 		DELETE FROM idempotency_keys
-		WHERE tenant_id = $1 AND idempotency_key = $2 AND status = 'completed' AND expires_at < now()`,
+		WHERE tenant_id = $1 AND idempotency_key = $2 AND status = 'expired' AND expires_at < now()`,
 		tenantID, key)
 	if err != nil {
 		return fmt.Errorf("delete expired idempotency key: %w", err)

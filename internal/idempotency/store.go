@@ -31,6 +31,10 @@ const (
 	// downstream, so the next request with the same key and fingerprint
 	// re-acquires the key and resumes the same resource.
 	StatusFailedRetryable Status = "failed_retryable"
+	// StatusExpired: a tombstone. The key outlived its retention and its
+	// stored response was dropped, but the row is kept so that a very late
+	// retry is refused instead of running the operation a second time.
+	StatusExpired Status = "expired"
 )
 
 // Kind is what the Store decided to do with a request.
@@ -47,6 +51,10 @@ const (
 	Mismatch
 	// Unresolved: the key's outcome is unknown until reconciliation.
 	Unresolved
+	// Expired: the same request arrived after the key's retention. Nothing
+	// runs and nothing is replayed; Record.ResourceID names what the
+	// original request created.
+	Expired
 )
 
 func (k Kind) String() string {
@@ -61,6 +69,8 @@ func (k Kind) String() string {
 		return "mismatch"
 	case Unresolved:
 		return "unresolved"
+	case Expired:
+		return "expired"
 	}
 	return fmt.Sprintf("Kind(%d)", int(k))
 }
@@ -72,6 +82,13 @@ type Request struct {
 	Method      string
 	Path        string
 	Fingerprint [32]byte
+	// LockResource, if set, locks the row of the resource a key created
+	// (SELECT ... FOR UPDATE) in tx. Callers that change a resource's
+	// outcome lock the resource row before its key; Reserve calls this hook
+	// before it re-acquires a failed_retryable key, so that it takes the two
+	// locks in the same order and cannot deadlock with them. It runs under
+	// the Store's lock wait.
+	LockResource func(ctx context.Context, tx pgx.Tx, resourceID string) error
 }
 
 // Response is a stored HTTP answer.
@@ -104,7 +121,8 @@ type Record struct {
 }
 
 // Decision is Reserve's answer. Record is the key's row as the decision saw
-// it: the fresh reservation for Execute, the stored row otherwise.
+// it: the fresh reservation for Execute, the stored row otherwise (for
+// Expired, without a response: it is never replayed).
 type Decision struct {
 	Kind   Kind
 	Record Record
@@ -113,13 +131,15 @@ type Decision struct {
 // Config tunes a Store. Zero values take the documented defaults.
 type Config struct {
 	// Retention is how long a finished key is kept and replayed; after it,
-	// the same key starts a new operation. Defaults to 24h.
+	// the key is a tombstone for TombstoneRetention: the same request is
+	// refused (Expired), never run again. Defaults to 24h.
 	Retention time.Duration
 	// LockWait is how long a request waits for a concurrent request that
 	// holds the same key to commit before answering 409. Defaults to 2s.
 	LockWait time.Duration
 	// InProgressRetryAfter is the Retry-After sent with 409 in-progress
-	// answers. Defaults to 1s.
+	// answers, and with 503 retry-needed when a waited-for operation ended
+	// failed_retryable. Defaults to 1s.
 	InProgressRetryAfter time.Duration
 	// UnknownRetryAfter is the Retry-After sent while a key's outcome is
 	// being reconciled. Defaults to 60s.
@@ -193,10 +213,10 @@ func (s *Store) Reserve(ctx context.Context, tx pgx.Tx, req Request) (Decision, 
 		if err != nil {
 			return Decision{}, err
 		}
-		// Past retention a finished key is forgotten, whatever the new
+		// A tombstone past its own retention is forgotten, whatever the new
 		// request is: delete it and reserve afresh. Expiry is judged by the
 		// database's clock, the one that set expires_at.
-		if rec.Status == StatusCompleted && rec.Expired {
+		if rec.Status == StatusExpired && rec.Expired {
 			if err := deleteExpiredKey(ctx, tx, req.TenantID, req.Key); err != nil {
 				return Decision{}, err
 			}
@@ -205,12 +225,23 @@ func (s *Store) Reserve(ctx context.Context, tx pgx.Tx, req Request) (Decision, 
 		if !sameRequest(rec, req) {
 			return Decision{Kind: Mismatch, Record: rec}, nil
 		}
+		// A finished key past its retention is a tombstone, whether or not
+		// the reaper has got to it yet: running the operation again would
+		// be a second execution of a request the client already sent.
+		if rec.Status == StatusExpired || (rec.Expired && (rec.Status == StatusCompleted || rec.Status == StatusFailedRetryable)) {
+			// The stored response is past retention: never replay it.
+			rec.Response = nil
+			return Decision{Kind: Expired, Record: rec}, nil
+		}
 		switch rec.Status {
 		case StatusProcessing, StatusCompleted:
 			return Decision{Kind: Replay, Record: rec}, nil
 		case StatusUnknown:
 			return Decision{Kind: Unresolved, Record: rec}, nil
 		case StatusFailedRetryable:
+			if err := lockResource(ctx, tx, req, rec.ResourceID); err != nil {
+				return Decision{}, err
+			}
 			rec, ok, err := reacquireKey(ctx, tx, req, s.cfg.Retention)
 			if isLockTimeout(err) {
 				return Decision{}, fmt.Errorf("%w: %w", errKeyHeld, err)
@@ -227,6 +258,24 @@ func (s *Store) Reserve(ctx context.Context, tx pgx.Tx, req Request) (Decision, 
 		}
 	}
 	return Decision{Kind: InProgress}, nil
+}
+
+// lockResource takes the resource's lock through the caller's hook, the
+// first half of the lock order (resource row, then key). Waiting too long
+// for it means another transaction is settling the same operation: that is
+// the key being in use, answered like a lock timeout on the key itself.
+func lockResource(ctx context.Context, tx pgx.Tx, req Request, resourceID string) error {
+	if req.LockResource == nil || resourceID == "" {
+		return nil
+	}
+	err := req.LockResource(ctx, tx, resourceID)
+	if isLockTimeout(err) {
+		return fmt.Errorf("%w: lock resource %s: %w", errKeyHeld, resourceID, err)
+	}
+	if err != nil {
+		return fmt.Errorf("lock resource %s: %w", resourceID, err)
+	}
+	return nil
 }
 
 func sameRequest(rec Record, req Request) bool {

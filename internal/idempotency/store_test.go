@@ -58,6 +58,26 @@ func (b bundle) request(key string, body any) idempotency.Request {
 	return idempotency.Request{TenantID: b.tenant, Key: key, Method: "POST", Path: "/v1/things", Fingerprint: fp}
 }
 
+// expire moves a key's expiry into the past, as if its retention had passed.
+func (b bundle) expire(t *testing.T, key string) {
+	t.Helper()
+	_, err := b.pool.Exec(b.ctx, "UPDATE idempotency_keys SET expires_at = now() - interval '1 second' WHERE tenant_id = $1 AND idempotency_key = $2",
+		b.tenant, key)
+	require.NoError(t, err)
+}
+
+// tombstone turns a key into a tombstone, as the reaper does, whose own
+// retention ends after the interval ttl (negative: already ended).
+func (b bundle) tombstone(t *testing.T, key, ttl string) {
+	t.Helper()
+	tag, err := b.pool.Exec(b.ctx, `
+		UPDATE idempotency_keys
+		SET status = 'expired', response_status = NULL, response_body = NULL, expires_at = now() + $3::interval
+		WHERE tenant_id = $1 AND idempotency_key = $2`, b.tenant, key, ttl)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, tag.RowsAffected())
+}
+
 func accepted(resourceID string) idempotency.Outcome {
 	return idempotency.Outcome{
 		Status:     idempotency.StatusProcessing,
@@ -281,7 +301,7 @@ func TestStoreRun(t *testing.T) {
 		require.NotEqual(t, r1.Record.ResourceID, r2.Record.ResourceID)
 	})
 
-	t.Run("ExpiredCompletedKeyStartsOver", func(t *testing.T) {
+	t.Run("ExpiredCompletedKeyAnswersExpired", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, idempotency.Config{})
 		var runs int
@@ -292,22 +312,108 @@ func TestStoreRun(t *testing.T) {
 		require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
 			return b.store.Complete(b.ctx, tx, b.tenant, req.Key, idempotency.Response{StatusCode: 201, Body: []byte("{}")})
 		}))
-		_, err = b.pool.Exec(b.ctx, "UPDATE idempotency_keys SET expires_at = now() - interval '1 second' WHERE tenant_id = $1", b.tenant)
+		b.expire(t, req.Key)
+
+		// Not yet tombstoned by the reaper, but past retention: a late
+		// retry must neither run again nor be replayed.
+		res, err := b.store.Run(b.ctx, b.pool, req, operation(&runs, &mu))
 		require.NoError(t, err)
+		require.Equal(t, idempotency.Expired, res.Kind)
+		require.Equal(t, "thing_1", res.Record.ResourceID, "the answer names the original resource")
+		require.Nil(t, res.Record.Response, "nothing is replayed")
+		require.Equal(t, 1, runs)
+
+		// Another payload under an expired key is still a mismatch.
+		res, err = b.store.Run(b.ctx, b.pool, b.request(req.Key, 2), operation(&runs, &mu))
+		require.NoError(t, err)
+		require.Equal(t, idempotency.Mismatch, res.Kind)
+		require.Equal(t, 1, runs)
+	})
+
+	t.Run("ExpiredFailedRetryableKeyIsNotReacquired", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, idempotency.Config{})
+		var runs int
+		var mu sync.Mutex
+		req := b.request("key-0000000000000011", 1)
+		_, err := b.store.Run(b.ctx, b.pool, req, operation(&runs, &mu))
+		require.NoError(t, err)
+		require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+			return b.store.MarkFailedRetryable(b.ctx, tx, b.tenant, req.Key)
+		}))
+		b.expire(t, req.Key)
+		res, err := b.store.Run(b.ctx, b.pool, req, operation(&runs, &mu))
+		require.NoError(t, err)
+		require.Equal(t, idempotency.Expired, res.Kind)
+		require.Equal(t, "thing_1", res.Record.ResourceID)
+		rec, err := b.store.Get(b.ctx, b.pool, b.tenant, req.Key)
+		require.NoError(t, err)
+		require.Equal(t, idempotency.StatusFailedRetryable, rec.Status, "left for the reaper")
+		require.Equal(t, 1, runs)
+	})
+
+	t.Run("TombstoneAnswersExpiredAndCreatesNothing", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, idempotency.Config{})
+		var runs int
+		var mu sync.Mutex
+		req := b.request("key-0000000000000012", 1)
+		_, err := b.store.Run(b.ctx, b.pool, req, operation(&runs, &mu))
+		require.NoError(t, err)
+		b.tombstone(t, req.Key, "30 days")
+		before, err := b.store.Get(b.ctx, b.pool, b.tenant, req.Key)
+		require.NoError(t, err)
+
+		res, err := b.store.Run(b.ctx, b.pool, req, operation(&runs, &mu))
+		require.NoError(t, err)
+		require.Equal(t, idempotency.Expired, res.Kind)
+		require.False(t, res.Replayed)
+		require.Equal(t, "thing_1", res.Record.ResourceID)
+		require.Equal(t, 1, runs, "nothing executed")
+		after, err := b.store.Get(b.ctx, b.pool, b.tenant, req.Key)
+		require.NoError(t, err)
+		require.Equal(t, before, after, "the tombstone is left as it was")
+	})
+
+	t.Run("TombstonePastItsRetentionStartsOver", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, idempotency.Config{})
+		var runs int
+		var mu sync.Mutex
+		req := b.request("key-0000000000000013", 1)
+		_, err := b.store.Run(b.ctx, b.pool, req, operation(&runs, &mu))
+		require.NoError(t, err)
+		b.tombstone(t, req.Key, "-1 second")
 		res, err := b.store.Run(b.ctx, b.pool, req, operation(&runs, &mu))
 		require.NoError(t, err)
 		require.Equal(t, idempotency.Execute, res.Kind)
 		require.Equal(t, "thing_2", res.Record.ResourceID)
-
-		// Another payload under an expired key is a new operation, not a mismatch.
-		require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
-			return b.store.Complete(b.ctx, tx, b.tenant, req.Key, idempotency.Response{StatusCode: 201, Body: []byte("{}")})
-		}))
-		_, err = b.pool.Exec(b.ctx, "UPDATE idempotency_keys SET expires_at = now() - interval '1 second' WHERE tenant_id = $1", b.tenant)
+		rec, err := b.store.Get(b.ctx, b.pool, b.tenant, req.Key)
 		require.NoError(t, err)
+		require.Equal(t, idempotency.StatusProcessing, rec.Status)
+		require.Equal(t, `{"id":"thing_2"}`, string(rec.Response.Body))
+
+		// Once the tombstone is gone, the key is free for any request.
+		b.tombstone(t, req.Key, "-1 second")
 		res, err = b.store.Run(b.ctx, b.pool, b.request(req.Key, 2), operation(&runs, &mu))
 		require.NoError(t, err)
 		require.Equal(t, idempotency.Execute, res.Kind)
+		require.Equal(t, 3, runs)
+	})
+
+	t.Run("OtherRequestOnTombstoneIsMismatch", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, idempotency.Config{})
+		var runs int
+		var mu sync.Mutex
+		req := b.request("key-0000000000000014", 1)
+		_, err := b.store.Run(b.ctx, b.pool, req, operation(&runs, &mu))
+		require.NoError(t, err)
+		b.tombstone(t, req.Key, "30 days")
+		res, err := b.store.Run(b.ctx, b.pool, b.request(req.Key, 2), operation(&runs, &mu))
+		require.NoError(t, err)
+		require.Equal(t, idempotency.Mismatch, res.Kind)
+		require.Equal(t, 1, runs)
 	})
 }
 
@@ -417,4 +523,124 @@ func runConcurrently(t *testing.T, n int, f func() idempotency.Kind) map[idempot
 	close(start)
 	wg.Wait()
 	return kinds
+}
+
+// TestStoreLockOrder checks that a failed_retryable key is re-acquired only
+// after the resource's lock, the order every outcome-changing path follows.
+func TestStoreLockOrder(t *testing.T) {
+	t.Parallel()
+	// The resources: created once, before the subtests, as concurrent
+	// CREATE TABLE IF NOT EXISTS can still collide.
+	b0 := setup(t, idempotency.Config{})
+	_, err := b0.pool.Exec(b0.ctx, "CREATE TABLE lock_order_things (id text PRIMARY KEY, tries int NOT NULL DEFAULT 0)")
+	require.NoError(t, err)
+
+	// setupThing creates a key whose resource is a row in a things table,
+	// marks it failed_retryable and returns the request, with a hook that
+	// locks the thing's row.
+	setupThing := func(t *testing.T, b bundle, key string) idempotency.Request {
+		t.Helper()
+		thingID := id.New("thing")
+		_, err := b.pool.Exec(b.ctx, "INSERT INTO lock_order_things (id) VALUES ($1)", thingID)
+		require.NoError(t, err)
+		req := b.request(key, 1)
+		_, err = b.store.Run(b.ctx, b.pool, req, func(ctx context.Context, tx pgx.Tx, a idempotency.Attempt) (idempotency.Outcome, error) {
+			return accepted(thingID), nil
+		})
+		require.NoError(t, err)
+		require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+			return b.store.MarkFailedRetryable(b.ctx, tx, b.tenant, req.Key)
+		}))
+		req.LockResource = func(ctx context.Context, tx pgx.Tx, resourceID string) error {
+			_, err := tx.Exec(ctx, "SELECT FROM lock_order_things WHERE id = $1 FOR UPDATE", resourceID)
+			return err
+		}
+		return req
+	}
+	// resume is an operation that resumes the thing, as a payment is resumed.
+	resume := func(ctx context.Context, tx pgx.Tx, a idempotency.Attempt) (idempotency.Outcome, error) {
+		_, err := tx.Exec(ctx, "UPDATE lock_order_things SET tries = tries + 1 WHERE id = $1", a.ResourceID)
+		return accepted(a.ResourceID), err
+	}
+
+	t.Run("HookRunsBeforeTheKeyIsReacquired", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, idempotency.Config{})
+		req := setupThing(t, b, "key-0000000000000300")
+		lock := req.LockResource
+		var seen []idempotency.Status
+		req.LockResource = func(ctx context.Context, tx pgx.Tx, resourceID string) error {
+			rec, err := b.store.Get(ctx, tx, b.tenant, req.Key)
+			if err != nil {
+				return err
+			}
+			seen = append(seen, rec.Status)
+			return lock(ctx, tx, resourceID)
+		}
+		res, err := b.store.Run(b.ctx, b.pool, req, resume)
+		require.NoError(t, err)
+		require.Equal(t, idempotency.Execute, res.Kind)
+		require.Equal(t, []idempotency.Status{idempotency.StatusFailedRetryable}, seen, "called once, before the key left failed_retryable")
+
+		// A replay of a processing key takes no resource lock.
+		seen = nil
+		res, err = b.store.Run(b.ctx, b.pool, req, resume)
+		require.NoError(t, err)
+		require.Equal(t, idempotency.Replay, res.Kind)
+		require.Empty(t, seen)
+	})
+
+	t.Run("ResourceLockTimeoutIsInProgress", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, idempotency.Config{LockWait: 200 * time.Millisecond})
+		req := setupThing(t, b, "key-0000000000000301")
+		rec, err := b.store.Get(b.ctx, b.pool, b.tenant, req.Key)
+		require.NoError(t, err)
+		holder, err := b.pool.Begin(b.ctx)
+		require.NoError(t, err)
+		defer holder.Rollback(b.ctx) //nolint:errcheck
+		_, err = holder.Exec(b.ctx, "SELECT FROM lock_order_things WHERE id = $1 FOR UPDATE", rec.ResourceID)
+		require.NoError(t, err)
+
+		res, err := b.store.Run(b.ctx, b.pool, req, resume)
+		require.NoError(t, err)
+		require.Equal(t, idempotency.InProgress, res.Kind)
+		after, err := b.store.Get(b.ctx, b.pool, b.tenant, req.Key)
+		require.NoError(t, err)
+		require.Equal(t, idempotency.StatusFailedRetryable, after.Status, "the key was not taken")
+	})
+
+	t.Run("RetryAndSettlerDoNotDeadlock", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, idempotency.Config{LockWait: 5 * time.Second})
+		req := setupThing(t, b, "key-0000000000000302")
+		rec, err := b.store.Get(b.ctx, b.pool, b.tenant, req.Key)
+		require.NoError(t, err)
+
+		// The settler locks the resource, then (while the retry is already
+		// waiting) touches the key, as a worker recording an outcome does.
+		// Had the retry locked the key first, each would wait for the other.
+		settler, err := b.pool.Begin(b.ctx)
+		require.NoError(t, err)
+		defer settler.Rollback(b.ctx) //nolint:errcheck
+		_, err = settler.Exec(b.ctx, "SELECT FROM lock_order_things WHERE id = $1 FOR UPDATE", rec.ResourceID)
+		require.NoError(t, err)
+		type result struct {
+			res idempotency.Result
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			res, err := b.store.Run(b.ctx, b.pool, req, resume)
+			done <- result{res, err}
+		}()
+		time.Sleep(200 * time.Millisecond)
+		_, err = settler.Exec(b.ctx, "UPDATE idempotency_keys SET updated_at = now() WHERE tenant_id = $1 AND idempotency_key = $2", b.tenant, req.Key)
+		require.NoError(t, err)
+		require.NoError(t, settler.Commit(b.ctx))
+
+		got := <-done
+		require.NoError(t, got.err)
+		require.Equal(t, idempotency.Execute, got.res.Kind)
+	})
 }

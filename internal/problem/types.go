@@ -22,7 +22,7 @@ var (
 	IdempotencyKeyExpired = Type{"idempotency-key-expired", "This Idempotency-Key expired long ago", http.StatusUnprocessableEntity,
 		"The key was used for an operation whose stored response has passed its retention period. The key is remembered (as a " +
 			"tombstone) so that a very late retry can never run the operation a second time; nothing was done for this request. " +
-			"The resource member names what the original request created: read it to learn its outcome. For a new operation, use a new key."}
+			"The resource_id member names what the original request created: read it to learn its outcome. For a new operation, use a new key."}
 	IdempotencyRetryNeeded = Type{"idempotency-retry-needed", "The operation did not take effect; retry it", http.StatusServiceUnavailable,
 		"The operation started with this key provably never reached the payment provider, so nothing was charged. Send the same " +
 			"request with the same Idempotency-Key after Retry-After: it will run again, and still at most once."}
