@@ -253,6 +253,9 @@ const recordTimeout = 10 * time.Second
 // one transaction, so none of them is ever seen without the others.
 func (w *ChargeWorker) finish(ctx context.Context, job *river.Job[outbox.ChargePaymentArgs], p Payment, out provider.Outcome) error {
 	return pgx.BeginTxFunc(ctx, w.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+		if _, err := lockForOutcome(ctx, tx, w.keys, p.TenantID, p.ID); err != nil {
+			return err
+		}
 		if _, err := recordOutcome(ctx, tx, w.keys, p, []Status{StatusProcessing, StatusRequiresAction}, out); err != nil {
 			return err
 		}
@@ -262,7 +265,7 @@ func (w *ChargeWorker) finish(ctx context.Context, job *river.Job[outbox.ChargeP
 
 // recordOutcome records a final provider outcome for p (a payment in one of
 // the from states): the payment's final state and the idempotency key's
-// final response, locked in that order. changed is false when p had
+// final response. The caller holds lockForOutcome's locks. changed is false when p had
 // already left the from states (another run recorded it).
 func recordOutcome(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, p Payment, from []Status, out provider.Outcome) (bool, error) {
 	status := StatusFailed
@@ -288,6 +291,9 @@ func recordOutcome(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, p Pa
 // is settled.
 func (w *ChargeWorker) reconcileLater(ctx context.Context, job *river.Job[outbox.ChargePaymentArgs], p Payment, reason string) error {
 	return pgx.BeginTxFunc(ctx, w.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+		if _, err := lockForOutcome(ctx, tx, w.keys, p.TenantID, p.ID); err != nil {
+			return err
+		}
 		if err := handToReconciliation(ctx, tx, w.keys, p, reason); err != nil {
 			return err
 		}
@@ -299,7 +305,7 @@ func (w *ChargeWorker) reconcileLater(ctx context.Context, job *river.Job[outbox
 // read (the failure may have been reading it).
 func (w *ChargeWorker) reconcileJobPayment(ctx context.Context, job *river.Job[outbox.ChargePaymentArgs], reason string) error {
 	return pgx.BeginTxFunc(ctx, w.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
-		p, err := lockPayment(ctx, tx, job.Args.TenantID, job.Args.PaymentID)
+		p, err := lockForOutcome(ctx, tx, w.keys, job.Args.TenantID, job.Args.PaymentID)
 		if err != nil {
 			return err
 		}
@@ -311,7 +317,7 @@ func (w *ChargeWorker) reconcileJobPayment(ctx context.Context, job *river.Job[o
 }
 
 // handToReconciliation moves a processing payment to requires_reconciliation
-// and its key to unknown, payment row first. A payment that already left
+// and its key to unknown; the caller holds lockForOutcome's locks. A payment that already left
 // processing is left as it is.
 func handToReconciliation(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, p Payment, reason string) error {
 	changed, err := markRequiresReconciliation(ctx, tx, p, reason)

@@ -23,6 +23,8 @@ func (s *Service) HandleCreate() http.Handler {
 		TenantID: tenant.IDFromRequest,
 		Decode:   DecodeCreate,
 		Execute:  s.create,
+		// A re-acquired key resumes its payment: lock the payment first.
+		LockResource: LockPayment,
 	}
 }
 

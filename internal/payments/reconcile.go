@@ -355,7 +355,7 @@ func errText(err error) string {
 // the charge worker would: payment, then key, in one transaction.
 func (r *Reconciler) recordFinal(ctx context.Context, p Payment, out provider.Outcome) error {
 	return pgx.BeginTxFunc(ctx, r.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
-		if _, err := lockPayment(ctx, tx, p.TenantID, p.ID); err != nil {
+		if _, err := lockForOutcome(ctx, tx, r.keys, p.TenantID, p.ID); err != nil {
 			return err
 		}
 		_, err := recordOutcome(ctx, tx, r.keys, p, []Status{StatusRequiresReconciliation}, out)
@@ -371,6 +371,9 @@ const notReachedMessage = "The payment never reached the payment provider and no
 // provider and makes its key retryable, payment first.
 func (r *Reconciler) recordNotReached(ctx context.Context, p Payment) error {
 	return pgx.BeginTxFunc(ctx, r.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+		if _, err := lockForOutcome(ctx, tx, r.keys, p.TenantID, p.ID); err != nil {
+			return err
+		}
 		tag, err := tx.Exec(ctx, `
 			UPDATE payments SET status = 'failed', failure_code = $4, decline_code = NULL, failure_message = $5,
 				reconcile_after = NULL, updated_at = now()

@@ -1,10 +1,12 @@
 package payments_test
 
 import (
+	"errors"
 	"net/http"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -270,4 +272,47 @@ func TestReconcilerOutcomes(t *testing.T) {
 			b.requireSettledOnce(paymentID, key)
 		}
 	})
+}
+
+// TestResumeAndRecordingDoNotDeadlock races the client's retry that
+// re-acquires a failed_retryable key (and resumes its payment) against the
+// reconciler recording an outcome for the same payment. Both lock the
+// payment row before the key; taken in opposite orders, each would hold
+// the lock the other needs and PostgreSQL would abort one with a deadlock.
+// Triggers hold every payment and key row lock a while after taking it, to
+// widen the window (the test fails without the lock-order hook).
+func TestResumeAndRecordingDoNotDeadlock(t *testing.T) {
+	t.Parallel()
+	b := setupCharge(t, chargeOptions{deferWorker: true})
+	_, err := b.pool.Exec(b.ctx, `
+		CREATE FUNCTION hold_row_lock() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN PERFORM pg_sleep(0.1); RETURN NULL; END $$;
+		CREATE TRIGGER hold_payment_lock AFTER UPDATE ON payments FOR EACH ROW EXECUTE FUNCTION hold_row_lock();
+		CREATE TRIGGER hold_key_lock AFTER UPDATE ON idempotency_keys FOR EACH ROW EXECUTE FUNCTION hold_row_lock();`)
+	require.NoError(t, err)
+	key := id.New("key")
+	paymentID := b.pay(key, "pm_card_visa").PaymentID()
+	reconciler := b.reconciler(payments.ReconcileConfig{})
+
+	for i := range 10 {
+		// Proven never charged, and released for a retry: both the
+		// client's retry and a reconciliation pass may act on it.
+		_, err := b.pool.Exec(b.ctx, `UPDATE payments SET status = 'requires_reconciliation', first_provider_attempt_at = NULL,
+			reconcile_after = now() WHERE id = $1`, paymentID)
+		require.NoError(t, err)
+		_, err = b.pool.Exec(b.ctx, `UPDATE idempotency_keys SET status = 'failed_retryable' WHERE tenant_id = $1 AND idempotency_key = $2`, b.tenant.TenantID, key)
+		require.NoError(t, err)
+
+		retried := make(chan int, 1)
+		go func() { retried <- b.pay(key, "pm_card_visa").Status }()
+		_, reconcileErr := reconciler.ReconcileNow(b.ctx, b.tenant.TenantID, paymentID)
+		status := <-retried
+
+		var pgErr *pgconn.PgError
+		if errors.As(reconcileErr, &pgErr) {
+			require.NotEqual(t, "40P01", pgErr.Code, "iteration %d: deadlock", i)
+		}
+		require.Equal(t, http.StatusAccepted, status, "iteration %d: the retry resumed the payment", i)
+		require.Equal(t, payments.StatusProcessing, b.waitStatus(paymentID, payments.StatusProcessing).Status)
+	}
 }

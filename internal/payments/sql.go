@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stripe/stripe-go/v76"
 
+	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
@@ -74,6 +75,20 @@ func listPayments(ctx context.Context, db Querier, tenantID, startingAfter strin
 func lockPayment(ctx context.Context, tx pgx.Tx, tenantID, paymentID string) (Payment, error) {
 	rows, err := tx.Query(ctx, `SELECT `+paymentColumns+` FROM payments WHERE tenant_id = $1 AND id = $2 FOR UPDATE`, tenantID, paymentID)
 	return collectPayment(rows, err, "lock payment")
+}
+
+// lockForOutcome takes, in the one order, the locks of a transaction that
+// changes a payment's outcome: the payment row, then its idempotency key.
+// A key that no longer exists (reaped) is no obstacle.
+func lockForOutcome(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, tenantID, paymentID string) (Payment, error) {
+	p, err := lockPayment(ctx, tx, tenantID, paymentID)
+	if err != nil {
+		return Payment{}, err
+	}
+	if err := keys.Lock(ctx, tx, p.TenantID, p.IdempotencyKey); err != nil && !errors.Is(err, idempotency.ErrKeyNotFound) {
+		return Payment{}, err
+	}
+	return p, nil
 }
 
 // resumable is where a payment can be resumed from when its key is

@@ -98,7 +98,7 @@ func (s *Sweeper) Run(ctx context.Context) (int, error) {
 func (s *Sweeper) sweep(ctx context.Context, tenantID, paymentID string) (bool, error) {
 	moved := false
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
-		p, err := lockPayment(ctx, tx, tenantID, paymentID)
+		p, err := lockForOutcome(ctx, tx, s.keys, tenantID, paymentID)
 		if err != nil {
 			return err
 		}
