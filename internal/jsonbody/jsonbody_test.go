@@ -3,8 +3,10 @@ package jsonbody_test
 import (
 	"encoding/json"
 	"errors"
+	"math/big"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -144,6 +146,73 @@ func FuzzParse(f *testing.F) {
 		}
 		if len(m) != len(obj.Names) || len(obj.Members) != len(obj.Names) {
 			t.Fatalf("member count mismatch: %d names, %d members, %d decoded", len(obj.Names), len(obj.Members), len(m))
+		}
+	})
+}
+
+// TestIntegerBoundsLiteralBeforeParsing: an exact parse of 1e-999999 builds
+// 10^999999 (megabytes, tens of milliseconds) for a 9-byte literal. The
+// literal must be rejected by its length and exponent before any parse.
+// Not parallel: it reads the process's allocation counters, which other
+// running tests would add to.
+func TestIntegerBoundsLiteralBeforeParsing(t *testing.T) {
+	for _, literal := range []string{"1e-999999", "1e999999", "0." + strings.Repeat("0", 100) + "1e101", "1E+0000000000000000000000000000000000000000000000000000000000999999"} {
+		obj, err := jsonbody.Parse([]byte(`{"amount":` + literal + `}`))
+		require.NoError(t, err)
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		v := jsonbody.NewValidator(obj)
+		v.Integer("amount", true, 1, 99999999)
+		runtime.ReadMemStats(&after)
+		require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(64<<10), "%s: rejected without parsing the value", literal)
+
+		var pe *problem.Error
+		require.True(t, errors.As(v.Err(), &pe), literal)
+		require.Equal(t, problem.InvalidRequest, pe.Type)
+		require.Len(t, pe.Fields, 1)
+		require.Equal(t, "amount", pe.Fields[0].Field)
+		require.Contains(t, pe.Fields[0].Detail, "exponent", literal)
+	}
+}
+
+func BenchmarkIntegerHugeExponent(b *testing.B) {
+	obj, err := jsonbody.Parse([]byte(`{"amount": 1e-999999}`))
+	require.NoError(b, err)
+	b.ReportAllocs()
+	for b.Loop() {
+		v := jsonbody.NewValidator(obj)
+		v.Integer("amount", true, 1, 99999999)
+		if v.Err() == nil {
+			b.Fatal("accepted")
+		}
+	}
+}
+
+// FuzzInteger checks Integer on any number literal: no panic, and a value it
+// accepts is in range and equal to the literal's exact value.
+func FuzzInteger(f *testing.F) {
+	for _, seed := range []string{"2000", "2e3", "2000.0", "20000e-1", "1e-999999", "1e999999", "0.00000000000000000000001e23", "-0", "99999999.0000000001"} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, literal string) {
+		obj, err := jsonbody.Parse([]byte(`{"n":` + literal + `}`))
+		if err != nil {
+			return
+		}
+		v := jsonbody.NewValidator(obj)
+		n := v.Integer("n", true, 1, 99999999)
+		if v.Err() != nil {
+			return
+		}
+		if n < 1 || n > 99999999 {
+			t.Fatalf("%s accepted as %d, out of range", literal, n)
+		}
+		r, ok := new(big.Rat).SetString(strings.TrimSpace(literal))
+		if !ok || r.Cmp(new(big.Rat).SetInt64(n)) != 0 {
+			t.Fatalf("%s accepted as %d", literal, n)
+		}
+		if len(strings.TrimSpace(literal)) > jsonbody.MaxNumberLen {
+			t.Fatalf("%s accepted: longer than %d", literal, jsonbody.MaxNumberLen)
 		}
 	})
 }

@@ -64,7 +64,7 @@ func TestValidateCreate(t *testing.T) {
 			_, err := validate(t, `{"amount": `+ok+`, "currency": "eur", "payment_method": "pm_card_visa"}`)
 			require.NoError(t, err, ok)
 		}
-		for _, bad := range []string{"0", "100000000", "-5", "12.5", `"12"`} {
+		for _, bad := range []string{"0", "100000000", "-5", "12.5", `"12"`, "1e-999999", "1e999999"} {
 			_, err := validate(t, `{"amount": `+bad+`, "currency": "eur", "payment_method": "pm_card_visa"}`)
 			require.Contains(t, fieldErrors(t, err), "amount", bad)
 		}
