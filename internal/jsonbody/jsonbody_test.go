@@ -3,10 +3,12 @@ package jsonbody_test
 import (
 	"encoding/json"
 	"errors"
+	"maps"
 	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -132,7 +134,7 @@ func TestIntegerSpellings(t *testing.T) {
 // FuzzParse checks Parse on any input: no panic, and what it accepts is a
 // JSON object whose members it reports exactly once each.
 func FuzzParse(f *testing.F) {
-	for _, seed := range []string{`{}`, `{"a":1}`, `{"a":{"b":[1,2,{"c":null}]}}`, `{"a":1,"a":2}`, `[]`, `{"a":"\u00e9"}`, `{`, "\xff", `{"amount":2e3}`} {
+	for _, seed := range []string{`{}`, `{"a":1}`, `{"a":{"b":[1,2,{"c":null}]}}`, `{"a":1,"a":2}`, `[]`, `{"a":"\u00e9"}`, `{`, "\xff", `{"amount":2e3}`, `{"\ud800":1}`, `{"a\ud83d\ude00":"\\u"}`} {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -215,4 +217,39 @@ func FuzzInteger(f *testing.F) {
 			t.Fatalf("%s accepted: longer than %d", literal, jsonbody.MaxNumberLen)
 		}
 	})
+}
+
+// encoding/json decodes an unpaired surrogate escape as U+FFFD, so "\ud800",
+// "\udfff" and "\ufffd" would validate (and fingerprint) as one string. An
+// unpaired one is rejected, naming the field; a complete pair and U+FFFD
+// itself are accepted.
+func TestValidatorRejectsUnpairedSurrogates(t *testing.T) {
+	t.Parallel()
+	obj, err := jsonbody.Parse([]byte(`{"high": "a\ud800b", "low": "\udfff", "highHigh": "\ud800\ud800", "end": "x\udbff",
+		"replacement": "\ufffd", "pair": "\ud83d\ude00", "escapedBackslash": "\\ud800",
+		"m": {"k": "\udc00", "ok": "\uD83D\uDE00"}}`))
+	require.NoError(t, err)
+	v := jsonbody.NewValidator(obj)
+	for _, name := range []string{"high", "low", "highHigh", "end", "replacement", "pair", "escapedBackslash"} {
+		v.String(name, jsonbody.StringRule{})
+	}
+	m := v.StringMap("m", jsonbody.MapRule{MaxEntries: 5, MaxKeyLen: 10, MaxValueLen: 10})
+	require.Equal(t, map[string]string{"ok": "😀"}, m)
+
+	var pe *problem.Error
+	require.True(t, errors.As(v.Err(), &pe))
+	fields := map[string]string{}
+	for _, f := range pe.Fields {
+		fields[f.Field] = f.Detail
+	}
+	require.ElementsMatch(t, []string{"high", "low", "highHigh", "end", "m.k"}, slices.Collect(maps.Keys(fields)))
+	require.Contains(t, fields["high"], `\ud800`)
+	require.Contains(t, fields["low"], "unpaired UTF-16 surrogate")
+
+	for _, input := range []string{`{"\ud800": 1}`, `{"a": 1, "b\udfff": 2}`} {
+		_, err := jsonbody.Parse([]byte(input))
+		require.ErrorContains(t, err, "unpaired UTF-16 surrogate", input)
+	}
+	_, err = jsonbody.Parse([]byte(`{"\ud83d\ude00": "\ud800"}`))
+	require.NoError(t, err, "Parse judges names; values are the validator's")
 }

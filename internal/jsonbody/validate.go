@@ -65,7 +65,9 @@ func (v *Validator) String(name string, rule StringRule) string {
 		return ""
 	}
 	n := utf8.RuneCountInString(s)
-	switch {
+	switch esc := loneSurrogate(raw); {
+	case esc != "":
+		v.Fail(name, "contains %s, %s", esc, loneSurrogateAdvice)
 	case strings.ContainsRune(s, 0):
 		v.Fail(name, "must not contain NUL characters")
 	case rule.Required && n == 0:
@@ -193,6 +195,10 @@ func (v *Validator) StringMap(name string, rule MapRule) map[string]string {
 		var s string
 		if err := json.Unmarshal(inner.Members[k], &s); err != nil {
 			v.Fail(field, "must be a string")
+			continue
+		}
+		if esc := loneSurrogate(inner.Members[k]); esc != "" {
+			v.Fail(field, "contains %s, %s", esc, loneSurrogateAdvice)
 			continue
 		}
 		if strings.ContainsRune(s, 0) {

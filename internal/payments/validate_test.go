@@ -125,6 +125,25 @@ func TestFingerprintOfValidatedRequest(t *testing.T) {
 	}
 }
 
+// TestUnpairedSurrogatesAreRejected: encoding/json reads "\ud800" and
+// "\udfff" as U+FFFD, so they fingerprinted the same as "\ufffd".
+func TestUnpairedSurrogatesAreRejected(t *testing.T) {
+	t.Parallel()
+	body := func(description string) string {
+		return `{"amount":2000,"currency":"usd","payment_method":"pm_card_visa","description":"` + description + `"}`
+	}
+	for _, lone := range []string{`\ud800`, `\udfff`} {
+		_, err := validate(t, body(lone))
+		require.Contains(t, fieldErrors(t, err)["description"], "unpaired UTF-16 surrogate", lone)
+	}
+	_, err := validate(t, `{"amount":2000,"currency":"usd","payment_method":"pm_card_visa","metadata":{"k":"\udfff"}}`)
+	require.Contains(t, fieldErrors(t, err), "metadata.k")
+
+	req, err := validate(t, body(`\ufffd`))
+	require.NoError(t, err)
+	require.Equal(t, "\ufffd", req.Description)
+}
+
 func TestProviderIdempotencyKey(t *testing.T) {
 	t.Parallel()
 	k := payments.ProviderIdempotencyKey("ten_A", "client-key-000000001", "pay_1")
