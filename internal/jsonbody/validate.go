@@ -164,6 +164,8 @@ type MapRule struct {
 	MaxEntries  int
 	MaxKeyLen   int
 	MaxValueLen int
+	// KeyForbids lists characters no key may contain.
+	KeyForbids string
 }
 
 // StringMap reads an object whose values are strings.
@@ -192,6 +194,10 @@ func (v *Validator) StringMap(name string, rule MapRule) map[string]string {
 			v.Fail(field, "keys must be 1 to %d characters", rule.MaxKeyLen)
 			continue
 		}
+		if i := strings.IndexAny(k, rule.KeyForbids); rule.KeyForbids != "" && i >= 0 {
+			v.Fail(name, "key %q contains %q; keys must not contain any of %s", k, k[i], quoteChars(rule.KeyForbids))
+			continue
+		}
 		var s string
 		if err := json.Unmarshal(inner.Members[k], &s); err != nil {
 			v.Fail(field, "must be a string")
@@ -212,6 +218,11 @@ func (v *Validator) StringMap(name string, rule MapRule) map[string]string {
 		out[k] = s
 	}
 	return out
+}
+
+// quoteChars lists the characters of s as "[ ]" for a message.
+func quoteChars(s string) string {
+	return strings.Join(strings.Split(s, ""), " ")
 }
 
 // Err reports every collected error, and every member no rule asked for, as

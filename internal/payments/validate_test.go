@@ -87,6 +87,21 @@ func TestValidateCreate(t *testing.T) {
 		_, err = validate(t, `{"amount": 1, "currency": "eur", "payment_method": "pm_card_visa", "metadata": {"`+strings.Repeat("k", 41)+`": "v"}}`)
 		require.Len(t, fieldErrors(t, err), 1)
 	})
+
+	// Stripe refuses square brackets in metadata keys; accepting them here
+	// would turn a client's mistake into a failed payment later.
+	t.Run("MetadataKeysWithoutSquareBrackets", func(t *testing.T) {
+		t.Parallel()
+		for _, key := range []string{"a[b]", "[", "]", "items[0]"} {
+			_, err := validate(t, `{"amount": 1, "currency": "eur", "payment_method": "pm_card_visa", "metadata": {"`+key+`": "v"}}`)
+			fields := fieldErrors(t, err)
+			require.Contains(t, fields, "metadata", key)
+			require.Contains(t, fields["metadata"], key)
+		}
+		req, err := validate(t, `{"amount": 1, "currency": "eur", "payment_method": "pm_card_visa", "metadata": {"a(b){c}<d>": "[v]"}}`)
+		require.NoError(t, err, "brackets are fine in values, and other brackets in keys")
+		require.Equal(t, "[v]", req.Metadata["a(b){c}<d>"])
+	})
 }
 
 func keys(m map[string]string) []string {
