@@ -588,3 +588,39 @@ func TestDocsAndHealth(t *testing.T) {
 	requireProblem(t, b.do(http.MethodGet, "/nope", "", nil, ""), problem.NotFound)
 	requireProblem(t, b.do(http.MethodDelete, "/v1/payments", b.tenant.APIKey, nil, ""), problem.MethodNotAllowed)
 }
+
+// TestConnectionLostMidRequestIs503 terminates the database backend of a
+// request's transaction while it is inside it (a trigger holds it there):
+// the answer is 503 with Retry-After, never 500, and nothing is stored.
+func TestConnectionLostMidRequestIs503(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{ownDatabase: true})
+	_, err := b.pool.Exec(b.ctx, `
+		CREATE FUNCTION hold_payment_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN PERFORM pg_sleep(30); RETURN NEW; END $$;
+		CREATE TRIGGER hold_payment_insert BEFORE INSERT ON payments FOR EACH ROW EXECUTE FUNCTION hold_payment_insert();`)
+	require.NoError(t, err)
+
+	terminated := make(chan int, 1)
+	go func() {
+		defer close(terminated)
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			var n int
+			err := b.pool.QueryRow(b.ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+				WHERE datname = current_database() AND wait_event = 'PgSleep' AND pid <> pg_backend_pid()`).Scan(&n)
+			if assert.NoError(t, err) && n > 0 {
+				terminated <- n
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	key := newKey()
+	r := b.pay(key, visa2000)
+	require.Equal(t, 1, <-terminated, "the request's backend was terminated")
+	requireProblem(t, r, problem.ServiceUnavailable)
+	require.NotEmpty(t, r.header.Get("Retry-After"))
+	require.Zero(t, b.count("SELECT count(*) FROM idempotency_keys"), "no key")
+	require.Zero(t, b.count("SELECT count(*) FROM payments"), "no payment")
+}
