@@ -624,3 +624,34 @@ func TestConnectionLostMidRequestIs503(t *testing.T) {
 	require.Zero(t, b.count("SELECT count(*) FROM idempotency_keys"), "no key")
 	require.Zero(t, b.count("SELECT count(*) FROM payments"), "no payment")
 }
+
+// TestMethods: a 405 carries the Allow header RFC 9110 requires, and every
+// GET resource answers HEAD.
+func TestMethods(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	for path, want := range map[string]string{
+		"/v1/payments":             "GET, HEAD, POST",
+		"/v1/payments/" + newKey(): "GET, HEAD",
+		"/healthz":                 "GET, HEAD",
+		problem.DocsPath:           "GET, HEAD",
+	} {
+		for _, method := range []string{http.MethodDelete, http.MethodPut, "FROB"} {
+			r := b.do(method, path, b.tenant.APIKey, nil, "")
+			body := requireProblem(t, r, problem.MethodNotAllowed)
+			require.Equal(t, want, r.header.Get("Allow"), "%s %s", method, path)
+			require.Contains(t, body["detail"], want)
+		}
+	}
+	requireProblem(t, b.do("FROB", "/nope", "", nil, ""), problem.NotFound)
+
+	for _, path := range []string{"/healthz", "/readyz", problem.Unauthorized.URI()} {
+		r := b.do(http.MethodHead, path, "", nil, "")
+		require.Equal(t, http.StatusOK, r.status, path)
+		require.Empty(t, r.body)
+	}
+	r := b.do(http.MethodHead, "/v1/payments", b.tenant.APIKey, nil, "")
+	require.Equal(t, http.StatusOK, r.status)
+	require.Equal(t, "application/json", r.header.Get("Content-Type"))
+	require.Equal(t, http.StatusUnauthorized, b.do(http.MethodHead, "/v1/payments", "", nil, "").status)
+}
