@@ -302,6 +302,9 @@ func TestCreatePayment(t *testing.T) {
 		for _, key := range []string{"short", `"unterminated-0000000000`, "has spaces in the key!!", strings.Repeat("k", 256)} {
 			requireProblem(t, b.pay(key, visa2000), problem.InvalidIdempotencyKey)
 		}
+		// The offending character is echoed as sent, not byte by byte.
+		body := requireProblem(t, b.pay("clé-0000000000000000", visa2000), problem.InvalidIdempotencyKey)
+		require.Contains(t, body["detail"], "'é' at character 3")
 	})
 
 	t.Run("InvalidBodyIs400ListingFieldsAndLeavesKeyUnused", func(t *testing.T) {
