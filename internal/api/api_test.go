@@ -336,6 +336,26 @@ func TestCreatePayment(t *testing.T) {
 		requireProblem(t, r, problem.UnsupportedMediaType)
 	})
 
+	// Responses are JSON, not HTML: what the client sent comes back as
+	// sent, in the 202, its replay and a GET alike.
+	t.Run("NoHTMLEscaping", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, options{})
+		body := `{"amount": 2000, "currency": "usd", "payment_method": "pm_card_visa", "description": "<b>Tom & Jerry</b>"}`
+		key := newKey()
+		r := b.pay(key, body)
+		require.Equal(t, http.StatusAccepted, r.status, "body: %s", r.body)
+		require.Contains(t, string(r.body), `"description":"<b>Tom & Jerry</b>"`)
+		again := b.pay(key, body)
+		require.Equal(t, r.body, again.body)
+		got := b.do(http.MethodGet, "/v1/payments/"+r.json(t)["id"].(string), b.tenant.APIKey, nil, "")
+		require.Contains(t, string(got.body), `"description":"<b>Tom & Jerry</b>"`)
+
+		unauthorized := b.do(http.MethodGet, "/v1/payments", "", nil, "")
+		require.Contains(t, requireProblem(t, unauthorized, problem.Unauthorized)["detail"], "Bearer <api key>")
+		require.Contains(t, string(unauthorized.body), "Bearer <api key>")
+	})
+
 	t.Run("AuthenticationIsRequired", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, options{})
@@ -348,6 +368,7 @@ func TestCreatePayment(t *testing.T) {
 			r := b.do(http.MethodPost, "/v1/payments", apiKey, map[string]string{idempotency.HeaderName: newKey()}, visa2000)
 			requireProblem(t, r, problem.Unauthorized)
 			require.NotEmpty(t, r.header.Get("WWW-Authenticate"), name)
+			require.NotContains(t, string(r.body), `\u003c`, "JSON, not HTML-escaped")
 			requireProblem(t, b.do(http.MethodGet, "/v1/payments", apiKey, nil, ""), problem.Unauthorized)
 		}
 		require.Zero(t, b.count("SELECT count(*) FROM payments WHERE tenant_id = $1", b.tenant.TenantID))

@@ -27,6 +27,21 @@ func TestMarshalPutsStandardMembersFirst(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(got), &m))
 }
 
+// A problem is JSON, not HTML: "<", ">" and "&" are written as they are.
+func TestMarshalDoesNotEscapeHTML(t *testing.T) {
+	t.Parallel()
+	e := &problem.Error{Type: problem.Unauthorized, Detail: "Send Authorization: Bearer <api key>.",
+		Fields:     []problem.FieldError{{Field: "a&b", Detail: "<x>"}},
+		Extensions: map[string]any{"<ext>": "Tom & Jerry"}}
+	got := string(e.Marshal())
+	for _, want := range []string{`Bearer <api key>.`, `"a&b"`, `"<x>"`, `"<ext>":"Tom & Jerry"`} {
+		require.Contains(t, got, want)
+	}
+	require.NotContains(t, got, `\u003c`)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal([]byte(got), &m))
+}
+
 func TestWrite(t *testing.T) {
 	t.Parallel()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
