@@ -318,6 +318,18 @@ func TestFailsClosedWhenDatabaseUnreachable(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	// A GET has no key: its 503 does not tell the client to retry with one.
+	req, err := http.NewRequest(http.MethodGet, base+"/v1/payments", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+created.APIKey)
+	resp, err = client.Do(req)
+	require.NoError(t, err)
+	getBody, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "body: %s", getBody)
+	require.NotEmpty(t, resp.Header.Get("Retry-After"))
+	require.NotContains(t, string(getBody), "Idempotency-Key")
 
 	direct, err := pgxpool.New(context.Background(), dbURL)
 	require.NoError(t, err)

@@ -139,11 +139,16 @@ func Write(w http.ResponseWriter, r *http.Request, logger *slog.Logger, err erro
 		pe = &Error{Type: ServiceUnavailable, Detail: "The request was cancelled."}
 	case postgres.IsUnavailable(err):
 		logger.WarnContext(r.Context(), "database unavailable", requestAttrs(r), slog.Any("error", err))
-		pe = &Error{Type: ServiceUnavailable, RetryAfter: 2 * time.Second,
-			Detail: "The database could not be reached. Retry with the same Idempotency-Key: it runs the request if it was not processed, and returns its result if it was."}
+		pe = &Error{Type: ServiceUnavailable, RetryAfter: 2 * time.Second, Detail: "The database could not be reached. Retry after Retry-After."}
+		if keyed(r) {
+			pe.Detail = "The database could not be reached. Retry with the same Idempotency-Key: it runs the request if it was not processed, and returns its result if it was."
+		}
 	default:
 		logger.ErrorContext(r.Context(), "unexpected error", requestAttrs(r), slog.Any("error", err))
-		pe = &Error{Type: Internal, Detail: "An unexpected error occurred. Retry with the same Idempotency-Key."}
+		pe = &Error{Type: Internal, Detail: "An unexpected error occurred."}
+		if keyed(r) {
+			pe.Detail = "An unexpected error occurred. Retry with the same Idempotency-Key."
+		}
 	}
 	if pe.RetryAfter > 0 {
 		w.Header().Set("Retry-After", RetryAfterValue(pe.RetryAfter))
@@ -151,6 +156,13 @@ func Write(w http.ResponseWriter, r *http.Request, logger *slog.Logger, err erro
 	w.Header().Set("Content-Type", ContentType)
 	w.WriteHeader(pe.Type.Status)
 	_, _ = w.Write(pe.Marshal())
+}
+
+// keyed reports whether r is a POST that carries an Idempotency-Key
+// (idempotency.HeaderName, which imports this package): only then does
+// advice about retrying with the same key apply.
+func keyed(r *http.Request) bool {
+	return r.Method == http.MethodPost && r.Header.Get("Idempotency-Key") != ""
 }
 
 // RetryAfterValue renders a duration as Retry-After delay-seconds, rounded up
