@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/oncepay/oncepay/internal/envconfig"
+	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/serve"
 )
 
 // config is the API's configuration, read from the environment. Every
@@ -32,6 +34,18 @@ type config struct {
 	// ShutdownTimeout (SHUTDOWN_TIMEOUT) is how long in-flight requests get
 	// to finish on SIGTERM. Defaults to 10s.
 	ShutdownTimeout time.Duration
+	// HTTPReadTimeout (HTTP_READ_TIMEOUT) bounds reading a whole request,
+	// body included: a client that trickles its body is cut off after it.
+	// Defaults to 30s.
+	HTTPReadTimeout time.Duration
+	// HTTPWriteTimeout (HTTP_WRITE_TIMEOUT) bounds the time from the end of
+	// a request's header to the end of its answer. It must outlast the
+	// longest answer, a Prefer: wait of idempotency.MaxWait after the
+	// database work. Defaults to 60s.
+	HTTPWriteTimeout time.Duration
+	// HTTPIdleTimeout (HTTP_IDLE_TIMEOUT) closes a keep-alive connection
+	// idle for this long. Defaults to 2m.
+	HTTPIdleTimeout time.Duration
 	// LogLevel (LOG_LEVEL) is debug, info, warn or error. Defaults to info.
 	LogLevel string
 }
@@ -52,7 +66,18 @@ func loadConfig(getenv func(string) string) (config, error) {
 		DatabaseMaxConns:       env.Int("DATABASE_MAX_CONNS", 10, 2, 1000),
 		RequestDBTimeout:       env.Duration("REQUEST_DB_TIMEOUT", 5*time.Second, 100*time.Millisecond, time.Minute),
 		ShutdownTimeout:        env.Duration("SHUTDOWN_TIMEOUT", 10*time.Second, 0, 10*time.Minute),
+		HTTPReadTimeout:        env.Duration("HTTP_READ_TIMEOUT", serve.DefaultReadTimeout, 100*time.Millisecond, 10*time.Minute),
+		HTTPWriteTimeout:       env.Duration("HTTP_WRITE_TIMEOUT", serve.DefaultWriteTimeout, 100*time.Millisecond, 30*time.Minute),
+		HTTPIdleTimeout:        env.Duration("HTTP_IDLE_TIMEOUT", serve.DefaultIdleTimeout, 100*time.Millisecond, time.Hour),
 		LogLevel:               env.OneOf("LOG_LEVEL", "info", "debug", "info", "warn", "error"),
+	}
+	// The longest answer: authentication and the transaction (each bounded
+	// by the request timeout, the latter after the lock wait), then a
+	// Prefer: wait. A write timeout shorter than that would cut the answer
+	// that the client waited for.
+	if longest := 2*cfg.RequestDBTimeout + cfg.IdempotencyLockWait + idempotency.MaxWait; cfg.HTTPWriteTimeout <= longest {
+		env.Fail("HTTP_WRITE_TIMEOUT", "%s must exceed %s: the longest answer (Prefer: wait of %s after 2 x REQUEST_DB_TIMEOUT and IDEMPOTENCY_LOCK_WAIT)",
+			cfg.HTTPWriteTimeout, longest, idempotency.MaxWait)
 	}
 	return cfg, env.Err()
 }

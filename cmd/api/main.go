@@ -94,5 +94,6 @@ func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.
 	if err != nil {
 		return fmt.Errorf("listen on LISTEN_ADDR=%s: %w", cfg.ListenAddr, err)
 	}
-	return serve.HTTP(ctx, "api", &http.Server{Handler: handler}, ln, cfg.ShutdownTimeout, logger)
+	srv := &http.Server{Handler: handler, ReadTimeout: cfg.HTTPReadTimeout, WriteTimeout: cfg.HTTPWriteTimeout, IdleTimeout: cfg.HTTPIdleTimeout}
+	return serve.HTTP(ctx, "api", srv, ln, cfg.ShutdownTimeout, logger)
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncepay/oncepay/internal/id"
+	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/pgtest"
 	"github.com/oncepay/oncepay/internal/tenant"
 )
@@ -184,6 +185,48 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		require.Contains(t, err.Error(), name)
 	}
 	require.ErrorContains(t, run(context.Background(), []string{"api", "frobnicate"}, env(map[string]string{}), io.Discard), "usage")
+
+	// A write timeout the longest answer (Prefer: wait) would outlast.
+	err = run(context.Background(), []string{"api"}, env(map[string]string{"HTTP_WRITE_TIMEOUT": "30s"}), io.Discard)
+	require.ErrorContains(t, err, "HTTP_WRITE_TIMEOUT")
+	cfg, err := loadConfig(env(map[string]string{}))
+	require.NoError(t, err, "the defaults are consistent")
+	require.Greater(t, cfg.HTTPWriteTimeout, idempotency.MaxWait)
+}
+
+// TestSlowClientsAreCut: a client that sends its header and one byte of
+// body, or keeps an idle connection open, is disconnected after the
+// configured timeouts instead of holding the connection forever.
+func TestSlowClientsAreCut(t *testing.T) {
+	t.Parallel()
+	base := startAPI(t, map[string]string{"DATABASE_URL": migratedDatabase(t), "HTTP_READ_TIMEOUT": "300ms", "HTTP_IDLE_TIMEOUT": "300ms"})
+	addr := strings.TrimPrefix(base, "http://")
+	closedByServer := func(conn net.Conn) {
+		t.Helper()
+		require.NoError(t, conn.SetReadDeadline(time.Now().Add(10*time.Second)))
+		_, err := io.ReadAll(conn)
+		var netErr net.Error
+		if errors.As(err, &netErr) && netErr.Timeout() {
+			t.Fatalf("the server kept the connection open: %v", err)
+		}
+	}
+
+	slow, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer slow.Close()
+	_, err = io.WriteString(slow, "POST /v1/payments HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+	require.NoError(t, err)
+	closedByServer(slow)
+
+	idle, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer idle.Close()
+	_, err = io.WriteString(idle, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+	require.NoError(t, err)
+	resp, err := http.ReadResponse(bufio.NewReader(idle), nil)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	closedByServer(idle)
 }
 
 // TestTwoInstancesShareOneKey sends the same key and body to two API
@@ -275,6 +318,18 @@ func TestFailsClosedWhenDatabaseUnreachable(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	// A GET has no key: its 503 does not tell the client to retry with one.
+	req, err := http.NewRequest(http.MethodGet, base+"/v1/payments", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+created.APIKey)
+	resp, err = client.Do(req)
+	require.NoError(t, err)
+	getBody, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "body: %s", getBody)
+	require.NotEmpty(t, resp.Header.Get("Retry-After"))
+	require.NotContains(t, string(getBody), "Idempotency-Key")
 
 	direct, err := pgxpool.New(context.Background(), dbURL)
 	require.NoError(t, err)

@@ -94,7 +94,7 @@ func run(ctx context.Context, _ []string, getenv func(string) string, stdout io.
 	if err != nil {
 		return fmt.Errorf("listen on WORKER_ADMIN_ADDR=%s: %w", cfg.AdminAddr, err)
 	}
-	admin := &http.Server{Handler: adminHandler(pool), ReadHeaderTimeout: 5 * time.Second}
+	admin := newAdminServer(pool)
 	go func() { _ = admin.Serve(ln) }()
 	defer admin.Close()
 
@@ -143,9 +143,11 @@ func periodicJob(interval time.Duration, args river.JobArgs) *river.PeriodicJob 
 		&river.PeriodicJobOpts{RunOnStart: true})
 }
 
-func adminHandler(pool *pgxpool.Pool) http.Handler {
+// newAdminServer serves /healthz and /readyz with the same timeouts as the
+// API's server, so that a stalled prober cannot hold connections forever.
+func newAdminServer(pool *pgxpool.Pool) *http.Server {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", serve.Healthz)
 	mux.HandleFunc("GET /readyz", serve.Readyz(pool))
-	return mux
+	return serve.SetTimeouts(&http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second})
 }

@@ -389,3 +389,14 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		require.Contains(t, err.Error(), name)
 	}
 }
+
+// TestAdminServerTimeouts: the admin server bounds every phase of a
+// connection, as the API's does.
+func TestAdminServerTimeouts(t *testing.T) {
+	t.Parallel()
+	srv := newAdminServer(nil)
+	require.Equal(t, 5*time.Second, srv.ReadHeaderTimeout)
+	require.Positive(t, srv.ReadTimeout)
+	require.Positive(t, srv.WriteTimeout)
+	require.Positive(t, srv.IdleTimeout)
+}

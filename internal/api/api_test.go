@@ -302,6 +302,9 @@ func TestCreatePayment(t *testing.T) {
 		for _, key := range []string{"short", `"unterminated-0000000000`, "has spaces in the key!!", strings.Repeat("k", 256)} {
 			requireProblem(t, b.pay(key, visa2000), problem.InvalidIdempotencyKey)
 		}
+		// The offending character is echoed as sent, not byte by byte.
+		body := requireProblem(t, b.pay("clé-0000000000000000", visa2000), problem.InvalidIdempotencyKey)
+		require.Contains(t, body["detail"], "'é' at character 3")
 	})
 
 	t.Run("InvalidBodyIs400ListingFieldsAndLeavesKeyUnused", func(t *testing.T) {
@@ -333,6 +336,26 @@ func TestCreatePayment(t *testing.T) {
 		requireProblem(t, r, problem.UnsupportedMediaType)
 	})
 
+	// Responses are JSON, not HTML: what the client sent comes back as
+	// sent, in the 202, its replay and a GET alike.
+	t.Run("NoHTMLEscaping", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, options{})
+		body := `{"amount": 2000, "currency": "usd", "payment_method": "pm_card_visa", "description": "<b>Tom & Jerry</b>"}`
+		key := newKey()
+		r := b.pay(key, body)
+		require.Equal(t, http.StatusAccepted, r.status, "body: %s", r.body)
+		require.Contains(t, string(r.body), `"description":"<b>Tom & Jerry</b>"`)
+		again := b.pay(key, body)
+		require.Equal(t, r.body, again.body)
+		got := b.do(http.MethodGet, "/v1/payments/"+r.json(t)["id"].(string), b.tenant.APIKey, nil, "")
+		require.Contains(t, string(got.body), `"description":"<b>Tom & Jerry</b>"`)
+
+		unauthorized := b.do(http.MethodGet, "/v1/payments", "", nil, "")
+		require.Contains(t, requireProblem(t, unauthorized, problem.Unauthorized)["detail"], "Bearer <api key>")
+		require.Contains(t, string(unauthorized.body), "Bearer <api key>")
+	})
+
 	t.Run("AuthenticationIsRequired", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, options{})
@@ -345,6 +368,7 @@ func TestCreatePayment(t *testing.T) {
 			r := b.do(http.MethodPost, "/v1/payments", apiKey, map[string]string{idempotency.HeaderName: newKey()}, visa2000)
 			requireProblem(t, r, problem.Unauthorized)
 			require.NotEmpty(t, r.header.Get("WWW-Authenticate"), name)
+			require.NotContains(t, string(r.body), `\u003c`, "JSON, not HTML-escaped")
 			requireProblem(t, b.do(http.MethodGet, "/v1/payments", apiKey, nil, ""), problem.Unauthorized)
 		}
 		require.Zero(t, b.count("SELECT count(*) FROM payments WHERE tenant_id = $1", b.tenant.TenantID))
@@ -587,4 +611,71 @@ func TestDocsAndHealth(t *testing.T) {
 	require.Equal(t, http.StatusOK, b.do(http.MethodGet, "/readyz", "", nil, "").status)
 	requireProblem(t, b.do(http.MethodGet, "/nope", "", nil, ""), problem.NotFound)
 	requireProblem(t, b.do(http.MethodDelete, "/v1/payments", b.tenant.APIKey, nil, ""), problem.MethodNotAllowed)
+}
+
+// TestConnectionLostMidRequestIs503 terminates the database backend of a
+// request's transaction while it is inside it (a trigger holds it there):
+// the answer is 503 with Retry-After, never 500, and nothing is stored.
+func TestConnectionLostMidRequestIs503(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{ownDatabase: true})
+	_, err := b.pool.Exec(b.ctx, `
+		CREATE FUNCTION hold_payment_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN PERFORM pg_sleep(30); RETURN NEW; END $$;
+		CREATE TRIGGER hold_payment_insert BEFORE INSERT ON payments FOR EACH ROW EXECUTE FUNCTION hold_payment_insert();`)
+	require.NoError(t, err)
+
+	terminated := make(chan int, 1)
+	go func() {
+		defer close(terminated)
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			var n int
+			err := b.pool.QueryRow(b.ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+				WHERE datname = current_database() AND wait_event = 'PgSleep' AND pid <> pg_backend_pid()`).Scan(&n)
+			if assert.NoError(t, err) && n > 0 {
+				terminated <- n
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	key := newKey()
+	r := b.pay(key, visa2000)
+	require.Equal(t, 1, <-terminated, "the request's backend was terminated")
+	requireProblem(t, r, problem.ServiceUnavailable)
+	require.NotEmpty(t, r.header.Get("Retry-After"))
+	require.Zero(t, b.count("SELECT count(*) FROM idempotency_keys"), "no key")
+	require.Zero(t, b.count("SELECT count(*) FROM payments"), "no payment")
+}
+
+// TestMethods: a 405 carries the Allow header RFC 9110 requires, and every
+// GET resource answers HEAD.
+func TestMethods(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	for path, want := range map[string]string{
+		"/v1/payments":             "GET, HEAD, POST",
+		"/v1/payments/" + newKey(): "GET, HEAD",
+		"/healthz":                 "GET, HEAD",
+		problem.DocsPath:           "GET, HEAD",
+	} {
+		for _, method := range []string{http.MethodDelete, http.MethodPut, "FROB"} {
+			r := b.do(method, path, b.tenant.APIKey, nil, "")
+			body := requireProblem(t, r, problem.MethodNotAllowed)
+			require.Equal(t, want, r.header.Get("Allow"), "%s %s", method, path)
+			require.Contains(t, body["detail"], want)
+		}
+	}
+	requireProblem(t, b.do("FROB", "/nope", "", nil, ""), problem.NotFound)
+
+	for _, path := range []string{"/healthz", "/readyz", problem.Unauthorized.URI()} {
+		r := b.do(http.MethodHead, path, "", nil, "")
+		require.Equal(t, http.StatusOK, r.status, path)
+		require.Empty(t, r.body)
+	}
+	r := b.do(http.MethodHead, "/v1/payments", b.tenant.APIKey, nil, "")
+	require.Equal(t, http.StatusOK, r.status)
+	require.Equal(t, "application/json", r.header.Get("Content-Type"))
+	require.Equal(t, http.StatusUnauthorized, b.do(http.MethodHead, "/v1/payments", "", nil, "").status)
 }

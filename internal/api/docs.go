@@ -67,7 +67,7 @@ func handleIdempotencyDoc(cfg idempotency.Config) http.HandlerFunc {
 		{"no key", "400 Bad Request", "Problem <a href=\"" + problem.MissingIdempotencyKey.URI() + "\">missing-idempotency-key</a>."},
 		{"malformed key", "400 Bad Request", "Problem <a href=\"" + problem.InvalidIdempotencyKey.URI() + "\">invalid-idempotency-key</a>."},
 		{"invalid body", "400 Bad Request", "Problem <a href=\"" + problem.InvalidRequest.URI() + "\">invalid-request</a> listing every bad field. The key is not used: fix the body and resend with the same key."},
-		{"database unreachable", "503 Service Unavailable", "Retry with the same key after <code>Retry-After</code>: it runs the request if it was not processed, and returns its result if it was."},
+		{"database unreachable, or the connection lost during the request", "503 Service Unavailable", "Retry with the same key after <code>Retry-After</code>: it runs the request if it was not processed, and returns its result if it was (the database committed, but its acknowledgement was lost)."},
 		{"server error", "500 Internal Server Error", "Never stored: a retry with the same key runs again."},
 	}
 	var b strings.Builder

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -31,12 +33,25 @@ type Deps struct {
 // NewHandler returns the API's handler.
 func NewHandler(d Deps) http.Handler {
 	r := chi.NewRouter()
-	r.Use(middleware.RequestID, recoverer(d.Logger), accessLog(d.Logger))
-	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
-		problem.Write(w, r, d.Logger, problem.New(problem.NotFound, "No route for %s.", r.URL.Path))
-	})
-	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
-		problem.Write(w, r, d.Logger, problem.New(problem.MethodNotAllowed, "%s is not supported on %s.", r.Method, r.URL.Path))
+	// GetHead answers HEAD with the GET handler wherever no HEAD route is
+	// defined (RFC 9110 §9.3.2: a GET resource supports HEAD), so that
+	// HEAD /healthz is 200, not 405.
+	r.Use(middleware.RequestID, recoverer(d.Logger), accessLog(d.Logger), middleware.GetHead)
+	notFound := func(w http.ResponseWriter, req *http.Request) {
+		problem.Write(w, req, d.Logger, problem.New(problem.NotFound, "No route for %s.", req.URL.Path))
+	}
+	r.NotFound(notFound)
+	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
+		allowed := allowedMethods(r, req)
+		if len(allowed) == 0 {
+			// chi answers 405 for a method it does not know even where
+			// no route matches the path at all.
+			notFound(w, req)
+			return
+		}
+		list := strings.Join(allowed, ", ")
+		w.Header().Set("Allow", list)
+		problem.Write(w, req, d.Logger, problem.New(problem.MethodNotAllowed, "%s is not supported on %s; allowed: %s.", req.Method, req.URL.Path, list))
 	})
 
 	r.Get("/healthz", serve.Healthz)
@@ -52,6 +67,25 @@ func NewHandler(d Deps) http.Handler {
 		r.Get("/payments/{id}", d.Payments.HandleGet())
 	})
 	return r
+}
+
+// allowedMethods lists the methods the router serves for req's path, for
+// the Allow header of a 405 (RFC 9110 §15.5.6 requires it). chi knows them
+// while routing but does not pass them to a custom handler, so each method
+// is matched again; HEAD is listed wherever GET is (GetHead serves it).
+func allowedMethods(routes chi.Routes, req *http.Request) []string {
+	path := req.URL.RawPath
+	if path == "" {
+		path = req.URL.Path
+	}
+	var allowed []string
+	for _, method := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		if routes.Match(chi.NewRouteContext(), method, path) ||
+			method == http.MethodHead && slices.Contains(allowed, http.MethodGet) {
+			allowed = append(allowed, method)
+		}
+	}
+	return allowed
 }
 
 // recoverer turns a panic into a logged 500 problem. Nothing was stored

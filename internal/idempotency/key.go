@@ -1,8 +1,11 @@
 package idempotency
 
 import (
+	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/oncepay/oncepay/internal/problem"
 )
@@ -49,14 +52,29 @@ func ParseKey(h http.Header) (string, error) {
 	return key, nil
 }
 
+// validateKey checks the characters first, so that the length it reports
+// (in characters, all ASCII by then) is the one the client sees.
 func validateKey(key string) error {
+	pos := 0
+	for i, r := range key {
+		pos++
+		if r < utf8.RuneSelf && isKeyChar(byte(r)) {
+			continue
+		}
+		// The detail echoes the character as the client sent it: a whole
+		// UTF-8 character, quoted with Go escapes for anything unprintable,
+		// or the byte itself if the header is not UTF-8 (HTTP allows any
+		// octet in a field value), so the detail is always valid UTF-8.
+		what := strconv.QuoteRune(r)
+		if r == utf8.RuneError {
+			if _, size := utf8.DecodeRuneInString(key[i:]); size == 1 {
+				what = fmt.Sprintf("the byte 0x%02X (not UTF-8)", key[i])
+			}
+		}
+		return problem.New(problem.InvalidIdempotencyKey, "The key contains %s at character %d; allowed characters are %s.", what, pos, KeyAlphabet)
+	}
 	if len(key) < MinKeyLength || len(key) > MaxKeyLength {
 		return problem.New(problem.InvalidIdempotencyKey, "The key is %d characters long; it must be %d to %d.", len(key), MinKeyLength, MaxKeyLength)
-	}
-	for i := 0; i < len(key); i++ {
-		if !isKeyChar(key[i]) {
-			return problem.New(problem.InvalidIdempotencyKey, "The key contains %q at position %d; allowed characters are %s.", rune(key[i]), i+1, KeyAlphabet)
-		}
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 
@@ -77,6 +78,26 @@ func TestParseKey(t *testing.T) {
 	}
 }
 
+// TestInvalidKeyDetailEchoesTheCharacter: the detail names the offending
+// character as sent, as valid UTF-8, never byte by byte ("Ã" for "é").
+func TestInvalidKeyDetailEchoesTheCharacter(t *testing.T) {
+	t.Parallel()
+	for value, want := range map[string]string{
+		"clé-0000000000000000":      `'é' at character 3`,
+		"abcdefghijklmnop😀":         `'😀' at character 17`,
+		"abcdefgh ijklmnop":         `' ' at character 9`,
+		"abcdefgh\x7fijklmnop":      `'\x7f' at character 9`,
+		"abc\xffdefghijklmnopqrstu": "the byte 0xFF (not UTF-8) at character 4",
+		"ab\u2028cdefghijklmnopqr":  `'\u2028' at character 3`,
+	} {
+		_, err := idempotency.ParseKey(header(value))
+		var pe *problem.Error
+		require.True(t, errors.As(err, &pe), value)
+		require.True(t, utf8.ValidString(pe.Detail), pe.Detail)
+		require.Contains(t, pe.Detail, want, value)
+	}
+}
+
 // FuzzParseKey checks the parser's contract on any input: it never panics,
 // and a key it accepts is within the published format and names the same
 // key whether sent bare or quoted.
@@ -93,6 +114,9 @@ func FuzzParseKey(f *testing.F) {
 			var pe *problem.Error
 			if !errors.As(err, &pe) || pe.Type.Status != http.StatusBadRequest {
 				t.Fatalf("error is not a 400 problem: %v", err)
+			}
+			if !utf8.ValidString(pe.Detail) {
+				t.Fatalf("detail is not UTF-8: %q", pe.Detail)
 			}
 			return
 		}

@@ -12,6 +12,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"strconv"
 	"unicode/utf8"
 
 	"github.com/oncepay/oncepay/internal/problem"
@@ -75,6 +76,7 @@ func Parse(data []byte) (Object, error) {
 	}
 	obj := Object{Members: map[string]json.RawMessage{}}
 	for dec.More() {
+		start := dec.InputOffset()
 		tok, err := dec.Token()
 		if err != nil {
 			return Object{}, err
@@ -82,6 +84,10 @@ func Parse(data []byte) (Object, error) {
 		name, ok := tok.(string)
 		if !ok {
 			return Object{}, errors.New("expected a member name")
+		}
+		// Only the name's string holds a backslash between the two offsets.
+		if esc := loneSurrogate(data[start:dec.InputOffset()]); esc != "" {
+			return Object{}, fmt.Errorf("a member name contains %s, %s", esc, loneSurrogateAdvice)
 		}
 		var value json.RawMessage
 		if err := dec.Decode(&value); err != nil {
@@ -98,6 +104,52 @@ func Parse(data []byte) (Object, error) {
 	}
 	// json.Valid accepted exactly one value, so nothing follows the object.
 	return obj, nil
+}
+
+// loneSurrogateAdvice completes the description of an unpaired surrogate.
+const loneSurrogateAdvice = "an unpaired UTF-16 surrogate escape; send the character itself or a complete surrogate pair"
+
+// loneSurrogate returns the first \uXXXX escape in raw, which must be valid
+// JSON, that is half of a UTF-16 surrogate pair without the other half; ""
+// if there is none. encoding/json decodes such an escape as U+FFFD, so
+// without this check "\ud800", "\udfff" and "\ufffd" would be one and the
+// same request (and fingerprint) while meaning three different things to
+// other parsers.
+func loneSurrogate(raw []byte) string {
+	for i := 0; i < len(raw); i++ {
+		if raw[i] != '\\' {
+			continue
+		}
+		i++ // the escaped character: \\ and \" are skipped whole
+		if raw[i] != 'u' {
+			continue
+		}
+		// Valid JSON: \u is followed by four hex digits.
+		esc, r := raw[i-1:i+5], hex4(raw[i+1:i+5])
+		i += 4
+		switch {
+		case r >= 0xd800 && r < 0xdc00: // a high surrogate needs a low one next
+			if i+6 < len(raw) && raw[i+1] == '\\' && raw[i+2] == 'u' {
+				if low := hex4(raw[i+3 : i+7]); low >= 0xdc00 && low <= 0xdfff {
+					i += 6
+					continue
+				}
+			}
+			return string(esc)
+		case r >= 0xdc00 && r <= 0xdfff: // a low surrogate on its own
+			return string(esc)
+		}
+	}
+	return ""
+}
+
+// hex4 decodes four hex digits; anything else is -1.
+func hex4(b []byte) int {
+	n, err := strconv.ParseUint(string(b), 16, 16)
+	if err != nil {
+		return -1
+	}
+	return int(n)
 }
 
 func describeSyntaxError(data []byte) error {

@@ -3,8 +3,12 @@ package jsonbody_test
 import (
 	"encoding/json"
 	"errors"
+	"maps"
+	"math/big"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -130,7 +134,7 @@ func TestIntegerSpellings(t *testing.T) {
 // FuzzParse checks Parse on any input: no panic, and what it accepts is a
 // JSON object whose members it reports exactly once each.
 func FuzzParse(f *testing.F) {
-	for _, seed := range []string{`{}`, `{"a":1}`, `{"a":{"b":[1,2,{"c":null}]}}`, `{"a":1,"a":2}`, `[]`, `{"a":"\u00e9"}`, `{`, "\xff", `{"amount":2e3}`} {
+	for _, seed := range []string{`{}`, `{"a":1}`, `{"a":{"b":[1,2,{"c":null}]}}`, `{"a":1,"a":2}`, `[]`, `{"a":"\u00e9"}`, `{`, "\xff", `{"amount":2e3}`, `{"\ud800":1}`, `{"a\ud83d\ude00":"\\u"}`} {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -146,4 +150,106 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("member count mismatch: %d names, %d members, %d decoded", len(obj.Names), len(obj.Members), len(m))
 		}
 	})
+}
+
+// TestIntegerBoundsLiteralBeforeParsing: an exact parse of 1e-999999 builds
+// 10^999999 (megabytes, tens of milliseconds) for a 9-byte literal. The
+// literal must be rejected by its length and exponent before any parse.
+// Not parallel: it reads the process's allocation counters, which other
+// running tests would add to.
+func TestIntegerBoundsLiteralBeforeParsing(t *testing.T) {
+	for _, literal := range []string{"1e-999999", "1e999999", "0." + strings.Repeat("0", 100) + "1e101", "1E+0000000000000000000000000000000000000000000000000000000000999999"} {
+		obj, err := jsonbody.Parse([]byte(`{"amount":` + literal + `}`))
+		require.NoError(t, err)
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		v := jsonbody.NewValidator(obj)
+		v.Integer("amount", true, 1, 99999999)
+		runtime.ReadMemStats(&after)
+		require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(64<<10), "%s: rejected without parsing the value", literal)
+
+		var pe *problem.Error
+		require.True(t, errors.As(v.Err(), &pe), literal)
+		require.Equal(t, problem.InvalidRequest, pe.Type)
+		require.Len(t, pe.Fields, 1)
+		require.Equal(t, "amount", pe.Fields[0].Field)
+		require.Contains(t, pe.Fields[0].Detail, "exponent", literal)
+	}
+}
+
+func BenchmarkIntegerHugeExponent(b *testing.B) {
+	obj, err := jsonbody.Parse([]byte(`{"amount": 1e-999999}`))
+	require.NoError(b, err)
+	b.ReportAllocs()
+	for b.Loop() {
+		v := jsonbody.NewValidator(obj)
+		v.Integer("amount", true, 1, 99999999)
+		if v.Err() == nil {
+			b.Fatal("accepted")
+		}
+	}
+}
+
+// FuzzInteger checks Integer on any number literal: no panic, and a value it
+// accepts is in range and equal to the literal's exact value.
+func FuzzInteger(f *testing.F) {
+	for _, seed := range []string{"2000", "2e3", "2000.0", "20000e-1", "1e-999999", "1e999999", "0.00000000000000000000001e23", "-0", "99999999.0000000001"} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, literal string) {
+		obj, err := jsonbody.Parse([]byte(`{"n":` + literal + `}`))
+		if err != nil {
+			return
+		}
+		v := jsonbody.NewValidator(obj)
+		n := v.Integer("n", true, 1, 99999999)
+		if v.Err() != nil {
+			return
+		}
+		if n < 1 || n > 99999999 {
+			t.Fatalf("%s accepted as %d, out of range", literal, n)
+		}
+		r, ok := new(big.Rat).SetString(strings.TrimSpace(literal))
+		if !ok || r.Cmp(new(big.Rat).SetInt64(n)) != 0 {
+			t.Fatalf("%s accepted as %d", literal, n)
+		}
+		if len(strings.TrimSpace(literal)) > jsonbody.MaxNumberLen {
+			t.Fatalf("%s accepted: longer than %d", literal, jsonbody.MaxNumberLen)
+		}
+	})
+}
+
+// encoding/json decodes an unpaired surrogate escape as U+FFFD, so "\ud800",
+// "\udfff" and "\ufffd" would validate (and fingerprint) as one string. An
+// unpaired one is rejected, naming the field; a complete pair and U+FFFD
+// itself are accepted.
+func TestValidatorRejectsUnpairedSurrogates(t *testing.T) {
+	t.Parallel()
+	obj, err := jsonbody.Parse([]byte(`{"high": "a\ud800b", "low": "\udfff", "highHigh": "\ud800\ud800", "end": "x\udbff",
+		"replacement": "\ufffd", "pair": "\ud83d\ude00", "escapedBackslash": "\\ud800",
+		"m": {"k": "\udc00", "ok": "\uD83D\uDE00"}}`))
+	require.NoError(t, err)
+	v := jsonbody.NewValidator(obj)
+	for _, name := range []string{"high", "low", "highHigh", "end", "replacement", "pair", "escapedBackslash"} {
+		v.String(name, jsonbody.StringRule{})
+	}
+	m := v.StringMap("m", jsonbody.MapRule{MaxEntries: 5, MaxKeyLen: 10, MaxValueLen: 10})
+	require.Equal(t, map[string]string{"ok": "😀"}, m)
+
+	var pe *problem.Error
+	require.True(t, errors.As(v.Err(), &pe))
+	fields := map[string]string{}
+	for _, f := range pe.Fields {
+		fields[f.Field] = f.Detail
+	}
+	require.ElementsMatch(t, []string{"high", "low", "highHigh", "end", "m.k"}, slices.Collect(maps.Keys(fields)))
+	require.Contains(t, fields["high"], `\ud800`)
+	require.Contains(t, fields["low"], "unpaired UTF-16 surrogate")
+
+	for _, input := range []string{`{"\ud800": 1}`, `{"a": 1, "b\udfff": 2}`} {
+		_, err := jsonbody.Parse([]byte(input))
+		require.ErrorContains(t, err, "unpaired UTF-16 surrogate", input)
+	}
+	_, err = jsonbody.Parse([]byte(`{"\ud83d\ude00": "\ud800"}`))
+	require.NoError(t, err, "Parse judges names; values are the validator's")
 }

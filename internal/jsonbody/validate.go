@@ -65,7 +65,9 @@ func (v *Validator) String(name string, rule StringRule) string {
 		return ""
 	}
 	n := utf8.RuneCountInString(s)
-	switch {
+	switch esc := loneSurrogate(raw); {
+	case esc != "":
+		v.Fail(name, "contains %s, %s", esc, loneSurrogateAdvice)
 	case strings.ContainsRune(s, 0):
 		v.Fail(name, "must not contain NUL characters")
 	case rule.Required && n == 0:
@@ -95,6 +97,11 @@ func (v *Validator) Integer(name string, required bool, lo, hi int64) int64 {
 		v.Fail(name, "must be an integer")
 		return 0
 	}
+	if !boundedNumber(num.String()) {
+		v.Fail(name, "must be an integer from %d to %d, written in at most %d characters with an exponent from -%d to %d",
+			lo, hi, MaxNumberLen, MaxExponent, MaxExponent)
+		return 0
+	}
 	n, ok := exactInteger(num.String(), lo, hi)
 	if !ok {
 		v.Fail(name, "must be an integer from %d to %d", lo, hi)
@@ -103,10 +110,40 @@ func (v *Validator) Integer(name string, required bool, lo, hi int64) int64 {
 	return n
 }
 
+// Bounds on a number literal, checked before it is parsed. An exact parse of
+// 1e-999999 builds 10^999999 (milliseconds of CPU and megabytes for a
+// 64-byte body); no integer field needs more than these to be spelled.
+const (
+	MaxNumberLen = 64
+	MaxExponent  = 64
+)
+
+// boundedNumber reports whether s, a valid JSON number, is at most
+// MaxNumberLen bytes long and has an exponent within ±MaxExponent. It looks
+// at the digits only, so its cost does not depend on the value.
+func boundedNumber(s string) bool {
+	if len(s) > MaxNumberLen {
+		return false
+	}
+	i := strings.IndexAny(s, "eE")
+	if i < 0 {
+		return true
+	}
+	exp := strings.TrimLeft(strings.TrimLeft(s[i+1:], "+-"), "0")
+	// At most MaxNumberLen digits here, so Atoi cannot overflow past an
+	// error, and an error means a magnitude beyond any bound.
+	e, err := strconv.Atoi(exp)
+	return exp == "" || err == nil && e <= MaxExponent
+}
+
 // exactInteger converts a JSON number to an int64 in [lo, hi] only if its
-// value is exactly integral. The float parse bounds the magnitude first, so
-// the exact rational parse never sees an exponent large enough to be costly.
+// value is exactly integral. The float parse rules out large magnitudes
+// cheaply; boundedNumber, checked first, keeps tiny ones (1e-999999, which
+// the float parse rounds to 0) from reaching the exact rational parse.
 func exactInteger(s string, lo, hi int64) (int64, bool) {
+	if !boundedNumber(s) {
+		return 0, false
+	}
 	f, err := strconv.ParseFloat(s, 64)
 	if err != nil || math.IsNaN(f) || f < float64(lo)-1 || f > float64(hi)+1 {
 		return 0, false
@@ -127,6 +164,8 @@ type MapRule struct {
 	MaxEntries  int
 	MaxKeyLen   int
 	MaxValueLen int
+	// KeyForbids lists characters no key may contain.
+	KeyForbids string
 }
 
 // StringMap reads an object whose values are strings.
@@ -155,9 +194,17 @@ func (v *Validator) StringMap(name string, rule MapRule) map[string]string {
 			v.Fail(field, "keys must be 1 to %d characters", rule.MaxKeyLen)
 			continue
 		}
+		if i := strings.IndexAny(k, rule.KeyForbids); rule.KeyForbids != "" && i >= 0 {
+			v.Fail(name, "key %q contains %q; keys must not contain any of %s", k, k[i], quoteChars(rule.KeyForbids))
+			continue
+		}
 		var s string
 		if err := json.Unmarshal(inner.Members[k], &s); err != nil {
 			v.Fail(field, "must be a string")
+			continue
+		}
+		if esc := loneSurrogate(inner.Members[k]); esc != "" {
+			v.Fail(field, "contains %s, %s", esc, loneSurrogateAdvice)
 			continue
 		}
 		if strings.ContainsRune(s, 0) {
@@ -171,6 +218,11 @@ func (v *Validator) StringMap(name string, rule MapRule) map[string]string {
 		out[k] = s
 	}
 	return out
+}
+
+// quoteChars lists the characters of s as "[ ]" for a message.
+func quoteChars(s string) string {
+	return strings.Join(strings.Split(s, ""), " ")
 }
 
 // Err reports every collected error, and every member no rule asked for, as

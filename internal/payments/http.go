@@ -107,5 +107,7 @@ func (s *Service) HandleList() http.HandlerFunc {
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false) // JSON, not HTML: see marshalJSON
+	_ = enc.Encode(v)
 }

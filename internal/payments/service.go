@@ -3,7 +3,6 @@ package payments
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"time"
@@ -97,7 +96,7 @@ func nonEmpty(s string) *string {
 // accepted is the 202 stored under the key and replayed until the charge
 // job records the final answer.
 func (s *Service) accepted(p Payment) (idempotency.Response, error) {
-	body, err := json.Marshal(p)
+	body, err := marshalJSON(p)
 	if err != nil {
 		return idempotency.Response{}, fmt.Errorf("encode payment: %w", err)
 	}

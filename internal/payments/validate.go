@@ -8,7 +8,10 @@ import (
 	"github.com/oncepay/oncepay/internal/jsonbody"
 )
 
-// Limits on a new payment's fields, published in the README.
+// Limits on a new payment's fields, published in the README. The metadata
+// limits are within the provider's own rules, so that nothing accepted here
+// is refused by it later: Stripe takes at most 50 keys, keys of at most 40
+// characters without square brackets, and values of at most 500 characters.
 const (
 	MinAmount           = 1
 	MaxAmount           = 99_999_999
@@ -18,6 +21,9 @@ const (
 	MaxMetadataKeys     = 20
 	MaxMetadataKeyLen   = 40
 	MaxMetadataValueLen = 500
+	// MetadataKeyForbids are the characters Stripe refuses in metadata
+	// keys: its form encoding spells a key as metadata[key].
+	MetadataKeyForbids = "[]"
 )
 
 // Currencies are the ISO 4217 codes accepted, lowercase as the provider
@@ -74,7 +80,7 @@ func ValidateCreate(obj jsonbody.Object) (CreateRequest, error) {
 		Customer:      v.String("customer", jsonbody.StringRule{MaxLen: MaxCustomerLen, Check: printableToken}),
 		Description:   v.String("description", jsonbody.StringRule{MaxLen: MaxDescriptionLen}),
 		Metadata: v.StringMap("metadata", jsonbody.MapRule{
-			MaxEntries: MaxMetadataKeys, MaxKeyLen: MaxMetadataKeyLen, MaxValueLen: MaxMetadataValueLen,
+			MaxEntries: MaxMetadataKeys, MaxKeyLen: MaxMetadataKeyLen, MaxValueLen: MaxMetadataValueLen, KeyForbids: MetadataKeyForbids,
 		}),
 	}
 	if len(req.Metadata) == 0 {

@@ -64,7 +64,7 @@ func TestValidateCreate(t *testing.T) {
 			_, err := validate(t, `{"amount": `+ok+`, "currency": "eur", "payment_method": "pm_card_visa"}`)
 			require.NoError(t, err, ok)
 		}
-		for _, bad := range []string{"0", "100000000", "-5", "12.5", `"12"`} {
+		for _, bad := range []string{"0", "100000000", "-5", "12.5", `"12"`, "1e-999999", "1e999999"} {
 			_, err := validate(t, `{"amount": `+bad+`, "currency": "eur", "payment_method": "pm_card_visa"}`)
 			require.Contains(t, fieldErrors(t, err), "amount", bad)
 		}
@@ -86,6 +86,21 @@ func TestValidateCreate(t *testing.T) {
 
 		_, err = validate(t, `{"amount": 1, "currency": "eur", "payment_method": "pm_card_visa", "metadata": {"`+strings.Repeat("k", 41)+`": "v"}}`)
 		require.Len(t, fieldErrors(t, err), 1)
+	})
+
+	// Stripe refuses square brackets in metadata keys; accepting them here
+	// would turn a client's mistake into a failed payment later.
+	t.Run("MetadataKeysWithoutSquareBrackets", func(t *testing.T) {
+		t.Parallel()
+		for _, key := range []string{"a[b]", "[", "]", "items[0]"} {
+			_, err := validate(t, `{"amount": 1, "currency": "eur", "payment_method": "pm_card_visa", "metadata": {"`+key+`": "v"}}`)
+			fields := fieldErrors(t, err)
+			require.Contains(t, fields, "metadata", key)
+			require.Contains(t, fields["metadata"], key)
+		}
+		req, err := validate(t, `{"amount": 1, "currency": "eur", "payment_method": "pm_card_visa", "metadata": {"a(b){c}<d>": "[v]"}}`)
+		require.NoError(t, err, "brackets are fine in values, and other brackets in keys")
+		require.Equal(t, "[v]", req.Metadata["a(b){c}<d>"])
 	})
 }
 
@@ -123,6 +138,25 @@ func TestFingerprintOfValidatedRequest(t *testing.T) {
 	} {
 		require.NotEqual(t, base, fingerprint(other), other)
 	}
+}
+
+// TestUnpairedSurrogatesAreRejected: encoding/json reads "\ud800" and
+// "\udfff" as U+FFFD, so they fingerprinted the same as "\ufffd".
+func TestUnpairedSurrogatesAreRejected(t *testing.T) {
+	t.Parallel()
+	body := func(description string) string {
+		return `{"amount":2000,"currency":"usd","payment_method":"pm_card_visa","description":"` + description + `"}`
+	}
+	for _, lone := range []string{`\ud800`, `\udfff`} {
+		_, err := validate(t, body(lone))
+		require.Contains(t, fieldErrors(t, err)["description"], "unpaired UTF-16 surrogate", lone)
+	}
+	_, err := validate(t, `{"amount":2000,"currency":"usd","payment_method":"pm_card_visa","metadata":{"k":"\udfff"}}`)
+	require.Contains(t, fieldErrors(t, err), "metadata.k")
+
+	req, err := validate(t, body(`\ufffd`))
+	require.NoError(t, err)
+	require.Equal(t, "\ufffd", req.Description)
 }
 
 func TestProviderIdempotencyKey(t *testing.T) {

@@ -45,8 +45,9 @@ func Open(ctx context.Context, cfg PoolConfig) (*pgxpool.Pool, error) {
 }
 
 // IsUnavailable reports whether err means the database could not be reached,
-// the connection was lost, or the transaction lost a transient conflict
-// (lock timeout, deadlock), as opposed to the database rejecting a
+// the connection was lost or closed under the request, the server is out of
+// resources or timed the statement out, or the transaction lost a transient
+// conflict (lock timeout, deadlock), as opposed to the database rejecting a
 // statement. Callers answer such errors with 503 and Retry-After: the
 // transaction did not commit (or, if the commit's acknowledgement was lost,
 // a retry with the same idempotency key replays it), so retrying is safe.
@@ -62,18 +63,34 @@ func IsUnavailable(err error) bool {
 	switch {
 	case errors.As(err, &pgErr):
 		switch pgErr.Code {
-		case "57P01", "57P02", "57P03": // the server is shutting down or starting
+		case "57P01", "57P02", "57P03", "57P04", "57P05":
+			// Terminated by an administrator or a crash, starting up, the
+			// database dropped, or idle_session_timeout.
+			return true
+		case "57014", "25P03":
+			// A statement cancelled (statement_timeout, or a cancel request
+			// sent when the context's deadline passed) or
+			// idle_in_transaction_session_timeout.
 			return true
 		case "55P03", "40001", "40P01": // lock timeout, serialization failure, deadlock: transient
 			return true
 		}
-		// Class 08 is connection exceptions.
-		return pgErr.Code[:2] == "08"
+		// Class 08 is connection exceptions, class 53 insufficient
+		// resources (too many connections, out of memory, disk full).
+		return pgErr.Code[:2] == "08" || pgErr.Code[:2] == "53"
 	case errors.As(err, &connectErr), errors.As(err, &netErr), pgconn.Timeout(err):
+		return true
+	case errors.Is(err, pgconn.ErrConnClosed):
+		// A statement on a connection that pgx had already closed after
+		// an earlier failure (the backend terminated, the socket lost).
+		return true
+	case pgconn.SafeToRetry(err):
+		// Failed before anything was sent: the server never saw it.
 		return true
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed):
 		return true
 	case errors.Is(err, context.DeadlineExceeded):
+		// Includes waiting for a pool connection past the deadline.
 		return true
 	}
 	return false

@@ -5,6 +5,7 @@
 package problem
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -84,7 +85,7 @@ type Body struct {
 // idempotent replay) use it too, so a replay is byte-identical.
 func (e *Error) Marshal() []byte {
 	body := Body{Type: e.Type.URI(), Title: e.Type.Title, Status: e.Type.Status, Detail: e.Detail, Errors: e.Fields}
-	b, _ := json.Marshal(body) // plain strings and ints: cannot fail
+	b, _ := marshal(body) // plain strings and ints: cannot fail
 	names := make([]string, 0, len(e.Extensions))
 	for k := range e.Extensions {
 		switch k {
@@ -96,16 +97,28 @@ func (e *Error) Marshal() []byte {
 	}
 	sort.Strings(names)
 	for _, k := range names {
-		v, err := json.Marshal(e.Extensions[k])
+		v, err := marshal(e.Extensions[k])
 		if err != nil {
 			continue
 		}
-		name, _ := json.Marshal(k)
+		name, _ := marshal(k)
 		b = append(b[:len(b)-1], ',')
 		b = append(append(append(b, name...), ':'), v...)
 		b = append(b, '}')
 	}
 	return b
+}
+
+// marshal is json.Marshal without HTML escaping: a problem is not HTML, and
+// "Bearer <api key>" must read as written, not as "\u003capi key\u003e".
+func marshal(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 // ContentType is the media type of problem documents.
@@ -126,11 +139,16 @@ func Write(w http.ResponseWriter, r *http.Request, logger *slog.Logger, err erro
 		pe = &Error{Type: ServiceUnavailable, Detail: "The request was cancelled."}
 	case postgres.IsUnavailable(err):
 		logger.WarnContext(r.Context(), "database unavailable", requestAttrs(r), slog.Any("error", err))
-		pe = &Error{Type: ServiceUnavailable, RetryAfter: 2 * time.Second,
-			Detail: "The database could not be reached. Retry with the same Idempotency-Key: it runs the request if it was not processed, and returns its result if it was."}
+		pe = &Error{Type: ServiceUnavailable, RetryAfter: 2 * time.Second, Detail: "The database could not be reached. Retry after Retry-After."}
+		if keyed(r) {
+			pe.Detail = "The database could not be reached. Retry with the same Idempotency-Key: it runs the request if it was not processed, and returns its result if it was."
+		}
 	default:
 		logger.ErrorContext(r.Context(), "unexpected error", requestAttrs(r), slog.Any("error", err))
-		pe = &Error{Type: Internal, Detail: "An unexpected error occurred. Retry with the same Idempotency-Key."}
+		pe = &Error{Type: Internal, Detail: "An unexpected error occurred."}
+		if keyed(r) {
+			pe.Detail = "An unexpected error occurred. Retry with the same Idempotency-Key."
+		}
 	}
 	if pe.RetryAfter > 0 {
 		w.Header().Set("Retry-After", RetryAfterValue(pe.RetryAfter))
@@ -138,6 +156,13 @@ func Write(w http.ResponseWriter, r *http.Request, logger *slog.Logger, err erro
 	w.Header().Set("Content-Type", ContentType)
 	w.WriteHeader(pe.Type.Status)
 	_, _ = w.Write(pe.Marshal())
+}
+
+// keyed reports whether r is a POST that carries an Idempotency-Key
+// (idempotency.HeaderName, which imports this package): only then does
+// advice about retrying with the same key apply.
+func keyed(r *http.Request) bool {
+	return r.Method == http.MethodPost && r.Header.Get("Idempotency-Key") != ""
 }
 
 // RetryAfterValue renders a duration as Retry-After delay-seconds, rounded up

@@ -46,11 +46,12 @@ var (
 		"The provider refused the request without charging anything (for example an unknown payment method); provider_code says why. " +
 			"The payment is failed. Fix the request and create a new payment with a new Idempotency-Key."}
 	ServiceUnavailable = Type{"service-unavailable", "Service temporarily unavailable", http.StatusServiceUnavailable,
-		"A dependency (usually the database) is unreachable. Nothing was processed. Retry the same request with the same " +
-			"Idempotency-Key after Retry-After; it is safe."}
+		"A dependency (usually the database) is unreachable, or the connection to it was lost during the request. Retry after " +
+			"Retry-After. For a POST, send the same request with the same Idempotency-Key: if it was not processed it runs now, and " +
+			"if it was (the database committed but its acknowledgement was lost) its result is replayed. Either way it happens once."}
 	Internal = Type{"internal-error", "Internal server error", http.StatusInternalServerError,
-		"Something unexpected went wrong and has been logged. Server errors are never stored against your Idempotency-Key: " +
-			"retrying the same request with the same key is safe and runs it again."}
+		"Something unexpected went wrong and has been logged. Server errors are never stored against an Idempotency-Key: " +
+			"retrying a POST with the same key is safe and runs it again."}
 )
 
 // Catalog lists every problem type, in the order the documentation shows them.

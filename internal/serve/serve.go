@@ -4,6 +4,7 @@
 package serve
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -22,13 +23,46 @@ func NewLogger(w io.Writer, level string) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
 }
 
+// Default server timeouts, which SetTimeouts gives the fields left zero.
+// Without them a client that sends its header and then one byte of body, or
+// nothing at all, holds a connection (and a goroutine) forever.
+const (
+	// DefaultReadHeaderTimeout bounds reading a request's header.
+	DefaultReadHeaderTimeout = 10 * time.Second
+	// DefaultReadTimeout bounds reading a whole request, body included,
+	// from its first byte; bodies are at most 16 KiB. net/http lifts the
+	// read deadline once the body has been read, so it does not limit how
+	// long a handler may take to answer.
+	DefaultReadTimeout = 30 * time.Second
+	// DefaultWriteTimeout bounds the time from the end of a request's
+	// header to the end of its response. It must outlast the longest
+	// answer: Prefer: wait holds one up to idempotency.MaxWait (30s) after
+	// authentication, the key's lock wait and the transaction (12s with
+	// the API's defaults).
+	DefaultWriteTimeout = 60 * time.Second
+	// DefaultIdleTimeout closes a keep-alive connection that has carried
+	// no request for this long. It is longer than the usual load balancer
+	// idle timeout (60s), so that the balancer, not the server, closes
+	// first and never sends a request down a connection being closed.
+	DefaultIdleTimeout = 2 * time.Minute
+)
+
+// SetTimeouts gives each of srv's timeouts left zero its default, and
+// returns srv.
+func SetTimeouts(srv *http.Server) *http.Server {
+	srv.ReadHeaderTimeout = cmp.Or(srv.ReadHeaderTimeout, DefaultReadHeaderTimeout)
+	srv.ReadTimeout = cmp.Or(srv.ReadTimeout, DefaultReadTimeout)
+	srv.WriteTimeout = cmp.Or(srv.WriteTimeout, DefaultWriteTimeout)
+	srv.IdleTimeout = cmp.Or(srv.IdleTimeout, DefaultIdleTimeout)
+	return srv
+}
+
 // HTTP serves srv on ln until ctx ends, then shuts down, giving in-flight
-// requests up to shutdownTimeout. It logs "<name> listening" with the bound
-// address (tests start binaries on port 0 and read it from there).
+// requests up to shutdownTimeout. Timeouts left zero take their defaults
+// (SetTimeouts). It logs "<name> listening" with the bound address (tests
+// start binaries on port 0 and read it from there).
 func HTTP(ctx context.Context, name string, srv *http.Server, ln net.Listener, shutdownTimeout time.Duration, logger *slog.Logger) error {
-	if srv.ReadHeaderTimeout == 0 {
-		srv.ReadHeaderTimeout = 10 * time.Second
-	}
+	SetTimeouts(srv)
 	if srv.ErrorLog == nil {
 		srv.ErrorLog = slog.NewLogLogger(logger.Handler(), slog.LevelWarn)
 	}
