@@ -36,6 +36,8 @@ type Config struct {
 	// must not read "search found nothing" as "it does not exist"; the list
 	// endpoint is consistent and does not lag. A negative value makes
 	// intents searchable at once, for tests that are not about the lag.
+	// Only creation lags: once indexed, an intent is found by its current
+	// status and metadata, where Stripe's index lags behind updates too.
 	// Defaults to 2s: long enough that a search right after a create misses
 	// it, short enough for a demo.
 	SearchIndexDelay time.Duration

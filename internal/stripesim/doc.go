@@ -36,8 +36,10 @@
 //     10) and the starting_after and ending_before cursors, newest first.
 //
 // The Stripe side speaks Stripe's wire format (form-encoded requests, bearer
-// auth, Stripe's JSON objects and error shape), so stripe-go talks to it
-// unchanged through a backend whose URL points at the simulator:
+// auth, Stripe's JSON objects and error shape; TestSpecFidelity validates
+// every kind of response against Stripe's OpenAPI spec, as embedded in
+// stripe-mock, with undeclared fields counted as failures), so stripe-go
+// talks to it unchanged through a backend whose URL points at the simulator:
 //
 //	POST /v1/payment_intents
 //	GET  /v1/payment_intents?created[gte]=T&created[lte]=T&limit=N&starting_after=ID

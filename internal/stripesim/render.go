@@ -58,15 +58,36 @@ type cardJSON struct {
 	Last4    string `json:"last4"`
 }
 
+// addressJSON is an address; the test payment methods have none, so every
+// field is null, as Stripe renders an address nobody filled in.
+type addressJSON struct {
+	City       *string `json:"city"`
+	Country    *string `json:"country"`
+	Line1      *string `json:"line1"`
+	Line2      *string `json:"line2"`
+	PostalCode *string `json:"postal_code"`
+	State      *string `json:"state"`
+}
+
+// billingDetailsJSON is the billing details of a payment method and of the
+// charges made with it.
+type billingDetailsJSON struct {
+	Address *addressJSON `json:"address"`
+	Email   *string      `json:"email"`
+	Name    *string      `json:"name"`
+	Phone   *string      `json:"phone"`
+}
+
 type paymentMethodJSON struct {
-	ID       string            `json:"id"`
-	Object   string            `json:"object"`
-	Card     *cardJSON         `json:"card"`
-	Created  int64             `json:"created"`
-	Customer *string           `json:"customer"`
-	Livemode bool              `json:"livemode"`
-	Metadata map[string]string `json:"metadata"`
-	Type     string            `json:"type"`
+	ID             string              `json:"id"`
+	Object         string              `json:"object"`
+	BillingDetails *billingDetailsJSON `json:"billing_details"`
+	Card           *cardJSON           `json:"card"`
+	Created        int64               `json:"created"`
+	Customer       *string             `json:"customer"`
+	Livemode       bool                `json:"livemode"`
+	Metadata       map[string]string   `json:"metadata"`
+	Type           string              `json:"type"`
 }
 
 type outcomeJSON struct {
@@ -89,11 +110,13 @@ type chargeJSON struct {
 	AmountCaptured       int64                     `json:"amount_captured"`
 	AmountRefunded       int64                     `json:"amount_refunded"`
 	BalanceTransaction   *string                   `json:"balance_transaction"`
+	BillingDetails       *billingDetailsJSON       `json:"billing_details"`
 	Captured             bool                      `json:"captured"`
 	Created              int64                     `json:"created"`
 	Currency             string                    `json:"currency"`
 	Customer             *string                   `json:"customer"`
 	Description          *string                   `json:"description"`
+	Disputed             bool                      `json:"disputed"`
 	FailureCode          *string                   `json:"failure_code"`
 	FailureMessage       *string                   `json:"failure_message"`
 	Livemode             bool                      `json:"livemode"`
@@ -138,6 +161,12 @@ type searchResultJSON struct {
 	URL        string        `json:"url"`
 }
 
+// noBillingDetails is what the test payment methods carry: an empty
+// address and no name, email or phone.
+func noBillingDetails() *billingDetailsJSON {
+	return &billingDetailsJSON{Address: &addressJSON{}}
+}
+
 func cardDetails(card testCard) *cardJSON {
 	return &cardJSON{Brand: card.brand, Country: "US", ExpMonth: 12, ExpYear: 2034, Funding: card.funding, Last4: card.last4}
 }
@@ -146,7 +175,7 @@ func cardDetails(card testCard) *cardJSON {
 // PaymentMethod objects of its own, so created is borrowed from the intent.
 func paymentMethodObject(id string, card testCard, created int64) *paymentMethodJSON {
 	return &paymentMethodJSON{
-		ID: id, Object: "payment_method", Card: cardDetails(card), Created: created,
+		ID: id, Object: "payment_method", BillingDetails: noBillingDetails(), Card: cardDetails(card), Created: created,
 		Metadata: map[string]string{}, Type: "card",
 	}
 }
@@ -212,6 +241,7 @@ func (st *state) chargeJSON(ch *charge, exp expansion) *chargeJSON {
 		Object:               "charge",
 		Amount:               ch.amount,
 		AmountRefunded:       ch.amountRefunded,
+		BillingDetails:       noBillingDetails(),
 		Created:              ch.created,
 		Currency:             ch.currency,
 		Customer:             nullable(ch.customer),
