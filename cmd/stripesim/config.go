@@ -18,6 +18,10 @@ type config struct {
 	// ProcessingRetrievals (STRIPESIM_PROCESSING_RETRIEVALS) is how many
 	// retrievals a processing intent stays processing. Defaults to 2.
 	ProcessingRetrievals int
+	// SearchIndexDelay (STRIPESIM_SEARCH_INDEX_DELAY) is how long after its
+	// creation an intent appears in search results, like Stripe's lagging
+	// search index. 0 makes search immediate. Defaults to 2s.
+	SearchIndexDelay time.Duration
 	// Seed (STRIPESIM_SEED) seeds the source behind probabilistic faults, for
 	// reproducible runs. Defaults to random.
 	Seed uint64
@@ -36,6 +40,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		Addr:                 env.String("STRIPESIM_ADDR", "127.0.0.1:12111"),
 		MaxHold:              env.Duration("STRIPESIM_MAX_HOLD", 60*time.Second, time.Millisecond, time.Hour),
 		ProcessingRetrievals: env.Int("STRIPESIM_PROCESSING_RETRIEVALS", 2, 1, 1000),
+		SearchIndexDelay:     env.Duration("STRIPESIM_SEARCH_INDEX_DELAY", 2*time.Second, 0, 10*time.Minute),
 		ShutdownTimeout:      env.Duration("STRIPESIM_SHUTDOWN_TIMEOUT", 5*time.Second, time.Millisecond, time.Hour),
 		LogLevel:             env.OneOf("LOG_LEVEL", "info", "debug", "info", "warn", "error"),
 	}

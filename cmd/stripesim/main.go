@@ -45,6 +45,10 @@ func run(ctx context.Context, _ []string, getenv func(string) string, stdout io.
 		Logger:               logger,
 		MaxHold:              cfg.MaxHold,
 		ProcessingRetrievals: cfg.ProcessingRetrievals,
+		SearchIndexDelay:     cfg.SearchIndexDelay,
+	}
+	if cfg.SearchIndexDelay == 0 {
+		simCfg.SearchIndexDelay = -1 // the library's zero means its default
 	}
 	if cfg.Seed != 0 {
 		simCfg.Rand = rand.New(rand.NewPCG(cfg.Seed, cfg.Seed))
