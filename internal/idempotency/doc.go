@@ -8,11 +8,12 @@
 // another fingerprint is rejected; a request that races the one still
 // holding the key waits a bounded time and is then told to retry.
 //
-// A finished key is replayed for Config.Retention. After that it becomes a
+// A finished key is replayed for Config.Retention. After that it is a
 // tombstone: its stored response is no longer replayed, but the row is kept,
 // so that a very late retry is refused (Expired) rather than run a second
-// time. Only when the tombstone's own expiry has passed is the key forgotten
-// and free for a new operation.
+// time. Store.Reap, run periodically, turns such keys into slim tombstone
+// rows (status expired, no response) kept for Config.TombstoneRetention, and
+// deletes tombstones past it; only then is the key free for a new operation.
 //
 // # Lock order
 //

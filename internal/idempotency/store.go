@@ -134,6 +134,10 @@ type Config struct {
 	// the key is a tombstone for TombstoneRetention: the same request is
 	// refused (Expired), never run again. Defaults to 24h.
 	Retention time.Duration
+	// TombstoneRetention is how long Reap keeps a tombstone, counted from
+	// when it made it; after it the key is deleted and free for a new
+	// operation. Defaults to 30 days.
+	TombstoneRetention time.Duration
 	// LockWait is how long a request waits for a concurrent request that
 	// holds the same key to commit before answering 409. Defaults to 2s.
 	LockWait time.Duration
@@ -153,6 +157,7 @@ type Config struct {
 // WithDefaults returns the configuration with zero values defaulted.
 func (c Config) WithDefaults() Config {
 	c.Retention = cmp.Or(c.Retention, 24*time.Hour)
+	c.TombstoneRetention = cmp.Or(c.TombstoneRetention, 30*24*time.Hour)
 	c.LockWait = cmp.Or(c.LockWait, 2*time.Second)
 	c.InProgressRetryAfter = cmp.Or(c.InProgressRetryAfter, time.Second)
 	c.UnknownRetryAfter = cmp.Or(c.UnknownRetryAfter, time.Minute)
