@@ -19,6 +19,11 @@ import (
 // QueuePayments is the queue of jobs that talk to the payment provider.
 const QueuePayments = "payments"
 
+// QueueMaintenance is the queue of background housekeeping (the idempotency
+// key reaper). One worker: housekeeping is never urgent, and never competes
+// with itself for the same rows.
+const QueueMaintenance = "maintenance"
+
 // ChargePaymentArgs asks the worker to charge one payment at the provider.
 type ChargePaymentArgs struct {
 	TenantID  string `json:"tenant_id"`

@@ -54,6 +54,7 @@ func NewWorkerClient(pool *pgxpool.Pool, cfg WorkerConfig) (*Client, error) {
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		Queues: map[string]river.QueueConfig{
 			QueuePayments:      {MaxWorkers: cmp.Or(cfg.Concurrency, 10)},
+			QueueMaintenance:   {MaxWorkers: 1},
 			river.QueueDefault: {MaxWorkers: 2},
 		},
 		Workers:              cfg.Workers,
