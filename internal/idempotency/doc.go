@@ -19,13 +19,21 @@
 //
 // Every path that changes an operation's outcome locks the row of the
 // resource the key created first (by updating it, or SELECT ... FOR UPDATE)
-// and the key's row second: a worker recording a charge's result,
+// and the key's row second: a worker recording the operation's outcome,
 // reconciliation settling it, and Reserve re-acquiring a failed_retryable
 // key, which takes the resource lock through Request.LockResource before it
-// updates the key. Two paths taking
-// the same two rows in opposite orders would deadlock under load. Paths
-// that touch only keys (reservation of a new key, the reaper, which skips
-// locked rows) take no resource lock.
+// updates the key. Two paths taking the same two rows in opposite orders
+// would deadlock under load. Paths that touch only keys (reservation of a
+// new key, the reaper, which skips locked rows) take no resource lock.
+//
+// # Waiting for an outcome
+//
+// A request that asks to wait (Prefer: wait) is parked in Store.Await. The
+// transaction that moves its key out of processing sends a notification
+// (NotifyChannel) that commits with it; a Notifier, one listening
+// connection per process, wakes the waiters of that key. A slow fallback
+// poll covers lost notifications, and a cap on waiters per process bounds
+// what a burst of waiting clients can hold.
 //
 // The package knows nothing of what an endpoint does. An endpoint plugs in
 // with Endpoint: a Decode function that validates the request and an Execute
