@@ -23,6 +23,18 @@ type config struct {
 	// IdempotencyLockWait (IDEMPOTENCY_LOCK_WAIT) is how long a duplicate
 	// waits for the original request's transaction before 409. Defaults to 2s.
 	IdempotencyLockWait time.Duration
+	// IdempotencyTombstoneRetention (IDEMPOTENCY_TOMBSTONE_RETENTION) is how
+	// long an expired key is kept as a tombstone, as documented at
+	// /docs/idempotency; the worker's reaper must use the same value.
+	// Defaults to 720h (30 days).
+	IdempotencyTombstoneRetention time.Duration
+	// MaxWaiters (API_MAX_WAITERS) caps the requests that wait at once for
+	// their outcome (Prefer: wait); beyond it they are answered at once.
+	// Defaults to 1000.
+	MaxWaiters int
+	// WaitPoll (API_WAIT_POLL) is how often a waiting request re-reads its
+	// key when no notification wakes it. Defaults to 1s.
+	WaitPoll time.Duration
 	// DatabaseConnectTimeout (DATABASE_CONNECT_TIMEOUT) bounds opening one
 	// connection. Defaults to 3s.
 	DatabaseConnectTimeout time.Duration
@@ -58,18 +70,21 @@ const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/oncepay?sslmode=d
 func loadConfig(getenv func(string) string) (config, error) {
 	env := envconfig.New(getenv)
 	cfg := config{
-		DatabaseURL:            env.String("DATABASE_URL", defaultDatabaseURL),
-		ListenAddr:             env.String("LISTEN_ADDR", "127.0.0.1:8080"),
-		IdempotencyRetention:   env.Duration("IDEMPOTENCY_RETENTION", 24*time.Hour, 24*time.Hour, 90*24*time.Hour),
-		IdempotencyLockWait:    env.Duration("IDEMPOTENCY_LOCK_WAIT", 2*time.Second, time.Millisecond, 30*time.Second),
-		DatabaseConnectTimeout: env.Duration("DATABASE_CONNECT_TIMEOUT", 3*time.Second, 100*time.Millisecond, time.Minute),
-		DatabaseMaxConns:       env.Int("DATABASE_MAX_CONNS", 10, 2, 1000),
-		RequestDBTimeout:       env.Duration("REQUEST_DB_TIMEOUT", 5*time.Second, 100*time.Millisecond, time.Minute),
-		ShutdownTimeout:        env.Duration("SHUTDOWN_TIMEOUT", 10*time.Second, 0, 10*time.Minute),
-		HTTPReadTimeout:        env.Duration("HTTP_READ_TIMEOUT", serve.DefaultReadTimeout, 100*time.Millisecond, 10*time.Minute),
-		HTTPWriteTimeout:       env.Duration("HTTP_WRITE_TIMEOUT", serve.DefaultWriteTimeout, 100*time.Millisecond, 30*time.Minute),
-		HTTPIdleTimeout:        env.Duration("HTTP_IDLE_TIMEOUT", serve.DefaultIdleTimeout, 100*time.Millisecond, time.Hour),
-		LogLevel:               env.OneOf("LOG_LEVEL", "info", "debug", "info", "warn", "error"),
+		DatabaseURL:                   env.String("DATABASE_URL", defaultDatabaseURL),
+		ListenAddr:                    env.String("LISTEN_ADDR", "127.0.0.1:8080"),
+		IdempotencyRetention:          env.Duration("IDEMPOTENCY_RETENTION", 24*time.Hour, 24*time.Hour, 90*24*time.Hour),
+		IdempotencyLockWait:           env.Duration("IDEMPOTENCY_LOCK_WAIT", 2*time.Second, time.Millisecond, 30*time.Second),
+		IdempotencyTombstoneRetention: env.Duration("IDEMPOTENCY_TOMBSTONE_RETENTION", 30*24*time.Hour, time.Hour, 10*365*24*time.Hour),
+		MaxWaiters:                    env.Int("API_MAX_WAITERS", 1000, 1, 1_000_000),
+		WaitPoll:                      env.Duration("API_WAIT_POLL", time.Second, 10*time.Millisecond, time.Minute),
+		DatabaseConnectTimeout:        env.Duration("DATABASE_CONNECT_TIMEOUT", 3*time.Second, 100*time.Millisecond, time.Minute),
+		DatabaseMaxConns:              env.Int("DATABASE_MAX_CONNS", 10, 2, 1000),
+		RequestDBTimeout:              env.Duration("REQUEST_DB_TIMEOUT", 5*time.Second, 100*time.Millisecond, time.Minute),
+		ShutdownTimeout:               env.Duration("SHUTDOWN_TIMEOUT", 10*time.Second, 0, 10*time.Minute),
+		HTTPReadTimeout:               env.Duration("HTTP_READ_TIMEOUT", serve.DefaultReadTimeout, 100*time.Millisecond, 10*time.Minute),
+		HTTPWriteTimeout:              env.Duration("HTTP_WRITE_TIMEOUT", serve.DefaultWriteTimeout, 100*time.Millisecond, 30*time.Minute),
+		HTTPIdleTimeout:               env.Duration("HTTP_IDLE_TIMEOUT", serve.DefaultIdleTimeout, 100*time.Millisecond, time.Hour),
+		LogLevel:                      env.OneOf("LOG_LEVEL", "info", "debug", "info", "warn", "error"),
 	}
 	// The longest answer: authentication and the transaction (each bounded
 	// by the request timeout, the latter after the lock wait), then a

@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -77,10 +78,23 @@ func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.
 	if err != nil {
 		return err
 	}
+	// The notifier outlives ctx until the server has drained, so requests
+	// still waiting during shutdown are woken as promptly as before it.
+	notifier := idempotency.NewNotifier(idempotency.NotifierConfig{Connect: idempotency.PoolConnector(pool), Logger: logger})
+	notifyCtx, stopNotifier := context.WithCancel(context.WithoutCancel(ctx))
+	var notifying sync.WaitGroup
+	notifying.Go(func() { _ = notifier.Run(notifyCtx) })
+	defer notifying.Wait()
+	defer stopNotifier()
+
 	keys := idempotency.NewStore(idempotency.Config{
-		Retention: cfg.IdempotencyRetention,
-		LockWait:  cfg.IdempotencyLockWait,
-		Timeout:   cfg.IdempotencyLockWait + cfg.RequestDBTimeout,
+		Retention:          cfg.IdempotencyRetention,
+		TombstoneRetention: cfg.IdempotencyTombstoneRetention,
+		LockWait:           cfg.IdempotencyLockWait,
+		Timeout:            cfg.IdempotencyLockWait + cfg.RequestDBTimeout,
+		Notifier:           notifier,
+		AwaitPoll:          cfg.WaitPoll,
+		MaxWaiters:         cfg.MaxWaiters,
 	})
 	handler := api.NewHandler(api.Deps{
 		Pool:      pool,

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -179,9 +180,13 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 	t.Parallel()
 	err := run(context.Background(), []string{"api"}, env(map[string]string{
 		"IDEMPOTENCY_RETENTION": "forever", "IDEMPOTENCY_LOCK_WAIT": "1h", "DATABASE_MAX_CONNS": "x", "LOG_LEVEL": "loud",
+		"IDEMPOTENCY_TOMBSTONE_RETENTION": "1s", "API_MAX_WAITERS": "0", "API_WAIT_POLL": "soon",
 	}), io.Discard)
 	require.Error(t, err)
-	for _, name := range []string{"IDEMPOTENCY_RETENTION", "IDEMPOTENCY_LOCK_WAIT", "DATABASE_MAX_CONNS", "LOG_LEVEL"} {
+	for _, name := range []string{
+		"IDEMPOTENCY_RETENTION", "IDEMPOTENCY_LOCK_WAIT", "DATABASE_MAX_CONNS", "LOG_LEVEL",
+		"IDEMPOTENCY_TOMBSTONE_RETENTION", "API_MAX_WAITERS", "API_WAIT_POLL",
+	} {
 		require.Contains(t, err.Error(), name)
 	}
 	require.ErrorContains(t, run(context.Background(), []string{"api", "frobnicate"}, env(map[string]string{}), io.Discard), "usage")
@@ -227,6 +232,66 @@ func TestSlowClientsAreCut(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	closedByServer(idle)
+}
+
+// TestPreferWaitIsWokenByNotification completes a payment while its first
+// request waits: the program's notifier must wake it long before its
+// fallback poll would.
+func TestPreferWaitIsWokenByNotification(t *testing.T) {
+	t.Parallel()
+	dbURL := migratedDatabase(t)
+	created := createTenant(t, dbURL)
+	base := startAPI(t, map[string]string{"DATABASE_URL": dbURL, "API_WAIT_POLL": "20s"})
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, dbURL)
+	require.NoError(t, err)
+	defer pool.Close()
+	require.Eventually(t, func() bool {
+		var n int
+		err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query ILIKE 'LISTEN idempotency_keys%'").Scan(&n)
+		return err == nil && n == 1
+	}, 10*time.Second, 20*time.Millisecond, "the API listens")
+
+	key := id.New("key")
+	completed := make(chan time.Time, 1)
+	go func() {
+		// Complete the payment once it exists, as the worker would.
+		keys := idempotency.NewStore(idempotency.Config{})
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			var paymentID string
+			if pool.QueryRow(ctx, "SELECT id FROM payments WHERE idempotency_key = $1", key).Scan(&paymentID) == nil {
+				time.Sleep(300 * time.Millisecond) // the request is waiting by now
+				assert.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+					if _, err := tx.Exec(ctx, "UPDATE payments SET status = 'succeeded' WHERE id = $1", paymentID); err != nil {
+						return err
+					}
+					return keys.Complete(ctx, tx, created.TenantID, key, idempotency.Response{StatusCode: 201, Body: []byte(`{"status":"succeeded"}`)})
+				}))
+				completed <- time.Now()
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		close(completed)
+	}()
+	req, err := http.NewRequest(http.MethodPost, base+"/v1/payments", strings.NewReader(visa))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+created.APIKey)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", key)
+	req.Header.Set("Prefer", "wait=15")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	answered := time.Now()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	at, ok := <-completed
+	require.True(t, ok, "the payment was never created")
+	require.Equal(t, http.StatusCreated, resp.StatusCode, "body: %s", body)
+	require.Equal(t, `{"status":"succeeded"}`, string(body))
+	require.Less(t, answered.Sub(at), 3*time.Second, "woken by the notification, not the 20s poll")
 }
 
 // TestTwoInstancesShareOneKey sends the same key and body to two API

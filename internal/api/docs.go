@@ -90,7 +90,8 @@ operation turns out never to have reached the provider, the answer is problem <a
 (503 with <code>Retry-After</code>): send the same request with the same key again and it runs again, still at most once.</p>
 <h2>Retention</h2><p>A key is kept for ` + dur(cfg.Retention) + ` after its last change. Within that window every retry is answered as above.
 After it, the key is a tombstone: the same request is answered <a href="` + problem.IdempotencyKeyExpired.URI() + `">idempotency-key-expired</a>
-and is never run again; a different one is still a mismatch. Retry within the window, and use a new key for a new payment.</p>`)
+and is never run again; a different one is still a mismatch. ` + dur(cfg.TombstoneRetention) + ` later the tombstone is removed and the key
+may name a new operation. Retry within the window, and use a new key for a new payment.</p>`)
 	body := b.String()
 	return func(w http.ResponseWriter, _ *http.Request) {
 		writePage(w, http.StatusOK, page{Title: "Idempotency keys", Body: template.HTML(body)})

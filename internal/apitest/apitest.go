@@ -34,7 +34,18 @@ type Server struct {
 func Start(t testing.TB, pool *pgxpool.Pool) *Server {
 	t.Helper()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	keys := idempotency.NewStore(idempotency.Config{})
+	notifier := idempotency.NewNotifier(idempotency.NotifierConfig{Connect: idempotency.PoolConnector(pool), Logger: logger})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = notifier.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	keys := idempotency.NewStore(idempotency.Config{Notifier: notifier})
 	inserter, err := outbox.NewInsertOnly(pool, logger)
 	require.NoError(t, err)
 	srv := httptest.NewServer(api.NewHandler(api.Deps{

@@ -157,5 +157,11 @@ func transition(ctx context.Context, tx pgx.Tx, tenantID, key string, from []Sta
 	if tag.RowsAffected() == 0 {
 		return fmt.Errorf("move idempotency key to %s: %w", to, ErrTransition)
 	}
+	if to != StatusProcessing {
+		// Delivered at commit, to the requests waiting for this key.
+		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, NotifyChannel, notifyPayload(tenantID, key)); err != nil {
+			return fmt.Errorf("notify idempotency key %s: %w", to, err)
+		}
+	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -134,6 +135,10 @@ type Config struct {
 	// the key is a tombstone for TombstoneRetention: the same request is
 	// refused (Expired), never run again. Defaults to 24h.
 	Retention time.Duration
+	// TombstoneRetention is how long Reap keeps a tombstone, counted from
+	// when it made it; after it the key is deleted and free for a new
+	// operation. Defaults to 30 days.
+	TombstoneRetention time.Duration
 	// LockWait is how long a request waits for a concurrent request that
 	// holds the same key to commit before answering 409. Defaults to 2s.
 	LockWait time.Duration
@@ -148,21 +153,38 @@ type Config struct {
 	// that stops answering yields a prompt 503, not a hung request.
 	// Defaults to LockWait + 5s.
 	Timeout time.Duration
+	// Notifier wakes requests that wait for their key (Prefer: wait) as
+	// soon as it leaves processing. Without one, they find out by polling.
+	Notifier *Notifier
+	// AwaitPoll is how often a waiting request re-reads its key when no
+	// notification comes: the fallback for a lost notification or a
+	// Notifier whose connection is down, and the only means without one.
+	// Defaults to 1s.
+	AwaitPoll time.Duration
+	// MaxWaiters caps the requests of this Store (one per process) that
+	// wait at once; beyond it a request is answered at once, as if it had
+	// not asked to wait, rather than hold a goroutine and poll queries.
+	// Defaults to 1000.
+	MaxWaiters int
 }
 
 // WithDefaults returns the configuration with zero values defaulted.
 func (c Config) WithDefaults() Config {
 	c.Retention = cmp.Or(c.Retention, 24*time.Hour)
+	c.TombstoneRetention = cmp.Or(c.TombstoneRetention, 30*24*time.Hour)
 	c.LockWait = cmp.Or(c.LockWait, 2*time.Second)
 	c.InProgressRetryAfter = cmp.Or(c.InProgressRetryAfter, time.Second)
 	c.UnknownRetryAfter = cmp.Or(c.UnknownRetryAfter, time.Minute)
 	c.Timeout = cmp.Or(c.Timeout, c.LockWait+5*time.Second)
+	c.AwaitPoll = cmp.Or(c.AwaitPoll, time.Second)
+	c.MaxWaiters = cmp.Or(c.MaxWaiters, 1000)
 	return c
 }
 
 // Store reserves keys and stores responses in idempotency_keys.
 type Store struct {
-	cfg Config
+	cfg     Config
+	waiting atomic.Int64
 }
 
 // NewStore returns a Store.
@@ -417,27 +439,48 @@ func isLockTimeout(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
 }
 
-// Await polls the key until it leaves StatusProcessing or until passes, and
-// returns the last row read. It serves Prefer: wait, so the poll interval
-// starts small (a quick outcome is answered quickly) and backs off.
+// Await waits until the key leaves StatusProcessing or until passes, and
+// returns the last row read. It serves Prefer: wait. It is woken by the
+// Config.Notifier when the key is finished and re-reads the key every
+// Config.AwaitPoll in case a notification was lost. Beyond
+// Config.MaxWaiters concurrent calls it does not wait: it returns the row
+// as it is.
 func (s *Store) Await(ctx context.Context, db Querier, tenantID, key string, until time.Time) (Record, error) {
-	interval := 20 * time.Millisecond
+	read := func() (Record, error) {
+		readCtx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+		defer cancel()
+		return getKey(readCtx, db, tenantID, key)
+	}
+	if s.waiting.Add(1) > int64(s.cfg.MaxWaiters) {
+		s.waiting.Add(-1)
+		return read()
+	}
+	defer s.waiting.Add(-1)
+	var wake <-chan struct{}
+	if s.cfg.Notifier != nil {
+		// Subscribed before the first read, so that a key finished between
+		// that read and the wait still wakes this call.
+		ch, unsubscribe := s.cfg.Notifier.subscribe(tenantID, key)
+		defer unsubscribe()
+		wake = ch
+	}
 	for {
-		pollCtx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-		rec, err := getKey(pollCtx, db, tenantID, key)
-		cancel()
+		rec, err := read()
 		if err != nil || rec.Status != StatusProcessing {
 			return rec, err
 		}
-		wait := min(interval, time.Until(until))
+		wait := min(s.cfg.AwaitPoll, time.Until(until))
 		if wait <= 0 {
 			return rec, nil
 		}
+		timer := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
+			timer.Stop()
 			return rec, nil
-		case <-time.After(wait):
+		case <-wake:
+			timer.Stop()
+		case <-timer.C:
 		}
-		interval = min(interval*2, 250*time.Millisecond)
 	}
 }

@@ -72,7 +72,8 @@ func (b bundle) tombstone(t *testing.T, key, ttl string) {
 	t.Helper()
 	tag, err := b.pool.Exec(b.ctx, `
 		UPDATE idempotency_keys
-		SET status = 'expired', response_status = NULL, response_body = NULL, expires_at = now() + $3::interval
+		SET status = 'expired', response_status = NULL, response_headers = NULL, response_body = NULL,
+			expires_at = now() + $3::interval
 		WHERE tenant_id = $1 AND idempotency_key = $2`, b.tenant, key, ttl)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, tag.RowsAffected())

@@ -19,6 +19,11 @@ import (
 // QueuePayments is the queue of jobs that talk to the payment provider.
 const QueuePayments = "payments"
 
+// QueueMaintenance is the queue of the periodic lifecycle jobs (sweeper,
+// reconciler, key reaper), kept apart so they never wait behind charges.
+// Each kind is unique while live, so no job competes with itself.
+const QueueMaintenance = "maintenance"
+
 // ChargePaymentArgs asks the worker to charge one payment at the provider.
 type ChargePaymentArgs struct {
 	TenantID  string `json:"tenant_id"`
@@ -72,10 +77,6 @@ func (o *Outbox) InsertTx(ctx context.Context, tx pgx.Tx, args river.JobArgs) (*
 	}
 	return res, nil
 }
-
-// QueueMaintenance is the queue of the periodic lifecycle jobs (sweeper,
-// reconciler, key reaper), kept apart so they never wait behind charges.
-const QueueMaintenance = "maintenance"
 
 // LiveJobStates are the states of a job that will still run: a payment
 // with a charge job in one of them is not stranded.
