@@ -69,6 +69,12 @@ type config struct {
 	// SweepGrace (SWEEP_GRACE): a payment unchanged this long with no live
 	// charge job is stranded. Defaults to 5m.
 	SweepGrace time.Duration
+	// ReapInterval (IDEMPOTENCY_REAP_INTERVAL) is how often the key reaper
+	// runs. Defaults to 10m.
+	ReapInterval time.Duration
+	// TombstoneRetention (IDEMPOTENCY_TOMBSTONE_RETENTION): as for the API;
+	// how long the reaper keeps an expired key's tombstone.
+	TombstoneRetention time.Duration
 	// IdempotencyRetention (IDEMPOTENCY_RETENTION): as for the API; a
 	// completed key is kept this long after completion.
 	IdempotencyRetention time.Duration
@@ -104,6 +110,8 @@ func loadConfig(getenv func(string) string) (config, error) {
 		ReconcileMaxAttempts:   env.Int("RECONCILE_MAX_ATTEMPTS", 40, 1, 10000),
 		SweepInterval:          env.Duration("SWEEP_INTERVAL", time.Minute, 100*time.Millisecond, 24*time.Hour),
 		SweepGrace:             env.Duration("SWEEP_GRACE", 5*time.Minute, time.Second, 24*time.Hour),
+		ReapInterval:           env.Duration("IDEMPOTENCY_REAP_INTERVAL", 10*time.Minute, time.Second, 24*time.Hour),
+		TombstoneRetention:     env.Duration("IDEMPOTENCY_TOMBSTONE_RETENTION", 30*24*time.Hour, time.Hour, 10*365*24*time.Hour),
 		IdempotencyRetention:   env.Duration("IDEMPOTENCY_RETENTION", 24*time.Hour, 24*time.Hour, 90*24*time.Hour),
 		DatabaseConnectTimeout: env.Duration("DATABASE_CONNECT_TIMEOUT", 3*time.Second, 100*time.Millisecond, time.Minute),
 		LogLevel:               env.OneOf("LOG_LEVEL", "info", "debug", "info", "warn", "error"),

@@ -1,6 +1,7 @@
 // Command worker charges accepted payments: it runs River's workers for the
 // charge_payment jobs the API inserts, calling the provider through
-// stripe-go, runs the periodic lifecycle jobs (reconciler, sweeper), and
+// stripe-go, runs the periodic lifecycle jobs (reconciler, sweeper, key
+// reaper), and
 // serves /healthz and /readyz on WORKER_ADMIN_ADDR.
 package main
 
@@ -52,7 +53,7 @@ func run(ctx context.Context, _ []string, getenv func(string) string, stdout io.
 	}
 	defer pool.Close()
 
-	keys := idempotency.NewStore(idempotency.Config{Retention: cfg.IdempotencyRetention})
+	keys := idempotency.NewStore(idempotency.Config{Retention: cfg.IdempotencyRetention, TombstoneRetention: cfg.TombstoneRetention})
 	providerClient := provider.New(provider.Config{SecretKey: cfg.StripeSecretKey, APIBase: cfg.StripeAPIBase})
 	chargeCfg := cfg.chargeConfig()
 	workers := river.NewWorkers()
@@ -73,7 +74,11 @@ func run(ctx context.Context, _ []string, getenv func(string) string, stdout io.
 	if err := river.AddWorkerSafely(workers, &payments.SweepWorker{Sweeper: sweeper}); err != nil {
 		return fmt.Errorf("register sweeper: %w", err)
 	}
+	if err := river.AddWorkerSafely(workers, &outbox.ReapKeysWorker{Store: keys, DB: pool, Logger: logger}); err != nil {
+		return fmt.Errorf("register key reaper: %w", err)
+	}
 	periodic := []*river.PeriodicJob{
+		outbox.ReapKeysPeriodicJob(cfg.ReapInterval),
 		periodicJob(cfg.ReconcileInterval, payments.ReconcilePaymentsArgs{}),
 		periodicJob(cfg.SweepInterval, payments.SweepPaymentsArgs{}),
 	}
@@ -136,11 +141,12 @@ func shutdown(client *outbox.Client, grace time.Duration, logger *slog.Logger) e
 	return nil
 }
 
-// periodicJob schedules args every interval, the first run at start.
+// periodicJob schedules args every interval, the first run as soon as a
+// process becomes River's leader, so a deploy does not postpone it.
 func periodicJob(interval time.Duration, args river.JobArgs) *river.PeriodicJob {
 	return river.NewPeriodicJob(river.PeriodicInterval(interval),
 		func() (river.JobArgs, *river.InsertOpts) { return args, nil },
-		&river.PeriodicJobOpts{RunOnStart: true})
+		&river.PeriodicJobOpts{ID: args.Kind(), RunOnStart: true})
 }
 
 // newAdminServer serves /healthz and /readyz with the same timeouts as the

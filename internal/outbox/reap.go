@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
 )
@@ -27,12 +26,7 @@ func (ReapKeysArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{
 		Queue:       QueueMaintenance,
 		MaxAttempts: 3,
-		UniqueOpts: river.UniqueOpts{
-			ByState: []rivertype.JobState{
-				rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRetryable,
-				rivertype.JobStateRunning, rivertype.JobStateScheduled,
-			},
-		},
+		UniqueOpts:  river.UniqueOpts{ByState: LiveJobStates()},
 	}
 }
 
