@@ -1,6 +1,8 @@
 package api_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -334,6 +336,17 @@ func TestCreatePayment(t *testing.T) {
 		requireProblem(t, b.pay(newKey(), `{"amount":1,"currency":"usd","payment_method":"pm_card_visa","metadata":{"k":"\u0000"}}`), problem.InvalidRequest)
 		r := b.do(http.MethodPost, "/v1/payments", b.tenant.APIKey, map[string]string{idempotency.HeaderName: newKey(), "Content-Type": "text/plain"}, visa2000)
 		requireProblem(t, r, problem.UnsupportedMediaType)
+
+		var gz bytes.Buffer
+		zw := gzip.NewWriter(&gz)
+		_, err := zw.Write([]byte(visa2000))
+		require.NoError(t, err)
+		require.NoError(t, zw.Close())
+		r = b.do(http.MethodPost, "/v1/payments", b.tenant.APIKey, map[string]string{idempotency.HeaderName: newKey(), "Content-Encoding": "gzip"}, gz.String())
+		body := requireProblem(t, r, problem.UnsupportedContentEncoding)
+		require.Contains(t, body["detail"], "gzip")
+		require.Equal(t, "identity", r.header.Get("Accept-Encoding"))
+		require.Zero(t, b.count("SELECT count(*) FROM payments WHERE tenant_id = $1", b.tenant.TenantID))
 	})
 
 	// Responses are JSON, not HTML: what the client sent comes back as
