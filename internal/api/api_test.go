@@ -605,6 +605,24 @@ func TestReadPayments(t *testing.T) {
 	requireProblem(t, b.do(http.MethodGet, "/v1/payments/"+id.New("pay"), b.tenant.APIKey, nil, ""), problem.NotFound)
 	bad := requireProblem(t, b.do(http.MethodGet, "/v1/payments?limit=0&starting_after=x", b.tenant.APIKey, nil, ""), problem.InvalidRequest)
 	require.Len(t, bad["errors"], 2)
+
+	// The query is as strict as the body: unknown or repeated parameters
+	// are named, not ignored.
+	fieldsOf := func(path string) map[string]string {
+		body := requireProblem(t, b.do(http.MethodGet, path, b.tenant.APIKey, nil, ""), problem.InvalidRequest)
+		out := map[string]string{}
+		for _, e := range body["errors"].([]any) {
+			out[e.(map[string]any)["field"].(string)] = e.(map[string]any)["detail"].(string)
+		}
+		return out
+	}
+	unknown := fieldsOf("/v1/payments?limt=2&expand=customer")
+	require.Len(t, unknown, 2)
+	require.Contains(t, unknown["limt"], "not a known query parameter; known: limit, starting_after")
+	require.Contains(t, unknown, "expand")
+	require.Equal(t, map[string]string{"limit": "must be given once"}, fieldsOf("/v1/payments?limit=1&limit=2"))
+	require.Contains(t, fieldsOf("/v1/payments?limit=%zz"), "query")
+	require.Contains(t, fieldsOf("/v1/payments/"+created[0]+"?expand=customer"), "expand")
 }
 
 func TestDocsAndHealth(t *testing.T) {
