@@ -41,6 +41,7 @@ fuzz:
 	go test -run '^$$' -fuzz '^FuzzParseKey$$' -fuzztime $(FUZZTIME) ./internal/idempotency
 	go test -run '^$$' -fuzz '^FuzzPreferredWait$$' -fuzztime $(FUZZTIME) ./internal/idempotency
 	go test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/jsonbody
+	go test -run '^$$' -fuzz '^FuzzInteger$$' -fuzztime $(FUZZTIME) ./internal/jsonbody
 	go test -run '^$$' -fuzz '^FuzzValidateCreate$$' -fuzztime $(FUZZTIME) ./internal/payments
 
 ## lint: gofmt, go vet and staticcheck

@@ -1,6 +1,8 @@
 package api_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -334,6 +336,17 @@ func TestCreatePayment(t *testing.T) {
 		requireProblem(t, b.pay(newKey(), `{"amount":1,"currency":"usd","payment_method":"pm_card_visa","metadata":{"k":"\u0000"}}`), problem.InvalidRequest)
 		r := b.do(http.MethodPost, "/v1/payments", b.tenant.APIKey, map[string]string{idempotency.HeaderName: newKey(), "Content-Type": "text/plain"}, visa2000)
 		requireProblem(t, r, problem.UnsupportedMediaType)
+
+		var gz bytes.Buffer
+		zw := gzip.NewWriter(&gz)
+		_, err := zw.Write([]byte(visa2000))
+		require.NoError(t, err)
+		require.NoError(t, zw.Close())
+		r = b.do(http.MethodPost, "/v1/payments", b.tenant.APIKey, map[string]string{idempotency.HeaderName: newKey(), "Content-Encoding": "gzip"}, gz.String())
+		body := requireProblem(t, r, problem.UnsupportedContentEncoding)
+		require.Contains(t, body["detail"], "gzip")
+		require.Equal(t, "identity", r.header.Get("Accept-Encoding"))
+		require.Zero(t, b.count("SELECT count(*) FROM payments WHERE tenant_id = $1", b.tenant.TenantID))
 	})
 
 	// Responses are JSON, not HTML: what the client sent comes back as
@@ -592,6 +605,24 @@ func TestReadPayments(t *testing.T) {
 	requireProblem(t, b.do(http.MethodGet, "/v1/payments/"+id.New("pay"), b.tenant.APIKey, nil, ""), problem.NotFound)
 	bad := requireProblem(t, b.do(http.MethodGet, "/v1/payments?limit=0&starting_after=x", b.tenant.APIKey, nil, ""), problem.InvalidRequest)
 	require.Len(t, bad["errors"], 2)
+
+	// The query is as strict as the body: unknown or repeated parameters
+	// are named, not ignored.
+	fieldsOf := func(path string) map[string]string {
+		body := requireProblem(t, b.do(http.MethodGet, path, b.tenant.APIKey, nil, ""), problem.InvalidRequest)
+		out := map[string]string{}
+		for _, e := range body["errors"].([]any) {
+			out[e.(map[string]any)["field"].(string)] = e.(map[string]any)["detail"].(string)
+		}
+		return out
+	}
+	unknown := fieldsOf("/v1/payments?limt=2&expand=customer")
+	require.Len(t, unknown, 2)
+	require.Contains(t, unknown["limt"], "not a known query parameter; known: limit, starting_after")
+	require.Contains(t, unknown, "expand")
+	require.Equal(t, map[string]string{"limit": "must be given once"}, fieldsOf("/v1/payments?limit=1&limit=2"))
+	require.Contains(t, fieldsOf("/v1/payments?limit=%zz"), "query")
+	require.Contains(t, fieldsOf("/v1/payments/"+created[0]+"?expand=customer"), "expand")
 }
 
 func TestDocsAndHealth(t *testing.T) {

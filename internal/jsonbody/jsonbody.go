@@ -13,6 +13,7 @@ import (
 	"mime"
 	"net/http"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/oncepay/oncepay/internal/problem"
@@ -28,9 +29,15 @@ type Object struct {
 }
 
 // Read reads r's body as one JSON object of at most MaxBytes. Errors are
-// *problem.Error values: 415 for a non-JSON content type, 413 for a body
-// that is too large, 400 for anything that is not a single JSON object.
+// *problem.Error values: 415 for a compressed body or a non-JSON content
+// type, 413 for a body that is too large, 400 for anything that is not a
+// single JSON object.
 func Read(w http.ResponseWriter, r *http.Request) (Object, error) {
+	if coding := contentCoding(r.Header); coding != "" {
+		// RFC 9110 §15.5.16: say which codings are accepted.
+		w.Header().Set("Accept-Encoding", "identity")
+		return Object{}, problem.New(problem.UnsupportedContentEncoding, "Content-Encoding is %q; send the body uncompressed.", coding)
+	}
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		mediaType, _, err := mime.ParseMediaType(ct)
 		if err != nil || (mediaType != "application/json" && mediaType != "application/merge-patch+json") {
@@ -51,6 +58,21 @@ func Read(w http.ResponseWriter, r *http.Request) (Object, error) {
 			Fields: []problem.FieldError{{Field: "body", Detail: err.Error()}}}
 	}
 	return obj, nil
+}
+
+// contentCoding returns the first content coding other than identity that
+// h's Content-Encoding lists, or "". Bodies are read as they are: a gzip
+// body would otherwise be rejected as invalid JSON, or worse, a body that
+// happens to parse would mean something other than what the client sent.
+func contentCoding(h http.Header) string {
+	for _, v := range h.Values("Content-Encoding") {
+		for coding := range strings.SplitSeq(v, ",") {
+			if coding = strings.TrimSpace(coding); coding != "" && !strings.EqualFold(coding, "identity") {
+				return coding
+			}
+		}
+	}
+	return ""
 }
 
 // Parse splits data, which must be exactly one JSON object, into its

@@ -63,6 +63,21 @@ func TestRead(t *testing.T) {
 
 	_, err = read("text/plain", `{"a":1}`)
 	require.Equal(t, problem.UnsupportedMediaType, problemType(err))
+
+	for coding, ok := range map[string]bool{"gzip": false, "identity": true, "Identity": true, "identity, br": false, "x-gzip": false, "": true} {
+		r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(`{"a":1}`))
+		r.Header.Set("Content-Encoding", coding)
+		w := httptest.NewRecorder()
+		_, err := jsonbody.Read(w, r)
+		if ok {
+			require.NoError(t, err, coding)
+			continue
+		}
+		require.Equal(t, problem.UnsupportedContentEncoding, problemType(err), coding)
+		require.Equal(t, http.StatusUnsupportedMediaType, problem.UnsupportedContentEncoding.Status)
+		require.Equal(t, "identity", w.Header().Get("Accept-Encoding"))
+	}
+	require.Equal(t, problem.UnsupportedMediaType, problemType(err))
 	_, err = read("application/json", `{"a":"`+strings.Repeat("x", jsonbody.MaxBytes)+`"}`)
 	require.Equal(t, problem.RequestTooLarge, problemType(err))
 	_, err = read("application/json", `{"a":`)

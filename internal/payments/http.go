@@ -3,8 +3,12 @@ package payments
 import (
 	"encoding/json"
 	"errors"
+	"maps"
 	"net/http"
+	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/go-chi/chi/v5"
 
@@ -31,6 +35,10 @@ func (s *Service) HandleCreate() http.Handler {
 // HandleGet serves GET /v1/payments/{id}.
 func (s *Service) HandleGet() http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		if fields := queryErrors(r); len(fields) > 0 {
+			problem.Write(w, r, s.Logger, &problem.Error{Type: problem.InvalidRequest, Detail: "Invalid query parameters.", Fields: fields})
+			return
+		}
 		paymentID := chi.URLParam(r, "id")
 		if !id.Valid("pay", paymentID) {
 			problem.Write(w, r, s.Logger, problem.New(problem.NotFound, "No payment %q.", paymentID))
@@ -68,7 +76,7 @@ type listPage struct {
 func (s *Service) HandleList() http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
-		var fields []problem.FieldError
+		fields := queryErrors(r, "limit", "starting_after")
 		limit := DefaultListLimit
 		if v := q.Get("limit"); v != "" {
 			n, err := strconv.Atoi(v)
@@ -102,6 +110,31 @@ func (s *Service) HandleList() http.HandlerFunc {
 		}
 		writeJSON(w, http.StatusOK, page)
 	}
+}
+
+// queryErrors holds the query string to the body's strictness: a parameter
+// that is not one of known (a typo such as "limt" would otherwise be
+// silently ignored), one given twice, or a query that does not parse, is
+// an invalid field naming the parameter.
+func queryErrors(r *http.Request, known ...string) []problem.FieldError {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return []problem.FieldError{{Field: "query", Detail: "is not a valid query string: " + err.Error()}}
+	}
+	var fields []problem.FieldError
+	for _, name := range slices.Sorted(maps.Keys(q)) {
+		switch {
+		case !slices.Contains(known, name):
+			detail := "is not a known query parameter"
+			if len(known) > 0 {
+				detail += "; known: " + strings.Join(known, ", ")
+			}
+			fields = append(fields, problem.FieldError{Field: name, Detail: detail})
+		case len(q[name]) > 1:
+			fields = append(fields, problem.FieldError{Field: name, Detail: "must be given once"})
+		}
+	}
+	return fields
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

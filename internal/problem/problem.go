@@ -40,7 +40,8 @@ func (t Type) URI() string { return DocsPath + "/" + t.Slug }
 
 // FieldError names one invalid part of a request.
 type FieldError struct {
-	// Field is the JSON name of the body field, or a header name.
+	// Field is the JSON name of the body field, a query parameter's name,
+	// or a header name.
 	Field  string `json:"field"`
 	Detail string `json:"detail"`
 }

@@ -33,6 +33,9 @@ var (
 		"Request bodies are limited to 16 KiB."}
 	UnsupportedMediaType = Type{"unsupported-media-type", "The request body must be JSON", http.StatusUnsupportedMediaType,
 		"Send the body as application/json."}
+	UnsupportedContentEncoding = Type{"unsupported-content-encoding", "The request body must not be compressed", http.StatusUnsupportedMediaType,
+		"Request bodies are accepted only as they are: without a Content-Encoding header, or with Content-Encoding: identity. " +
+			"The Accept-Encoding response header says so. Send the JSON body uncompressed; nothing was done with this request."}
 	Unauthorized = Type{"unauthorized", "Missing or invalid API key", http.StatusUnauthorized,
 		"Authenticate with Authorization: Bearer <api key>. Keys are created with `oncepay tenants create` and shown only once."}
 	NotFound = Type{"not-found", "Not found", http.StatusNotFound,
@@ -59,7 +62,7 @@ func Catalog() []Type {
 	return []Type{
 		MissingIdempotencyKey, InvalidIdempotencyKey, IdempotencyKeyMismatch, IdempotencyKeyInUse, IdempotencyOutcomeUnknown,
 		IdempotencyKeyExpired, IdempotencyRetryNeeded,
-		InvalidRequest, RequestTooLarge, UnsupportedMediaType, Unauthorized, NotFound, MethodNotAllowed,
+		InvalidRequest, RequestTooLarge, UnsupportedMediaType, UnsupportedContentEncoding, Unauthorized, NotFound, MethodNotAllowed,
 		CardDeclined, ProviderRejected, ServiceUnavailable, Internal,
 	}
 }
