@@ -3,7 +3,6 @@ package payments
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -341,7 +340,7 @@ func completeJob(ctx context.Context, tx pgx.Tx, job *river.Job[outbox.ChargePay
 // payment is final: 201 with the payment, or a problem that names it.
 func finalResponse(p Payment, kind provider.Kind) (idempotency.Response, error) {
 	if p.Status == StatusSucceeded {
-		body, err := json.Marshal(p)
+		body, err := marshalJSON(p)
 		if err != nil {
 			return idempotency.Response{}, fmt.Errorf("encode payment: %w", err)
 		}
