@@ -137,26 +137,24 @@ func (b *chargeBundle) pay(key, paymentMethod string, headers ...string) apitest
 // waitStatus waits until the payment is in status.
 func (b *chargeBundle) waitStatus(paymentID string, status payments.Status) payments.Payment {
 	b.t.Helper()
-	var p payments.Payment
-	require.EventuallyWithT(b.t, func(c *assert.CollectT) {
-		var err error
-		p, err = payments.GetPayment(b.ctx, b.pool, b.tenant.TenantID, paymentID)
-		assert.NoError(c, err)
-		assert.Equal(c, status, p.Status)
-	}, 30*time.Second, 20*time.Millisecond, "payment %s never became %s", paymentID, status)
-	return p
+	return b.waitUntil(paymentID, string(status), func(p payments.Payment) bool { return p.Status == status })
 }
 
 // waitFinal waits until the payment leaves processing/requires_action.
 func (b *chargeBundle) waitFinal(paymentID string) payments.Payment {
+	b.t.Helper()
+	return b.waitUntil(paymentID, "final", func(p payments.Payment) bool { return p.Status.Terminal() })
+}
+
+func (b *chargeBundle) waitUntil(paymentID, what string, done func(payments.Payment) bool) payments.Payment {
 	b.t.Helper()
 	var p payments.Payment
 	require.EventuallyWithT(b.t, func(c *assert.CollectT) {
 		var err error
 		p, err = payments.GetPayment(b.ctx, b.pool, b.tenant.TenantID, paymentID)
 		assert.NoError(c, err)
-		assert.True(c, p.Status.Terminal())
-	}, 20*time.Second, 20*time.Millisecond, "payment %s never became final", paymentID)
+		assert.True(c, done(p), "status %s", p.Status)
+	}, 30*time.Second, 20*time.Millisecond, "payment %s never became %s", paymentID, what)
 	return p
 }
 
