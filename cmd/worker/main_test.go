@@ -400,3 +400,19 @@ func TestAdminServerTimeouts(t *testing.T) {
 	require.Positive(t, srv.WriteTimeout)
 	require.Positive(t, srv.IdleTimeout)
 }
+
+// TestRescueMustOutlastTheRecordingWindow: an attempt runs for the job
+// timeout and then records what the provider said, past that deadline. A
+// rescue that comes before the recording can end would start a second
+// attempt beside the first, so the configuration is refused.
+func TestRescueMustOutlastTheRecordingWindow(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{
+		"STRIPE_SECRET_KEY": "sk_test_oncepay", "WORKER_JOB_TIMEOUT": "20s", "WORKER_RESCUE_STUCK_AFTER": "25s",
+	}
+	_, err := loadConfig(func(k string) string { return env[k] })
+	require.ErrorContains(t, err, "WORKER_RESCUE_STUCK_AFTER", "25s exceeds the 20s job timeout but not its 2 x 10s recording window")
+	env["WORKER_RECORD_TIMEOUT"] = "2s"
+	_, err = loadConfig(func(k string) string { return env[k] })
+	require.NoError(t, err)
+}
