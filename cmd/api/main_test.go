@@ -156,10 +156,15 @@ func TestMigrateEmptyDatabase(t *testing.T) {
 	name := "oncepay_empty_" + strings.ToLower(id.New("x")[2:12])
 	conn, err := pgxpool.New(context.Background(), admin)
 	require.NoError(t, err)
-	defer conn.Close()
 	_, err = conn.Exec(context.Background(), "CREATE DATABASE "+name)
 	require.NoError(t, err)
-	t.Cleanup(func() { _, _ = conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)") })
+	// Cleanups run after the test function returns: the pool must outlive
+	// it, or the drop fails silently and the database is left behind.
+	t.Cleanup(func() {
+		defer conn.Close()
+		_, err := conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+		assert.NoError(t, err, "drop %s", name)
+	})
 	dbURL := strings.Replace(admin, "/postgres?", "/"+name+"?", 1)
 	require.NotEqual(t, admin, dbURL)
 
