@@ -215,7 +215,7 @@ func (w *ChargeWorker) work(ctx context.Context, job *river.Job[outbox.ChargePay
 		log.WarnContext(ctx, "customer action not completed in time; canceling the intent")
 		canceled := w.provider.CancelIntent(ctx, out.IntentID(), cancelKey(p))
 		if canceled.Kind != provider.Declined {
-			return w.retryOrReconcile(ctx, job, p, log, canceled.Err)
+			return retryLater(ctx, p, log, canceled.Err)
 		}
 		return w.finish(ctx, job, p, canceled)
 	case provider.KeyConflict:
@@ -228,24 +228,16 @@ func (w *ChargeWorker) work(ctx context.Context, job *river.Job[outbox.ChargePay
 			log.WarnContext(ctx, "provider replays a stored error for this key; looking the charge up instead", slog.Int("http_status", out.HTTPStatus))
 			return w.reconcileLater(ctx, job, p, fmt.Sprintf("the provider answers this charge's key with a stored %d error", out.HTTPStatus))
 		}
-		return w.retryOrReconcile(ctx, job, p, log, out.Err)
+		return retryLater(ctx, p, log, out.Err)
 	}
 }
 
-// retryOrReconcile fails the attempt so River retries it with the same
-// key, unless it was the last attempt: then the payment goes to
-// reconciliation, because a discarded job would leave it processing forever.
-func (w *ChargeWorker) retryOrReconcile(ctx context.Context, job *river.Job[outbox.ChargePaymentArgs], p Payment, log *slog.Logger, err error) error {
-	if job.Attempt >= job.MaxAttempts {
-		log.ErrorContext(ctx, "provider attempts exhausted; outcome unknown", slog.Any("error", err))
-		return w.reconcileLater(ctx, job, p, "the provider could not be reached after every retry")
-	}
+// retryLater fails the attempt so River retries it with the same key. On
+// the last attempt, Work hands the payment to reconciliation instead.
+func retryLater(ctx context.Context, p Payment, log *slog.Logger, err error) error {
 	log.WarnContext(ctx, "provider outcome undetermined; will retry with the same key", slog.Any("error", err))
-	return fmt.Errorf("charge payment %s: %w", p.ID, err)
+	return fmt.Errorf("charge payment %s: the provider's answer proves nothing: %w", p.ID, err)
 }
-
-// recordTimeout bounds maintenance jobs' writes after a provider call.
-const recordTimeout = 10 * time.Second
 
 // finish records a final outcome: the payment's state, the response that
 // retries of the client's request will replay, and the job's completion, in
@@ -255,7 +247,7 @@ func (w *ChargeWorker) finish(ctx context.Context, job *river.Job[outbox.ChargeP
 		if _, err := lockForOutcome(ctx, tx, w.keys, p.TenantID, p.ID); err != nil {
 			return err
 		}
-		if _, err := recordOutcome(ctx, tx, w.keys, p, []Status{StatusProcessing, StatusRequiresAction}, out); err != nil {
+		if err := recordOutcome(ctx, tx, w.keys, p, []Status{StatusProcessing, StatusRequiresAction}, out); err != nil {
 			return err
 		}
 		return completeJob(ctx, tx, job)
@@ -264,25 +256,25 @@ func (w *ChargeWorker) finish(ctx context.Context, job *river.Job[outbox.ChargeP
 
 // recordOutcome records a final provider outcome for p (a payment in one of
 // the from states): the payment's final state and the idempotency key's
-// final response. The caller holds lockForOutcome's locks. changed is false when p had
-// already left the from states (another run recorded it).
-func recordOutcome(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, p Payment, from []Status, out provider.Outcome) (bool, error) {
+// final response. The caller holds lockForOutcome's locks. A payment that
+// already left the from states (another run recorded it) is left alone.
+func recordOutcome(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, p Payment, from []Status, out provider.Outcome) error {
 	status := StatusFailed
 	if out.Kind == provider.Succeeded {
 		status = StatusSucceeded
 	}
 	final, changed, err := finalizePayment(ctx, tx, p, from, status, out)
 	if err != nil || !changed {
-		return false, err
+		return err
 	}
 	resp, err := finalResponse(final, out.Kind)
 	if err != nil {
-		return false, err
+		return err
 	}
 	if err := keys.Complete(ctx, tx, p.TenantID, p.IdempotencyKey, resp); err != nil {
-		return false, fmt.Errorf("complete idempotency key: %w", err)
+		return fmt.Errorf("complete idempotency key: %w", err)
 	}
-	return true, nil
+	return nil
 }
 
 // reconcileLater gives up on determining the outcome by retrying: the

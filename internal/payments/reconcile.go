@@ -129,7 +129,7 @@ func (r *Reconciler) Run(ctx context.Context) (ReconcileResult, error) {
 			verdict, err := r.reconcile(ctx, c)
 			if err != nil {
 				res.Failed++
-				r.logger.ErrorContext(ctx, "reconciling payment failed", slog.String("payment_id", c.payment.ID), slog.Any("error", err))
+				r.logger.ErrorContext(ctx, "reconciling payment failed", slog.String("payment_id", c.ID), slog.Any("error", err))
 				continue
 			}
 			verdict.count(&res)
@@ -155,7 +155,7 @@ func (r *Reconciler) ReconcileNow(ctx context.Context, tenantID, paymentID strin
 		return res, err
 	}
 	if len(claimed) == 0 {
-		return res, fmt.Errorf("reconcile payment %s: %w (or not in requires_reconciliation)", paymentID, ErrNotFound)
+		return res, fmt.Errorf("reconcile payment %s: none awaiting reconciliation: %w", paymentID, ErrNotFound)
 	}
 	verdict, err := r.reconcile(ctx, claimed[0])
 	if err != nil {
@@ -179,9 +179,11 @@ func settledColumn(param int) string {
 		last_provider_attempt_at + $%d * interval '1 microsecond' <= now()) AS settled`, param)
 }
 
+// claim is a payment leased to one run, with whether its attempt window
+// has settled by the database's clock.
 type claim struct {
-	payment Payment
-	settled bool
+	Payment
+	Settled bool `db:"settled"`
 }
 
 // claim leases the next due payments: their reconcile_after moves past the
@@ -205,15 +207,7 @@ func collectClaims(rows pgx.Rows, err error) ([]claim, error) {
 	if err != nil {
 		return nil, fmt.Errorf("claim payments to reconcile: %w", err)
 	}
-	type claimRow struct {
-		Payment
-		Settled bool `db:"settled"`
-	}
-	found, err := pgx.CollectRows(rows, pgx.RowToStructByName[claimRow])
-	claims := make([]claim, len(found))
-	for i, c := range found {
-		claims[i] = claim{payment: c.Payment, settled: c.Settled}
-	}
+	claims, err := pgx.CollectRows(rows, pgx.RowToStructByName[claim])
 	if err != nil {
 		return nil, fmt.Errorf("claim payments to reconcile: %w", err)
 	}
@@ -247,7 +241,7 @@ func (v verdict) count(res *ReconcileResult) {
 }
 
 func (r *Reconciler) reconcile(ctx context.Context, c claim) (verdict, error) {
-	p := c.payment
+	p := c.Payment
 	log := r.logger.With(slog.String("tenant_id", p.TenantID), slog.String("payment_id", p.ID),
 		slog.Int("generation", p.ProviderKeyGeneration), slog.Int("reconcile_attempt", p.ReconcileAttempts+1))
 
@@ -258,7 +252,7 @@ func (r *Reconciler) reconcile(ctx context.Context, c claim) (verdict, error) {
 		return verdictNotReached, r.recordNotReached(ctx, p)
 	}
 
-	out, note := r.lookUp(ctx, p, c.settled)
+	out, absent, note := r.lookUp(ctx, p, c.Settled)
 	log = log.With(slog.String("outcome", out.Kind.String()), slog.String("intent_id", out.IntentID()))
 	switch {
 	case out.Kind == provider.Succeeded || out.Kind == provider.Declined:
@@ -277,34 +271,32 @@ func (r *Reconciler) reconcile(ctx context.Context, c claim) (verdict, error) {
 			break
 		}
 		log.InfoContext(ctx, "intent still pending at the provider; looking again later", slog.String("intent_status", string(out.Intent.Status)))
-		return verdictPending, r.reschedule(ctx, p, out.IntentID(), r.cfg.PollInterval, false, "")
-	case out.Kind == provider.Rejected && note == notFoundNote:
+		// Pending is not a failed look: it does not count toward MaxAttempts.
+		return verdictPending, r.reschedule(ctx, p, nextLook{intentID: out.IntentID(), after: r.cfg.PollInterval})
+	case absent:
 		log.InfoContext(ctx, "reconciled: the provider never created an intent for this payment")
 		return verdictNotReached, r.recordNotReached(ctx, p)
 	}
 
 	if p.ReconcileAttempts+1 >= r.cfg.MaxAttempts {
 		log.ErrorContext(ctx, "reconciliation could not tell; leaving the payment to an operator", slog.String("note", note), slog.Any("error", out.Err))
-		return verdictLeftToOperator, r.reschedule(ctx, p, out.IntentID(), 0, true,
-			"reconciliation could not determine the outcome: "+note+"; an operator must check the provider")
+		return verdictLeftToOperator, r.reschedule(ctx, p, nextLook{intentID: out.IntentID(), counted: true,
+			operatorNote: "reconciliation could not determine the outcome: " + note + "; an operator must check the provider"})
 	}
 	delay := backoff(r.cfg.RetryBase, r.cfg.RetryMax, p.ReconcileAttempts)
 	log.WarnContext(ctx, "reconciliation could not tell yet; looking again later", slog.String("note", note), slog.Duration("delay", delay), slog.Any("error", out.Err))
-	return verdictUndetermined, r.reschedule(ctx, p, out.IntentID(), delay, false, "")
+	return verdictUndetermined, r.reschedule(ctx, p, nextLook{intentID: out.IntentID(), after: delay, counted: true})
 }
 
-// notFoundNote marks the lookup's proof that no intent exists.
-const notFoundNote = "no intent exists for this payment's generation"
-
-// lookUp asks the provider what became of p's charge. An Outcome of kind
-// Rejected with note notFoundNote is the proof that nothing was created;
-// an Ambiguous one carries in note why it could not tell.
-func (r *Reconciler) lookUp(ctx context.Context, p Payment, settled bool) (provider.Outcome, string) {
+// lookUp asks the provider what became of p's charge. absent is the proof
+// that no intent was created for p's generation; otherwise an Ambiguous
+// outcome carries in note why the look could not tell.
+func (r *Reconciler) lookUp(ctx context.Context, p Payment, settled bool) (out provider.Outcome, absent bool, note string) {
 	callCtx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
 	defer cancel()
 	if p.ProviderPaymentIntentID != nil {
 		out := r.provider.RetrieveIntent(callCtx, *p.ProviderPaymentIntentID)
-		return out, "reading intent " + *p.ProviderPaymentIntentID + ": " + errText(out.Err)
+		return out, false, "reading intent " + *p.ProviderPaymentIntentID + ": " + errText(out.Err)
 	}
 	last := *p.FirstProviderAttemptAt
 	if p.LastProviderAttemptAt != nil {
@@ -317,7 +309,7 @@ func (r *Reconciler) lookUp(ctx context.Context, p Payment, settled bool) (provi
 		Scan:        true,
 	})
 	if err != nil {
-		return provider.Outcome{Kind: provider.Ambiguous, Err: err}, "looking the intent up failed"
+		return provider.Outcome{Kind: provider.Ambiguous, Err: err}, false, "looking the intent up failed"
 	}
 	var mine []*provider.Intent
 	for _, in := range found.Intents {
@@ -332,16 +324,16 @@ func (r *Reconciler) lookUp(ctx context.Context, p Payment, settled bool) (provi
 		if out.Kind == provider.Ambiguous && out.Intent == nil {
 			out.Intent = mine[0]
 		}
-		return out, "reading intent " + mine[0].ID + ": " + errText(out.Err)
+		return out, false, "reading intent " + mine[0].ID + ": " + errText(out.Err)
 	case len(mine) > 1:
 		return provider.Outcome{Kind: provider.Ambiguous, Err: fmt.Errorf("%d intents carry this payment's id and generation", len(mine))},
-			"several intents were found for one charge"
+			false, "several intents were found for one charge"
 	case !found.Complete:
-		return provider.Outcome{Kind: provider.Ambiguous}, "search found nothing and the list was not complete"
+		return provider.Outcome{Kind: provider.Ambiguous}, false, "search found nothing and the list was not complete"
 	case !settled:
-		return provider.Outcome{Kind: provider.Ambiguous}, "no intent yet, but a charge request may still be in flight"
+		return provider.Outcome{Kind: provider.Ambiguous}, false, "no intent yet, but a charge request may still be in flight"
 	}
-	return provider.Outcome{Kind: provider.Rejected}, notFoundNote
+	return provider.Outcome{}, true, "no intent exists for this payment's generation"
 }
 
 func errText(err error) string {
@@ -358,8 +350,7 @@ func (r *Reconciler) recordFinal(ctx context.Context, p Payment, out provider.Ou
 		if _, err := lockForOutcome(ctx, tx, r.keys, p.TenantID, p.ID); err != nil {
 			return err
 		}
-		_, err := recordOutcome(ctx, tx, r.keys, p, []Status{StatusRequiresReconciliation}, out)
-		return err
+		return recordOutcome(ctx, tx, r.keys, p, []Status{StatusRequiresReconciliation}, out)
 	})
 }
 
@@ -392,23 +383,32 @@ func (r *Reconciler) recordNotReached(ctx context.Context, p Payment) error {
 	})
 }
 
-// reschedule sets when to look at p again (never, when giveUp), counting
-// the look unless the intent is merely pending, and remembers an intent id
-// found so the next look reads it directly.
-func (r *Reconciler) reschedule(ctx context.Context, p Payment, intentID string, delay time.Duration, giveUp bool, note string) error {
-	counts := 1
-	if delay == r.cfg.PollInterval && !giveUp && intentID != "" {
-		counts = 0
+// nextLook is when and how the reconciler looks at a payment again.
+type nextLook struct {
+	// intentID, if found, is remembered so the next look reads it directly.
+	intentID string
+	after    time.Duration
+	// counted is whether this look counts toward MaxAttempts.
+	counted bool
+	// operatorNote, when set, stops the schedule and tells an operator why.
+	operatorNote string
+}
+
+// reschedule records the next look at p.
+func (r *Reconciler) reschedule(ctx context.Context, p Payment, next nextLook) error {
+	counted := 0
+	if next.counted {
+		counted = 1
 	}
 	_, err := r.pool.Exec(ctx, `
 		UPDATE payments SET
-			reconcile_after = CASE WHEN $4 THEN NULL ELSE now() + $3 * interval '1 microsecond' END,
-			reconcile_attempts = reconcile_attempts + $5,
-			provider_payment_intent_id = coalesce(nullif($6, ''), provider_payment_intent_id),
-			failure_message = coalesce(nullif($7, ''), failure_message),
+			reconcile_after = CASE WHEN $6 = '' THEN now() + $3 * interval '1 microsecond' END,
+			reconcile_attempts = reconcile_attempts + $4,
+			provider_payment_intent_id = coalesce(nullif($5, ''), provider_payment_intent_id),
+			failure_message = coalesce(nullif($6, ''), failure_message),
 			updated_at = now()
 		WHERE id = $1 AND provider_key_generation = $2 AND status = 'requires_reconciliation'`,
-		p.ID, p.ProviderKeyGeneration, delay.Microseconds(), giveUp, counts, intentID, note)
+		p.ID, p.ProviderKeyGeneration, next.after.Microseconds(), counted, next.intentID, next.operatorNote)
 	if err != nil {
 		return fmt.Errorf("reschedule reconciliation: %w", err)
 	}
@@ -441,9 +441,10 @@ type ReconcileWorker struct {
 	Reconciler *Reconciler
 }
 
-// Timeout lets a run spend its budget and record the last payment.
+// Timeout lets a run spend its budget and finish its last payment: at most
+// three provider calls and the recording.
 func (w *ReconcileWorker) Timeout(*river.Job[ReconcilePaymentsArgs]) time.Duration {
-	return w.Reconciler.cfg.RunBudget + w.Reconciler.cfg.CallTimeout*3 + recordTimeout
+	return w.Reconciler.cfg.RunBudget + w.Reconciler.cfg.CallTimeout*3 + 10*time.Second
 }
 
 // Work runs one reconciliation pass.
