@@ -187,7 +187,7 @@ func finalizePayment(ctx context.Context, tx pgx.Tx, p Payment, from []Status, s
 			reconcile_after = NULL, updated_at = now()
 		WHERE tenant_id = $1 AND id = $2 AND provider_key_generation = $3 AND status = ANY($4)
 		RETURNING `+paymentColumns,
-		p.TenantID, p.ID, p.ProviderKeyGeneration, statusTexts(from), status, out.IntentID(), code, decline, message)
+		p.TenantID, p.ID, p.ProviderKeyGeneration, texts(from), status, out.IntentID(), code, decline, message)
 	final, err := collectPayment(rows, err, "finalize payment")
 	if errors.Is(err, ErrNotFound) {
 		return Payment{}, false, nil
@@ -208,10 +208,12 @@ func markRequiresReconciliation(ctx context.Context, tx pgx.Tx, p Payment, reaso
 	return tag.RowsAffected() == 1, nil
 }
 
-func statusTexts(statuses []Status) []string {
-	texts := make([]string, len(statuses))
-	for i, s := range statuses {
-		texts[i] = string(s)
+// texts converts a slice of string-typed values (statuses, job states) to
+// the []string pgx encodes as a text array.
+func texts[T ~string](values []T) []string {
+	out := make([]string, len(values))
+	for i, v := range values {
+		out[i] = string(v)
 	}
-	return texts
+	return out
 }

@@ -121,14 +121,7 @@ func (s *Sweeper) sweep(ctx context.Context, tenantID, paymentID string) (bool, 
 	return moved, nil
 }
 
-func liveStates() []string {
-	states := outbox.LiveJobStates()
-	texts := make([]string, len(states))
-	for i, s := range states {
-		texts[i] = string(s)
-	}
-	return texts
-}
+func liveStates() []string { return texts(outbox.LiveJobStates()) }
 
 // SweepPaymentsArgs is the Sweeper's periodic job.
 type SweepPaymentsArgs struct{}
