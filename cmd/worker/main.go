@@ -1,6 +1,7 @@
-// Command worker charges accepted payments: it runs River's workers for the
-// charge_payment jobs the API inserts, calling the provider through
-// stripe-go, runs the periodic lifecycle jobs (reconciler, sweeper, key
+// Command worker charges accepted payments and makes accepted refunds: it
+// runs River's workers for the charge_payment and refund_payment jobs the
+// API inserts, calling the provider through stripe-go, runs the periodic
+// lifecycle jobs (reconcilers and sweepers of payments and refunds, key
 // reaper), and
 // serves /healthz and /readyz on WORKER_ADMIN_ADDR.
 package main
@@ -26,6 +27,7 @@ import (
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/provider"
+	"github.com/oncepay/oncepay/internal/refunds"
 	"github.com/oncepay/oncepay/internal/serve"
 )
 
@@ -60,19 +62,32 @@ func run(ctx context.Context, _ []string, getenv func(string) string, stdout io.
 	if err := river.AddWorkerSafely(workers, payments.NewChargeWorker(pool, keys, providerClient, logger, chargeCfg)); err != nil {
 		return fmt.Errorf("register charge worker: %w", err)
 	}
-	reconciler := payments.NewReconciler(pool, keys, providerClient, logger, payments.ReconcileConfig{
+	reconcileCfg := payments.ReconcileConfig{
 		ChargeCallTimeout: chargeCfg.ProviderCallTimeout(),
 		Settle:            cfg.ReconcileSettle,
 		RetryMax:          cfg.ReconcileBackoffMax,
 		MaxAttempts:       cfg.ReconcileMaxAttempts,
 		MaxActionWait:     cfg.MaxPollDuration,
-	})
+	}
+	reconciler := payments.NewReconciler(pool, keys, providerClient, logger, reconcileCfg)
 	if err := river.AddWorkerSafely(workers, &payments.ReconcileWorker{Reconciler: reconciler}); err != nil {
 		return fmt.Errorf("register reconciler: %w", err)
 	}
-	sweeper := payments.NewSweeper(pool, keys, logger, payments.SweepConfig{Grace: cfg.SweepGrace})
+	sweepCfg := payments.SweepConfig{Grace: cfg.SweepGrace}
+	sweeper := payments.NewSweeper(pool, keys, logger, sweepCfg)
 	if err := river.AddWorkerSafely(workers, &payments.SweepWorker{Sweeper: sweeper}); err != nil {
 		return fmt.Errorf("register sweeper: %w", err)
+	}
+	if err := river.AddWorkerSafely(workers, refunds.NewWorker(pool, keys, providerClient, logger, chargeCfg)); err != nil {
+		return fmt.Errorf("register refund worker: %w", err)
+	}
+	refundReconciler := refunds.NewReconciler(pool, keys, providerClient, logger, reconcileCfg)
+	if err := river.AddWorkerSafely(workers, &refunds.ReconcileWorker{Reconciler: refundReconciler}); err != nil {
+		return fmt.Errorf("register refund reconciler: %w", err)
+	}
+	refundSweeper := refunds.NewSweeper(pool, keys, logger, sweepCfg)
+	if err := river.AddWorkerSafely(workers, &refunds.SweepWorker{Sweeper: refundSweeper}); err != nil {
+		return fmt.Errorf("register refund sweeper: %w", err)
 	}
 	if err := river.AddWorkerSafely(workers, &outbox.ReapKeysWorker{Store: keys, DB: pool, Logger: logger}); err != nil {
 		return fmt.Errorf("register key reaper: %w", err)
@@ -81,6 +96,8 @@ func run(ctx context.Context, _ []string, getenv func(string) string, stdout io.
 		outbox.ReapKeysPeriodicJob(cfg.ReapInterval),
 		periodicJob(cfg.ReconcileInterval, payments.ReconcilePaymentsArgs{}),
 		periodicJob(cfg.SweepInterval, payments.SweepPaymentsArgs{}),
+		periodicJob(cfg.ReconcileInterval, refunds.ReconcileRefundsArgs{}),
+		periodicJob(cfg.SweepInterval, refunds.SweepRefundsArgs{}),
 	}
 	client, err := outbox.NewWorkerClient(pool, outbox.WorkerConfig{
 		Workers:              workers,

@@ -16,6 +16,7 @@ import (
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/refunds"
 	"github.com/oncepay/oncepay/internal/serve"
 	"github.com/oncepay/oncepay/internal/tenant"
 )
@@ -25,6 +26,7 @@ type Deps struct {
 	Pool     *pgxpool.Pool
 	Keys     *idempotency.Store
 	Payments *payments.Service
+	Refunds  *refunds.Service
 	Logger   *slog.Logger
 	// DBTimeout bounds the database work of authentication. Defaults to 5s.
 	DBTimeout time.Duration
@@ -65,6 +67,9 @@ func NewHandler(d Deps) http.Handler {
 		r.Method(http.MethodPost, "/payments", d.Payments.HandleCreate())
 		r.Get("/payments", d.Payments.HandleList())
 		r.Get("/payments/{id}", d.Payments.HandleGet())
+		r.Method(http.MethodPost, "/payments/{id}/refunds", d.Refunds.HandleCreate())
+		r.Get("/payments/{id}/refunds", d.Refunds.HandleList())
+		r.Get("/refunds/{id}", d.Refunds.HandleGet())
 	})
 	return r
 }

@@ -65,6 +65,10 @@ type Payment struct {
 	ReconcileAttempts       int               `json:"-" db:"reconcile_attempts"`
 	CreatedAt               time.Time         `json:"created_at" db:"created_at"`
 	UpdatedAt               time.Time         `json:"updated_at" db:"updated_at"`
+
+	// AmountRefunded is what succeeded refunds gave back; pending ones are
+	// not counted until the provider confirms them.
+	AmountRefunded int64 `json:"amount_refunded" db:"amount_refunded"`
 }
 
 // MarshalJSON fills the constant "object" member and never emits a null
