@@ -85,13 +85,6 @@ func (b *bundle) failKeyCompletionOnce() {
 	require.NoError(b.t, err)
 }
 
-func (b *bundle) refundJobs(refundID string) int {
-	b.t.Helper()
-	var n int
-	require.NoError(b.t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM river_job WHERE kind = 'refund_payment' AND args->>'refund_id' = $1`, refundID).Scan(&n))
-	return n
-}
-
 func TestStrandedRefunds(t *testing.T) {
 	t.Parallel()
 
