@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -55,8 +56,10 @@ func TestConcurrentRefundsNeverExceedThePayment(t *testing.T) {
 					}
 				}()
 			}
+			began := time.Now()
 			close(start)
 			wg.Wait()
+			t.Logf("%d concurrent refund requests answered in %s", n, time.Since(began).Round(time.Millisecond))
 
 			var accepted []string
 			for i, a := range answers {
