@@ -86,3 +86,43 @@ func TestConcurrentRefundsNeverExceedThePayment(t *testing.T) {
 		})
 	}
 }
+
+// TestConcurrentSameKeyMakesOneRefund sends one key and body twenty times
+// at once: one refund, one job, and every answer the same 202 or a 409
+// idempotency-key-in-use with Retry-After.
+func TestConcurrentSameKeyMakesOneRefund(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{deferWorker: true})
+	p := b.succeededPayment(2000)
+	key := id.New("key")
+	const n = 20
+	answers := make([]apitest.Response, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			answers[i] = b.api.Refund(t, p.ID, key, `{"amount": 700}`)
+		})
+	}
+	close(start)
+	wg.Wait()
+	ids := map[string]bool{}
+	for i, a := range answers {
+		switch a.Status {
+		case http.StatusAccepted:
+			ids[a.Body["id"].(string)] = true
+		case http.StatusConflict:
+			require.Equal(t, problem.IdempotencyKeyInUse.URI(), a.Body["type"], "answer %d: %s", i, a.Raw)
+			require.NotEmpty(t, a.Header.Get("Retry-After"))
+		default:
+			t.Fatalf("answer %d: %d %s", i, a.Status, a.Raw)
+		}
+	}
+	require.Len(t, ids, 1, "every 202 names one refund")
+	var rows, jobs int
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM refunds`).Scan(&rows))
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM river_job WHERE kind = 'refund_payment'`).Scan(&jobs))
+	require.Equal(t, 1, rows)
+	require.Equal(t, 1, jobs)
+}

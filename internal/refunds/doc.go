@@ -28,9 +28,11 @@
 //
 // # Lifecycle
 //
-// pending ─┬─> succeeded | failed | canceled                (the refund worker)
+//	pending ─┬─> succeeded | failed | canceled                      (the refund worker)
+//	         └─> requires_reconciliation ─┬─> succeeded | failed | canceled   (found at the provider)
+//	                                      ├─> failed, provider_not_reached ─> pending (client retry, next generation)
+//	                                      └─> stays, reconcile_after NULL: an operator's turn
 //
-//	└─> requires_reconciliation ─┬─> succeeded | failed | canceled (found at the provider)
-//	                             ├─> failed, provider_not_reached ─> pending (client retry, next generation)
-//	                             └─> stays, reconcile_after NULL: an operator's turn
+// A refund counts against its payment while pending, succeeded or being
+// reconciled; payments.amount_refunded counts succeeded refunds only.
 package refunds

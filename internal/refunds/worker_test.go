@@ -109,6 +109,23 @@ func TestStrandedRefunds(t *testing.T) {
 		require.Equal(t, 1, attempt)
 	})
 
+	// The only attempt's provider call hangs after the provider refunded,
+	// past the call's timeout: the last attempt hands the refund over, and
+	// the reconciler finds it.
+	t.Run("LastAttemptTimesOut", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, options{deferWorker: true, lifecycle: true})
+		p := b.succeededPayment(2000)
+		require.NoError(t, b.sim.InjectFault(b.ctx, stripesim.Fault{Mode: stripesim.FaultHoldAfter, Count: 1, Path: "POST /v1/refunds"}))
+		key, body := id.New("key"), `{"amount": 250}`
+		refundID := b.api.Refund(t, p.ID, key, body).Body["id"].(string)
+		_, err := b.pool.Exec(b.ctx, `UPDATE river_job SET max_attempts = 1 WHERE args->>'refund_id' = $1`, refundID)
+		require.NoError(t, err)
+		b.startWorker()
+		b.requireRefundedOnce(p, refundID, key, body)
+		require.Equal(t, 0, b.keyStats(b.refund(refundID)).Replays, "found by the list, not by asking again")
+	})
+
 	// The refunds' jobs vanished before they ran: the sweeper hands them
 	// over, the reconciler proves them never sent (no attempt clock), and
 	// the client's retry with the same key resumes one under generation 2.
