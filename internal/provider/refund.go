@@ -23,7 +23,9 @@ type Refund struct {
 	Created       time.Time
 }
 
-func refundOf(re *stripe.Refund) *Refund {
+// RefundOf reads the part of a stripe-go refund oncepay uses: a refund
+// answered by a call, listed, or delivered by a webhook event.
+func RefundOf(re *stripe.Refund) *Refund {
 	if re == nil {
 		return nil
 	}
@@ -102,7 +104,7 @@ func RefundOutcomeOf(re *Refund) RefundOutcome {
 // Ambiguous.
 func classifyRefund(re *stripe.Refund, err error, replayed bool) RefundOutcome {
 	if err == nil {
-		out := RefundOutcomeOf(refundOf(re))
+		out := RefundOutcomeOf(RefundOf(re))
 		out.HTTPStatus, out.Replayed = http.StatusOK, replayed
 		return out
 	}
@@ -182,7 +184,7 @@ func (c *Client) ListRefunds(ctx context.Context, intentID, metadataKey, metadat
 		if n >= maxPages*100 {
 			return FoundRefunds{Refunds: found}, ErrScanTooLarge
 		}
-		if re := refundOf(it.Refund()); re.Metadata[metadataKey] == metadataValue {
+		if re := RefundOf(it.Refund()); re.Metadata[metadataKey] == metadataValue {
 			found = append(found, re)
 		}
 	}
