@@ -20,11 +20,11 @@ import (
 // worker records it, with the key's final response and the payment's
 // amount_refunded; a pending one only notes the provider's refund id.
 // changed is false when there was nothing to do: the refund is already
-// final, or the object belongs to another generation. It serves the refund
-// webhooks (refund.updated, charge.refunded: provider.RefundOf reads the
-// event's refund, whose tenant_id metadata names the tenant) as well as
-// tests; the worker and the reconciler record through the same
-// recordOutcome.
+// final, or the object belongs to another generation. It is what the refund
+// webhooks (refund.updated, charge.refunded) call: provider.RefundOf reads
+// the event's refund, whose tenant_id metadata names the tenant. The worker
+// and the reconciler record through the same recordOutcome. A refund that
+// the provider fails after it succeeded is not handled: it stays succeeded.
 func Settle(ctx context.Context, db idempotency.TxBeginner, keys *idempotency.Store, tenantID string, re *provider.Refund) (r Refund, changed bool, err error) {
 	refundID := re.Metadata[MetadataRefundID]
 	if refundID == "" {
