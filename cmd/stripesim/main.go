@@ -17,8 +17,10 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
+	"github.com/oncepay/oncepay/internal/envconfig"
 	"github.com/oncepay/oncepay/internal/serve"
 	"github.com/oncepay/oncepay/internal/stripesim"
 )
@@ -32,9 +34,16 @@ func main() {
 	}
 }
 
-// run serves until ctx ends, then shuts down gracefully. args is accepted
-// for the shape every oncepay binary shares; the simulator takes no flags.
-func run(ctx context.Context, _ []string, getenv func(string) string, stdout io.Writer) error {
+// run serves until ctx ends, then shuts down gracefully.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	help, err := serve.ParseNoArgs(args)
+	if err != nil {
+		return err
+	}
+	if help {
+		_, err := fmt.Fprintf(stdout, "usage: %s\n\n%s\n\nConfigured by these environment variables (the README's configuration table\ndescribes each):\n  %s\n", "stripesim", "Serves the in-memory Stripe simulator on STRIPESIM_ADDR until SIGINT or\nSIGTERM; its admin API (faults, ledger) is under /_sim/ on the same address.", strings.Join(envconfig.Names(loadConfig), "\n  "))
+		return err
+	}
 	cfg, err := loadConfig(getenv)
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)

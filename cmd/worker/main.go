@@ -6,6 +6,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -15,12 +16,14 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
+	"github.com/oncepay/oncepay/internal/envconfig"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
@@ -38,12 +41,21 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, _ []string, getenv func(string) string, stdout io.Writer) error {
+func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	help, err := serve.ParseNoArgs(args)
+	if err != nil {
+		return err
+	}
+	if help {
+		_, err := fmt.Fprintf(stdout, "usage: %s\n\n%s\n\nConfigured by these environment variables (the README's configuration table\ndescribes each):\n  %s\n", "worker", "Runs the charge workers and the periodic lifecycle jobs (reconciler, sweeper,\nkey reaper) until SIGINT or SIGTERM, and serves /healthz and /readyz on\nWORKER_ADMIN_ADDR.", strings.Join(envconfig.Names(loadConfig), "\n  "))
+		return err
+	}
 	cfg, err := loadConfig(getenv)
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
 	logger := serve.NewLogger(stdout, cfg.LogLevel)
+	warnIfLive(logger, cfg)
 
 	pool, err := postgres.Open(ctx, postgres.PoolConfig{
 		URL: cfg.DatabaseURL, ConnectTimeout: cfg.DatabaseConnectTimeout, MaxConns: int32(cfg.DatabaseMaxConns),
@@ -156,4 +168,18 @@ func newAdminServer(pool *pgxpool.Pool) *http.Server {
 	mux.HandleFunc("GET /healthz", serve.Healthz)
 	mux.HandleFunc("GET /readyz", serve.Readyz(pool))
 	return serve.SetTimeouts(&http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second})
+}
+
+// warnIfLive says loudly, at start, that this worker moves real money: a
+// live key (or an empty STRIPE_API_BASE, which means Stripe's own API) is
+// easy to deploy by mistake from a copied environment file.
+func warnIfLive(logger *slog.Logger, cfg config) {
+	base := cmp.Or(cfg.StripeAPIBase, "https://api.stripe.com (STRIPE_API_BASE is empty)")
+	if strings.HasPrefix(cfg.StripeSecretKey, "sk_live_") || strings.HasPrefix(cfg.StripeSecretKey, "rk_live_") {
+		logger.Warn("STRIPE_SECRET_KEY is a live-mode key: this worker charges real cards", slog.String("stripe_api_base", base))
+		return
+	}
+	if cfg.StripeAPIBase == "" {
+		logger.Info("charging through Stripe's API in test mode", slog.String("stripe_api_base", base))
+	}
 }
