@@ -18,14 +18,15 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/oncepay/oncepay/internal/localpg"
 	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/migrations"
 )
@@ -152,6 +153,11 @@ func prepare(tb testing.TB) {
 	}
 }
 
+// throwawayPort is where the throwaway cluster listens. It is fixed so that
+// every test binary of one `go test ./...` shares one cluster; it is left
+// running afterwards (stop it with `make pg-stop`).
+const throwawayPort = 55432
+
 func findServer(ctx context.Context) (adminURL, description string, err error) {
 	if u := os.Getenv("TEST_DATABASE_URL"); u != "" {
 		if err := ping(ctx, u); err != nil {
@@ -164,23 +170,14 @@ func findServer(ctx context.Context) (adminURL, description string, err error) {
 	if localErr == nil {
 		return local, "127.0.0.1:5432", nil
 	}
-	u, err := throwawayCluster(ctx)
+	u, err := localpg.Start(ctx, filepath.Join(os.TempDir(), "oncepay-pgtest"), throwawayPort, localpg.Options{})
 	if err != nil {
 		return "", "", fmt.Errorf("127.0.0.1:5432: %v; throwaway cluster: %w", localErr, err)
 	}
 	return u, "throwaway cluster", nil
 }
 
-func ping(ctx context.Context, dbURL string) error {
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dbURL)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(ctx)
-	return conn.Ping(ctx)
-}
+func ping(ctx context.Context, dbURL string) error { return localpg.Ping(ctx, dbURL) }
 
 // ensureTemplate migrates a template database once per schema version. It is
 // built under a temporary name and renamed when complete, so a test binary
