@@ -10,7 +10,7 @@ STATICCHECK_VERSION ?= v0.8.2
 
 export DATABASE_URL STRIPE_SECRET_KEY STRIPE_API_BASE
 
-.PHONY: run up down demo build db migrate test fuzz bench lint pg-stop
+.PHONY: run up down demo chaos build db migrate test fuzz bench lint pg-stop
 
 ## run: the simulator, the worker and the API in the foreground (Ctrl-C stops all three); logs in .run/logs/
 run: build
@@ -27,6 +27,11 @@ down: build
 ## demo: start a throwaway stack and tell the story of a payment retried safely, step by step
 demo: build
 	@bin/demo
+
+## chaos: kill processes, cut the database and fail the provider under load, then check every invariant (CHAOS_DURATION=10m for the long run)
+CHAOS_DURATION ?= 2m
+chaos: build
+	@bin/loadgen -scenario chaos -duration $(CHAOS_DURATION)
 
 ## build: compile the binaries into bin/
 build:

@@ -156,9 +156,7 @@ func shutdown(client *outbox.Client, grace time.Duration, logger *slog.Logger) e
 // periodicJob schedules args every interval, the first run as soon as a
 // process becomes River's leader, so a deploy does not postpone it.
 func periodicJob(interval time.Duration, args river.JobArgs) *river.PeriodicJob {
-	return river.NewPeriodicJob(river.PeriodicInterval(interval),
-		func() (river.JobArgs, *river.InsertOpts) { return args, nil },
-		&river.PeriodicJobOpts{ID: args.Kind(), RunOnStart: true})
+	return outbox.PeriodicJob(interval, args)
 }
 
 // newAdminServer serves /healthz and /readyz with the same timeouts as the

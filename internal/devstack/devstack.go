@@ -51,6 +51,9 @@ type Config struct {
 	// APIAddr and WorkerAdminAddr are the listen addresses. Default to
 	// 127.0.0.1:8080 and 127.0.0.1:8081.
 	APIAddr, WorkerAdminAddr string
+	// MoreAPIAddrs and MoreWorkerAdminAddrs start further API and worker
+	// processes (api-2, worker-2, …) beside the first, sharing the database.
+	MoreAPIAddrs, MoreWorkerAdminAddrs []string
 	// Env holds extra variables for every process (for instance shorter
 	// worker timers for the demo).
 	Env []string
@@ -79,6 +82,8 @@ type Stack struct {
 	DatabaseURL string `json:"database_url"`
 	// APIURL is the API's base URL; SimURL the simulator's, if one runs.
 	APIURL string `json:"api_url"`
+	// APIURLs are every API process's base URLs, APIURL first.
+	APIURLs []string `json:"api_urls"`
 	SimURL string `json:"sim_url,omitempty"`
 	// ClusterDir is the local cluster's directory, if the stack started it.
 	ClusterDir string `json:"cluster_dir,omitempty"`
@@ -90,7 +95,9 @@ type Stack struct {
 
 // Process is one running binary.
 type Process struct {
+	// Name is unique in the stack ("api", "api-2"); Binary is what runs.
 	Name    string   `json:"name"`
+	Binary  string   `json:"binary"`
 	Path    string   `json:"path"`
 	Args    []string `json:"args"`
 	Env     []string `json:"-"`
@@ -118,8 +125,9 @@ func Start(ctx context.Context, cfg Config) (s *Stack, err error) {
 		return nil, err
 	}
 	// Each run's logs start empty; a restarted process appends to its own.
-	for _, name := range []string{"stripesim", "worker", "api"} {
-		if err := os.Remove(filepath.Join(logs, name+".log")); err != nil && !errors.Is(err, os.ErrNotExist) {
+	old, _ := filepath.Glob(filepath.Join(logs, "*.log"))
+	for _, name := range old {
+		if err := os.Remove(name); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return nil, err
 		}
 	}
@@ -127,7 +135,8 @@ func Start(ctx context.Context, cfg Config) (s *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, addr := range []string{cfg.APIAddr, cfg.WorkerAdminAddr, simAddr} {
+	addrs := append([]string{cfg.APIAddr, cfg.WorkerAdminAddr, simAddr}, cfg.MoreAPIAddrs...)
+	for _, addr := range append(addrs, cfg.MoreWorkerAdminAddrs...) {
 		if addr != "" && listening(addr) {
 			return nil, fmt.Errorf("something already listens on %s (a stack started by `make up`? stop it with `make down`)", addr)
 		}
@@ -144,16 +153,23 @@ func Start(ctx context.Context, cfg Config) (s *Stack, err error) {
 	}
 	if simAddr != "" {
 		s.SimURL = "http://" + simAddr
-		err := s.start(&Process{Name: "stripesim", Env: []string{"STRIPESIM_ADDR=" + simAddr}, Ready: s.SimURL + "/_sim/faults"})
+		err := s.start(&Process{Name: "stripesim", Binary: "stripesim", Env: []string{"STRIPESIM_ADDR=" + simAddr}, Ready: s.SimURL + "/_sim/faults"})
 		if err != nil {
 			return nil, err
 		}
 	}
-	if err := s.start(&Process{Name: "worker", Env: []string{"WORKER_ADMIN_ADDR=" + cfg.WorkerAdminAddr}, Ready: "http://" + cfg.WorkerAdminAddr + "/readyz"}); err != nil {
-		return nil, err
+	for i, addr := range append([]string{cfg.WorkerAdminAddr}, cfg.MoreWorkerAdminAddrs...) {
+		err := s.start(&Process{Name: instance("worker", i), Binary: "worker", Env: []string{"WORKER_ADMIN_ADDR=" + addr}, Ready: "http://" + addr + "/readyz"})
+		if err != nil {
+			return nil, err
+		}
 	}
-	if err := s.start(&Process{Name: "api", Args: []string{"serve"}, Env: []string{"LISTEN_ADDR=" + cfg.APIAddr}, Ready: s.APIURL + "/readyz"}); err != nil {
-		return nil, err
+	for i, addr := range append([]string{cfg.APIAddr}, cfg.MoreAPIAddrs...) {
+		err := s.start(&Process{Name: instance("api", i), Binary: "api", Args: []string{"serve"}, Env: []string{"LISTEN_ADDR=" + addr}, Ready: "http://" + addr + "/readyz"})
+		if err != nil {
+			return nil, err
+		}
+		s.APIURLs = append(s.APIURLs, "http://"+addr)
 	}
 	return s, nil
 }
@@ -161,6 +177,14 @@ func Start(ctx context.Context, cfg Config) (s *Stack, err error) {
 // simulatorAddr is the address the simulator must listen on for the
 // worker's STRIPE_API_BASE to reach it, or "" when the base is not a
 // loopback address (Stripe itself, or a simulator run elsewhere).
+// instance names the i-th process of a binary: "api", then "api-2", ….
+func instance(binary string, i int) string {
+	if i == 0 {
+		return binary
+	}
+	return fmt.Sprintf("%s-%d", binary, i+1)
+}
+
 func simulatorAddr(apiBase string) (string, error) {
 	if apiBase == "" {
 		return "", nil
@@ -291,7 +315,7 @@ func (s *Stack) command(name string, args ...string) *exec.Cmd {
 
 // start runs p with its output in its log file and waits until it is ready.
 func (s *Stack) start(p *Process) error {
-	p.Path = filepath.Join(s.cfg.BinDir, p.Name)
+	p.Path = filepath.Join(s.cfg.BinDir, p.Binary)
 	p.LogPath = filepath.Join(s.cfg.StateDir, "logs", p.Name+".log")
 	log, err := os.OpenFile(p.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -383,8 +407,12 @@ func (s *Stack) Restart(name string) error {
 	if p == nil {
 		return fmt.Errorf("no %s process", name)
 	}
+	// One that never became ready is still running: stop it first.
+	if err := p.stop(5 * time.Second); err != nil {
+		return err
+	}
 	s.Processes = removeProcess(s.Processes, p)
-	return s.start(&Process{Name: p.Name, Args: p.Args, Env: p.Env, Ready: p.Ready})
+	return s.start(&Process{Name: p.Name, Binary: p.Binary, Args: p.Args, Env: p.Env, Ready: p.Ready})
 }
 
 func removeProcess(ps []*Process, p *Process) []*Process {
