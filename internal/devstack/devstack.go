@@ -84,7 +84,7 @@ type Stack struct {
 	APIURL string `json:"api_url"`
 	// APIURLs are every API process's base URLs, APIURL first.
 	APIURLs []string `json:"api_urls"`
-	SimURL string `json:"sim_url,omitempty"`
+	SimURL  string   `json:"sim_url,omitempty"`
 	// ClusterDir is the local cluster's directory, if the stack started it.
 	ClusterDir string `json:"cluster_dir,omitempty"`
 	// Processes are in start order.
