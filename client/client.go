@@ -253,7 +253,7 @@ func call[T any](ctx context.Context, c *Client, req request, opts ...CallOption
 			return nil, res, last
 		}
 		if res.Attempts >= c.maxAttempts {
-			return nil, res, fmt.Errorf("oncepay: %s %s: gave up after %d attempts: %w", req.method, req.path, res.Attempts, last)
+			return nil, res, fmt.Errorf("oncepay: %s %s: gave up after %s: %w", req.method, req.path, attempts(res.Attempts), last)
 		}
 		wait := c.backoff.delay(res.Attempts-1, res.RetryAfter)
 		if deadline, ok := ctx.Deadline(); ok && c.now().Add(wait).After(deadline) {
@@ -268,6 +268,13 @@ func call[T any](ctx context.Context, c *Client, req request, opts ...CallOption
 			return nil, res, stopped(req, cmp.Or(ctx.Err(), err), last)
 		}
 	}
+}
+
+func attempts(n int) string {
+	if n == 1 {
+		return "1 attempt"
+	}
+	return strconv.Itoa(n) + " attempts"
 }
 
 func stopped(req request, cause, last error) error {
