@@ -99,8 +99,9 @@ func WithBackoff(base, max time.Duration) Option {
 }
 
 // WithJitter replaces the random draw of the backoff: jitter(limit) must
-// return a duration in [0, limit] (others are clamped to it). For tests,
-// or a seeded source. Defaults to a uniform draw.
+// return a duration in [0, limit] (others are clamped to it), and be safe
+// for concurrent use. For tests, or a seeded source. Defaults to a uniform
+// draw.
 func WithJitter(jitter func(limit time.Duration) time.Duration) Option {
 	return func(c *Client) {
 		if jitter != nil {
@@ -110,8 +111,9 @@ func WithJitter(jitter func(limit time.Duration) time.Duration) Option {
 }
 
 // WithSleep replaces how the client waits between attempts: sleep(ctx, d)
-// must return after d, or with ctx's error as soon as ctx ends. For tests,
-// which record the waits instead of sleeping.
+// must return after d, or with ctx's error as soon as ctx ends, and be safe
+// for concurrent use. For tests, which record the waits instead of
+// sleeping.
 func WithSleep(sleep func(ctx context.Context, d time.Duration) error) Option {
 	return func(c *Client) {
 		if sleep != nil {
@@ -190,8 +192,10 @@ type Result struct {
 	RetryAfter time.Duration
 }
 
-// request is one API operation. Methods of Client describe theirs and
-// hand it to call; a POST gets an idempotency key and retries under it.
+// request is one API operation. Each method of Client describes its own and
+// hands it to call[T], T being the answer's JSON shape: a new endpoint is a
+// request and a type, and gets keys, retries and problem errors as they are.
+// A POST gets an idempotency key and every retry sends it; reads get none.
 type request struct {
 	method string
 	// path is escaped: build it with url.PathEscape on each id.
@@ -228,7 +232,7 @@ func call[T any](ctx context.Context, c *Client, req request, opts ...CallOption
 		ans := c.send(ctx, req, body, res.IdempotencyKey, cfg.wait)
 		res.StatusCode, res.Replayed, res.PreferenceApplied, res.RetryAfter = ans.status, false, "", 0
 		if ans.header != nil {
-			res.Replayed = ans.header.Get("Idempotent-Replayed") == "true"
+			res.Replayed = strings.EqualFold(ans.header.Get("Idempotent-Replayed"), "true")
 			res.PreferenceApplied = ans.header.Get("Preference-Applied")
 			res.RetryAfter = parseRetryAfter(ans.header.Get("Retry-After"), c.now())
 		}

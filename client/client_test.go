@@ -1,7 +1,9 @@
 package client_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"net/http"
 	"regexp"
 	"sync"
@@ -16,7 +18,8 @@ import (
 
 func TestLostAnswerIsReplayedUnderTheSameKey(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	var logs bytes.Buffer
+	b := setup(t, client.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 	b.net.inject(dropAnswer)
 
 	p, res, err := b.client.CreatePayment(b.ctx, visa(2000))
@@ -30,6 +33,10 @@ func TestLostAnswerIsReplayedUnderTheSameKey(t *testing.T) {
 	require.Equal(t, client.PaymentProcessing, p.Status)
 	require.Equal(t, int64(2000), p.Amount)
 	require.Equal(t, map[string]string{"order_id": "A-17"}, p.Metadata)
+
+	require.Contains(t, logs.String(), "idempotency_key="+res.IdempotencyKey, "the retry is logged")
+	require.Contains(t, logs.String(), "connection reset by peer")
+	require.NotContains(t, logs.String(), b.api.Tenant.APIKey, "never the API key")
 }
 
 func TestRetryAfterIsTheFloorOfTheWait(t *testing.T) {
