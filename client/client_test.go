@@ -231,7 +231,8 @@ func TestContextEndsTheRetries(t *testing.T) {
 	})
 	t.Run("AttemptTimeoutIsRetried", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, client.WithAttemptTimeout(100*time.Millisecond))
+		// Long enough for a real request on a loaded machine.
+		b := setup(t, client.WithAttemptTimeout(time.Second))
 		b.net.inject(hang)
 		p, res, err := b.client.CreatePayment(b.ctx, visa(2000))
 		require.NoError(t, err)
