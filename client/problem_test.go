@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -59,5 +60,37 @@ func TestProblemDocuments(t *testing.T) {
 		require.Equal(t, "Bad Gateway", pe.Title)
 		require.Equal(t, "<html>upstream went away</html>", pe.Detail)
 		require.ErrorContains(t, err, "gave up after 1 attempt:")
+	})
+}
+
+func TestConflictsAreRetriedOnlyForTheKeysState(t *testing.T) {
+	t.Parallel()
+	conflict := func(slug string) fault {
+		return respond(http.StatusConflict, "application/problem+json",
+			`{"type":"/docs/problems/`+slug+`","title":"Conflict","status":409}`)
+	}
+
+	t.Run("OutcomeUnknownIsRetried", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		f := conflict(client.ProblemIdempotencyOutcomeUnknown)
+		b.net.inject(func(req *http.Request, forward func(*http.Request) (*http.Response, error)) (*http.Response, error) {
+			resp, err := f(req, forward)
+			resp.Header.Set("Retry-After", "60")
+			return resp, err
+		})
+		p, res, err := b.client.CreatePayment(b.ctx, visa(2000))
+		require.NoError(t, err)
+		require.Equal(t, 2, res.Attempts)
+		require.Equal(t, []time.Duration{time.Minute}, b.waits.recorded())
+		require.Equal(t, []string{p.ID}, b.paymentsWithKey(res.IdempotencyKey))
+	})
+	t.Run("AnotherConflictIsNot", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.net.inject(conflict("something-else"))
+		_, res, err := b.client.CreatePayment(b.ctx, visa(2000))
+		requireProblem(t, err, http.StatusConflict, "something-else")
+		require.Equal(t, 1, res.Attempts)
 	})
 }
