@@ -154,6 +154,7 @@ func TestFinalAnswersAreNotRetried(t *testing.T) {
 
 func TestMaxAttemptsBoundTheRetries(t *testing.T) {
 	t.Parallel()
+	api := setup(t)
 	for name, f := range map[string]fault{
 		"Refused": refuse,
 		"Reset":   dropAnswer,
@@ -166,7 +167,7 @@ func TestMaxAttemptsBoundTheRetries(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			b := setup(t, client.WithAttemptTimeout(50*time.Millisecond))
+			b := api.fork(t, client.WithAttemptTimeout(50*time.Millisecond))
 			b.net.inject(f, f, f, f)
 			_, res, err := b.client.CreatePayment(b.ctx, visa(2000))
 			require.ErrorContains(t, err, "gave up after 3 attempts")
@@ -182,10 +183,11 @@ func TestMaxAttemptsBoundTheRetries(t *testing.T) {
 
 func TestContextEndsTheRetries(t *testing.T) {
 	t.Parallel()
+	api := setup(t)
 
 	t.Run("CancelledDuringTheWait", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := api.fork(t)
 		// The real timer: the client must stop sleeping when the context ends.
 		b.client = client.New(b.api.URL, b.api.Tenant.APIKey, client.WithHTTPClient(&http.Client{Transport: b.net}))
 		ctx, cancel := context.WithCancel(b.ctx)
@@ -204,7 +206,7 @@ func TestContextEndsTheRetries(t *testing.T) {
 	})
 	t.Run("CancelledDuringAnAttempt", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := api.fork(t)
 		ctx, cancel := context.WithCancel(b.ctx)
 		defer cancel()
 		b.net.inject(func(req *http.Request, forward func(*http.Request) (*http.Response, error)) (*http.Response, error) {
@@ -218,7 +220,7 @@ func TestContextEndsTheRetries(t *testing.T) {
 	})
 	t.Run("DeadlineBeforeTheNextAttempt", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := api.fork(t)
 		ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
 		defer cancel()
 		b.net.inject(answer(http.StatusServiceUnavailable, "60"))
@@ -232,7 +234,7 @@ func TestContextEndsTheRetries(t *testing.T) {
 	t.Run("AttemptTimeoutIsRetried", func(t *testing.T) {
 		t.Parallel()
 		// Long enough for a real request on a loaded machine.
-		b := setup(t, client.WithAttemptTimeout(time.Second))
+		b := api.fork(t, client.WithAttemptTimeout(time.Second))
 		b.net.inject(hang)
 		p, res, err := b.client.CreatePayment(b.ctx, visa(2000))
 		require.NoError(t, err)

@@ -23,7 +23,7 @@ func Example() {
 		panic(err)
 	}
 	defer pool.Close()
-	api, stop := apitest.StartExample(pool, "example")
+	api, stop := apitest.StartExample(pool)
 	defer stop()
 
 	c := client.New(api.URL, api.Tenant.APIKey, client.WithMaxAttempts(4))

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncepay/oncepay/client"
@@ -20,14 +19,14 @@ import (
 	"github.com/oncepay/oncepay/internal/pgtest"
 )
 
+// TestMain drops the database the examples share (pgtest.SharedDatabaseURL).
 func TestMain(m *testing.M) {
 	pgtest.Main(m)
 }
 
-// bundle is the real API in-process, on a database shared by the package's
-// tests (each test is a tenant of its own), and a client whose requests go
-// through a fault-injecting transport and whose waits are recorded instead
-// of slept.
+// bundle is the real API in-process on a database of the test's own, and a
+// client whose requests go through a fault-injecting transport and whose
+// waits are recorded instead of slept.
 type bundle struct {
 	t      *testing.T
 	ctx    context.Context
@@ -39,32 +38,29 @@ type bundle struct {
 
 func setup(t *testing.T, opts ...client.Option) *bundle {
 	t.Helper()
-	pool, err := pgxpool.New(context.Background(), pgtest.SharedDatabase(t))
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	return setupOn(t, pool, opts...)
+	pool, _ := pgtest.NewPool(t)
+	b := &bundle{ctx: context.Background(), api: apitest.Start(t, pool)}
+	return b.fork(t, opts...)
 }
 
-func setupOn(t *testing.T, pool *pgxpool.Pool, opts ...client.Option) *bundle {
+// fork is a bundle on the same API and tenant with a client, transport and
+// recorder of its own, for a subtest that injects faults in parallel with
+// its siblings. opts come after the defaults, so they win. The defaults
+// draw no jitter: every wait is the Retry-After floor or zero, so the tests
+// can assert it.
+func (b *bundle) fork(t *testing.T, opts ...client.Option) *bundle {
 	t.Helper()
-	b := &bundle{t: t, ctx: context.Background(), api: apitest.Start(t, pool), waits: &waitRecorder{}}
-	b.net = &faultTransport{next: http.DefaultTransport.(*http.Transport).Clone()}
-	t.Cleanup(b.net.next.(*http.Transport).CloseIdleConnections)
-	b.client = b.newClient(opts...)
-	return b
-}
-
-// newClient is the bundle's client; opts come after the defaults, so they
-// win. The defaults draw no jitter: every wait is the Retry-After floor
-// or zero, so the tests can assert it.
-func (b *bundle) newClient(opts ...client.Option) *client.Client {
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	t.Cleanup(transport.CloseIdleConnections)
+	f := &bundle{t: t, ctx: b.ctx, api: b.api, net: &faultTransport{next: transport}, waits: &waitRecorder{}}
 	defaults := []client.Option{
-		client.WithHTTPClient(&http.Client{Transport: b.net}),
-		client.WithSleep(b.waits.sleep),
+		client.WithHTTPClient(&http.Client{Transport: f.net}),
+		client.WithSleep(f.waits.sleep),
 		client.WithJitter(func(time.Duration) time.Duration { return 0 }),
 		client.WithMaxAttempts(3),
 	}
-	return client.New(b.api.URL, b.api.Tenant.APIKey, append(defaults, opts...)...)
+	f.client = client.New(b.api.URL, b.api.Tenant.APIKey, append(defaults, opts...)...)
+	return f
 }
 
 func (b *bundle) paymentsWithKey(key string) []string {

@@ -65,6 +65,7 @@ func TestProblemDocuments(t *testing.T) {
 
 func TestConflictsAreRetriedOnlyForTheKeysState(t *testing.T) {
 	t.Parallel()
+	api := setup(t)
 	conflict := func(slug string) fault {
 		return respond(http.StatusConflict, "application/problem+json",
 			`{"type":"/docs/problems/`+slug+`","title":"Conflict","status":409}`)
@@ -72,7 +73,7 @@ func TestConflictsAreRetriedOnlyForTheKeysState(t *testing.T) {
 
 	t.Run("OutcomeUnknownIsRetried", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := api.fork(t)
 		f := conflict(client.ProblemIdempotencyOutcomeUnknown)
 		b.net.inject(func(req *http.Request, forward func(*http.Request) (*http.Response, error)) (*http.Response, error) {
 			resp, err := f(req, forward)
@@ -87,7 +88,7 @@ func TestConflictsAreRetriedOnlyForTheKeysState(t *testing.T) {
 	})
 	t.Run("AnotherConflictIsNot", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := api.fork(t)
 		b.net.inject(conflict("something-else"))
 		_, res, err := b.client.CreatePayment(b.ctx, visa(2000))
 		requireProblem(t, err, http.StatusConflict, "something-else")

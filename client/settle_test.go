@@ -15,18 +15,16 @@ import (
 	"github.com/oncepay/oncepay/client"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
-	"github.com/oncepay/oncepay/internal/pgtest"
 	"github.com/oncepay/oncepay/internal/provider"
 	"github.com/oncepay/oncepay/internal/stripesim"
 )
 
 // setupCharging is setup with the charge worker running against the Stripe
-// simulator, on a database of the test's own (a worker works every job in
-// its database), so payments settle.
+// simulator, so payments settle.
 func setupCharging(t *testing.T, opts ...client.Option) *bundle {
 	t.Helper()
-	pool, _ := pgtest.NewPool(t)
-	b := setupOn(t, pool, opts...)
+	b := setup(t, opts...)
+	pool := b.api.Pool
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	sim := httptest.NewServer(stripesim.New(stripesim.Config{Logger: logger}))
 	t.Cleanup(sim.Close)

@@ -1,6 +1,7 @@
 package apitest
 
 import (
+	"crypto/rand"
 	"fmt"
 	"slices"
 	"testing"
@@ -10,9 +11,10 @@ import (
 
 // StartExample is Start for examples, which have no testing.TB: it panics
 // where Start would fail a test, and returns a function that stops the
-// server (Start's cleanups), to be deferred.
-func StartExample(pool *pgxpool.Pool, name string) (*Server, func()) {
-	tb := &exampleTB{name: name}
+// server (Start's cleanups), to be deferred. The tenant's name is random:
+// examples share a database, and may run more than once (-count).
+func StartExample(pool *pgxpool.Pool) (*Server, func()) {
+	tb := &exampleTB{name: "example-" + rand.Text()}
 	srv := Start(tb, pool)
 	return srv, func() {
 		for _, f := range slices.Backward(tb.cleanups) {
