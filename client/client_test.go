@@ -276,6 +276,11 @@ func TestConcurrentCallsWithOneKeyCreateOnePayment(t *testing.T) {
 			fresh++
 		}
 	}
+	statuses := map[int]int{}
+	for _, s := range b.net.reached() {
+		statuses[s]++
+	}
+	t.Logf("%d callers; answers by status: %v", callers, statuses)
 	require.Len(t, ids, 1, "every caller got the same payment")
 	require.Equal(t, 1, fresh, "one caller created it, the others got it replayed")
 	for id := range ids {
