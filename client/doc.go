@@ -15,7 +15,8 @@
 //
 //   - a transport error: the connection refused or reset, the answer cut
 //     off, one attempt timing out (WithAttemptTimeout). The request may have
-//     been processed; the key makes the retry return that result;
+//     been processed; the key makes the retry return that result. A server
+//     certificate the client does not trust is not retried;
 //   - 409 idempotency-key-in-use (a request with the key is still running)
 //     and 409 idempotency-outcome-unknown (its outcome is being reconciled);
 //   - 429 and 503 (including idempotency-retry-needed);
@@ -26,7 +27,9 @@
 //
 // Nothing else is retried: every other 4xx (400 invalid, 401, 402 declined,
 // 404, 415, 422 key reused with another request or expired) is the final
-// answer to that request, and sending it again cannot change it.
+// answer to that request, and sending it again cannot change it. After a 400
+// nothing was stored under the key: send the corrected request with the same
+// key (WithIdempotencyKey(res.IdempotencyKey)).
 //
 // # How long it waits
 //
