@@ -133,6 +133,12 @@ func TestFinalAnswersAreNotRetried(t *testing.T) {
 			fields[f.Field] = f.Detail != ""
 		}
 		require.Equal(t, map[string]bool{"amount": true, "currency": true}, fields)
+
+		// Nothing was stored under the key: the corrected request runs.
+		p, res, err := b.client.CreatePayment(b.ctx, visa(2000), client.WithIdempotencyKey(res.IdempotencyKey))
+		require.NoError(t, err)
+		require.False(t, res.Replayed)
+		require.Equal(t, []string{p.ID}, b.paymentsWithKey(res.IdempotencyKey))
 	})
 	t.Run("BadAPIKeyIs401", func(t *testing.T) {
 		before := len(b.net.reached())
