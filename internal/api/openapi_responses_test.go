@@ -3,10 +3,13 @@ package api_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +21,7 @@ import (
 	apispec "github.com/oncepay/oncepay/api"
 	"github.com/oncepay/oncepay/internal/api"
 	"github.com/oncepay/oncepay/internal/apitest"
+	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
@@ -78,10 +82,14 @@ func (c *specClient) send(valid bool, want int, method, path, body string, heade
 	require.NoError(c.t, err)
 	r := specResponse{status: resp.StatusCode, header: resp.Header, body: data, valid: ex.requestErr}
 	require.Equal(c.t, want, r.status, "%s %s: %s", method, path, data)
+	shown := body
+	if len(shown) > 300 {
+		shown = shown[:300] + "…"
+	}
 	if valid {
-		require.NoError(c.t, ex.requestErr, "%s %s follows api/openapi.yaml", method, path)
+		require.NoError(c.t, ex.requestErr, "%s %s %s follows api/openapi.yaml", method, path, shown)
 	} else {
-		require.Error(c.t, ex.requestErr, "%s %s breaks api/openapi.yaml", method, path)
+		require.Error(c.t, ex.requestErr, "%s %s %s breaks api/openapi.yaml", method, path, shown)
 	}
 	return r
 }
@@ -129,6 +137,52 @@ func TestOpenAPIResponses(t *testing.T) {
 	c.pay(true, http.StatusAccepted, newKey(), full)
 	nulls := `{"amount": 99999999, "currency": "eur", "payment_method": "pm_card_visa", "customer": null, "description": "", "metadata": {}}`
 	c.pay(true, http.StatusAccepted, newKey(), nulls)
+
+	// The request body schema draws the line where validate.go does: each
+	// body on either side of one rule is judged alike by both.
+	long := func(n int, s string) string { return `"` + strings.Repeat(s, n) + `"` }
+	metadata := func(n, keyLen, valueLen int) string {
+		m := map[string]string{}
+		for i := range n {
+			m[fmt.Sprintf("%0*d", keyLen, i)] = strings.Repeat("v", valueLen)
+		}
+		b, err := json.Marshal(m)
+		require.NoError(t, err)
+		return string(b)
+	}
+	for _, rule := range []struct {
+		field string
+		ok    []string
+		bad   []string
+	}{
+		{"amount", []string{"1", "99999999", "2000.0", "2e3"}, []string{"", "null", "0", "100000000", "20.5", `"2000"`}},
+		{"currency", []string{`"jpy"`}, []string{"", `"USD"`, `"xxx"`, "1"}},
+		{"payment_method", []string{`"pm_card_visa"`, long(255, "p")}, []string{"", `""`, `"pm card"`, `"pm_é"`, long(256, "p")}},
+		{"customer", []string{`""`, "null", `"cus_1"`, long(255, "c")}, []string{`"cus 1"`, "7", long(256, "c")}},
+		{"description", []string{`""`, "null", `"<b>"`, long(1000, "é")}, []string{long(1001, "d"), `"a\u0000b"`, "true"}},
+		{"metadata", []string{"null", "{}", metadata(20, 40, 500)}, []string{metadata(21, 1, 1), metadata(1, 41, 1), metadata(1, 1, 501),
+			`{"[k]": "v"}`, `{"": "v"}`, `{"k": 1}`, `{"k": "a\u0000b"}`, `"k=v"`}},
+		{"extra", []string{""}, []string{"1", "null"}},
+	} {
+		body := func(raw string) string {
+			members := map[string]string{"amount": "2000", "currency": `"usd"`, "payment_method": `"pm_card_visa"`}
+			members[rule.field] = raw
+			var parts []string
+			for _, name := range slices.Sorted(maps.Keys(members)) {
+				if members[name] != "" {
+					parts = append(parts, fmt.Sprintf("%q: %s", name, members[name]))
+				}
+			}
+			return "{" + strings.Join(parts, ", ") + "}"
+		}
+		for _, raw := range rule.ok {
+			c.pay(true, http.StatusAccepted, newKey(), body(raw))
+		}
+		for _, raw := range rule.bad {
+			errs := requireSpecProblem(t, c.pay(false, http.StatusBadRequest, newKey(), body(raw)), problem.InvalidRequest)["errors"]
+			require.Contains(t, fmt.Sprint(errs), rule.field, "%s: %s", rule.field, raw)
+		}
+	}
 
 	requireSpecProblem(t, c.pay(true, http.StatusUnprocessableEntity, key, strings.Replace(visa2000, "2000", "2001", 1)), problem.IdempotencyKeyMismatch)
 	requireSpecProblem(t, c.pay(false, http.StatusBadRequest, "", visa2000), problem.MissingIdempotencyKey)
@@ -188,7 +242,7 @@ func TestOpenAPIResponses(t *testing.T) {
 		requireSpecProblem(t, c.send(false, http.StatusBadRequest, http.MethodGet, "/v1/payments?"+query, ""), problem.InvalidRequest)
 	}
 	requireSpecProblem(t, c.send(false, http.StatusBadRequest, http.MethodGet, "/v1/payments/"+paymentID+"?expand=x", ""), problem.InvalidRequest)
-	requireSpecProblem(t, c.send(true, http.StatusNotFound, http.MethodGet, "/v1/payments/"+strings.Replace(paymentID, paymentID[5:9], "0000", 1), ""), problem.NotFound)
+	requireSpecProblem(t, c.send(true, http.StatusNotFound, http.MethodGet, "/v1/payments/"+id.New("pay"), ""), problem.NotFound)
 	requireSpecProblem(t, c.send(true, http.StatusNotFound, http.MethodGet, "/v1/payments/nope", ""), problem.NotFound)
 	requireSpecProblem(t, c.send(false, http.StatusUnauthorized, http.MethodGet, "/v1/payments", "", "Authorization", ""), problem.Unauthorized)
 

@@ -232,8 +232,12 @@ func (c *checker) RoundTrip(req *http.Request) (*http.Response, error) {
 
 	ex, respErrs := c.spec.check(req, reqBody, resp, respBody)
 	for _, err := range respErrs {
+		shown := respBody
+		if len(shown) > 2000 {
+			shown = append(shown[:2000:2000], "…"...)
+		}
 		c.t.Errorf("%s %s answered %d, which api/openapi.yaml does not describe: %v\nheaders: %v\nbody: %s",
-			req.Method, req.URL.RequestURI(), resp.StatusCode, err, resp.Header, respBody)
+			req.Method, req.URL.RequestURI(), resp.StatusCode, err, resp.Header, shown)
 	}
 	c.mu.Lock()
 	c.seen[ex.operation] = true
