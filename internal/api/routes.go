@@ -13,6 +13,7 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	apispec "github.com/oncepay/oncepay/api"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/problem"
@@ -59,6 +60,7 @@ func NewHandler(d Deps) http.Handler {
 	r.Get("/docs/idempotency", handleIdempotencyDoc(d.Keys.Config()))
 	r.Get(problem.DocsPath, handleProblemIndex)
 	r.Get(problem.DocsPath+"/{slug}", handleProblemDoc)
+	r.Get(OpenAPIPath, handleOpenAPI(apispec.OpenAPI()))
 
 	r.Route("/v1", func(r chi.Router) {
 		r.Use(tenant.Middleware(d.Pool, d.Logger, cmp.Or(d.DBTimeout, 5*time.Second)))
