@@ -73,7 +73,7 @@ func (e *event) json() *eventJSON {
 		ID: e.id, Object: "event", APIVersion: nullable(e.apiVersion), Created: e.created,
 		Data: eventDataJSON{Object: e.object}, PendingWebhooks: e.pendingWebhooks,
 		Request: &eventRequestJSON{ID: nullable(e.requestID), IdempotencyKey: nullable(e.idempotencyKey)},
-		Type: e.typ,
+		Type:    e.typ,
 	}
 }
 
