@@ -440,5 +440,3 @@ func mustOpen(t *testing.T, b *bundle) []ledger.Finding {
 	require.NoError(t, err)
 	return f
 }
-
-
