@@ -49,10 +49,11 @@ func (RecoverWebhookEventsArgs) InsertOpts() river.InsertOpts {
 	}
 }
 
-// RecoverWebhookEventsPeriodicJob schedules the recovery every interval,
-// the first run as soon as a process becomes River's leader.
+// RecoverWebhookEventsPeriodicJob schedules the recovery every interval.
+// Unlike the lifecycle jobs it does not run at start: it is the backstop
+// of deliveries, and a deploy delays it by one interval at most.
 func RecoverWebhookEventsPeriodicJob(interval time.Duration) *river.PeriodicJob {
 	return river.NewPeriodicJob(river.PeriodicInterval(interval),
 		func() (river.JobArgs, *river.InsertOpts) { return RecoverWebhookEventsArgs{}, nil },
-		&river.PeriodicJobOpts{ID: RecoverWebhookEventsArgs{}.Kind(), RunOnStart: true})
+		&river.PeriodicJobOpts{ID: RecoverWebhookEventsArgs{}.Kind()})
 }

@@ -40,6 +40,8 @@ type options struct {
 	// pollInterval is the charge worker's; long makes only events settle a
 	// pending intent.
 	pollInterval time.Duration
+	// recoverEvery schedules the recovery job; zero leaves it to the test.
+	recoverEvery time.Duration
 }
 
 // bundle is the whole system: the API with its webhook endpoint, the
@@ -92,8 +94,12 @@ func setup(t *testing.T, opts options) *bundle {
 	river.AddWorker(workers, &webhooks.ProcessWorker{Processor: webhooks.NewProcessor(pool, keys, pc, logger, webhooks.ProcessorConfig{})})
 	recoverer := webhooks.NewRecoverer(pool, pc, logger, webhooks.RecoverConfig{})
 	river.AddWorker(workers, &webhooks.RecoverWorker{Recoverer: recoverer})
+	var periodic []*river.PeriodicJob
+	if opts.recoverEvery > 0 {
+		periodic = append(periodic, outbox.RecoverWebhookEventsPeriodicJob(opts.recoverEvery))
+	}
 	client, err := outbox.NewWorkerClient(pool, outbox.WorkerConfig{
-		Workers: workers, Retry: outbox.RetryPolicy{Base: 20 * time.Millisecond, Max: 200 * time.Millisecond},
+		Workers: workers, PeriodicJobs: periodic, Retry: outbox.RetryPolicy{Base: 20 * time.Millisecond, Max: 200 * time.Millisecond},
 		FetchPollInterval: 50 * time.Millisecond, Logger: logger,
 	})
 	require.NoError(t, err)
@@ -227,6 +233,8 @@ func (b *bundle) intentOf(t *testing.T, paymentID string) string {
 	return intents[0].ID
 }
 
+// The endpoint sits outside the tenant-authenticated /v1 group: these
+// requests carry no API key and are answered 400, not 401.
 func TestSignature(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{})
@@ -405,6 +413,21 @@ func TestDroppedWebhookRecovered(t *testing.T) {
 	again, err := b.recoverer.Run(ctx, b.jobs)
 	require.NoError(t, err)
 	require.Zero(t, again.Listed, "the next run starts after the newest event listed")
+}
+
+// The same, end to end: the periodic job finds the event.
+func TestRecoveryRunsPeriodically(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{recoverEvery: 200 * time.Millisecond})
+	ctx := context.Background()
+	require.NoError(t, b.admin.InjectWebhookFault(ctx, stripesim.WebhookFault{Mode: stripesim.WebhookDrop, Type: "payment_intent.succeeded"}))
+	res := b.api.Pay(t, "key-periodic-0001", "pm_card_visa", "Prefer", "wait=10")
+	require.Equal(t, http.StatusCreated, res.Status, res.Raw)
+	intentID := b.intentOf(t, res.PaymentID())
+	require.Eventually(t, func() bool {
+		return b.count(t, `SELECT count(*) FROM webhook_events WHERE type = 'payment_intent.succeeded' AND object_id = $1
+			AND source = 'recovery' AND processed_at IS NOT NULL`, intentID) == 1
+	}, 10*time.Second, 20*time.Millisecond)
 }
 
 // A 3-D Secure payment completed at the simulator settles through its
