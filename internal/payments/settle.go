@@ -179,3 +179,16 @@ func paymentOfIntent(ctx context.Context, db Querier, intentID string) (Payment,
 	rows, err := db.Query(ctx, `SELECT `+paymentColumns+` FROM payments WHERE provider_payment_intent_id = $1`, intentID)
 	return collectPayment(rows, err, "find payment of intent")
 }
+
+// nextActionOf is what a customer must do for an intent that requires
+// action.
+func nextActionOf(in *provider.Intent) *NextAction {
+	next := &NextAction{Type: "use_stripe_sdk", ClientSecret: in.ClientSecret}
+	if in.NextAction != nil {
+		next.Type = in.NextAction.Type
+		if in.NextAction.RedirectURL != "" {
+			next.RedirectToURL = &in.NextAction.RedirectURL
+		}
+	}
+	return next
+}

@@ -91,6 +91,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, r, h.Logger, err)
 		return
 	}
+	ev.Payload = payload // the record keeps what was signed
 	ctx, cancel := context.WithTimeout(r.Context(), cmp.Or(h.Timeout, 5*time.Second))
 	defer cancel()
 	stored, err := Ingest(ctx, h.Pool, h.Jobs, ev, SourceWebhook)

@@ -55,13 +55,33 @@ type bundle struct {
 	admin     stripesim.AdminClient
 	jobs      *outbox.Outbox
 	recoverer *webhooks.Recoverer
+	logs      *logBuffer
+}
+
+// logBuffer keeps every log line of the system under test.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
 }
 
 func setup(t *testing.T, opts options) *bundle {
 	t.Helper()
 	ctx := context.Background()
 	pool, _ := pgtest.NewPool(t)
-	logger := slog.New(slog.DiscardHandler)
+	logs := &logBuffer{}
+	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	keys := idempotency.NewStore(idempotency.Config{})
 	inserter, err := outbox.NewInsertOnly(pool, logger)
 	require.NoError(t, err)
@@ -115,7 +135,7 @@ func setup(t *testing.T, opts options) *bundle {
 		api:     &apitest.Server{URL: apiSrv.URL, Keys: keys, Pool: pool, Tenant: created},
 		hookURL: hookURL, simURL: simSrv.URL,
 		admin: stripesim.AdminClient{BaseURL: simSrv.URL},
-		jobs:  jobs, recoverer: recoverer,
+		jobs:  jobs, recoverer: recoverer, logs: logs,
 	}
 }
 
@@ -443,6 +463,16 @@ func TestOutOfOrderAndDuplicatesSettleTheSameState(t *testing.T) {
 	res := b.api.Pay(t, "key-three-d-s-001", "pm_card_authenticationRequired")
 	require.Equal(t, http.StatusAccepted, res.Status, res.Raw)
 	p := b.waitStatus(t, res.PaymentID(), payments.StatusRequiresAction)
+	// The tenant sees what its customer must do, with the intent's client
+	// secret.
+	var intent struct {
+		ClientSecret string `json:"client_secret"`
+	}
+	require.NoError(t, json.Unmarshal(b.simGet(t, "/v1/payment_intents/"+*p.ProviderPaymentIntentID), &intent))
+	require.NotEmpty(t, intent.ClientSecret)
+	shown := b.api.Get(t, "/v1/payments/"+p.ID)
+	require.Equal(t, map[string]any{"type": "use_stripe_sdk", "redirect_to_url": nil, "client_secret": intent.ClientSecret},
+		shown.Body["next_action"], shown.Raw)
 	require.NoError(t, b.admin.ResolveIntent(ctx, *p.ProviderPaymentIntentID, "succeeded"))
 
 	b.waitStatus(t, p.ID, payments.StatusSucceeded)
@@ -455,6 +485,10 @@ func TestOutOfOrderAndDuplicatesSettleTheSameState(t *testing.T) {
 	replay := b.api.Pay(t, "key-three-d-s-001", "pm_card_authenticationRequired")
 	require.Equal(t, http.StatusCreated, replay.Status, replay.Raw)
 	require.Empty(t, mustOpen(t, b), "no findings")
+	require.NotContains(t, replay.Raw, "next_action", "only a payment waiting on the customer shows one")
+	require.NotContains(t, b.api.Get(t, "/v1/payments/"+p.ID).Raw, intent.ClientSecret)
+	require.Contains(t, b.logs.String(), p.ID, "the logs were captured")
+	require.NotContains(t, b.logs.String(), intent.ClientSecret, "the client secret is never logged")
 }
 
 func mustOpen(t *testing.T, b *bundle) []ledger.Finding {
