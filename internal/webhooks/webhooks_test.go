@@ -315,6 +315,21 @@ func TestAPIVersion(t *testing.T) {
 	}
 }
 
+// Types without a handler (refund events until refunds are recorded, and
+// anything else) are stored, acknowledged and marked processed.
+func TestUnhandledTypesAreStoredAndIgnored(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	for _, typ := range []string{"charge.refunded", "refund.updated", "customer.created"} {
+		payload := fakeEvent(typ, stripe.APIVersion, "obj_"+typ)
+		status, body := b.deliver(t, payload, sign(payload, secret, time.Now()))
+		require.Equal(t, http.StatusOK, status, "%s: %s", typ, body)
+	}
+	require.Eventually(t, func() bool {
+		return b.count(t, `SELECT count(*) FROM webhook_events WHERE result = 'ignored' AND processed_at IS NOT NULL`) == 3
+	}, 10*time.Second, 20*time.Millisecond)
+}
+
 // A payment stuck in requires_reconciliation after a 500 answered after
 // the charge committed is settled by its webhook; no reconciler runs.
 func TestStoredServerErrorSettledByWebhook(t *testing.T) {
