@@ -113,7 +113,10 @@ func newSender() *sender {
 // them to end. The simulator still answers requests afterwards, but sends
 // no more webhooks.
 func (s *Server) Close() {
+	// Under the lock, so no dispatch starts a delivery after the stop.
+	s.mu.Lock()
 	s.send.stop()
+	s.mu.Unlock()
 	s.send.wg.Wait()
 }
 
