@@ -2,6 +2,7 @@ package webhooks
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -42,7 +43,7 @@ func Ingest(ctx context.Context, pool *pgxpool.Pool, jobs Inserter, ev provider.
 			INSERT INTO webhook_events (id, type, api_version, object_id, created, payload, source)
 			VALUES ($1, $2, nullif($3, ''), nullif($4, ''), $5, $6, $7)
 			ON CONFLICT (id) DO NOTHING`,
-			ev.ID, ev.Type, ev.APIVersion, ev.ObjectID, ev.Created, []byte(ev.Payload), source)
+			ev.ID, ev.Type, ev.APIVersion, ev.ObjectID, ev.Created, redacted(ev.Payload), source)
 		if err != nil {
 			return fmt.Errorf("store event %s: %w", ev.ID, err)
 		}
@@ -53,6 +54,27 @@ func Ingest(ctx context.Context, pool *pgxpool.Pool, jobs Inserter, ev provider.
 		return err
 	})
 	return stored, err
+}
+
+// redacted is an event's payload without the intent's client secret, a
+// credential the record does not need. A payload that is not an object is
+// kept as it is.
+func redacted(payload []byte) []byte {
+	var ev map[string]any
+	if json.Unmarshal(payload, &ev) != nil {
+		return payload
+	}
+	data, _ := ev["data"].(map[string]any)
+	obj, _ := data["object"].(map[string]any)
+	if _, ok := obj["client_secret"]; !ok {
+		return payload
+	}
+	obj["client_secret"] = "[redacted]"
+	out, err := json.Marshal(ev)
+	if err != nil {
+		return payload
+	}
+	return out
 }
 
 // storedEvent is an event as stored.

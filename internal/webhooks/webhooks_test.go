@@ -504,6 +504,9 @@ func TestOutOfOrderAndDuplicatesSettleTheSameState(t *testing.T) {
 	require.NotContains(t, b.api.Get(t, "/v1/payments/"+p.ID).Raw, intent.ClientSecret)
 	require.Contains(t, b.logs.String(), p.ID, "the logs were captured")
 	require.NotContains(t, b.logs.String(), intent.ClientSecret, "the client secret is never logged")
+	require.Zero(t, b.count(t, `SELECT count(*) FROM webhook_events WHERE payload::text LIKE '%' || $1 || '%'`, intent.ClientSecret),
+		"nor kept in the events' record")
+	require.Positive(t, b.count(t, `SELECT count(*) FROM webhook_events WHERE payload->'data'->'object'->>'client_secret' = '[redacted]'`))
 }
 
 func mustOpen(t *testing.T, b *bundle) []ledger.Finding {
