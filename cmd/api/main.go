@@ -32,6 +32,7 @@ import (
 	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/serve"
 	"github.com/oncepay/oncepay/internal/tenant"
+	"github.com/oncepay/oncepay/internal/webhooks"
 )
 
 func main() {
@@ -116,7 +117,12 @@ func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.
 		Payments:  &payments.Service{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger, ReadTimeout: cfg.RequestDBTimeout},
 		Logger:    logger,
 		DBTimeout: cfg.RequestDBTimeout,
+		Webhooks: &webhooks.Handler{Pool: pool, Jobs: outbox.New(jobs), Logger: logger, Secret: cfg.StripeWebhookSecret,
+			Timeout: cfg.RequestDBTimeout},
 	})
+	if cfg.StripeWebhookSecret == "" {
+		logger.WarnContext(ctx, "STRIPE_WEBHOOK_SECRET is unset: POST /v1/webhooks/stripe answers 503 and the provider's events wait")
+	}
 
 	ln, err := net.Listen("tcp", cfg.ListenAddr)
 	if err != nil {

@@ -55,6 +55,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		MaxHold:              cfg.MaxHold,
 		ProcessingRetrievals: cfg.ProcessingRetrievals,
 		SearchIndexDelay:     cfg.SearchIndexDelay,
+		WebhookURL:           cfg.WebhookURL,
+		WebhookSecret:        cfg.WebhookSecret,
+		WebhookRetryBase:     cfg.WebhookRetryBase,
 	}
 	if cfg.SearchIndexDelay == 0 {
 		simCfg.SearchIndexDelay = -1 // the library's zero means its default
@@ -72,8 +75,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	// instead of keeping Shutdown waiting for MaxHold.
 	reqCtx, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelRequests()
+	sim := stripesim.New(simCfg)
+	defer sim.Close() // after the server has drained: no more events come
 	srv := &http.Server{
-		Handler:     stripesim.New(simCfg),
+		Handler:     sim,
 		BaseContext: func(net.Listener) context.Context { return reqCtx },
 	}
 	srv.RegisterOnShutdown(cancelRequests)

@@ -1,7 +1,8 @@
 // Command worker charges accepted payments: it runs River's workers for the
 // charge_payment jobs the API inserts, calling the provider through
-// stripe-go, runs the periodic lifecycle jobs (reconciler, sweeper, key
-// reaper), and
+// stripe-go, processes the provider's events the API stores, runs the
+// periodic lifecycle jobs (reconciler, sweeper, key reaper, webhook
+// recovery), and
 // serves /healthz and /readyz on WORKER_ADMIN_ADDR.
 package main
 
@@ -30,6 +31,7 @@ import (
 	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/provider"
 	"github.com/oncepay/oncepay/internal/serve"
+	"github.com/oncepay/oncepay/internal/webhooks"
 )
 
 func main() {
@@ -89,7 +91,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err := river.AddWorkerSafely(workers, &outbox.ReapKeysWorker{Store: keys, DB: pool, Logger: logger}); err != nil {
 		return fmt.Errorf("register key reaper: %w", err)
 	}
+	processor := webhooks.NewProcessor(pool, keys, providerClient, logger, webhooks.ProcessorConfig{CallTimeout: chargeCfg.ProviderCallTimeout()})
+	if err := river.AddWorkerSafely(workers, &webhooks.ProcessWorker{Processor: processor}); err != nil {
+		return fmt.Errorf("register webhook event processor: %w", err)
+	}
+	recoverer := webhooks.NewRecoverer(pool, providerClient, logger, webhooks.RecoverConfig{Lookback: cfg.WebhookRecoverLookback})
+	if err := river.AddWorkerSafely(workers, &webhooks.RecoverWorker{Recoverer: recoverer}); err != nil {
+		return fmt.Errorf("register webhook recovery: %w", err)
+	}
 	periodic := []*river.PeriodicJob{
+		outbox.RecoverWebhookEventsPeriodicJob(cfg.WebhookRecoverInterval),
 		outbox.ReapKeysPeriodicJob(cfg.ReapInterval),
 		periodicJob(cfg.ReconcileInterval, payments.ReconcilePaymentsArgs{}),
 		periodicJob(cfg.SweepInterval, payments.SweepPaymentsArgs{}),

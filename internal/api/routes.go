@@ -29,6 +29,8 @@ type Deps struct {
 	Logger   *slog.Logger
 	// DBTimeout bounds the database work of authentication. Defaults to 5s.
 	DBTimeout time.Duration
+	// Webhooks serves the provider's events, if set.
+	Webhooks http.Handler
 }
 
 // NewHandler returns the API's handler.
@@ -62,6 +64,11 @@ func NewHandler(d Deps) http.Handler {
 	r.Get(problem.DocsPath+"/{slug}", handleProblemDoc)
 	r.Get(OpenAPIPath, handleOpenAPI(apispec.OpenAPI()))
 
+	if d.Webhooks != nil {
+		// Authenticated by its signature, not by a tenant's API key: outside
+		// the /v1 group and its tenant middleware.
+		r.Method(http.MethodPost, "/v1/webhooks/stripe", d.Webhooks)
+	}
 	r.Route("/v1", func(r chi.Router) {
 		r.Use(tenant.Middleware(d.Pool, d.Logger, cmp.Or(d.DBTimeout, 5*time.Second)))
 		r.Method(http.MethodPost, "/payments", d.Payments.HandleCreate())

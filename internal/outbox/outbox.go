@@ -21,7 +21,7 @@ import (
 const QueuePayments = "payments"
 
 // QueueMaintenance is the queue of the periodic lifecycle jobs (sweeper,
-// reconciler, key reaper), kept apart so they never wait behind charges.
+// reconciler, key reaper, webhook recovery), kept apart so they never wait behind charges.
 // Each kind is unique while live, so no job competes with itself.
 const QueueMaintenance = "maintenance"
 

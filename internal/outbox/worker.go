@@ -55,8 +55,8 @@ func NewWorkerClient(pool *pgxpool.Pool, cfg WorkerConfig) (*Client, error) {
 		Queues: map[string]river.QueueConfig{
 			QueuePayments: {MaxWorkers: cmp.Or(cfg.Concurrency, 10)},
 			// One slot per periodic job kind, so a long reconciliation run
-			// never holds up the sweeper or the reaper.
-			QueueMaintenance:   {MaxWorkers: 3},
+			// never holds up the sweeper, the reaper or the webhook recovery.
+			QueueMaintenance:   {MaxWorkers: 4},
 			river.QueueDefault: {MaxWorkers: 2},
 		},
 		Workers:              cfg.Workers,
