@@ -58,6 +58,11 @@ type config struct {
 	// HTTPIdleTimeout (HTTP_IDLE_TIMEOUT) closes a keep-alive connection
 	// idle for this long. Defaults to 2m.
 	HTTPIdleTimeout time.Duration
+	// StripeWebhookSecret (STRIPE_WEBHOOK_SECRET) is the signing secret
+	// (whsec_…) of the webhook endpoint POST /v1/webhooks/stripe. Empty
+	// leaves the endpoint answering 503, so the provider keeps retrying its
+	// events until one is set.
+	StripeWebhookSecret string
 	// LogLevel (LOG_LEVEL) is debug, info, warn or error. Defaults to info.
 	LogLevel string
 }
@@ -84,6 +89,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		HTTPReadTimeout:               env.Duration("HTTP_READ_TIMEOUT", serve.DefaultReadTimeout, 100*time.Millisecond, 10*time.Minute),
 		HTTPWriteTimeout:              env.Duration("HTTP_WRITE_TIMEOUT", serve.DefaultWriteTimeout, 100*time.Millisecond, 30*time.Minute),
 		HTTPIdleTimeout:               env.Duration("HTTP_IDLE_TIMEOUT", serve.DefaultIdleTimeout, 100*time.Millisecond, time.Hour),
+		StripeWebhookSecret:           env.String("STRIPE_WEBHOOK_SECRET", ""),
 		LogLevel:                      env.OneOf("LOG_LEVEL", "info", "debug", "info", "warn", "error"),
 	}
 	// The longest answer: authentication and the transaction (each bounded

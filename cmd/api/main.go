@@ -3,12 +3,14 @@
 //	api [serve]              serve HTTP on LISTEN_ADDR
 //	api migrate              apply all migrations (River's and oncepay's) and exit
 //	api tenants create NAME  create a tenant and print its API key once, as JSON
+//	api tenants ensure NAME  the same, or a new key for an existing tenant
+//
+// "api --help" and "api COMMAND --help" describe each command.
 package main
 
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,12 +18,14 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncepay/oncepay/internal/api"
+	"github.com/oncepay/oncepay/internal/envconfig"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
@@ -29,6 +33,7 @@ import (
 	"github.com/oncepay/oncepay/internal/refunds"
 	"github.com/oncepay/oncepay/internal/serve"
 	"github.com/oncepay/oncepay/internal/tenant"
+	"github.com/oncepay/oncepay/internal/webhooks"
 )
 
 func main() {
@@ -40,9 +45,16 @@ func main() {
 	}
 }
 
-const usage = "usage: api [serve] | api migrate | api tenants create NAME"
-
 func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	cmd, err := parseCommand(args)
+	if err != nil {
+		return err
+	}
+	if cmd.name == "help" {
+		_, err := fmt.Fprintf(stdout, "%s\n\nEnvironment variables read (the README's configuration table describes each):\n  %s\n",
+			cmd.help, strings.Join(envconfig.Names(loadConfig), "\n  "))
+		return err
+	}
 	cfg, err := loadConfig(getenv)
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
@@ -57,20 +69,23 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	defer pool.Close()
 
-	cmd := args[1:]
-	switch {
-	case len(cmd) == 0 || (len(cmd) == 1 && cmd[0] == "serve"):
+	switch cmd.name {
+	case "serve":
 		return serveAPI(ctx, cfg, pool, logger)
-	case len(cmd) == 1 && cmd[0] == "migrate":
+	case "migrate":
 		return postgres.Migrate(ctx, pool, logger)
-	case len(cmd) == 3 && cmd[0] == "tenants" && cmd[1] == "create":
-		created, err := tenant.Create(ctx, pool, cmd[2])
+	case "tenants create", "tenants ensure":
+		create := tenant.Create
+		if cmd.name == "tenants ensure" {
+			create = tenant.Ensure
+		}
+		created, err := create(ctx, pool, cmd.tenant)
 		if err != nil {
-			return fmt.Errorf("create tenant: %w", err)
+			return fmt.Errorf("%s: %w", cmd.name, err)
 		}
 		return json.NewEncoder(stdout).Encode(created)
 	default:
-		return errors.New(usage)
+		return fmt.Errorf("command %q has no implementation", cmd.name)
 	}
 }
 
@@ -104,7 +119,12 @@ func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.
 		Refunds:   &refunds.Service{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger, ReadTimeout: cfg.RequestDBTimeout},
 		Logger:    logger,
 		DBTimeout: cfg.RequestDBTimeout,
+		Webhooks: &webhooks.Handler{Pool: pool, Jobs: outbox.New(jobs), Logger: logger, Secret: cfg.StripeWebhookSecret,
+			Timeout: cfg.RequestDBTimeout},
 	})
+	if cfg.StripeWebhookSecret == "" {
+		logger.WarnContext(ctx, "STRIPE_WEBHOOK_SECRET is unset: POST /v1/webhooks/stripe answers 503 and the provider's events wait")
+	}
 
 	ln, err := net.Listen("tcp", cfg.ListenAddr)
 	if err != nil {

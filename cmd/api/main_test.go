@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncepay/oncepay/internal/faultproxy"
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/pgtest"
@@ -365,7 +366,7 @@ func TestFailsClosedWhenDatabaseUnreachable(t *testing.T) {
 	dbURL := migratedDatabase(t)
 	created := createTenant(t, dbURL)
 	proxy := startProxy(t, hostPort(t, dbURL))
-	viaProxy := strings.Replace(dbURL, hostPort(t, dbURL), proxy.addr(), 1)
+	viaProxy := strings.Replace(dbURL, hostPort(t, dbURL), proxy.Addr(), 1)
 	base := startAPI(t, map[string]string{"DATABASE_URL": viaProxy, "DATABASE_CONNECT_TIMEOUT": "1s", "REQUEST_DB_TIMEOUT": "2s"})
 
 	client := &http.Client{Timeout: 20 * time.Second}
@@ -374,7 +375,7 @@ func TestFailsClosedWhenDatabaseUnreachable(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusAccepted, code, "works through the proxy: %s", body)
 
-	proxy.cut()
+	proxy.Cut()
 	for range 3 { // pooled connections die, then new ones cannot be made
 		start := time.Now()
 		code, header, body, err := post(t, client, base, created.APIKey, key, visa)
@@ -412,7 +413,7 @@ func TestFailsClosedWhenDatabaseUnreachable(t *testing.T) {
 	require.NoError(t, direct.QueryRow(context.Background(), "SELECT count(*) FROM river_job").Scan(&n))
 	require.Equal(t, 1, n, "only the job of the payment made before the cut")
 
-	proxy.restore()
+	proxy.Restore()
 	require.Eventually(t, func() bool {
 		code, _, _, err := post(t, client, base, created.APIKey, key, visa)
 		return err == nil && code == http.StatusAccepted
@@ -426,77 +427,10 @@ func hostPort(t *testing.T, dbURL string) string {
 	return net.JoinHostPort(cfg.ConnConfig.Host, fmt.Sprint(cfg.ConnConfig.Port))
 }
 
-// tcpProxy forwards connections to a target until cut: then it closes every
-// open connection and refuses new ones by closing them at once.
-type tcpProxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	down   bool
-	conns  map[net.Conn]struct{}
-}
-
-func startProxy(t *testing.T, target string) *tcpProxy {
+func startProxy(t *testing.T, target string) *faultproxy.Proxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := faultproxy.Start(target)
 	require.NoError(t, err)
-	p := &tcpProxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
-	t.Cleanup(func() { ln.Close(); p.cut() })
-	go p.serve()
+	t.Cleanup(func() { _ = p.Close() })
 	return p
-}
-
-func (p *tcpProxy) addr() string { return p.ln.Addr().String() }
-
-func (p *tcpProxy) serve() {
-	for {
-		c, err := p.ln.Accept()
-		if errors.Is(err, net.ErrClosed) {
-			return
-		}
-		if err != nil {
-			continue
-		}
-		p.mu.Lock()
-		down := p.down
-		if !down {
-			p.conns[c] = struct{}{}
-		}
-		p.mu.Unlock()
-		if down {
-			c.Close()
-			continue
-		}
-		go p.pipe(c)
-	}
-}
-
-func (p *tcpProxy) pipe(client net.Conn) {
-	server, err := net.DialTimeout("tcp", p.target, 3*time.Second)
-	if err != nil {
-		client.Close()
-		return
-	}
-	p.mu.Lock()
-	p.conns[server] = struct{}{}
-	p.mu.Unlock()
-	go func() { _, _ = io.Copy(server, client); server.Close() }()
-	_, _ = io.Copy(client, server)
-	client.Close()
-}
-
-func (p *tcpProxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.down = true
-	for c := range p.conns {
-		c.Close()
-		delete(p.conns, c)
-	}
-}
-
-func (p *tcpProxy) restore() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.down = false
 }

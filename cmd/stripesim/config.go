@@ -28,6 +28,16 @@ type config struct {
 	// ShutdownTimeout (STRIPESIM_SHUTDOWN_TIMEOUT) is how long in-flight
 	// requests get to finish on SIGTERM. Defaults to 5s.
 	ShutdownTimeout time.Duration
+	// WebhookURL (STRIPESIM_WEBHOOK_URL) receives every event, signed, as
+	// Stripe posts to a webhook endpoint. Empty sends none.
+	WebhookURL string
+	// WebhookSecret (STRIPESIM_WEBHOOK_SECRET) signs the deliveries; the
+	// receiver's STRIPE_WEBHOOK_SECRET must equal it. Required with
+	// STRIPESIM_WEBHOOK_URL.
+	WebhookSecret string
+	// WebhookRetryBase (STRIPESIM_WEBHOOK_RETRY_BASE) is the wait after a
+	// failed delivery, doubling per attempt. Defaults to 500ms.
+	WebhookRetryBase time.Duration
 	// LogLevel (LOG_LEVEL) is debug, info, warn or error. Defaults to info.
 	LogLevel string
 }
@@ -42,7 +52,13 @@ func loadConfig(getenv func(string) string) (config, error) {
 		ProcessingRetrievals: env.Int("STRIPESIM_PROCESSING_RETRIEVALS", 2, 1, 1000),
 		SearchIndexDelay:     env.Duration("STRIPESIM_SEARCH_INDEX_DELAY", 2*time.Second, 0, 10*time.Minute),
 		ShutdownTimeout:      env.Duration("STRIPESIM_SHUTDOWN_TIMEOUT", 5*time.Second, time.Millisecond, time.Hour),
+		WebhookURL:           env.URL("STRIPESIM_WEBHOOK_URL"),
+		WebhookSecret:        env.String("STRIPESIM_WEBHOOK_SECRET", ""),
+		WebhookRetryBase:     env.Duration("STRIPESIM_WEBHOOK_RETRY_BASE", 500*time.Millisecond, time.Millisecond, time.Hour),
 		LogLevel:             env.OneOf("LOG_LEVEL", "info", "debug", "info", "warn", "error"),
+	}
+	if cfg.WebhookURL != "" && cfg.WebhookSecret == "" {
+		env.Fail("STRIPESIM_WEBHOOK_SECRET", "is required with STRIPESIM_WEBHOOK_URL: unsigned webhooks must not be accepted")
 	}
 	if v := getenv("STRIPESIM_SEED"); v != "" {
 		n, err := strconv.ParseUint(v, 10, 64)

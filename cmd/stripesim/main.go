@@ -17,8 +17,10 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
+	"github.com/oncepay/oncepay/internal/envconfig"
 	"github.com/oncepay/oncepay/internal/serve"
 	"github.com/oncepay/oncepay/internal/stripesim"
 )
@@ -32,9 +34,16 @@ func main() {
 	}
 }
 
-// run serves until ctx ends, then shuts down gracefully. args is accepted
-// for the shape every oncepay binary shares; the simulator takes no flags.
-func run(ctx context.Context, _ []string, getenv func(string) string, stdout io.Writer) error {
+// run serves until ctx ends, then shuts down gracefully.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	help, err := serve.ParseNoArgs(args)
+	if err != nil {
+		return err
+	}
+	if help {
+		_, err := fmt.Fprintf(stdout, "usage: %s\n\n%s\n\nConfigured by these environment variables (the README's configuration table\ndescribes each):\n  %s\n", "stripesim", "Serves the in-memory Stripe simulator on STRIPESIM_ADDR until SIGINT or\nSIGTERM; its admin API (faults, ledger) is under /_sim/ on the same address.", strings.Join(envconfig.Names(loadConfig), "\n  "))
+		return err
+	}
 	cfg, err := loadConfig(getenv)
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
@@ -46,6 +55,9 @@ func run(ctx context.Context, _ []string, getenv func(string) string, stdout io.
 		MaxHold:              cfg.MaxHold,
 		ProcessingRetrievals: cfg.ProcessingRetrievals,
 		SearchIndexDelay:     cfg.SearchIndexDelay,
+		WebhookURL:           cfg.WebhookURL,
+		WebhookSecret:        cfg.WebhookSecret,
+		WebhookRetryBase:     cfg.WebhookRetryBase,
 	}
 	if cfg.SearchIndexDelay == 0 {
 		simCfg.SearchIndexDelay = -1 // the library's zero means its default
@@ -63,8 +75,10 @@ func run(ctx context.Context, _ []string, getenv func(string) string, stdout io.
 	// instead of keeping Shutdown waiting for MaxHold.
 	reqCtx, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelRequests()
+	sim := stripesim.New(simCfg)
+	defer sim.Close() // after the server has drained: no more events come
 	srv := &http.Server{
-		Handler:     stripesim.New(simCfg),
+		Handler:     sim,
 		BaseContext: func(net.Listener) context.Context { return reqCtx },
 	}
 	srv.RegisterOnShutdown(cancelRequests)

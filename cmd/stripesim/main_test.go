@@ -142,4 +142,12 @@ func TestRun(t *testing.T) {
 		require.ErrorContains(t, err, "STRIPESIM_MAX_HOLD")
 		require.ErrorContains(t, err, "STRIPESIM_SEED")
 	})
+
+	t.Run("WebhookURLNeedsASecret", func(t *testing.T) {
+		t.Parallel()
+		err := run(t.Context(), nil, func(k string) string {
+			return map[string]string{"STRIPESIM_WEBHOOK_URL": "http://127.0.0.1:8080/v1/webhooks/stripe"}[k]
+		}, io.Discard)
+		require.ErrorContains(t, err, "STRIPESIM_WEBHOOK_SECRET")
+	})
 }

@@ -83,6 +83,13 @@ type config struct {
 	// DatabaseMaxConns (DATABASE_MAX_CONNS) caps the pool. Defaults to
 	// WORKER_CONCURRENCY + 5 (River's own connections need room).
 	DatabaseMaxConns int
+	// WebhookRecoverInterval (WEBHOOK_RECOVER_INTERVAL) is how often the
+	// provider's events are listed to find those whose webhook never
+	// arrived. Defaults to 5m.
+	WebhookRecoverInterval time.Duration
+	// WebhookRecoverLookback (WEBHOOK_RECOVER_LOOKBACK) is how far back the
+	// first listing reaches. Defaults to 24h.
+	WebhookRecoverLookback time.Duration
 	// LogLevel (LOG_LEVEL) is debug, info, warn or error. Defaults to info.
 	LogLevel string
 }
@@ -114,6 +121,8 @@ func loadConfig(getenv func(string) string) (config, error) {
 		TombstoneRetention:     env.Duration("IDEMPOTENCY_TOMBSTONE_RETENTION", 30*24*time.Hour, time.Hour, 10*365*24*time.Hour),
 		IdempotencyRetention:   env.Duration("IDEMPOTENCY_RETENTION", 24*time.Hour, 24*time.Hour, 90*24*time.Hour),
 		DatabaseConnectTimeout: env.Duration("DATABASE_CONNECT_TIMEOUT", 3*time.Second, 100*time.Millisecond, time.Minute),
+		WebhookRecoverInterval: env.Duration("WEBHOOK_RECOVER_INTERVAL", 5*time.Minute, 100*time.Millisecond, 24*time.Hour),
+		WebhookRecoverLookback: env.Duration("WEBHOOK_RECOVER_LOOKBACK", 24*time.Hour, time.Minute, 30*24*time.Hour),
 		LogLevel:               env.OneOf("LOG_LEVEL", "info", "debug", "info", "warn", "error"),
 	}
 	cfg.DatabaseMaxConns = env.Int("DATABASE_MAX_CONNS", cfg.Concurrency+5, 2, 2000)

@@ -1,12 +1,14 @@
 // Command worker charges accepted payments and makes accepted refunds: it
 // runs River's workers for the charge_payment and refund_payment jobs the
-// API inserts, calling the provider through stripe-go, runs the periodic
-// lifecycle jobs (reconcilers and sweepers of payments and refunds, key
-// reaper), and
+// API inserts, calling the provider through stripe-go, processes the
+// provider's events the API stores, runs the periodic lifecycle jobs
+// (reconcilers and sweepers of payments and refunds, key reaper, webhook
+// recovery), and
 // serves /healthz and /readyz on WORKER_ADMIN_ADDR.
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,12 +18,14 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
+	"github.com/oncepay/oncepay/internal/envconfig"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
@@ -29,6 +33,7 @@ import (
 	"github.com/oncepay/oncepay/internal/provider"
 	"github.com/oncepay/oncepay/internal/refunds"
 	"github.com/oncepay/oncepay/internal/serve"
+	"github.com/oncepay/oncepay/internal/webhooks"
 )
 
 func main() {
@@ -40,12 +45,21 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, _ []string, getenv func(string) string, stdout io.Writer) error {
+func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	help, err := serve.ParseNoArgs(args)
+	if err != nil {
+		return err
+	}
+	if help {
+		_, err := fmt.Fprintf(stdout, "usage: %s\n\n%s\n\nConfigured by these environment variables (the README's configuration table\ndescribes each):\n  %s\n", "worker", "Runs the charge and refund workers and the periodic lifecycle jobs\n(reconcilers, sweepers, key reaper, webhook recovery) until SIGINT or\nSIGTERM, and serves /healthz and /readyz on WORKER_ADMIN_ADDR.", strings.Join(envconfig.Names(loadConfig), "\n  "))
+		return err
+	}
 	cfg, err := loadConfig(getenv)
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
 	logger := serve.NewLogger(stdout, cfg.LogLevel)
+	warnIfLive(logger, cfg)
 
 	pool, err := postgres.Open(ctx, postgres.PoolConfig{
 		URL: cfg.DatabaseURL, ConnectTimeout: cfg.DatabaseConnectTimeout, MaxConns: int32(cfg.DatabaseMaxConns),
@@ -92,7 +106,16 @@ func run(ctx context.Context, _ []string, getenv func(string) string, stdout io.
 	if err := river.AddWorkerSafely(workers, &outbox.ReapKeysWorker{Store: keys, DB: pool, Logger: logger}); err != nil {
 		return fmt.Errorf("register key reaper: %w", err)
 	}
+	processor := webhooks.NewProcessor(pool, keys, providerClient, logger, webhooks.ProcessorConfig{CallTimeout: chargeCfg.ProviderCallTimeout()})
+	if err := river.AddWorkerSafely(workers, &webhooks.ProcessWorker{Processor: processor}); err != nil {
+		return fmt.Errorf("register webhook event processor: %w", err)
+	}
+	recoverer := webhooks.NewRecoverer(pool, providerClient, logger, webhooks.RecoverConfig{Lookback: cfg.WebhookRecoverLookback})
+	if err := river.AddWorkerSafely(workers, &webhooks.RecoverWorker{Recoverer: recoverer}); err != nil {
+		return fmt.Errorf("register webhook recovery: %w", err)
+	}
 	periodic := []*river.PeriodicJob{
+		outbox.RecoverWebhookEventsPeriodicJob(cfg.WebhookRecoverInterval),
 		outbox.ReapKeysPeriodicJob(cfg.ReapInterval),
 		periodicJob(cfg.ReconcileInterval, payments.ReconcilePaymentsArgs{}),
 		periodicJob(cfg.SweepInterval, payments.SweepPaymentsArgs{}),
@@ -161,9 +184,7 @@ func shutdown(client *outbox.Client, grace time.Duration, logger *slog.Logger) e
 // periodicJob schedules args every interval, the first run as soon as a
 // process becomes River's leader, so a deploy does not postpone it.
 func periodicJob(interval time.Duration, args river.JobArgs) *river.PeriodicJob {
-	return river.NewPeriodicJob(river.PeriodicInterval(interval),
-		func() (river.JobArgs, *river.InsertOpts) { return args, nil },
-		&river.PeriodicJobOpts{ID: args.Kind(), RunOnStart: true})
+	return outbox.PeriodicJob(interval, args)
 }
 
 // newAdminServer serves /healthz and /readyz with the same timeouts as the
@@ -173,4 +194,18 @@ func newAdminServer(pool *pgxpool.Pool) *http.Server {
 	mux.HandleFunc("GET /healthz", serve.Healthz)
 	mux.HandleFunc("GET /readyz", serve.Readyz(pool))
 	return serve.SetTimeouts(&http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second})
+}
+
+// warnIfLive says loudly, at start, that this worker moves real money: a
+// live key (or an empty STRIPE_API_BASE, which means Stripe's own API) is
+// easy to deploy by mistake from a copied environment file.
+func warnIfLive(logger *slog.Logger, cfg config) {
+	base := cmp.Or(cfg.StripeAPIBase, "https://api.stripe.com (STRIPE_API_BASE is empty)")
+	if strings.HasPrefix(cfg.StripeSecretKey, "sk_live_") || strings.HasPrefix(cfg.StripeSecretKey, "rk_live_") {
+		logger.Warn("STRIPE_SECRET_KEY is a live-mode key: this worker charges real cards", slog.String("stripe_api_base", base))
+		return
+	}
+	if cfg.StripeAPIBase == "" {
+		logger.Info("charging through Stripe's API in test mode", slog.String("stripe_api_base", base))
+	}
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/pgtest"
+	"github.com/oncepay/oncepay/internal/serve"
 	"github.com/oncepay/oncepay/internal/stripesim"
 )
 
@@ -415,4 +416,32 @@ func TestRescueMustOutlastTheRecordingWindow(t *testing.T) {
 	env["WORKER_RECORD_TIMEOUT"] = "2s"
 	_, err = loadConfig(func(k string) string { return env[k] })
 	require.NoError(t, err)
+}
+
+func TestHelpAndArguments(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	require.NoError(t, run(context.Background(), []string{"worker", "--help"}, func(string) string { return "" }, &out))
+	require.Contains(t, out.String(), "usage: worker")
+	require.Contains(t, out.String(), "WORKER_JOB_TIMEOUT")
+	err := run(context.Background(), []string{"worker", "--concurrency=4"}, func(string) string { return "" }, io.Discard)
+	require.ErrorContains(t, err, `"--concurrency=4"`)
+}
+
+// TestLiveKeyIsAnnounced: a live key is warned about at start, the first
+// thing an operator reading the logs of a misdeployed worker sees.
+func TestLiveKeyIsAnnounced(t *testing.T) {
+	t.Parallel()
+	for key, want := range map[string]string{
+		"sk_live_abc": `"level":"WARN","msg":"STRIPE_SECRET_KEY is a live-mode key`,
+		"rk_live_abc": `"level":"WARN","msg":"STRIPE_SECRET_KEY is a live-mode key`,
+		"sk_test_abc": `"msg":"charging through Stripe's API in test mode"`,
+	} {
+		var out bytes.Buffer
+		warnIfLive(serve.NewLogger(&out, "info"), config{StripeSecretKey: key})
+		require.Contains(t, out.String(), want, key)
+	}
+	var out bytes.Buffer
+	warnIfLive(serve.NewLogger(&out, "info"), config{StripeSecretKey: "sk_test_abc", StripeAPIBase: "http://127.0.0.1:12111"})
+	require.Empty(t, out.String(), "the simulator needs no announcement")
 }

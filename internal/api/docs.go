@@ -91,7 +91,9 @@ operation turns out never to have reached the provider, the answer is problem <a
 <h2>Retention</h2><p>A key is kept for ` + dur(cfg.Retention) + ` after its last change. Within that window every retry is answered as above.
 After it, the key is a tombstone: the same request is answered <a href="` + problem.IdempotencyKeyExpired.URI() + `">idempotency-key-expired</a>
 and is never run again; a different one is still a mismatch. ` + dur(cfg.TombstoneRetention) + ` later the tombstone is removed and the key
-may name a new operation. Retry within the window, and use a new key for a new payment.</p>`)
+may name a new operation. Retry within the window, and use a new key for a new payment.</p>
+<h2>Machine-readable</h2><p>The whole API, these headers and every problem type included, is described in OpenAPI 3.1 at
+<a href="` + OpenAPIPath + `">` + OpenAPIPath + `</a>.</p>`)
 	body := b.String()
 	return func(w http.ResponseWriter, _ *http.Request) {
 		writePage(w, http.StatusOK, page{Title: "Idempotency keys", Body: template.HTML(body)})

@@ -13,6 +13,7 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	apispec "github.com/oncepay/oncepay/api"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/problem"
@@ -30,6 +31,8 @@ type Deps struct {
 	Logger   *slog.Logger
 	// DBTimeout bounds the database work of authentication. Defaults to 5s.
 	DBTimeout time.Duration
+	// Webhooks serves the provider's events, if set.
+	Webhooks http.Handler
 }
 
 // NewHandler returns the API's handler.
@@ -61,7 +64,13 @@ func NewHandler(d Deps) http.Handler {
 	r.Get("/docs/idempotency", handleIdempotencyDoc(d.Keys.Config()))
 	r.Get(problem.DocsPath, handleProblemIndex)
 	r.Get(problem.DocsPath+"/{slug}", handleProblemDoc)
+	r.Get(OpenAPIPath, handleOpenAPI(apispec.OpenAPI()))
 
+	if d.Webhooks != nil {
+		// Authenticated by its signature, not by a tenant's API key: outside
+		// the /v1 group and its tenant middleware.
+		r.Method(http.MethodPost, "/v1/webhooks/stripe", d.Webhooks)
+	}
 	r.Route("/v1", func(r chi.Router) {
 		r.Use(tenant.Middleware(d.Pool, d.Logger, cmp.Or(d.DBTimeout, 5*time.Second)))
 		r.Method(http.MethodPost, "/payments", d.Payments.HandleCreate())

@@ -6,7 +6,9 @@ package envconfig
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -99,3 +101,15 @@ func (r *Reader) URL(name string) string {
 
 // Err returns every recorded error, or nil.
 func (r *Reader) Err() error { return errors.Join(r.errs...) }
+
+// Names lists, sorted, the variables load reads, found by running it
+// against an empty environment. It serves help texts and the checks that
+// a deployment sets no variable the binary ignores.
+func Names[C any](load func(getenv func(string) string) (C, error)) []string {
+	seen := map[string]bool{}
+	_, _ = load(func(name string) string {
+		seen[name] = true
+		return ""
+	})
+	return slices.Sorted(maps.Keys(seen))
+}

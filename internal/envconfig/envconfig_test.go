@@ -35,3 +35,15 @@ func TestReader(t *testing.T) {
 		require.ErrorContains(t, err, name)
 	}
 }
+
+func TestNamesListsWhatLoadReads(t *testing.T) {
+	t.Parallel()
+	load := func(getenv func(string) string) (struct{}, error) {
+		r := envconfig.New(getenv)
+		r.String("B_VAR", "x")
+		r.Duration("A_VAR", time.Second, 0, time.Hour)
+		r.Required("C_VAR", "needed")
+		return struct{}{}, r.Err()
+	}
+	require.Equal(t, []string{"A_VAR", "B_VAR", "C_VAR"}, envconfig.Names(load))
+}

@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -20,7 +21,7 @@ import (
 const QueuePayments = "payments"
 
 // QueueMaintenance is the queue of the periodic lifecycle jobs (sweeper,
-// reconciler, key reaper), kept apart so they never wait behind charges.
+// reconciler, key reaper, webhook recovery), kept apart so they never wait behind charges.
 // Each kind is unique while live, so no job competes with itself.
 const QueueMaintenance = "maintenance"
 
@@ -85,4 +86,24 @@ func LiveJobStates() []rivertype.JobState {
 		rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRetryable,
 		rivertype.JobStateRunning, rivertype.JobStateScheduled,
 	}
+}
+
+// PeriodicJob inserts args every interval (and once at start) with the
+// args' own insert options, unique per interval: one run per tick, while a
+// run of an earlier tick that is still "running" (slow, or on a worker that
+// was killed and whose job River has not yet rescued, which takes the job's
+// whole timeout) no longer blocks the next. Periodic jobs must therefore be
+// safe to run beside themselves, as the reconciler, sweeper and reaper are
+// (row leases, SKIP LOCKED, per-row re-checks under lock).
+func PeriodicJob(interval time.Duration, args river.JobArgs) *river.PeriodicJob {
+	var opts river.InsertOpts
+	if withOpts, ok := args.(river.JobArgsWithInsertOpts); ok {
+		opts = withOpts.InsertOpts()
+	}
+	// River refuses periods under a second; a faster schedule then runs
+	// at most once a second.
+	opts.UniqueOpts.ByPeriod = max(interval, time.Second)
+	return river.NewPeriodicJob(river.PeriodicInterval(interval),
+		func() (river.JobArgs, *river.InsertOpts) { return args, &opts },
+		&river.PeriodicJobOpts{ID: args.Kind(), RunOnStart: true})
 }

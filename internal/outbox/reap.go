@@ -34,9 +34,7 @@ func (ReapKeysArgs) InsertOpts() river.InsertOpts {
 // as a client becomes leader, so that a deploy does not postpone it by a
 // whole interval.
 func ReapKeysPeriodicJob(interval time.Duration) *river.PeriodicJob {
-	return river.NewPeriodicJob(river.PeriodicInterval(interval), func() (river.JobArgs, *river.InsertOpts) {
-		return ReapKeysArgs{}, nil
-	}, &river.PeriodicJobOpts{ID: ReapKeysArgs{}.Kind(), RunOnStart: true})
+	return PeriodicJob(interval, ReapKeysArgs{})
 }
 
 // DefaultReapBudget is how long one reaper run works before it leaves the

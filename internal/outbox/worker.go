@@ -55,9 +55,10 @@ func NewWorkerClient(pool *pgxpool.Pool, cfg WorkerConfig) (*Client, error) {
 		Queues: map[string]river.QueueConfig{
 			QueuePayments: {MaxWorkers: cmp.Or(cfg.Concurrency, 10)},
 			// One slot per periodic job kind (payments' and refunds'
-			// reconciler and sweeper, the key reaper), so a long
-			// reconciliation run never holds up the others.
-			QueueMaintenance:   {MaxWorkers: 5},
+			// reconciler and sweeper, the key reaper, the webhook
+			// recovery), so a long reconciliation run never holds up the
+			// others.
+			QueueMaintenance:   {MaxWorkers: 6},
 			river.QueueDefault: {MaxWorkers: 2},
 		},
 		Workers:              cfg.Workers,

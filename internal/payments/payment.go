@@ -63,6 +63,7 @@ type Payment struct {
 	LastProviderAttemptAt   *time.Time        `json:"-" db:"last_provider_attempt_at"`
 	ReconcileAfter          *time.Time        `json:"-" db:"reconcile_after"`
 	ReconcileAttempts       int               `json:"-" db:"reconcile_attempts"`
+	NextAction              *NextAction       `json:"next_action,omitempty" db:"provider_next_action"`
 	CreatedAt               time.Time         `json:"created_at" db:"created_at"`
 	UpdatedAt               time.Time         `json:"updated_at" db:"updated_at"`
 
@@ -71,11 +72,25 @@ type Payment struct {
 	AmountRefunded int64 `json:"amount_refunded" db:"amount_refunded"`
 }
 
+// NextAction is what the customer must do for a payment in
+// requires_action: complete the provider's next action (Type
+// use_stripe_sdk: with Stripe.js and ClientSecret; redirect_to_url: at
+// RedirectToURL). ClientSecret is a credential for the intent: shown to
+// the payment's tenant, never logged.
+type NextAction struct {
+	Type          string  `json:"type"`
+	RedirectToURL *string `json:"redirect_to_url"`
+	ClientSecret  string  `json:"client_secret"`
+}
+
 // MarshalJSON fills the constant "object" member and never emits a null
 // metadata, so clients can rely on the shape.
 func (p Payment) MarshalJSON() ([]byte, error) {
 	type plain Payment
 	p.Object = "payment"
+	if p.Status != StatusRequiresAction {
+		p.NextAction = nil // only a payment waiting on the customer has one
+	}
 	if p.Metadata == nil {
 		p.Metadata = map[string]string{}
 	}

@@ -458,9 +458,9 @@ func (w *ReconcileWorker) Work(ctx context.Context, _ *river.Job[ReconcilePaymen
 	return err
 }
 
-// maintenanceInsertOpts runs a periodic job on the maintenance queue,
-// never two of one kind at once (a slow run is not doubled by the next
-// tick), and without retries: the next tick is the retry.
+// maintenanceInsertOpts runs a periodic job on the maintenance queue
+// without retries (the next tick is the retry); outbox.PeriodicJob makes it
+// unique per tick, so a run stuck on a killed worker never blocks the next.
 func maintenanceInsertOpts() river.InsertOpts {
 	return river.InsertOpts{
 		Queue:       outbox.QueueMaintenance,

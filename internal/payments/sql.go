@@ -26,7 +26,7 @@ type Querier interface {
 const paymentColumns = `id, tenant_id, idempotency_key, amount, currency, payment_method, customer, description,
 	metadata, status, provider_idempotency_key, provider_payment_intent_id, failure_code, decline_code,
 	failure_message, provider_key_generation, first_provider_attempt_at, last_provider_attempt_at,
-	reconcile_after, reconcile_attempts, amount_refunded, created_at, updated_at`
+	reconcile_after, reconcile_attempts, amount_refunded, created_at, updated_at, provider_next_action`
 
 func insertPayment(ctx context.Context, tx pgx.Tx, p Payment) (Payment, error) {
 	metadata := p.Metadata
@@ -166,12 +166,14 @@ func startProviderAttempt(ctx context.Context, db Querier, p Payment) (age time.
 // the next run polls that intent instead of creating one.
 func recordPending(ctx context.Context, db Querier, paymentID string, out provider.Outcome) error {
 	status := StatusProcessing
+	var next *NextAction
 	if out.Intent.Status == stripe.PaymentIntentStatusRequiresAction {
 		status = StatusRequiresAction
+		next = nextActionOf(out.Intent)
 	}
 	_, err := db.Exec(ctx, `
-		UPDATE payments SET status = $2, provider_payment_intent_id = $3, updated_at = now()
-		WHERE id = $1 AND status IN ('processing', 'requires_action')`, paymentID, status, out.IntentID())
+		UPDATE payments SET status = $2, provider_payment_intent_id = $3, provider_next_action = $4, updated_at = now()
+		WHERE id = $1 AND status IN ('processing', 'requires_action')`, paymentID, status, out.IntentID(), next)
 	if err != nil {
 		return fmt.Errorf("record pending payment: %w", err)
 	}

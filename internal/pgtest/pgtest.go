@@ -13,19 +13,24 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
 	"net/url"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/oncepay/oncepay/internal/localpg"
 	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/migrations"
 )
@@ -37,9 +42,11 @@ const riverSchemaTag = "river-v0.51"
 // server is resolved once per test binary: finding or starting PostgreSQL
 // and migrating the template are too slow to repeat per test.
 var server struct {
-	once        sync.Once
-	adminURL    string
-	template    string
+	once     sync.Once
+	adminURL string
+	template string
+	// templateMu serialises re-making a dropped template within a binary.
+	templateMu  sync.Mutex
 	err         error
 	description string
 }
@@ -58,7 +65,7 @@ func NewDatabase(tb testing.TB) string {
 	prepare(tb)
 	ctx := context.Background()
 	name := "oncepay_test_" + randomHex(6)
-	if err := adminExec(ctx, server.adminURL, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s", name, server.template)); err != nil {
+	if err := copyTemplate(ctx, name); err != nil {
 		tb.Fatalf("pgtest: create database from template: %v", err)
 	}
 	tb.Cleanup(func() {
@@ -90,7 +97,7 @@ func SharedDatabase(tb testing.TB) string {
 		return shared.url
 	}
 	name := "oncepay_test_" + randomHex(6)
-	if err := adminExec(context.Background(), server.adminURL, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s", name, server.template)); err != nil {
+	if err := copyTemplate(context.Background(), name); err != nil {
 		tb.Fatalf("pgtest: create shared database: %v", err)
 	}
 	shared.name, shared.url = name, withDatabase(server.adminURL, name)
@@ -136,6 +143,28 @@ func NewPool(tb testing.TB) (*pgxpool.Pool, string) {
 	return pool, dbURL
 }
 
+// copyTemplate creates database name from the template. A checkout with
+// other migrations (another branch's tests on the same server) may have
+// dropped the template as stale since this binary made it: it is then made
+// again, once.
+func copyTemplate(ctx context.Context, name string) error {
+	create := func() error {
+		return adminExec(ctx, server.adminURL, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s", name, server.template))
+	}
+	err := create()
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "3D000" { // invalid_catalog_name: no such template
+		return err
+	}
+	server.templateMu.Lock()
+	_, err = ensureTemplate(ctx, server.adminURL)
+	server.templateMu.Unlock()
+	if err != nil {
+		return err
+	}
+	return create()
+}
+
 func prepare(tb testing.TB) {
 	tb.Helper()
 	server.once.Do(func() {
@@ -152,6 +181,11 @@ func prepare(tb testing.TB) {
 	}
 }
 
+// throwawayPort is where the throwaway cluster listens. It is fixed so that
+// every test binary of one `go test ./...` shares one cluster; it is left
+// running afterwards (stop it with `make pg-stop`).
+const throwawayPort = 55432
+
 func findServer(ctx context.Context) (adminURL, description string, err error) {
 	if u := os.Getenv("TEST_DATABASE_URL"); u != "" {
 		if err := ping(ctx, u); err != nil {
@@ -164,23 +198,14 @@ func findServer(ctx context.Context) (adminURL, description string, err error) {
 	if localErr == nil {
 		return local, "127.0.0.1:5432", nil
 	}
-	u, err := throwawayCluster(ctx)
+	u, err := localpg.Start(ctx, filepath.Join(os.TempDir(), "oncepay-pgtest"), throwawayPort, localpg.Options{})
 	if err != nil {
 		return "", "", fmt.Errorf("127.0.0.1:5432: %v; throwaway cluster: %w", localErr, err)
 	}
 	return u, "throwaway cluster", nil
 }
 
-func ping(ctx context.Context, dbURL string) error {
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dbURL)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(ctx)
-	return conn.Ping(ctx)
-}
+func ping(ctx context.Context, dbURL string) error { return localpg.Ping(ctx, dbURL) }
 
 // ensureTemplate migrates a template database once per schema version. It is
 // built under a temporary name and renamed when complete, so a test binary
@@ -208,7 +233,7 @@ func ensureTemplate(ctx context.Context, adminURL string) (string, error) {
 		return "", err
 	}
 	if exists {
-		return name, nil
+		return name, stampTemplate(ctx, conn, name)
 	}
 	building := name + "_building"
 	if _, err := conn.Exec(ctx, fmt.Sprintf("DROP DATABASE IF EXISTS %s WITH (FORCE)", building)); err != nil {
@@ -230,24 +255,47 @@ func ensureTemplate(ctx context.Context, adminURL string) (string, error) {
 	if _, err := conn.Exec(ctx, fmt.Sprintf("ALTER DATABASE %s RENAME TO %s", building, name)); err != nil {
 		return "", err
 	}
-	return name, nil
+	return name, stampTemplate(ctx, conn, name)
 }
 
-// dropStaleTemplates drops the templates of older schemas, so the server
-// keeps one template, not one per migration ever tested. One still in use
-// (a test binary of an older checkout copying it right now) is left for the
-// next build to drop.
+// templateStampPrefix starts a template's comment, which records when a
+// test binary last used it.
+const templateStampPrefix = "oncepay test template, last used at unix "
+
+// staleTemplateAge is how long a template of another schema must have gone
+// unused before it is dropped: longer than any test run, so that two
+// checkouts with different migrations (two branches) testing against one
+// server at once never drop each other's template mid-run.
+const staleTemplateAge = 6 * time.Hour
+
+func stampTemplate(ctx context.Context, conn *pgx.Conn, name string) error {
+	_, err := conn.Exec(ctx, fmt.Sprintf("COMMENT ON DATABASE %s IS '%s%d'", pgx.Identifier{name}.Sanitize(), templateStampPrefix, time.Now().Unix()))
+	return err
+}
+
+// dropStaleTemplates drops the templates of other schemas that no test
+// binary has used for staleTemplateAge, so the server keeps a few
+// templates, not one per migration ever tested. One still in use (a test
+// binary copying it right now) is left for a later run to drop.
 func dropStaleTemplates(ctx context.Context, conn *pgx.Conn, current string) {
-	rows, err := conn.Query(ctx, `SELECT datname FROM pg_database
+	rows, err := conn.Query(ctx, `SELECT datname, coalesce(shobj_description(oid, 'pg_database'), '') FROM pg_database
 		WHERE datname LIKE 'oncepay\_template\_%' AND datname NOT LIKE '%\_building' AND datname <> $1`, current)
 	if err != nil {
 		return
 	}
-	stale, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	type template struct {
+		Name, Comment string
+	}
+	others, err := pgx.CollectRows(rows, pgx.RowToStructByPos[template])
 	if err != nil {
 		return
 	}
-	for _, name := range stale {
+	for _, t := range others {
+		lastUsed, err := strconv.ParseInt(strings.TrimPrefix(t.Comment, templateStampPrefix), 10, 64)
+		if err == nil && time.Since(time.Unix(lastUsed, 0)) < staleTemplateAge {
+			continue
+		}
+		name := t.Name
 		ident := pgx.Identifier{name}.Sanitize()
 		// A database marked as a template cannot be dropped until unmarked.
 		if _, err := conn.Exec(ctx, "ALTER DATABASE "+ident+" IS_TEMPLATE false"); err == nil {

@@ -177,6 +177,21 @@ type Intent struct {
 	Created  time.Time
 	// LastError is the intent's last payment error, if any.
 	LastError *IntentError
+	// ClientSecret lets the customer's browser complete a next action. It
+	// is a credential for this intent: shown to the payment's tenant, never
+	// logged.
+	ClientSecret string
+	// NextAction is what the customer must do, for an intent that
+	// requires action.
+	NextAction *NextAction
+}
+
+// NextAction is an intent's next_action: its type (use_stripe_sdk for a
+// 3-D Secure challenge completed with Stripe.js and the client secret,
+// redirect_to_url for a page to send the customer to) and that page.
+type NextAction struct {
+	Type        string
+	RedirectURL string
 }
 
 // IntentError is why an intent's last attempt failed.
@@ -190,7 +205,13 @@ func intentOf(pi *stripe.PaymentIntent) *Intent {
 	}
 	in := &Intent{
 		ID: pi.ID, Status: pi.Status, Amount: pi.Amount, Currency: string(pi.Currency),
-		Metadata: pi.Metadata, Created: time.Unix(pi.Created, 0).UTC(),
+		Metadata: pi.Metadata, Created: time.Unix(pi.Created, 0).UTC(), ClientSecret: pi.ClientSecret,
+	}
+	if pi.NextAction != nil {
+		in.NextAction = &NextAction{Type: string(pi.NextAction.Type)}
+		if pi.NextAction.RedirectToURL != nil {
+			in.NextAction.RedirectURL = pi.NextAction.RedirectToURL.URL
+		}
 	}
 	if pi.LastPaymentError != nil {
 		in.LastError = &IntentError{

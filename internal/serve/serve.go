@@ -115,3 +115,19 @@ func Readyz(db Pinger) http.HandlerFunc {
 		_, _ = w.Write([]byte(`{"status":"ok","database":"ok"}` + "\n"))
 	}
 }
+
+// ParseNoArgs reads the arguments of a binary configured only by its
+// environment (args holds the program name first): none, or a request for
+// help. Anything else is an error naming it, so a typo in a deployment's
+// command fails at start instead of being ignored.
+func ParseNoArgs(args []string) (help bool, err error) {
+	for _, a := range args[min(1, len(args)):] {
+		switch a {
+		case "-h", "-help", "--help", "help":
+			return true, nil
+		default:
+			return false, fmt.Errorf("unexpected argument %q: this program takes none (it is configured by environment variables; --help lists them)", a)
+		}
+	}
+	return false, nil
+}

@@ -136,3 +136,19 @@ func TestSetTimeoutsDefaults(t *testing.T) {
 	require.Greater(t, serve.DefaultWriteTimeout, idempotency.MaxWait+15*time.Second,
 		"a Prefer: wait answer is written after the longest wait and the database work before it")
 }
+
+func TestParseNoArgs(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{nil, {"worker"}} {
+		help, err := serve.ParseNoArgs(args)
+		require.NoError(t, err)
+		require.False(t, help)
+	}
+	for _, a := range []string{"-h", "--help", "-help", "help"} {
+		help, err := serve.ParseNoArgs([]string{"worker", a})
+		require.NoError(t, err)
+		require.True(t, help, a)
+	}
+	_, err := serve.ParseNoArgs([]string{"worker", "--port=1"})
+	require.ErrorContains(t, err, `"--port=1"`)
+}

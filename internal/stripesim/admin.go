@@ -121,6 +121,12 @@ func (s *Server) handleResolve(w http.ResponseWriter, r *http.Request) {
 	)
 	if ok {
 		err = s.resolve(in, req.Status)
+		if err == nil {
+			// The customer's step (or the network) changed the intent: an
+			// event, as for any change, with no API request behind it.
+			s.intentEvent(in, s.cfg.Now())
+			s.dispatch("", "")
+		}
 		body = s.st.intentJSON(in, nil)
 	}
 	s.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
 	"time"
 )
 
@@ -52,6 +53,29 @@ type Config struct {
 	// error_before fault stores nothing, since it stands for a failure
 	// before any endpoint began executing, which Stripe does not store.
 	ReplayCommittedOn5xx bool
+	// WebhookURL is where events are sent, signed, as Stripe sends them to
+	// a webhook endpoint. Empty sends none; events are still listed by GET
+	// /v1/events.
+	WebhookURL string
+	// WebhookSecret is the endpoint's signing secret (whsec_…). Required
+	// with WebhookURL.
+	WebhookSecret string
+	// WebhookClient sends the deliveries. Defaults to a client with no
+	// timeout of its own (each delivery has one of 10s).
+	WebhookClient *http.Client
+	// WebhookRetryBase is the wait after a failed delivery; it doubles per
+	// attempt, up to 30 times itself. Defaults to 500ms.
+	WebhookRetryBase time.Duration
+	// WebhookMaxAttempts is how many times one delivery is tried. Defaults
+	// to 8.
+	WebhookMaxAttempts int
+	// WebhookMaxHold bounds how long a reorder fault holds an event when
+	// no later event comes. Defaults to 5s.
+	WebhookMaxHold time.Duration
+	// EventAPIVersion is the api_version events carry. Defaults to the
+	// version stripe-go v76 pins (2023-10-16); a test sets another to play
+	// an endpoint configured with a different version.
+	EventAPIVersion string
 }
 
 // WithDefaults returns a copy of c with zero fields set to their defaults.
@@ -61,6 +85,11 @@ func (c Config) WithDefaults() Config {
 	c.ProcessingRetrievals = cmp.Or(c.ProcessingRetrievals, 2)
 	c.Rand = cmp.Or(c.Rand, rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())))
 	c.SearchIndexDelay = cmp.Or(c.SearchIndexDelay, 2*time.Second)
+	c.WebhookClient = cmp.Or(c.WebhookClient, &http.Client{})
+	c.WebhookRetryBase = cmp.Or(c.WebhookRetryBase, 500*time.Millisecond)
+	c.WebhookMaxAttempts = cmp.Or(c.WebhookMaxAttempts, 8)
+	c.WebhookMaxHold = cmp.Or(c.WebhookMaxHold, 5*time.Second)
+	c.EventAPIVersion = cmp.Or(c.EventAPIVersion, apiVersion)
 	if c.Now == nil {
 		c.Now = time.Now
 	}

@@ -53,6 +53,18 @@
 //	POST /v1/refunds
 //	GET  /v1/refunds?payment_intent=ID&limit=N&starting_after=ID
 //	GET  /v1/refunds/{id}
+//	GET  /v1/events?type=payment_intent.*&created[gte]=T&limit=N&ending_before=ID
+//	GET  /v1/events/{id}
+//
+// Every change to an intent (created, succeeded, payment_failed, canceled,
+// requires_action, processing) and every refund (refund.created,
+// charge.refunded) records an event carrying the object as rendered then,
+// the api_version and the request that caused it. With Config.WebhookURL
+// set, each event is also POSTed there in the background, signed as Stripe
+// signs (Stripe-Signature: t=…,v1=HMAC-SHA256 of "t.body" under
+// Config.WebhookSecret), and retried with backoff until it is answered 2xx.
+// Webhook faults drop an event (it is still listed), duplicate it, deliver
+// it after the next one, or delay it. Server.Close stops the deliveries.
 //
 // Confirmation outcomes are chosen by the payment method:
 //
@@ -68,7 +80,12 @@
 //	POST   /_sim/faults                          inject a Fault
 //	GET    /_sim/faults                          list active faults
 //	DELETE /_sim/faults                          clear faults
-//	POST   /_sim/payment_intents/{id}/resolve    {"status":"succeeded"} finishes a requires_action or processing intent
+//	POST   /_sim/payment_intents/{id}/resolve    {"status":"succeeded"} finishes a requires_action or processing intent:
+//	                                             the customer's 3-D Secure step done (succeeded), failed
+//	                                             (requires_payment_method) or abandoned (canceled); emits the event
+//	POST   /_sim/webhook_faults                  inject a WebhookFault (drop, duplicate, reorder, delay)
+//	GET    /_sim/webhook_faults                  list them
+//	DELETE /_sim/webhook_faults                  clear them
 //	GET    /_sim/ledger                          the Ledger
 //	POST   /_sim/reset                           forget every object, key and fault
 package stripesim

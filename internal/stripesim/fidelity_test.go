@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -255,6 +256,31 @@ func drive(t *testing.T, b *bundle, c *clock, recorded *http.Client) {
 	for it := b.api.PaymentIntents.List(lp); it.Next(); {
 	}
 
+	// Events: every kind the drive caused, listed in pages both ways,
+	// filtered, and read one by one.
+	ep := &stripe.EventListParams{}
+	ep.Limit = stripe.Int64(3)
+	var events []*stripe.Event
+	for it := b.api.Events.List(ep); it.Next(); {
+		events = append(events, it.Event())
+	}
+	require.NotEmpty(t, events)
+	for _, typ := range []string{"payment_intent.succeeded", "payment_intent.payment_failed", "payment_intent.canceled",
+		"payment_intent.requires_action", "payment_intent.processing", "payment_intent.created", "charge.refunded", "refund.created"} {
+		require.True(t, slices.ContainsFunc(events, func(e *stripe.Event) bool { return string(e.Type) == typ }), "no %s event", typ)
+	}
+	ep = &stripe.EventListParams{Type: stripe.String("payment_intent.*")}
+	ep.Limit = stripe.Int64(4)
+	ep.EndingBefore = stripe.String(events[len(events)-1].ID)
+	for it := b.api.Events.List(ep); it.Next(); {
+	}
+	ep = &stripe.EventListParams{Types: []*string{stripe.String("charge.refunded")}, CreatedRange: &stripe.RangeQueryParams{GreaterThanOrEqual: 1}}
+	ep.Single = true
+	for it := b.api.Events.List(ep); it.Next(); {
+	}
+	_, err = b.api.Events.Get(events[0].ID, nil)
+	require.NoError(t, err)
+
 	// Errors: parameters, missing objects, wrong states, keys, auth,
 	// versions and faults.
 	errorCases := []func() error{
@@ -277,6 +303,14 @@ func drive(t *testing.T, b *bundle, c *clock, recorded *http.Client) {
 		func() error { _, err := b.api.PaymentIntents.Cancel(succeeded[0].ID, nil); return err },
 		func() error { _, err := b.api.Charges.Get("ch_missing", nil); return err },
 		func() error { _, err := b.api.Refunds.Get("re_missing", nil); return err },
+		func() error { _, err := b.api.Events.Get("evt_missing", nil); return err },
+		func() error {
+			ep := &stripe.EventListParams{}
+			ep.StartingAfter = stripe.String("evt_missing")
+			it := b.api.Events.List(ep)
+			it.Next()
+			return it.Err()
+		},
 		func() error {
 			_, err := b.api.Refunds.New(&stripe.RefundParams{PaymentIntent: stripe.String(succeeded[0].ID)})
 			return err
@@ -587,6 +621,8 @@ var simulatedOperations = map[string][]string{
 	"/v1/charges/{charge}":                 {"get"},
 	"/v1/refunds":                          {"get", "post"},
 	"/v1/refunds/{refund}":                 {"get"},
+	"/v1/events":                           {"get"},
+	"/v1/events/{id}":                      {"get"},
 }
 
 // pruneSpec cuts Stripe's 8 MB spec down to the responses of the simulated

@@ -161,6 +161,7 @@ func (s *Server) createIntent(req *apiRequest) response {
 	if pm != "" {
 		in.status = statusRequiresConfirmation
 	}
+	s.st.emit(eventIntentCreated, s.st.intentJSON(in, nil), req.now, s.cfg.EventAPIVersion)
 	if !confirm {
 		return jsonResponse(http.StatusOK, s.st.intentJSON(in, exp))
 	}
@@ -233,6 +234,7 @@ func (s *Server) cancelIntent(req *apiRequest) response {
 	in.status = statusCanceled
 	in.canceledAt = req.now.Unix()
 	in.cancellationReason = reason
+	s.intentEvent(in, req.now)
 	return jsonResponse(http.StatusOK, s.st.intentJSON(in, exp))
 }
 
@@ -266,6 +268,7 @@ func (s *Server) confirm(in *intent, card testCard, offSession bool, exp expansi
 			Type: errTypeCard, Code: "card_declined", DeclineCode: card.declineCode, Message: card.message,
 		}, exp, now)
 	}
+	s.intentEvent(in, now)
 	return jsonResponse(http.StatusOK, s.st.intentJSON(in, exp))
 }
 
@@ -273,6 +276,7 @@ func (s *Server) confirm(in *intent, card testCard, offSession bool, exp expansi
 // intent in it, as Stripe does.
 func (s *Server) decline(in *intent, card testCard, e *apiError, exp expansion, now time.Time) response {
 	s.st.fail(in, card, e, now)
+	s.intentEvent(in, now)
 	body := *e
 	body.PaymentIntent = s.st.intentJSON(in, exp)
 	return errorResponse(http.StatusPaymentRequired, &body)
@@ -294,6 +298,7 @@ func (s *Server) getIntent(req *apiRequest) response {
 		in.processingRetrievals++
 		if in.processingRetrievals > s.cfg.ProcessingRetrievals {
 			s.st.succeed(in, req.now)
+			s.intentEvent(in, req.now)
 		}
 	}
 	return jsonResponse(http.StatusOK, s.st.intentJSON(in, exp))

@@ -129,6 +129,13 @@ type state struct {
 	refunds map[string]*refund
 	keys    map[keyScope]*keyEntry
 	faults  []*activeFault
+	// events in creation order, and by id.
+	events     []*event
+	eventsByID map[string]*event
+	// unsent are events recorded by the executing request, not yet handed
+	// to the webhook sender.
+	unsent        []*event
+	webhookFaults []*activeWebhookFault
 }
 
 func newState() *state {
@@ -137,6 +144,8 @@ func newState() *state {
 		charges: map[string]*charge{},
 		refunds: map[string]*refund{},
 		keys:    map[keyScope]*keyEntry{},
+
+		eventsByID: map[string]*event{},
 	}
 }
 

@@ -89,6 +89,7 @@ func (s *Server) createRefund(req *apiRequest) response {
 		reason:         reason,
 	}
 	s.st.refunds[re.id] = re
+	s.refundEvents(re, req.now)
 	return jsonResponse(http.StatusOK, s.st.refundJSON(re, exp))
 }
 

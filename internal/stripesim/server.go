@@ -24,11 +24,13 @@ type Server struct {
 	// request do so with the lock released.
 	mu sync.Mutex
 	st *state
+
+	send *sender
 }
 
 // New returns a simulator with no objects and no faults.
 func New(cfg Config) *Server {
-	s := &Server{cfg: cfg.WithDefaults(), mux: http.NewServeMux(), st: newState()}
+	s := &Server{cfg: cfg.WithDefaults(), mux: http.NewServeMux(), st: newState(), send: newSender()}
 	s.routes()
 	return s
 }
@@ -62,6 +64,8 @@ func (s *Server) routes() {
 	s.mux.Handle("POST /v1/refunds", s.api(s.createRefund))
 	s.mux.Handle("GET /v1/refunds", s.api(s.listRefunds))
 	s.mux.Handle("GET /v1/refunds/{id}", s.api(s.getRefund))
+	s.mux.Handle("GET /v1/events", s.api(s.listEvents))
+	s.mux.Handle("GET /v1/events/{id}", s.api(s.getEvent))
 	s.mux.Handle("/v1/", s.api(unrecognized))
 
 	s.mux.HandleFunc("POST /_sim/faults", s.handleInjectFault)
@@ -70,6 +74,9 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("POST /_sim/payment_intents/{id}/resolve", s.handleResolve)
 	s.mux.HandleFunc("GET /_sim/ledger", s.handleLedger)
 	s.mux.HandleFunc("POST /_sim/reset", s.handleReset)
+	s.mux.HandleFunc("POST /_sim/webhook_faults", s.handleInjectWebhookFault)
+	s.mux.HandleFunc("GET /_sim/webhook_faults", s.handleListWebhookFaults)
+	s.mux.HandleFunc("DELETE /_sim/webhook_faults", s.handleClearWebhookFaults)
 }
 
 // unrecognized answers paths and methods the simulator does not serve, as
@@ -254,6 +261,7 @@ func (s *Server) process(w http.ResponseWriter, r *http.Request, requestID strin
 	defer s.mu.Unlock()
 	req.now = s.cfg.Now()
 	resp := ep(req)
+	s.dispatch(requestID, req.key)
 	switch {
 	case entry == nil:
 	case resp.rejected:

@@ -38,10 +38,27 @@ type Created struct {
 // ErrUnauthorized is returned for a missing, malformed, unknown or revoked key.
 var ErrUnauthorized = errors.New("invalid api key")
 
-// Create makes a tenant with one API key.
-func Create(ctx context.Context, db interface {
+// ErrExists is returned by Create for a name another tenant has.
+var ErrExists = errors.New("a tenant with this name exists")
+
+// Beginner starts transactions: a pool or a connection.
+type Beginner interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
-}, name string) (Created, error) {
+}
+
+// Create makes a tenant with one API key; a name already taken is ErrExists.
+func Create(ctx context.Context, db Beginner, name string) (Created, error) {
+	return create(ctx, db, name, false)
+}
+
+// Ensure makes the tenant named name if there is none, then issues a new API
+// key for it. Keys issued before stay valid, so a setup step that runs more
+// than once never breaks a client configured by an earlier run.
+func Ensure(ctx context.Context, db Beginner, name string) (Created, error) {
+	return create(ctx, db, name, true)
+}
+
+func create(ctx context.Context, db Beginner, name string, existingOK bool) (Created, error) {
 	name = strings.TrimSpace(name)
 	if name == "" || len(name) > 200 {
 		return Created{}, errors.New("tenant name must be 1 to 200 characters")
@@ -52,8 +69,18 @@ func Create(ctx context.Context, db interface {
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
 	tenantID := id.New("ten")
-	if _, err := tx.Exec(ctx, `INSERT INTO tenants (id, name) VALUES ($1, $2)`, tenantID, name); err != nil {
+	// ON CONFLICT DO UPDATE (a no-op update) returns the existing row's id
+	// and locks it, where DO NOTHING would return nothing.
+	var inserted bool
+	err = tx.QueryRow(ctx, `
+		INSERT INTO tenants (id, name) VALUES ($1, $2)
+		ON CONFLICT (name) DO UPDATE SET name = EXCLUDED.name
+		RETURNING id, id = $1`, tenantID, name).Scan(&tenantID, &inserted)
+	if err != nil {
 		return Created{}, fmt.Errorf("insert tenant: %w", err)
+	}
+	if !inserted && !existingOK {
+		return Created{}, fmt.Errorf("%w: %q is %s (\"api tenants ensure\" issues a new key for it)", ErrExists, name, tenantID)
 	}
 	key, err := insertAPIKey(ctx, tx, tenantID)
 	if err != nil {

@@ -1,4 +1,7 @@
-package pgtest
+// Package localpg starts a PostgreSQL cluster of oncepay's own from the
+// installed server binaries, for the tests and the local stack on a machine
+// that has PostgreSQL installed but no server running.
+package localpg
 
 import (
 	"context"
@@ -12,24 +15,23 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
-// throwawayPort is where the throwaway cluster listens. It is fixed so that
-// every test binary of one `go test ./...` shares one cluster; it is left
-// running afterwards (stop it with `make pg-stop`).
-const throwawayPort = 55432
-
-// throwawayCluster starts (or reuses) a cluster in the system temp directory
-// from the installed server binaries.
-func throwawayCluster(ctx context.Context) (string, error) {
-	return startCluster(ctx, filepath.Join(os.TempDir(), "oncepay-pgtest"), throwawayPort)
+// Options tune a cluster for its use.
+type Options struct {
+	// Durable keeps fsync on: for data someone may want back (the local
+	// stack), not for tests, which are faster without it.
+	Durable bool
 }
 
-// startCluster starts (or reuses) a cluster with its data under dir,
-// listening on 127.0.0.1:port. A file lock in dir serialises the test
-// binaries that race to start it.
-func startCluster(ctx context.Context, dir string, port int) (string, error) {
-	bin, err := postgresBinDir()
+// Start starts (or reuses) a cluster with its data under dir, listening on
+// 127.0.0.1:port with trust authentication, and returns the URL of its
+// postgres database. A file lock in dir serialises the processes that race
+// to start it (the test binaries of one `go test ./...`).
+func Start(ctx context.Context, dir string, port int, opts Options) (string, error) {
+	bin, err := BinDir()
 	if err != nil {
 		return "", err
 	}
@@ -46,7 +48,7 @@ func startCluster(ctx context.Context, dir string, port int) (string, error) {
 	}
 
 	adminURL := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
-	if ping(ctx, adminURL) == nil {
+	if Ping(ctx, adminURL) == nil {
 		return adminURL, nil
 	}
 	// initdb and postgres refuse to run as root; run them as the postgres
@@ -70,18 +72,21 @@ func startCluster(ctx context.Context, dir string, port int) (string, error) {
 			return "", fmt.Errorf("initdb: %w: %s", err, out)
 		}
 	}
-	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=300", port, dir)
-	if out, err := command(ctx, asUser, filepath.Join(bin, "pg_ctl"), "-D", data, "-o", opts, "-l", filepath.Join(dir, "log"), "-w", "start").CombinedOutput(); err != nil {
+	settings := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c max_connections=300", port, dir)
+	if !opts.Durable {
+		settings += " -c fsync=off"
+	}
+	if out, err := command(ctx, asUser, filepath.Join(bin, "pg_ctl"), "-D", data, "-o", settings, "-l", filepath.Join(dir, "log"), "-w", "start").CombinedOutput(); err != nil {
 		return "", fmt.Errorf("pg_ctl start: %w: %s", err, out)
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		err := ping(ctx, adminURL)
+		err := Ping(ctx, adminURL)
 		if err == nil {
 			return adminURL, nil
 		}
 		if time.Now().After(deadline) {
-			return "", fmt.Errorf("throwaway cluster did not come up: %w", err)
+			return "", fmt.Errorf("cluster in %s did not come up: %w", dir, err)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -92,9 +97,9 @@ func command(ctx context.Context, prefix []string, name string, args ...string) 
 	return exec.CommandContext(ctx, full[0], full[1:]...)
 }
 
-// postgresBinDir finds the newest installed server's binaries (Debian keeps
-// them outside PATH).
-func postgresBinDir() (string, error) {
+// BinDir finds the newest installed server's binaries (Debian keeps them
+// outside PATH).
+func BinDir() (string, error) {
 	if p, err := exec.LookPath("initdb"); err == nil {
 		return filepath.Dir(p), nil
 	}
@@ -108,9 +113,10 @@ func postgresBinDir() (string, error) {
 	return "", errors.New("no initdb found on PATH or in /usr/lib/postgresql/*/bin")
 }
 
-// stopCluster stops a cluster startCluster started in dir.
-func stopCluster(ctx context.Context, dir string) error {
-	bin, err := postgresBinDir()
+// Stop stops the cluster Start started in dir, at once: what it holds is
+// either throwaway or already durable.
+func Stop(ctx context.Context, dir string) error {
+	bin, err := BinDir()
 	if err != nil {
 		return err
 	}
@@ -122,4 +128,16 @@ func stopCluster(ctx context.Context, dir string) error {
 		return fmt.Errorf("pg_ctl stop: %w: %s", err, out)
 	}
 	return nil
+}
+
+// Ping connects to dbURL and pings it, within 3 seconds.
+func Ping(ctx context.Context, dbURL string) error {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	return conn.Ping(ctx)
 }

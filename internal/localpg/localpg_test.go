@@ -1,18 +1,20 @@
-package pgtest
+package localpg_test
 
 import (
 	"context"
 	"net"
 	"os"
 	"testing"
+
+	"github.com/oncepay/oncepay/internal/localpg"
 )
 
 // TestThrowawayCluster starts a cluster from the installed binaries the way
-// the harness does when no server is running, in a directory and on a port
+// the test harness does when no server is running, in a directory and on a port
 // of its own so the shared one is untouched.
 func TestThrowawayCluster(t *testing.T) {
 	t.Parallel()
-	if _, err := postgresBinDir(); err != nil {
+	if _, err := localpg.BinDir(); err != nil {
 		t.Fatalf("the PostgreSQL server binaries are needed: %v", err)
 	}
 	dir, err := os.MkdirTemp("", "oncepay-cluster-test")
@@ -28,19 +30,19 @@ func TestThrowawayCluster(t *testing.T) {
 	ln.Close()
 
 	ctx := context.Background()
-	adminURL, err := startCluster(ctx, dir, port)
+	adminURL, err := localpg.Start(ctx, dir, port, localpg.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := stopCluster(context.Background(), dir); err != nil {
+		if err := localpg.Stop(context.Background(), dir); err != nil {
 			t.Error(err)
 		}
 	})
-	if err := ping(ctx, adminURL); err != nil {
+	if err := localpg.Ping(ctx, adminURL); err != nil {
 		t.Fatalf("cluster not reachable: %v", err)
 	}
-	again, err := startCluster(ctx, dir, port)
+	again, err := localpg.Start(ctx, dir, port, localpg.Options{})
 	if err != nil || again != adminURL {
 		t.Fatalf("a second start must reuse the running cluster: %q, %v", again, err)
 	}

@@ -1,0 +1,115 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+)
+
+// PaymentStatus is a payment's state.
+type PaymentStatus string
+
+// Payment states.
+const (
+	// PaymentProcessing: accepted; the charge has no outcome yet.
+	PaymentProcessing PaymentStatus = "processing"
+	// PaymentRequiresAction: the customer must act (3-D Secure).
+	PaymentRequiresAction PaymentStatus = "requires_action"
+	// PaymentSucceeded: charged. Final.
+	PaymentSucceeded PaymentStatus = "succeeded"
+	// PaymentFailed: refused; nothing charged. Final.
+	PaymentFailed PaymentStatus = "failed"
+	// PaymentRequiresReconciliation: whether the provider charged it is
+	// being found out; it will become succeeded or failed.
+	PaymentRequiresReconciliation PaymentStatus = "requires_reconciliation"
+)
+
+// Final reports whether the payment's outcome is settled.
+func (s PaymentStatus) Final() bool { return s == PaymentSucceeded || s == PaymentFailed }
+
+// Payment is a payment as the API shows it. Absent optional members
+// (customer, description, the provider's ids and codes) are empty strings.
+type Payment struct {
+	ID                      string            `json:"id"`
+	Object                  string            `json:"object"`
+	Amount                  int64             `json:"amount"`
+	Currency                string            `json:"currency"`
+	PaymentMethod           string            `json:"payment_method"`
+	Customer                string            `json:"customer"`
+	Description             string            `json:"description"`
+	Metadata                map[string]string `json:"metadata"`
+	Status                  PaymentStatus     `json:"status"`
+	ProviderPaymentIntentID string            `json:"provider_payment_intent_id"`
+	FailureCode             string            `json:"failure_code"`
+	DeclineCode             string            `json:"decline_code"`
+	FailureMessage          string            `json:"failure_message"`
+	CreatedAt               time.Time         `json:"created_at"`
+	UpdatedAt               time.Time         `json:"updated_at"`
+}
+
+// PaymentParams is the body of a new payment. Amount, Currency and
+// PaymentMethod are required; the API validates every field and answers
+// 400 naming each invalid one.
+type PaymentParams struct {
+	// Amount in minor units (2000 is 20.00 USD).
+	Amount int64 `json:"amount"`
+	// Currency, lowercase ISO 4217 ("usd").
+	Currency      string `json:"currency"`
+	PaymentMethod string `json:"payment_method"`
+	Customer      string `json:"customer,omitempty"`
+	Description   string `json:"description,omitempty"`
+	// Metadata is stored with the payment and sent to the provider.
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// CreatePayment creates a payment under an idempotency key, retrying as the
+// package doc describes. The answer is usually 202 with the payment
+// processing (Result.RetryAfter says when to look again with GetPayment),
+// or, for a retry or with WithWait, the final payment. A declined card is
+// a *ProblemError (IsDeclined) that names the failed payment in PaymentID.
+func (c *Client) CreatePayment(ctx context.Context, params PaymentParams, opts ...CallOption) (*Payment, Result, error) {
+	return call[Payment](ctx, c, request{method: http.MethodPost, path: "/v1/payments", body: params}, opts...)
+}
+
+// GetPayment reads one payment.
+func (c *Client) GetPayment(ctx context.Context, id string) (*Payment, Result, error) {
+	if id == "" {
+		return nil, Result{}, errors.New("oncepay: empty payment id")
+	}
+	return call[Payment](ctx, c, request{method: http.MethodGet, path: "/v1/payments/" + url.PathEscape(id)})
+}
+
+// ListParams pages through a list, newest first.
+type ListParams struct {
+	// Limit is the page size, 1–100; zero leaves it to the API (10).
+	Limit int
+	// StartingAfter is the id of the last item of the previous page.
+	StartingAfter string
+}
+
+func (p ListParams) query() url.Values {
+	q := url.Values{}
+	if p.Limit != 0 {
+		q.Set("limit", strconv.Itoa(p.Limit))
+	}
+	if p.StartingAfter != "" {
+		q.Set("starting_after", p.StartingAfter)
+	}
+	return q
+}
+
+// List is one page of a list.
+type List[T any] struct {
+	Data []T `json:"data"`
+	// HasMore reports whether a next page exists: ask for it with
+	// StartingAfter set to the last item's id.
+	HasMore bool `json:"has_more"`
+}
+
+// ListPayments reads one page of payments, newest first.
+func (c *Client) ListPayments(ctx context.Context, params ListParams) (*List[Payment], Result, error) {
+	return call[List[Payment]](ctx, c, request{method: http.MethodGet, path: "/v1/payments", query: params.query()})
+}

@@ -1,0 +1,95 @@
+package client_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncepay/oncepay/client"
+	"github.com/oncepay/oncepay/internal/outbox"
+	"github.com/oncepay/oncepay/internal/payments"
+	"github.com/oncepay/oncepay/internal/provider"
+	"github.com/oncepay/oncepay/internal/stripesim"
+)
+
+// setupCharging is setup with the charge worker running against the Stripe
+// simulator, so payments settle.
+func setupCharging(t *testing.T, opts ...client.Option) *bundle {
+	t.Helper()
+	b := setup(t, opts...)
+	pool := b.api.Pool
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	sim := httptest.NewServer(stripesim.New(stripesim.Config{Logger: logger}))
+	t.Cleanup(sim.Close)
+	cfg := payments.ChargeConfig{JobTimeout: 2 * time.Second, PollInterval: 50 * time.Millisecond}
+	workers := river.NewWorkers()
+	river.AddWorker(workers, payments.NewChargeWorker(pool, b.api.Keys,
+		provider.New(provider.Config{SecretKey: "sk_test_oncepay", APIBase: sim.URL}), logger, cfg))
+	worker, err := outbox.NewWorkerClient(pool, outbox.WorkerConfig{
+		Workers: workers, JobTimeout: cfg.JobTimeout, RescueStuckJobsAfter: time.Minute,
+		Retry: outbox.RetryPolicy{Base: 20 * time.Millisecond, Max: 100 * time.Millisecond}, Logger: logger,
+	})
+	require.NoError(t, err)
+	require.NoError(t, worker.Start(b.ctx))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = worker.StopAndCancel(ctx)
+	})
+	return b
+}
+
+func TestWaitReturnsTheSettledPayment(t *testing.T) {
+	t.Parallel()
+	b := setupCharging(t)
+
+	p, res, err := b.client.CreatePayment(b.ctx, visa(2000), client.WithWait(10*time.Second))
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Attempts)
+	require.Equal(t, http.StatusCreated, res.StatusCode, "settled within the wait")
+	require.Equal(t, "wait=10", res.PreferenceApplied)
+	require.False(t, res.Replayed)
+	require.Equal(t, client.PaymentSucceeded, p.Status)
+	require.NotEmpty(t, p.ProviderPaymentIntentID)
+
+	// Without the preference the same request answers at once.
+	p, res, err = b.client.CreatePayment(b.ctx, visa(2000))
+	require.NoError(t, err)
+	require.Equal(t, http.StatusAccepted, res.StatusCode)
+	require.Empty(t, res.PreferenceApplied)
+	require.Equal(t, client.PaymentProcessing, p.Status)
+	require.Equal(t, time.Second, res.RetryAfter, "when to look again")
+}
+
+func TestDeclineIsNotRetriedAndNamesThePayment(t *testing.T) {
+	t.Parallel()
+	b := setupCharging(t)
+	params := visa(2000)
+	params.PaymentMethod = "pm_card_chargeDeclined"
+
+	_, res, err := b.client.CreatePayment(b.ctx, params, client.WithWait(10*time.Second))
+	require.True(t, client.IsDeclined(err), "%v", err)
+	pe := requireProblem(t, err, http.StatusPaymentRequired, client.ProblemCardDeclined)
+	require.Equal(t, 1, res.Attempts)
+	require.Equal(t, []int{http.StatusPaymentRequired}, b.net.reached(), "one request reached the server")
+	require.Empty(t, b.waits.recorded())
+	require.NotEmpty(t, pe.DeclineCode)
+	require.Equal(t, []string{pe.PaymentID}, b.paymentsWithKey(res.IdempotencyKey), "the problem names the payment")
+
+	failed, _, err := b.client.GetPayment(b.ctx, pe.PaymentID)
+	require.NoError(t, err)
+	require.Equal(t, client.PaymentFailed, failed.Status)
+	require.Equal(t, pe.DeclineCode, failed.DeclineCode)
+
+	// A retry of the operation gets the stored decline, not a new charge.
+	_, res, err = b.client.CreatePayment(b.ctx, params, client.WithIdempotencyKey(res.IdempotencyKey))
+	require.True(t, client.IsDeclined(err), "%v", err)
+	require.True(t, res.Replayed)
+}

@@ -1,0 +1,117 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncepay/oncepay/internal/pgtest"
+)
+
+var workDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "oncepay-stack-test")
+	if err != nil {
+		panic(err)
+	}
+	workDir = dir
+	out, err := exec.Command("go", "build", "-o", filepath.Join(dir, "bin")+"/", ".", "../api", "../worker", "../stripesim").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := pgtest.Run(m)
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// TestStackDiesWithItsParent: `make run &` then `kill $!` kills make, not
+// its children. The stack notices its parent is gone and stops everything
+// it started, rather than leaving three processes holding their ports.
+func TestStackDiesWithItsParent(t *testing.T) {
+	addrs := freeAddrs(t, 3)
+	var log bytes.Buffer
+	// sh stands in for make: it starts the stack and waits for it.
+	parent := exec.Command("sh", "-c", "bin/stack run; echo unreachable")
+	parent.Dir = workDir
+	parent.Env = append(os.Environ(),
+		"DATABASE_URL="+pgtest.NewDatabase(t),
+		"STRIPE_API_BASE=http://"+addrs[0],
+		"LISTEN_ADDR="+addrs[1],
+		"WORKER_ADMIN_ADDR="+addrs[2],
+	)
+	parent.Stdout, parent.Stderr = &log, &log
+	require.NoError(t, parent.Start())
+	t.Cleanup(func() { _ = parent.Process.Kill(); _ = parent.Wait() })
+
+	require.Eventually(t, func() bool { return answers("http://" + addrs[1] + "/readyz") }, 90*time.Second, 100*time.Millisecond,
+		"the stack did not come up:\n%s", &log)
+	apiPID := pidOf(t, filepath.Join(workDir, ".run", "logs", "api.log"))
+
+	require.NoError(t, parent.Process.Signal(syscall.SIGKILL))
+	_ = parent.Wait()
+	require.Eventually(t, func() bool {
+		return !answers("http://"+addrs[1]+"/readyz") && !answers("http://"+addrs[0]+"/_sim/faults") && !answers("http://"+addrs[2]+"/readyz")
+	}, 45*time.Second, 100*time.Millisecond, "the stack outlived its parent")
+	require.Eventually(t, func() bool { return syscall.Kill(apiPID, 0) != nil }, 10*time.Second, 50*time.Millisecond, "the api process is gone")
+}
+
+func TestUsage(t *testing.T) {
+	var out bytes.Buffer
+	require.NoError(t, run(t.Context(), []string{"stack", "--help"}, func(string) (string, bool) { return "", false }, &out))
+	require.Contains(t, out.String(), "stack run | up | down")
+	require.ErrorContains(t, run(t.Context(), []string{"stack", "sideways"}, func(string) (string, bool) { return "", false }, &out), "usage")
+}
+
+func freeAddrs(t *testing.T, n int) []string {
+	var addrs []string
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		addrs = append(addrs, ln.Addr().String())
+		defer ln.Close()
+	}
+	return addrs
+}
+
+func answers(url string) bool {
+	client := http.Client{Timeout: 500 * time.Millisecond}
+	resp, err := client.Get(url)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// pidOf reads the pid the API logs at start ("pid" is not logged, so the
+// process is found by its listening log line's absence of one: use /proc).
+func pidOf(t *testing.T, logPath string) int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	require.NoError(t, err)
+	want := filepath.Join(workDir, "bin", "api")
+	for _, e := range entries {
+		var pid int
+		if _, err := fmt.Sscan(e.Name(), &pid); err != nil {
+			continue
+		}
+		exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe"))
+		if err == nil && strings.TrimSuffix(exe, " (deleted)") == want {
+			return pid
+		}
+	}
+	t.Fatalf("no process runs %s (log %s)", want, logPath)
+	return 0
+}

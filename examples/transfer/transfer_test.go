@@ -1,0 +1,95 @@
+package transfer_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncepay/oncepay/examples/transfer"
+	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/pgtest"
+	"github.com/oncepay/oncepay/internal/tenant"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// TestTransferEndpointIsIdempotent: the worked example, mounted as the API
+// mounts payments, keeps the whole contract.
+func TestTransferEndpointIsIdempotent(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.NewPool(t)
+	ctx := context.Background()
+	_, err := pool.Exec(ctx, transfer.Schema)
+	require.NoError(t, err)
+	acme, err := tenant.Create(ctx, pool, "acme")
+	require.NoError(t, err)
+
+	logger := slog.New(slog.DiscardHandler)
+	r := chi.NewRouter()
+	r.Use(tenant.Middleware(pool, logger, 5*time.Second))
+	r.Method(http.MethodPost, "/v1/transfers", transfer.Handler(pool, idempotency.NewStore(idempotency.Config{}), logger))
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+
+	send := func(key, body string) (*http.Response, string) {
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/transfers", strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+acme.APIKey)
+		req.Header.Set("Content-Type", "application/json")
+		if key != "" {
+			req.Header.Set("Idempotency-Key", key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		data, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp, string(data)
+	}
+	const key = "0f8e2b1a-transfer-example"
+	body := `{"amount": 500, "destination": "acct_42"}`
+
+	// Twenty concurrent first requests: one transfer, one answer.
+	var wg sync.WaitGroup
+	answers := make([]string, 20)
+	for i := range answers {
+		wg.Go(func() {
+			resp, data := send(key, body)
+			if resp.StatusCode == http.StatusCreated {
+				answers[i] = data
+			}
+		})
+	}
+	wg.Wait()
+	first, replay := send(key, body)
+	require.Equal(t, http.StatusCreated, first.StatusCode)
+	require.Equal(t, "true", first.Header.Get(idempotency.ReplayedHeader))
+	for _, a := range answers {
+		if a != "" {
+			require.JSONEq(t, replay, a, "every 201 is the same answer")
+		}
+	}
+	var rows int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM transfers").Scan(&rows))
+	require.Equal(t, 1, rows)
+
+	resp, _ := send(key, `{"amount": 700, "destination": "acct_42"}`)
+	require.Equal(t, http.StatusUnprocessableEntity, resp.StatusCode, "same key, another transfer")
+	resp, _ = send("", body)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode, "no key")
+	resp, data := send("1c9d7e3f-transfer-example", `{"amount": -1}`)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.Contains(t, data, "destination")
+	require.Contains(t, data, "amount")
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM transfers").Scan(&rows))
+	require.Equal(t, 1, rows, "nothing else was written")
+}

@@ -1,0 +1,86 @@
+// Package ledger owns the ledger_findings table: disagreements between what
+// oncepay recorded and what the payment provider says, kept for an operator
+// with their evidence. A finding is never acted on automatically: a payment
+// recorded final is not overwritten because an event or a lookup says
+// otherwise; a person decides, and notes how it was resolved.
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/oncepay/oncepay/internal/id"
+)
+
+// Kinds of finding.
+const (
+	// KindStatusMismatch: the provider's object contradicts a payment's
+	// final state (recorded failed but the intent succeeded, or the other
+	// way round).
+	KindStatusMismatch = "status_mismatch"
+	// KindUnexpectedCharge: an intent that succeeded is not the one the
+	// payment records (another intent, or another generation's), so the
+	// customer may have been charged twice.
+	KindUnexpectedCharge = "unexpected_charge"
+)
+
+// Finding is one disagreement.
+type Finding struct {
+	ID               string          `db:"id" json:"id"`
+	Kind             string          `db:"kind" json:"kind"`
+	PaymentID        *string         `db:"payment_id" json:"payment_id"`
+	ProviderObjectID *string         `db:"provider_object_id" json:"provider_object_id"`
+	Evidence         json.RawMessage `db:"evidence" json:"evidence"`
+	CreatedAt        time.Time       `db:"created_at" json:"created_at"`
+	ResolvedAt       *time.Time      `db:"resolved_at" json:"resolved_at"`
+	ResolutionNote   *string         `db:"resolution_note" json:"resolution_note"`
+}
+
+// Execer runs statements: a pool, a connection or a transaction.
+type Execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// Querier runs queries.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// Record stores a finding unless the same disagreement (kind, payment,
+// provider object) is already open, and reports whether it was new: the
+// same contradiction seen by several events is one finding.
+func Record(ctx context.Context, db Execer, kind, paymentID, providerObjectID string, evidence any) (bool, error) {
+	raw, err := json.Marshal(evidence)
+	if err != nil {
+		return false, fmt.Errorf("encode finding evidence: %w", err)
+	}
+	tag, err := db.Exec(ctx, `
+		INSERT INTO ledger_findings (id, kind, payment_id, provider_object_id, evidence)
+		VALUES ($1, $2, nullif($3, ''), nullif($4, ''), $5)
+		ON CONFLICT (kind, coalesce(payment_id, ''), coalesce(provider_object_id, '')) WHERE resolved_at IS NULL DO NOTHING`,
+		id.New("lf"), kind, paymentID, providerObjectID, raw)
+	if err != nil {
+		return false, fmt.Errorf("record ledger finding: %w", err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// Open lists the findings not yet resolved, oldest first.
+func Open(ctx context.Context, db Querier) ([]Finding, error) {
+	rows, err := db.Query(ctx, `
+		SELECT id, kind, payment_id, provider_object_id, evidence, created_at, resolved_at, resolution_note
+		FROM ledger_findings WHERE resolved_at IS NULL ORDER BY created_at, id`)
+	if err != nil {
+		return nil, fmt.Errorf("list open findings: %w", err)
+	}
+	findings, err := pgx.CollectRows(rows, pgx.RowToStructByName[Finding])
+	if err != nil {
+		return nil, fmt.Errorf("list open findings: %w", err)
+	}
+	return findings, nil
+}

@@ -1,0 +1,125 @@
+package loadgen
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/oncepay/oncepay/internal/stripesim"
+)
+
+// providerFaults are the simulator's faults during a chaos run: each
+// fires on a share of the charge requests, the way a real provider fails
+// now and then.
+func providerFaults() []stripesim.Fault {
+	const charges = "POST /v1/payment_intents"
+	return []stripesim.Fault{
+		{Mode: stripesim.FaultErrorBefore, Status: 500, Probability: 0.04, Path: charges},
+		{Mode: stripesim.FaultErrorBefore, Status: 429, Probability: 0.03, Path: charges},
+		// Charged, then answered 500, which is stored and replayed: only
+		// the reconciler's lookup can settle these.
+		{Mode: stripesim.FaultErrorAfter, Status: 500, Probability: 0.03, Path: charges},
+		{Mode: stripesim.FaultCloseAfter, Probability: 0.03, Path: charges},
+		// Held past the worker's job timeout.
+		{Mode: stripesim.FaultHoldAfter, Probability: 0.01, Path: charges},
+		{Mode: stripesim.FaultLatency, LatencyMS: 300, Probability: 0.05},
+	}
+}
+
+func (r *run) startProviderFaults(ctx context.Context) error {
+	if !r.cfg.ProviderFaults {
+		return nil
+	}
+	for _, f := range providerFaults() {
+		if err := r.sim.InjectFault(ctx, f); err != nil {
+			return fmt.Errorf("inject %s fault: %w", f.Mode, err)
+		}
+	}
+	return nil
+}
+
+// startChaos kills processes and cuts the database on their schedules
+// until ctx ends. One goroutine does all of it, so the stack's process
+// list is never changed by two at once.
+func (r *run) startChaos(ctx context.Context, wg *sync.WaitGroup) {
+	tick := func(every time.Duration) <-chan time.Time {
+		if every <= 0 {
+			return nil
+		}
+		return time.NewTicker(every).C
+	}
+	workerKills, apiKills, cuts := tick(r.cfg.KillWorkerEvery), tick(r.cfg.KillAPIEvery), tick(r.cfg.CutDBEvery)
+	wg.Go(func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-workerKills:
+				r.killAndRestart(ctx, "worker", r.cfg.Workers)
+			case <-apiKills:
+				r.killAndRestart(ctx, "api", r.cfg.APIs)
+			case <-cuts:
+				r.cutDatabase()
+			}
+		}
+	})
+}
+
+// killAndRestart SIGKILLs one process of the binary and starts it again.
+// For an API, the window from the kill until it serves again (plus a
+// second for answers in flight) excuses its failures.
+func (r *run) killAndRestart(ctx context.Context, binary string, count int) {
+	name := binary
+	if n := r.intn(count); n > 0 {
+		name = fmt.Sprintf("%s-%d", binary, n+1)
+	}
+	p := r.stack.Process(name)
+	if p == nil {
+		return
+	}
+	apiURL := ""
+	if binary == "api" {
+		apiURL = "http://" + strings.TrimSuffix(strings.TrimPrefix(p.Ready, "http://"), "/readyz")
+	}
+	start := time.Now()
+	if err := r.stack.Kill(name); err != nil {
+		fmt.Fprintf(r.cfg.Out, "\nkill %s: %v\n", name, err)
+		return
+	}
+	if binary == "api" {
+		r.kills.apis.Add(1)
+	} else {
+		r.kills.workers.Add(1)
+	}
+	// A moment down, as after a real crash, before the restart.
+	select {
+	case <-ctx.Done():
+	case <-time.After(300 * time.Millisecond):
+	}
+	// A process that starts while the database is cut exits; like a
+	// supervisor, try again.
+	var err error
+	for range 10 {
+		if err = r.stack.Restart(name); err == nil {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	if apiURL != "" {
+		r.addWindow(window{target: apiURL, start: start, end: time.Now().Add(time.Second), what: "kill " + name})
+	}
+	if err != nil {
+		fmt.Fprintf(r.cfg.Out, "\nrestart %s: %v\n", name, err)
+	}
+}
+
+// cutDatabase cuts every process's database connections for CutDBFor. Any
+// process may answer 503 meanwhile, and a little after (a pool noticing its
+// dead connections).
+func (r *run) cutDatabase() {
+	start := time.Now()
+	r.proxy.CutFor(r.cfg.CutDBFor)
+	r.addWindow(window{start: start, end: time.Now().Add(2 * time.Second), what: "database cut"})
+}

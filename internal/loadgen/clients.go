@@ -1,0 +1,326 @@
+package loadgen
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/oncepay/oncepay/internal/id"
+)
+
+// Op is why a request was sent.
+type Op string
+
+const (
+	OpCreate    Op = "create"    // the first request of an operation (and its retries after failures)
+	OpRetry     Op = "retry"     // the same request again after an answer
+	OpDuplicate Op = "duplicate" // a concurrent copy of the first request
+	OpMismatch  Op = "mismatch"  // the same key with another amount
+)
+
+// answer is one HTTP exchange as a client saw it.
+type answer struct {
+	Tenant    int
+	Key       string
+	Op        Op
+	Amount    int64
+	API       string
+	Status    int // 0 for a transport error
+	Err       string
+	PaymentID string
+	Problem   string
+	Replayed  bool
+	At        time.Time
+	Took      time.Duration
+}
+
+// end is when the answer (or the error) arrived: what fault windows are
+// compared with, since a request cut by a kill started before it.
+func (a answer) end() time.Time { return a.At.Add(a.Took) }
+
+func (a answer) acknowledged() bool {
+	return a.PaymentID != "" && (a.Status == http.StatusAccepted || a.Status == http.StatusCreated || a.Status == http.StatusPaymentRequired)
+}
+
+// recorder keeps every answer.
+type recorder struct {
+	mu      sync.Mutex
+	answers []answer
+}
+
+func (rec *recorder) add(a answer) {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	rec.answers = append(rec.answers, a)
+}
+
+func (rec *recorder) snapshot() []answer {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	return slices.Clone(rec.answers)
+}
+
+// runClients sends operations until ctx ends.
+func (r *run) runClients(ctx context.Context) {
+	var pace <-chan time.Time
+	if r.cfg.Rate > 0 {
+		ticker := time.NewTicker(time.Duration(float64(time.Second) / r.cfg.Rate))
+		defer ticker.Stop()
+		pace = ticker.C
+	}
+	var wg sync.WaitGroup
+	for c := range r.cfg.Clients {
+		client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+		wg.Go(func() {
+			var past []pastOp
+			for n := 0; ctx.Err() == nil; n++ {
+				if pace != nil {
+					select {
+					case <-pace:
+					case <-ctx.Done():
+						return
+					}
+				}
+				past = r.operation(ctx, client, c, n, past)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// pastOp is an operation a client made, for retries long after it.
+type pastOp struct {
+	tenant      int
+	key, method string
+	amount      int64
+}
+
+// operation is one logical payment: a key, its first request retried until
+// answered, then maybe duplicates, a retry and a mismatch. Half the retries
+// come at once, half later, for an earlier operation of the client's, so
+// that most of those find their payment settled.
+func (r *run) operation(ctx context.Context, client *http.Client, c, n int, past []pastOp) []pastOp {
+	tenant := r.intn(len(r.tenants))
+	if r.cfg.Scenario == Replay {
+		r.replayOne(ctx, client, tenant)
+		return past
+	}
+	key := fmt.Sprintf("lg-%d-%d-%s", c, n, strings.ToLower(id.New("k")[2:]))
+	amount := int64(1000 + r.intn(9000))
+	method := "pm_card_visa"
+	if r.chance(r.cfg.DeclineRate) {
+		method = "pm_card_chargeDeclined"
+	}
+	if r.chance(r.cfg.DuplicateRate) {
+		var wg sync.WaitGroup
+		for range 3 {
+			wg.Go(func() { r.pay(ctx, client, tenant, key, amount, method, OpDuplicate) })
+		}
+		wg.Wait()
+	} else {
+		r.pay(ctx, client, tenant, key, amount, method, OpCreate)
+	}
+	if r.chance(r.cfg.RetryRate) {
+		if old := past; len(old) > 0 && r.chance(0.5) {
+			o := old[r.intn(len(old))]
+			r.pay(ctx, client, o.tenant, o.key, o.amount, o.method, OpRetry)
+		} else {
+			r.pay(ctx, client, tenant, key, amount, method, OpRetry)
+		}
+	}
+	if r.chance(r.cfg.MismatchRate) {
+		r.send(ctx, client, tenant, key, amount+1, method, OpMismatch)
+	}
+	past = append(past, pastOp{tenant: tenant, key: key, method: method, amount: amount})
+	if len(past) > 200 {
+		past = past[1:]
+	}
+	return past
+}
+
+// pay sends the request, retrying with the same key while the answer says
+// to (transport errors, 409, 429, 5xx), with full-jitter backoff, until it
+// is answered for good or ctx ends.
+func (r *run) pay(ctx context.Context, client *http.Client, tenant int, key string, amount int64, method string, op Op) answer {
+	backoff := 50 * time.Millisecond
+	for {
+		a := r.send(ctx, client, tenant, key, amount, method, op)
+		if !retryable(a) || ctx.Err() != nil {
+			return a
+		}
+		wait := time.Duration(r.intn(int(backoff)) + 1)
+		if a.Status == http.StatusConflict || a.Status == http.StatusTooManyRequests || a.Status == http.StatusServiceUnavailable {
+			wait = max(wait, 200*time.Millisecond) // a short Retry-After floor keeps the run fast
+		}
+		select {
+		case <-ctx.Done():
+			return a
+		case <-time.After(wait):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+func retryable(a answer) bool {
+	return a.Status == 0 || a.Status == http.StatusConflict || a.Status == http.StatusTooManyRequests || a.Status >= 500
+}
+
+// send makes one request to an API process chosen at random.
+func (r *run) send(ctx context.Context, client *http.Client, tenant int, key string, amount int64, method string, op Op) answer {
+	api := r.stack.APIURLs[r.intn(len(r.stack.APIURLs))]
+	body := fmt.Sprintf(`{"amount": %d, "currency": "usd", "payment_method": %q, "metadata": {"loadgen_key": %q}}`, amount, method, key)
+	a := answer{Tenant: tenant, Key: key, Op: op, Amount: amount, API: api, At: time.Now()}
+	defer func() {
+		a.Took = time.Since(a.At)
+		r.record.add(a)
+	}()
+	// The request outlives the load's end so that an operation in flight
+	// gets its answer, but not the run.
+	reqCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(reqCtx, http.MethodPost, api+"/v1/payments", strings.NewReader(body))
+	if err != nil {
+		a.Err = err.Error()
+		return a
+	}
+	req.Header.Set("Authorization", "Bearer "+r.tenants[tenant].APIKey)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", key)
+	resp, err := client.Do(req)
+	if err != nil {
+		a.Err = err.Error()
+		return a
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		a.Err = "read: " + err.Error()
+		return a
+	}
+	a.Status = resp.StatusCode
+	a.Replayed = resp.Header.Get("Idempotent-Replayed") == "true"
+	var doc struct {
+		ID        string `json:"id"`
+		PaymentID string `json:"payment_id"`
+		Type      string `json:"type"`
+	}
+	if err := json.Unmarshal(raw, &doc); err == nil {
+		a.PaymentID = cmp.Or(doc.ID, doc.PaymentID)
+		a.Problem = doc.Type[strings.LastIndex(doc.Type, "/")+1:]
+	}
+	if !strings.HasPrefix(a.PaymentID, "pay_") {
+		a.PaymentID = ""
+	}
+	return a
+}
+
+// primeReplays settles one payment per client before a replay run, whose
+// requests are then retries of finished keys.
+func (r *run) primeReplays(ctx context.Context) error {
+	client := &http.Client{Timeout: 10 * time.Second}
+	for c := range r.cfg.Clients * 4 {
+		tenant := c % len(r.tenants)
+		key := fmt.Sprintf("lg-replay-%d-%s", c, strings.ToLower(id.New("k")[2:]))
+		a := r.pay(ctx, client, tenant, key, 2000, "pm_card_visa", OpCreate)
+		if !a.acknowledged() {
+			return fmt.Errorf("priming the replay keys: %d %s %s", a.Status, a.Problem, a.Err)
+		}
+		r.replayKeys = append(r.replayKeys, replayKey{tenant: tenant, key: key})
+	}
+	return r.awaitSettled(ctx)
+}
+
+type replayKey struct {
+	tenant int
+	key    string
+}
+
+func (r *run) replayOne(ctx context.Context, client *http.Client, _ int) {
+	k := r.replayKeys[r.intn(len(r.replayKeys))]
+	r.pay(ctx, client, k.tenant, k.key, 2000, "pm_card_visa", OpRetry)
+}
+
+// progress prints a live line every second on a terminal; it returns a
+// function that stops it.
+func (r *run) progress(start time.Time) func() {
+	if !r.cfg.Live {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		ticker := time.NewTicker(time.Second)
+		defer ticker.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ticker.C:
+				s := summarize(r.record.snapshot(), time.Since(start))
+				fmt.Fprintf(r.cfg.Out, "\r%5.0fs  %6.0f req/s  p50 %-6s p99 %-7s  2xx %d  4xx %d  5xx %d  errors %d  kills w%d a%d  cuts %d   ",
+					time.Since(start).Seconds(), s.rate, s.p50, s.p99, s.byClass[2], s.byClass[4], s.byClass[5], s.byClass[0],
+					r.kills.workers.Load(), r.kills.apis.Load(), r.proxy.Cuts())
+			}
+		}
+	})
+	return func() { close(done); wg.Wait() }
+}
+
+type stats struct {
+	rate     float64
+	p50, p99 time.Duration
+	byClass  map[int]int
+}
+
+func summarize(answers []answer, elapsed time.Duration) stats {
+	s := stats{byClass: map[int]int{}}
+	var took []time.Duration
+	for _, a := range answers {
+		s.byClass[a.Status/100]++
+		if a.Status != 0 {
+			took = append(took, a.Took)
+		}
+	}
+	if elapsed > 0 {
+		s.rate = float64(len(answers)) / elapsed.Seconds()
+	}
+	if len(took) > 0 {
+		slices.Sort(took)
+		s.p50 = took[len(took)/2].Round(100 * time.Microsecond)
+		s.p99 = took[len(took)*99/100].Round(100 * time.Microsecond)
+	}
+	return s
+}
+
+var errNotFinal = errors.New("payments still not final")
+
+// awaitSettled waits until no payment is in a non-final state.
+func (r *run) awaitSettled(ctx context.Context) error {
+	deadline := time.Now().Add(r.cfg.Settle)
+	for {
+		var open int
+		err := r.pool.QueryRow(ctx, `SELECT count(*) FROM payments WHERE status NOT IN ('succeeded', 'failed')`).Scan(&open)
+		if err == nil && open == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			if err != nil {
+				return err
+			}
+			return fmt.Errorf("%w: %d", errNotFinal, open)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,194 @@
+package payments
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/ledger"
+	"github.com/oncepay/oncepay/internal/provider"
+)
+
+// Verdict is what settling a payment from the provider's word did.
+type Verdict int
+
+const (
+	// Recorded: the payment was not final and now is, recorded exactly as
+	// the charge worker records it (payment, then the key's final answer).
+	Recorded Verdict = iota + 1
+	// Unchanged: nothing to record. The payment is final and the provider
+	// agrees, or the intent is another generation's and charged nothing.
+	Unchanged
+	// StillPending: the intent is not final yet; a waiting payment notes
+	// the intent and whether the customer must act.
+	StillPending
+	// Contradiction: the provider contradicts what oncepay recorded. Nothing
+	// was changed; Settlement.Contradiction says what disagrees.
+	Contradiction
+)
+
+func (v Verdict) String() string {
+	switch v {
+	case Recorded:
+		return "settled"
+	case Unchanged:
+		return "unchanged"
+	case StillPending:
+		return "pending"
+	case Contradiction:
+		return "finding"
+	}
+	return fmt.Sprintf("Verdict(%d)", int(v))
+}
+
+// Settlement is Settle's answer.
+type Settlement struct {
+	Verdict Verdict
+	// Payment is the payment as it stands after settling.
+	Payment Payment
+	// Kind (a ledger finding kind) and Reason describe a Contradiction.
+	Kind, Reason string
+}
+
+// ErrNotOurs is returned by Settle for an intent that names no payment of
+// ours: created by someone else on the same provider account.
+var ErrNotOurs = errors.New("the intent belongs to no payment")
+
+// Settle brings a payment in line with what the provider says about one of
+// its intents: out is the answer of reading the intent (never an event's
+// copy of it: events are hints). It takes the locks every outcome change
+// takes (payment row, then key) and then:
+//
+//   - a payment still waiting (processing, requires_action,
+//     requires_reconciliation) on an intent of its current generation that
+//     is final is recorded as the charge worker or the reconciler would: the
+//     payment, and the final response under the client's key, in one
+//     transaction. A charge job still scheduled for the payment finds it
+//     final on its next run and completes without calling the provider; one
+//     running now records nothing over it (its writes require a waiting
+//     payment), and the reconciler skips it likewise.
+//   - a final payment the intent agrees with is left alone;
+//   - an intent that contradicts a final payment, or a succeeded intent the
+//     payment does not know, is a Contradiction: nothing changes, and the
+//     caller records the evidence for an operator.
+//
+// The intent's metadata names the payment (payment_id, tenant_id); an
+// intent without it is looked up by its id. out must carry an intent.
+func Settle(ctx context.Context, pool *pgxpool.Pool, keys *idempotency.Store, out provider.Outcome) (Settlement, error) {
+	in := out.Intent
+	if in == nil {
+		return Settlement{}, errors.New("settle: the outcome carries no intent")
+	}
+	tenantID, paymentID := in.Metadata[MetadataTenantID], in.Metadata[MetadataPaymentID]
+	if tenantID == "" || paymentID == "" {
+		p, err := paymentOfIntent(ctx, pool, in.ID)
+		if errors.Is(err, ErrNotFound) {
+			return Settlement{}, fmt.Errorf("settle intent %s: %w", in.ID, ErrNotOurs)
+		}
+		if err != nil {
+			return Settlement{}, err
+		}
+		tenantID, paymentID = p.TenantID, p.ID
+	}
+	var s Settlement
+	err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+		p, err := lockForOutcome(ctx, tx, keys, tenantID, paymentID)
+		if errors.Is(err, ErrNotFound) {
+			return fmt.Errorf("settle intent %s: %w", in.ID, ErrNotOurs)
+		}
+		if err != nil {
+			return err
+		}
+		s, err = settleLocked(ctx, tx, keys, p, out)
+		return err
+	})
+	return s, err
+}
+
+func settleLocked(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, p Payment, out provider.Outcome) (Settlement, error) {
+	in := out.Intent
+	s := Settlement{Verdict: Unchanged, Payment: p}
+	known := p.ProviderPaymentIntentID == nil || *p.ProviderPaymentIntentID == in.ID
+	if !intentOfGeneration(in, p) || !known {
+		// Not the charge the payment waits on. Harmless unless it took
+		// money: then the customer may be charged twice.
+		if out.Kind == provider.Succeeded {
+			s.Verdict, s.Kind = Contradiction, ledger.KindUnexpectedCharge
+			s.Reason = fmt.Sprintf("intent %s (generation %s) succeeded, but payment %s is %s under generation %d with intent %s",
+				in.ID, generationOf(in), p.ID, p.Status, p.ProviderKeyGeneration, deref(p.ProviderPaymentIntentID))
+		}
+		return s, nil
+	}
+	switch p.Status {
+	case StatusProcessing, StatusRequiresAction, StatusRequiresReconciliation:
+		switch out.Kind {
+		case provider.Succeeded, provider.Declined:
+			if err := recordOutcome(ctx, tx, keys, p, []Status{StatusProcessing, StatusRequiresAction, StatusRequiresReconciliation}, out); err != nil {
+				return s, err
+			}
+			final, err := lockPayment(ctx, tx, p.TenantID, p.ID)
+			if err != nil {
+				return s, err
+			}
+			s.Verdict, s.Payment = Recorded, final
+		case provider.Pending:
+			s.Verdict = StillPending
+			if p.Status != StatusRequiresReconciliation {
+				if err := recordPending(ctx, tx, p.ID, out); err != nil {
+					return s, err
+				}
+			}
+		}
+		return s, nil
+	case StatusSucceeded:
+		if out.Kind == provider.Declined {
+			s.Verdict, s.Kind = Contradiction, ledger.KindStatusMismatch
+			s.Reason = fmt.Sprintf("payment %s is succeeded, but intent %s is %s", p.ID, in.ID, in.Status)
+		}
+	case StatusFailed:
+		if out.Kind == provider.Succeeded {
+			s.Verdict, s.Kind = Contradiction, ledger.KindStatusMismatch
+			s.Reason = fmt.Sprintf("payment %s is failed (%s), but intent %s succeeded", p.ID, deref(p.FailureCode), in.ID)
+		}
+	}
+	return s, nil
+}
+
+// intentOfGeneration reports whether in was created for p's current
+// generation. An intent without our metadata is p's only if p recorded it.
+func intentOfGeneration(in *provider.Intent, p Payment) bool {
+	if in.Metadata[MetadataPaymentID] == "" {
+		return p.ProviderPaymentIntentID != nil && *p.ProviderPaymentIntentID == in.ID
+	}
+	return belongsTo(in, p)
+}
+
+func generationOf(in *provider.Intent) string {
+	if gen := in.Metadata[MetadataGeneration]; gen != "" {
+		return gen
+	}
+	return "1"
+}
+
+// paymentOfIntent finds the payment that recorded an intent.
+func paymentOfIntent(ctx context.Context, db Querier, intentID string) (Payment, error) {
+	rows, err := db.Query(ctx, `SELECT `+paymentColumns+` FROM payments WHERE provider_payment_intent_id = $1`, intentID)
+	return collectPayment(rows, err, "find payment of intent")
+}
+
+// nextActionOf is what a customer must do for an intent that requires
+// action.
+func nextActionOf(in *provider.Intent) *NextAction {
+	next := &NextAction{Type: "use_stripe_sdk", ClientSecret: in.ClientSecret}
+	if in.NextAction != nil {
+		next.Type = in.NextAction.Type
+		if in.NextAction.RedirectURL != "" {
+			next.RedirectToURL = &in.NextAction.RedirectURL
+		}
+	}
+	return next
+}

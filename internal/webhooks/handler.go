@@ -1,0 +1,115 @@
+package webhooks
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5/middleware"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stripe/stripe-go/v76"
+	"github.com/stripe/stripe-go/v76/webhook"
+
+	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/provider"
+)
+
+// MaxBodyBytes bounds an event's body. Stripe's events are a few kilobytes;
+// a larger body is not one of them.
+const MaxBodyBytes = 512 << 10
+
+// Handler serves POST /v1/webhooks/stripe. It is authenticated by the
+// signature alone, never by a tenant's API key: events concern the provider
+// account, not one tenant.
+type Handler struct {
+	Pool   *pgxpool.Pool
+	Jobs   Inserter
+	Logger *slog.Logger
+	// Secret is the endpoint's signing secret (whsec_…). Empty disables the
+	// endpoint: it answers 503, so the provider keeps the events and
+	// retries them (for days, at Stripe) until a secret is configured.
+	Secret string
+	// Tolerance is how old a signature's timestamp may be, against replays
+	// of a captured delivery. Defaults to stripe-go's 5 minutes.
+	Tolerance time.Duration
+	// Timeout bounds the database work of one delivery. Defaults to 5s.
+	Timeout time.Duration
+}
+
+// receipt is the body of a 200: whether this delivery stored the event.
+type receipt struct {
+	ID        string `json:"id"`
+	Duplicate bool   `json:"duplicate"`
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h.Secret == "" {
+		problem.Write(w, r, h.Logger, &problem.Error{Type: problem.ServiceUnavailable, RetryAfter: time.Minute,
+			Detail: "Webhooks are not configured on this server (STRIPE_WEBHOOK_SECRET is unset)."})
+		return
+	}
+	payload, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		problem.Write(w, r, h.Logger, problem.New(problem.RequestTooLarge, "An event body is at most %d bytes.", MaxBodyBytes))
+		return
+	}
+	if err != nil {
+		problem.Write(w, r, h.Logger, problem.New(problem.InvalidRequest, "The body could not be read."))
+		return
+	}
+	// The API version is not enforced: an event only says which object to
+	// read again, and that object is read through our own pinned client, so
+	// an event rendered in another version cannot mislead us. Rejecting it
+	// would lose every event until the endpoint's version matched stripe-go's.
+	stripeEvent, err := webhook.ConstructEventWithOptions(payload, r.Header.Get("Stripe-Signature"), h.Secret,
+		webhook.ConstructEventOptions{Tolerance: cmp.Or(h.Tolerance, webhook.DefaultTolerance), IgnoreAPIVersionMismatch: true})
+	if err != nil {
+		// The reason (missing, malformed, wrong or stale) goes to the log,
+		// not to whoever is probing the endpoint.
+		h.Logger.WarnContext(r.Context(), "webhook refused: signature not verified", slog.String("request_id", middleware.GetReqID(r.Context())),
+			slog.Any("error", err))
+		problem.Write(w, r, h.Logger, problem.New(problem.InvalidRequest, "The Stripe-Signature header is missing, malformed, wrong or too old."))
+		return
+	}
+	if stripeEvent.ID == "" || stripeEvent.Type == "" {
+		problem.Write(w, r, h.Logger, problem.New(problem.InvalidRequest, "The event has no id or no type."))
+		return
+	}
+	log := h.Logger.With(slog.String("event_id", stripeEvent.ID), slog.String("event_type", string(stripeEvent.Type)))
+	if stripeEvent.APIVersion != stripe.APIVersion {
+		log.WarnContext(r.Context(), "event rendered in another API version; accepted, as its object is read again",
+			slog.String("api_version", stripeEvent.APIVersion), slog.String("client_api_version", stripe.APIVersion))
+	}
+	ev, err := provider.EventOf(&stripeEvent)
+	if err != nil {
+		problem.Write(w, r, h.Logger, err)
+		return
+	}
+	ev.Payload = payload // the record keeps what was signed
+	ctx, cancel := context.WithTimeout(r.Context(), cmp.Or(h.Timeout, 5*time.Second))
+	defer cancel()
+	stored, err := Ingest(ctx, h.Pool, h.Jobs, ev, SourceWebhook)
+	if err != nil {
+		// 503 or 500: the provider retries the delivery.
+		problem.Write(w, r, h.Logger, err)
+		return
+	}
+	if stored {
+		log.InfoContext(ctx, "event stored")
+	} else {
+		log.DebugContext(ctx, "event already stored; delivery acknowledged")
+	}
+	writeJSON(w, receipt{ID: ev.ID, Duplicate: !stored})
+}
+
+func writeJSON(w http.ResponseWriter, v receipt) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_ = json.NewEncoder(w).Encode(v) // the provider may be gone; it retries then
+}

@@ -1,0 +1,150 @@
+package webhooks
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+
+	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/ledger"
+	"github.com/oncepay/oncepay/internal/outbox"
+	"github.com/oncepay/oncepay/internal/payments"
+	"github.com/oncepay/oncepay/internal/provider"
+)
+
+// Results recorded on a processed event.
+const (
+	ResultIgnored = "ignored"  // no handler for the type
+	ResultNotOurs = "not_ours" // the object belongs to no payment of ours
+)
+
+// handler acts on one stored event and says what it concluded.
+type handler func(ctx context.Context, ev storedEvent, log *slog.Logger) (result string, err error)
+
+// Processor acts on stored events.
+type Processor struct {
+	pool     *pgxpool.Pool
+	keys     *idempotency.Store
+	provider *provider.Client
+	logger   *slog.Logger
+	// CallTimeout bounds one provider call.
+	callTimeout time.Duration
+	handlers    map[string]handler
+}
+
+// ProcessorConfig tunes a Processor. Zero values take the defaults.
+type ProcessorConfig struct {
+	// CallTimeout bounds one provider call. Defaults to 20s.
+	CallTimeout time.Duration
+}
+
+// NewProcessor returns a Processor.
+func NewProcessor(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, logger *slog.Logger, cfg ProcessorConfig) *Processor {
+	p := &Processor{pool: pool, keys: keys, provider: pc, logger: logger, callTimeout: cmp.Or(cfg.CallTimeout, 20*time.Second)}
+	// Adding a type is a line here. charge.refunded and refund.updated are
+	// stored and acknowledged now, and get handlers once refunds are
+	// recorded.
+	p.handlers = map[string]handler{
+		"payment_intent.succeeded":       p.settleIntent,
+		"payment_intent.payment_failed":  p.settleIntent,
+		"payment_intent.canceled":        p.settleIntent,
+		"payment_intent.requires_action": p.settleIntent,
+		"payment_intent.processing":      p.settleIntent,
+	}
+	return p
+}
+
+// Process acts on one stored event, once: an event already processed is
+// left alone. An error means the job should retry.
+func (p *Processor) Process(ctx context.Context, eventID string) (string, error) {
+	ev, err := loadEvent(ctx, p.pool, eventID)
+	if err != nil {
+		return "", err
+	}
+	if ev.ProcessedAt != nil {
+		return "", nil
+	}
+	log := p.logger.With(slog.String("event_id", ev.ID), slog.String("event_type", ev.Type))
+	result := ResultIgnored
+	if h, ok := p.handlers[ev.Type]; ok {
+		if result, err = h(ctx, ev, log); err != nil {
+			return "", err
+		}
+	}
+	if err := markProcessed(ctx, p.pool, ev.ID, result); err != nil {
+		return "", err
+	}
+	log.InfoContext(ctx, "event processed", slog.String("result", result))
+	return result, nil
+}
+
+// settleIntent reads the event's intent from the provider and settles its
+// payment from that answer, never from the event's copy.
+func (p *Processor) settleIntent(ctx context.Context, ev storedEvent, log *slog.Logger) (string, error) {
+	if ev.ObjectID == nil {
+		return ResultNotOurs, nil
+	}
+	intentID := *ev.ObjectID
+	callCtx, cancel := context.WithTimeout(ctx, p.callTimeout)
+	out := p.provider.RetrieveIntent(callCtx, intentID)
+	cancel()
+	if out.Kind == provider.Ambiguous {
+		return "", fmt.Errorf("read intent %s: %w", intentID, out.Err)
+	}
+	s, err := payments.Settle(ctx, p.pool, p.keys, out)
+	if errors.Is(err, payments.ErrNotOurs) {
+		log.InfoContext(ctx, "event about an intent of no payment of ours", slog.String("intent_id", intentID))
+		return ResultNotOurs, nil
+	}
+	if err != nil {
+		return "", err
+	}
+	log = log.With(slog.String("tenant_id", s.Payment.TenantID), slog.String("payment_id", s.Payment.ID),
+		slog.String("intent_id", intentID), slog.String("intent_status", string(out.Intent.Status)),
+		slog.String("payment_status", string(s.Payment.Status)))
+	switch s.Verdict {
+	case payments.Recorded:
+		log.InfoContext(ctx, "payment settled from the provider's intent")
+	case payments.Contradiction:
+		evidence := map[string]any{
+			"event_id": ev.ID, "event_type": ev.Type, "reason": s.Reason,
+			"intent": map[string]any{
+				"id": intentID, "status": out.Intent.Status, "amount": out.Intent.Amount, "currency": out.Intent.Currency,
+				"metadata": out.Intent.Metadata,
+			},
+			"payment": map[string]any{
+				"status": s.Payment.Status, "generation": s.Payment.ProviderKeyGeneration,
+				"provider_payment_intent_id": s.Payment.ProviderPaymentIntentID, "failure_code": s.Payment.FailureCode,
+			},
+		}
+		isNew, err := ledger.Record(ctx, p.pool, s.Kind, s.Payment.ID, intentID, evidence)
+		if err != nil {
+			return "", err
+		}
+		log.ErrorContext(ctx, "the provider contradicts the payment's recorded state; left for an operator",
+			slog.String("finding", s.Kind), slog.String("reason", s.Reason), slog.Bool("new_finding", isNew))
+	}
+	return s.Verdict.String(), nil
+}
+
+// ProcessWorker runs the Processor as a River job.
+type ProcessWorker struct {
+	river.WorkerDefaults[outbox.ProcessWebhookEventArgs]
+	Processor *Processor
+}
+
+// Work processes the job's event.
+func (w *ProcessWorker) Work(ctx context.Context, job *river.Job[outbox.ProcessWebhookEventArgs]) error {
+	_, err := w.Processor.Process(ctx, job.Args.EventID)
+	if errors.Is(err, errEventNotFound) {
+		// The job commits with its event, so this is a deleted row.
+		return river.JobCancel(err)
+	}
+	return err
+}

@@ -1,0 +1,148 @@
+package webhooks
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/oncepay/oncepay/internal/outbox"
+	"github.com/oncepay/oncepay/internal/provider"
+)
+
+// Source is how an event first arrived. The names match the CHECK
+// constraint on webhook_events.source.
+type Source string
+
+const (
+	// SourceWebhook: delivered to the endpoint.
+	SourceWebhook Source = "webhook"
+	// SourceRecovery: found by listing the provider's events.
+	SourceRecovery Source = "recovery"
+)
+
+// Inserter inserts a job inside a transaction: an *outbox.Outbox.
+type Inserter interface {
+	InsertTx(ctx context.Context, tx pgx.Tx, args river.JobArgs) (*rivertype.JobInsertResult, error)
+}
+
+// Ingest stores ev once and, in the same transaction, inserts the job that
+// processes it. stored is false for an event already stored (a redelivery,
+// or one the recovery found first): nothing is written then, so an event is
+// processed by one job however often it arrives.
+func Ingest(ctx context.Context, pool *pgxpool.Pool, jobs Inserter, ev provider.Event, source Source) (stored bool, err error) {
+	err = pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `
+			INSERT INTO webhook_events (id, type, api_version, object_id, created, payload, source)
+			VALUES ($1, $2, nullif($3, ''), nullif($4, ''), $5, $6, $7)
+			ON CONFLICT (id) DO NOTHING`,
+			ev.ID, ev.Type, ev.APIVersion, ev.ObjectID, ev.Created, redacted(ev.Payload), source)
+		if err != nil {
+			return fmt.Errorf("store event %s: %w", ev.ID, err)
+		}
+		if stored = tag.RowsAffected() == 1; !stored {
+			return nil
+		}
+		_, err = jobs.InsertTx(ctx, tx, outbox.ProcessWebhookEventArgs{EventID: ev.ID})
+		return err
+	})
+	return stored, err
+}
+
+// redacted is an event's payload without the intent's client secret, a
+// credential the record does not need. A payload that is not an object is
+// kept as it is.
+func redacted(payload []byte) []byte {
+	var ev map[string]any
+	if json.Unmarshal(payload, &ev) != nil {
+		return payload
+	}
+	data, _ := ev["data"].(map[string]any)
+	obj, _ := data["object"].(map[string]any)
+	if _, ok := obj["client_secret"]; !ok {
+		return payload
+	}
+	obj["client_secret"] = "[redacted]"
+	out, err := json.Marshal(ev)
+	if err != nil {
+		return payload
+	}
+	return out
+}
+
+// storedEvent is an event as stored.
+type storedEvent struct {
+	ID          string     `db:"id"`
+	Type        string     `db:"type"`
+	ObjectID    *string    `db:"object_id"`
+	ProcessedAt *time.Time `db:"processed_at"`
+}
+
+var errEventNotFound = errors.New("webhook event not found")
+
+func loadEvent(ctx context.Context, db querier, eventID string) (storedEvent, error) {
+	rows, err := db.Query(ctx, `SELECT id, type, object_id, processed_at FROM webhook_events WHERE id = $1`, eventID)
+	if err != nil {
+		return storedEvent{}, fmt.Errorf("load event %s: %w", eventID, err)
+	}
+	ev, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[storedEvent])
+	if errors.Is(err, pgx.ErrNoRows) {
+		return storedEvent{}, fmt.Errorf("load event %s: %w", eventID, errEventNotFound)
+	}
+	if err != nil {
+		return storedEvent{}, fmt.Errorf("load event %s: %w", eventID, err)
+	}
+	return ev, nil
+}
+
+// markProcessed records what processing concluded. Processing is safe to
+// repeat (settling is guarded by the payment's state, findings are one per
+// disagreement), so a crash between acting and marking only repeats it.
+func markProcessed(ctx context.Context, db execer, eventID, result string) error {
+	if _, err := db.Exec(ctx, `UPDATE webhook_events SET processed_at = now(), result = $2 WHERE id = $1 AND processed_at IS NULL`,
+		eventID, result); err != nil {
+		return fmt.Errorf("mark event %s processed: %w", eventID, err)
+	}
+	return nil
+}
+
+// readCursor returns the newest event the recovery has listed, or "".
+func readCursor(ctx context.Context, db querier) (string, error) {
+	rows, err := db.Query(ctx, `SELECT last_event_id FROM webhook_recovery_cursor`)
+	if err != nil {
+		return "", fmt.Errorf("read recovery cursor: %w", err)
+	}
+	id, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[string])
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("read recovery cursor: %w", err)
+	}
+	return id, nil
+}
+
+func writeCursor(ctx context.Context, db execer, eventID string) error {
+	_, err := db.Exec(ctx, `
+		INSERT INTO webhook_recovery_cursor (last_event_id) VALUES ($1)
+		ON CONFLICT (singleton) DO UPDATE SET last_event_id = excluded.last_event_id, updated_at = now()`, eventID)
+	if err != nil {
+		return fmt.Errorf("write recovery cursor: %w", err)
+	}
+	return nil
+}
+
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+type execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}

@@ -1,0 +1,517 @@
+package webhooks_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/stretchr/testify/require"
+	"github.com/stripe/stripe-go/v76"
+	"github.com/stripe/stripe-go/v76/webhook"
+
+	"github.com/oncepay/oncepay/internal/api"
+	"github.com/oncepay/oncepay/internal/apitest"
+	"github.com/oncepay/oncepay/internal/id"
+	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/ledger"
+	"github.com/oncepay/oncepay/internal/outbox"
+	"github.com/oncepay/oncepay/internal/payments"
+	"github.com/oncepay/oncepay/internal/pgtest"
+	"github.com/oncepay/oncepay/internal/provider"
+	"github.com/oncepay/oncepay/internal/stripesim"
+	"github.com/oncepay/oncepay/internal/tenant"
+	"github.com/oncepay/oncepay/internal/webhooks"
+)
+
+const secret = "whsec_oncepay_test"
+
+type options struct {
+	// secret is the API's STRIPE_WEBHOOK_SECRET; "-" for none.
+	secret string
+	// pollInterval is the charge worker's; long makes only events settle a
+	// pending intent.
+	pollInterval time.Duration
+	// recoverEvery schedules the recovery job; zero leaves it to the test.
+	recoverEvery time.Duration
+}
+
+// bundle is the whole system: the API with its webhook endpoint, the
+// simulator posting events to it, and a River worker charging payments and
+// processing events (no reconciler: only events settle what is unknown).
+type bundle struct {
+	pool      *pgxpool.Pool
+	api       *apitest.Server
+	hookURL   string
+	simURL    string
+	admin     stripesim.AdminClient
+	jobs      *outbox.Outbox
+	recoverer *webhooks.Recoverer
+	logs      *logBuffer
+}
+
+// logBuffer keeps every log line of the system under test.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+func setup(t *testing.T, opts options) *bundle {
+	t.Helper()
+	ctx := context.Background()
+	pool, _ := pgtest.NewPool(t)
+	logs := &logBuffer{}
+	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	keys := idempotency.NewStore(idempotency.Config{})
+	inserter, err := outbox.NewInsertOnly(pool, logger)
+	require.NoError(t, err)
+	jobs := outbox.New(inserter)
+
+	hookSecret := secret
+	if opts.secret == "-" {
+		hookSecret = ""
+	}
+	apiSrv := httptest.NewServer(api.NewHandler(api.Deps{
+		Pool: pool, Keys: keys, Logger: logger,
+		Payments: &payments.Service{DB: pool, Keys: keys, Outbox: jobs, Logger: logger},
+		Webhooks: &webhooks.Handler{Pool: pool, Jobs: jobs, Logger: logger, Secret: hookSecret},
+	}))
+	t.Cleanup(apiSrv.Close)
+	created, err := tenant.Create(ctx, pool, t.Name())
+	require.NoError(t, err)
+
+	hookURL := apiSrv.URL + "/v1/webhooks/stripe"
+	sim := stripesim.New(stripesim.Config{
+		WebhookURL: hookURL, WebhookSecret: secret, WebhookRetryBase: 50 * time.Millisecond, SearchIndexDelay: -1,
+	})
+	simSrv := httptest.NewServer(sim)
+	t.Cleanup(simSrv.Close)
+	t.Cleanup(sim.Close) // runs first: deliveries stop before the servers
+
+	pc := provider.New(provider.Config{SecretKey: "sk_test_webhooks", APIBase: simSrv.URL})
+	workers := river.NewWorkers()
+	river.AddWorker(workers, payments.NewChargeWorker(pool, keys, pc, logger, payments.ChargeConfig{PollInterval: opts.pollInterval}))
+	river.AddWorker(workers, &webhooks.ProcessWorker{Processor: webhooks.NewProcessor(pool, keys, pc, logger, webhooks.ProcessorConfig{})})
+	recoverer := webhooks.NewRecoverer(pool, pc, logger, webhooks.RecoverConfig{})
+	river.AddWorker(workers, &webhooks.RecoverWorker{Recoverer: recoverer})
+	var periodic []*river.PeriodicJob
+	if opts.recoverEvery > 0 {
+		periodic = append(periodic, outbox.RecoverWebhookEventsPeriodicJob(opts.recoverEvery))
+	}
+	client, err := outbox.NewWorkerClient(pool, outbox.WorkerConfig{
+		Workers: workers, PeriodicJobs: periodic, Retry: outbox.RetryPolicy{Base: 20 * time.Millisecond, Max: 200 * time.Millisecond},
+		FetchPollInterval: 50 * time.Millisecond, Logger: logger,
+	})
+	require.NoError(t, err)
+	require.NoError(t, client.Start(ctx))
+	t.Cleanup(func() {
+		stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = client.StopAndCancel(stopCtx)
+	})
+
+	return &bundle{
+		pool:    pool,
+		api:     &apitest.Server{URL: apiSrv.URL, Keys: keys, Pool: pool, Tenant: created},
+		hookURL: hookURL, simURL: simSrv.URL,
+		admin: stripesim.AdminClient{BaseURL: simSrv.URL},
+		jobs:  jobs, recoverer: recoverer, logs: logs,
+	}
+}
+
+func (b *bundle) payment(t *testing.T, paymentID string) payments.Payment {
+	t.Helper()
+	p, err := payments.GetPayment(context.Background(), b.pool, b.api.Tenant.TenantID, paymentID)
+	require.NoError(t, err)
+	return p
+}
+
+func (b *bundle) waitStatus(t *testing.T, paymentID string, want payments.Status) payments.Payment {
+	t.Helper()
+	var p payments.Payment
+	require.Eventually(t, func() bool {
+		p = b.payment(t, paymentID)
+		return p.Status == want
+	}, 15*time.Second, 20*time.Millisecond, "payment %s never became %s", paymentID, want)
+	return p
+}
+
+func (b *bundle) count(t *testing.T, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.pool.QueryRow(context.Background(), sql, args...).Scan(&n))
+	return n
+}
+
+// simEvent returns the simulator's event of a type about an intent, as
+// the raw JSON it serves (and signs when it delivers).
+func (b *bundle) simEvent(t *testing.T, typ, intentID string) (string, []byte) {
+	t.Helper()
+	var list struct {
+		Data []json.RawMessage `json:"data"`
+	}
+	require.NoError(t, json.Unmarshal(b.simGet(t, "/v1/events?limit=100&type="+typ), &list))
+	for _, raw := range list.Data {
+		var ev stripe.Event
+		require.NoError(t, json.Unmarshal(raw, &ev))
+		if ev.GetObjectValue("id") == intentID {
+			return ev.ID, b.simGet(t, "/v1/events/"+ev.ID)
+		}
+	}
+	t.Fatalf("no %s event for %s", typ, intentID)
+	return "", nil
+}
+
+func (b *bundle) simGet(t *testing.T, path string) []byte {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, b.simURL+path, nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer sk_test_webhooks")
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, res.StatusCode, string(body))
+	return body
+}
+
+// deliver posts payload to the endpoint with sigHeader, as the provider
+// would, and returns the status and body.
+func (b *bundle) deliver(t *testing.T, payload []byte, sigHeader string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, b.hookURL, bytes.NewReader(payload))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	if sigHeader != "" {
+		req.Header.Set("Stripe-Signature", sigHeader)
+	}
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	return res.StatusCode, string(body)
+}
+
+func sign(payload []byte, key string, at time.Time) string {
+	return webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: payload, Secret: key, Timestamp: at}).Header
+}
+
+// fakeEvent is an event about an intent, as the provider renders it.
+func fakeEvent(typ, apiVersion, intentID string) []byte {
+	ev, _ := json.Marshal(map[string]any{
+		"id": id.New("evt"), "object": "event", "api_version": apiVersion, "created": time.Now().Unix(),
+		"data":     map[string]any{"object": map[string]any{"id": intentID, "object": "payment_intent"}},
+		"livemode": false, "pending_webhooks": 1, "request": map[string]any{"id": nil, "idempotency_key": nil}, "type": typ,
+	})
+	return ev
+}
+
+// stuckPayment pays with a charge the provider commits but answers with a
+// stored 500, so the payment goes to reconciliation (no reconciler runs),
+// and returns it in requires_reconciliation.
+func (b *bundle) stuckPayment(t *testing.T, key string) payments.Payment {
+	t.Helper()
+	require.NoError(t, b.admin.InjectFault(context.Background(), stripesim.Fault{
+		Mode: stripesim.FaultErrorAfter, Status: http.StatusInternalServerError, Count: 1, Path: "POST /v1/payment_intents",
+	}))
+	res := b.api.Pay(t, key, "pm_card_visa")
+	require.Equal(t, http.StatusAccepted, res.Status, res.Raw)
+	p := b.waitStatus(t, res.PaymentID(), payments.StatusRequiresReconciliation)
+	require.Nil(t, p.ProviderPaymentIntentID, "the stored 500 hid the intent")
+	return p
+}
+
+// intentOf finds the payment's intent at the simulator.
+func (b *bundle) intentOf(t *testing.T, paymentID string) string {
+	t.Helper()
+	l, err := b.admin.Ledger(context.Background())
+	require.NoError(t, err)
+	intents := l.IntentsWithMetadata("payment_id", paymentID)
+	require.Len(t, intents, 1, "charged once")
+	return intents[0].ID
+}
+
+// The endpoint sits outside the tenant-authenticated /v1 group: these
+// requests carry no API key and are answered 400, not 401.
+func TestSignature(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	payload := fakeEvent("payment_intent.succeeded", stripe.APIVersion, "pi_unknown")
+	for name, header := range map[string]string{
+		"Missing":   "",
+		"Malformed": "t=,v1",
+		"WrongKey":  sign(payload, "whsec_other", time.Now()),
+		"Stale":     sign(payload, secret, time.Now().Add(-10*time.Minute)),
+		"OtherBody": sign(fakeEvent("payment_intent.succeeded", stripe.APIVersion, "pi_other"), secret, time.Now()),
+	} {
+		status, body := b.deliver(t, payload, header)
+		require.Equal(t, http.StatusBadRequest, status, "%s: %s", name, body)
+		require.Contains(t, body, "/docs/problems/invalid-request", name)
+	}
+	require.Zero(t, b.count(t, `SELECT count(*) FROM webhook_events`), "nothing stored")
+	require.Zero(t, b.count(t, `SELECT count(*) FROM river_job WHERE kind = 'process_webhook_event'`), "nothing queued")
+
+	status, body := b.deliver(t, payload, sign(payload, secret, time.Now()))
+	require.Equal(t, http.StatusOK, status, body)
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM webhook_events`), "a good signature is stored")
+
+	big := bytes.Repeat([]byte(" "), webhooks.MaxBodyBytes+1)
+	status, _ = b.deliver(t, big, sign(big, secret, time.Now()))
+	require.Equal(t, http.StatusRequestEntityTooLarge, status)
+}
+
+func TestNoSecretIs503(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{secret: "-"})
+	payload := fakeEvent("payment_intent.succeeded", stripe.APIVersion, "pi_unknown")
+	status, body := b.deliver(t, payload, sign(payload, secret, time.Now()))
+	require.Equal(t, http.StatusServiceUnavailable, status, body)
+	require.Zero(t, b.count(t, `SELECT count(*) FROM webhook_events`))
+}
+
+// Events rendered in another API version are accepted and acted on: only
+// the object's id is used, and the object is read again through the pinned
+// client.
+func TestAPIVersion(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	res := b.api.Pay(t, "key-version-0001", "pm_card_visa", "Prefer", "wait=10")
+	require.Equal(t, http.StatusCreated, res.Status, res.Raw)
+	intentID := b.intentOf(t, res.PaymentID())
+
+	for _, version := range []string{stripe.APIVersion, "2024-06-20"} {
+		payload := fakeEvent("payment_intent.succeeded", version, intentID)
+		status, body := b.deliver(t, payload, sign(payload, secret, time.Now()))
+		require.Equal(t, http.StatusOK, status, "%s: %s", version, body)
+		var receipt struct {
+			ID string `json:"id"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(body), &receipt))
+		require.Eventually(t, func() bool {
+			return b.count(t, `SELECT count(*) FROM webhook_events WHERE id = $1 AND api_version = $2 AND result = 'unchanged'`, receipt.ID, version) == 1
+		}, 10*time.Second, 20*time.Millisecond, "the %s event was read again and found in agreement", version)
+	}
+}
+
+// Types without a handler (refund events until refunds are recorded, and
+// anything else) are stored, acknowledged and marked processed.
+func TestUnhandledTypesAreStoredAndIgnored(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	for _, typ := range []string{"charge.refunded", "refund.updated", "customer.created"} {
+		payload := fakeEvent(typ, stripe.APIVersion, "obj_"+typ)
+		status, body := b.deliver(t, payload, sign(payload, secret, time.Now()))
+		require.Equal(t, http.StatusOK, status, "%s: %s", typ, body)
+	}
+	require.Eventually(t, func() bool {
+		return b.count(t, `SELECT count(*) FROM webhook_events WHERE result = 'ignored' AND processed_at IS NOT NULL`) == 3
+	}, 10*time.Second, 20*time.Millisecond)
+}
+
+// A payment stuck in requires_reconciliation after a 500 answered after
+// the charge committed is settled by its webhook; no reconciler runs.
+func TestStoredServerErrorSettledByWebhook(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	// Hold the event back until the worker has handed the payment over.
+	require.NoError(t, b.admin.InjectWebhookFault(context.Background(), stripesim.WebhookFault{
+		Mode: stripesim.WebhookDelay, Type: "payment_intent.succeeded", DelayMS: 1500, Count: 1,
+	}))
+	p := b.stuckPayment(t, "key-stored-500-01")
+
+	final := b.waitStatus(t, p.ID, payments.StatusSucceeded)
+	intentID := b.intentOf(t, p.ID)
+	require.Equal(t, intentID, *final.ProviderPaymentIntentID)
+	replay := b.api.Pay(t, "key-stored-500-01", "pm_card_visa")
+	require.Equal(t, http.StatusCreated, replay.Status, "the client's key answers the final response: %s", replay.Raw)
+	require.Equal(t, "true", replay.Header.Get(idempotency.ReplayedHeader))
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM webhook_events WHERE type = 'payment_intent.succeeded' AND object_id = $1
+		AND source = 'webhook' AND result = 'settled'`, intentID))
+}
+
+// One event delivered ten times at once is stored once, processed by one
+// job, and settles its payment once.
+func TestTenDeliveriesProcessedOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	require.NoError(t, b.admin.InjectWebhookFault(context.Background(), stripesim.WebhookFault{
+		Mode: stripesim.WebhookDrop, Type: "payment_intent.succeeded",
+	}))
+	p := b.stuckPayment(t, "key-ten-times-001")
+	eventID, payload := b.simEvent(t, "payment_intent.succeeded", b.intentOf(t, p.ID))
+
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		fresh  int
+		status []int
+	)
+	for range 10 {
+		wg.Go(func() {
+			code, body := b.deliver(t, payload, sign(payload, secret, time.Now()))
+			mu.Lock()
+			defer mu.Unlock()
+			status = append(status, code)
+			if code == http.StatusOK && bytes.Contains([]byte(body), []byte(`"duplicate":false`)) {
+				fresh++
+			}
+		})
+	}
+	wg.Wait()
+	require.Equal(t, []int{200, 200, 200, 200, 200, 200, 200, 200, 200, 200}, status, "every delivery acknowledged")
+	require.Equal(t, 1, fresh, "one delivery stored it")
+	b.waitStatus(t, p.ID, payments.StatusSucceeded)
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM webhook_events WHERE id = $1`, eventID))
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM river_job WHERE kind = 'process_webhook_event' AND args->>'event_id' = $1`, eventID))
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM webhook_events WHERE id = $1 AND result = 'settled'`, eventID))
+}
+
+// An event whose intent contradicts a recorded final state yields a
+// finding and changes nothing.
+func TestContradictionIsAFinding(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	ctx := context.Background()
+	require.NoError(t, b.admin.InjectWebhookFault(ctx, stripesim.WebhookFault{Mode: stripesim.WebhookDrop, Type: "payment_intent.succeeded"}))
+	res := b.api.Pay(t, "key-contradict-01", "pm_card_visa", "Prefer", "wait=10")
+	require.Equal(t, http.StatusCreated, res.Status, res.Raw)
+	paymentID := res.PaymentID()
+	// Play a recording gone wrong: the payment says failed while the
+	// provider charged it.
+	_, err := b.pool.Exec(ctx, `UPDATE payments SET status = 'failed', failure_code = 'card_declined' WHERE id = $1`, paymentID)
+	require.NoError(t, err)
+	before := b.payment(t, paymentID)
+	keyBefore, err := b.api.Keys.Get(ctx, b.pool, b.api.Tenant.TenantID, "key-contradict-01")
+	require.NoError(t, err)
+
+	eventID, payload := b.simEvent(t, "payment_intent.succeeded", b.intentOf(t, paymentID))
+	status, body := b.deliver(t, payload, sign(payload, secret, time.Now()))
+	require.Equal(t, http.StatusOK, status, body)
+	require.Eventually(t, func() bool {
+		return b.count(t, `SELECT count(*) FROM webhook_events WHERE id = $1 AND result = 'finding'`, eventID) == 1
+	}, 10*time.Second, 20*time.Millisecond)
+
+	findings, err := ledger.Open(ctx, b.pool)
+	require.NoError(t, err)
+	require.Len(t, findings, 1)
+	require.Equal(t, ledger.KindStatusMismatch, findings[0].Kind)
+	require.Equal(t, paymentID, *findings[0].PaymentID)
+	require.Contains(t, string(findings[0].Evidence), eventID)
+	after := b.payment(t, paymentID)
+	require.Equal(t, before.Status, after.Status, "a final state is never overwritten")
+	require.Equal(t, before.UpdatedAt, after.UpdatedAt)
+	keyAfter, err := b.api.Keys.Get(ctx, b.pool, b.api.Tenant.TenantID, "key-contradict-01")
+	require.NoError(t, err)
+	require.Equal(t, keyBefore.Response, keyAfter.Response, "the client's answer is unchanged")
+}
+
+// A webhook that never arrives is recovered from the provider's event
+// list by the periodic job.
+func TestDroppedWebhookRecovered(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	ctx := context.Background()
+	require.NoError(t, b.admin.InjectWebhookFault(ctx, stripesim.WebhookFault{Mode: stripesim.WebhookDrop, Type: "payment_intent.succeeded"}))
+	p := b.stuckPayment(t, "key-recovered-001")
+	time.Sleep(300 * time.Millisecond) // the other events' deliveries land
+	require.Equal(t, payments.StatusRequiresReconciliation, b.payment(t, p.ID).Status, "no webhook settled it")
+
+	res, err := b.recoverer.Run(ctx, b.jobs)
+	require.NoError(t, err)
+	require.True(t, res.Complete)
+	require.Equal(t, 1, res.Stored, "only the dropped event was new: %+v", res)
+	b.waitStatus(t, p.ID, payments.StatusSucceeded)
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM webhook_events WHERE type = 'payment_intent.succeeded' AND source = 'recovery' AND result = 'settled'`))
+
+	again, err := b.recoverer.Run(ctx, b.jobs)
+	require.NoError(t, err)
+	require.Zero(t, again.Listed, "the next run starts after the newest event listed")
+}
+
+// The same, end to end: the periodic job finds the event.
+func TestRecoveryRunsPeriodically(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{recoverEvery: 200 * time.Millisecond})
+	ctx := context.Background()
+	require.NoError(t, b.admin.InjectWebhookFault(ctx, stripesim.WebhookFault{Mode: stripesim.WebhookDrop, Type: "payment_intent.succeeded"}))
+	res := b.api.Pay(t, "key-periodic-0001", "pm_card_visa", "Prefer", "wait=10")
+	require.Equal(t, http.StatusCreated, res.Status, res.Raw)
+	intentID := b.intentOf(t, res.PaymentID())
+	require.Eventually(t, func() bool {
+		return b.count(t, `SELECT count(*) FROM webhook_events WHERE type = 'payment_intent.succeeded' AND object_id = $1
+			AND source = 'recovery' AND processed_at IS NOT NULL`, intentID) == 1
+	}, 10*time.Second, 20*time.Millisecond)
+}
+
+// A 3-D Secure payment completed at the simulator settles through its
+// webhook, with the events duplicated and out of order; the charge worker
+// polls too rarely to be the one that settles it.
+func TestOutOfOrderAndDuplicatesSettleTheSameState(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{pollInterval: time.Hour})
+	ctx := context.Background()
+	require.NoError(t, b.admin.InjectWebhookFault(ctx, stripesim.WebhookFault{Mode: stripesim.WebhookReorder, Type: "payment_intent.requires_action", Count: 1}))
+	require.NoError(t, b.admin.InjectWebhookFault(ctx, stripesim.WebhookFault{Mode: stripesim.WebhookDuplicate, Type: "payment_intent.succeeded", Copies: 3}))
+
+	res := b.api.Pay(t, "key-three-d-s-001", "pm_card_authenticationRequired")
+	require.Equal(t, http.StatusAccepted, res.Status, res.Raw)
+	p := b.waitStatus(t, res.PaymentID(), payments.StatusRequiresAction)
+	// The tenant sees what its customer must do, with the intent's client
+	// secret.
+	var intent struct {
+		ClientSecret string `json:"client_secret"`
+	}
+	require.NoError(t, json.Unmarshal(b.simGet(t, "/v1/payment_intents/"+*p.ProviderPaymentIntentID), &intent))
+	require.NotEmpty(t, intent.ClientSecret)
+	shown := b.api.Get(t, "/v1/payments/"+p.ID)
+	require.Equal(t, map[string]any{"type": "use_stripe_sdk", "redirect_to_url": nil, "client_secret": intent.ClientSecret},
+		shown.Body["next_action"], shown.Raw)
+	require.NoError(t, b.admin.ResolveIntent(ctx, *p.ProviderPaymentIntentID, "succeeded"))
+
+	b.waitStatus(t, p.ID, payments.StatusSucceeded)
+	require.Eventually(t, func() bool {
+		return b.count(t, `SELECT count(*) FROM webhook_events WHERE object_id = $1 AND processed_at IS NOT NULL`, *p.ProviderPaymentIntentID) == 3
+	}, 10*time.Second, 20*time.Millisecond, "created, requires_action and succeeded, each stored and processed once")
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM webhook_events WHERE object_id = $1 AND type = 'payment_intent.requires_action' AND result = 'unchanged'`,
+		*p.ProviderPaymentIntentID), "the late requires_action read the intent again and found it succeeded")
+	require.Equal(t, payments.StatusSucceeded, b.payment(t, p.ID).Status, "the late event did not move it back")
+	replay := b.api.Pay(t, "key-three-d-s-001", "pm_card_authenticationRequired")
+	require.Equal(t, http.StatusCreated, replay.Status, replay.Raw)
+	require.Empty(t, mustOpen(t, b), "no findings")
+	require.NotContains(t, replay.Raw, "next_action", "only a payment waiting on the customer shows one")
+	require.NotContains(t, b.api.Get(t, "/v1/payments/"+p.ID).Raw, intent.ClientSecret)
+	require.Contains(t, b.logs.String(), p.ID, "the logs were captured")
+	require.NotContains(t, b.logs.String(), intent.ClientSecret, "the client secret is never logged")
+	require.Zero(t, b.count(t, `SELECT count(*) FROM webhook_events WHERE payload::text LIKE '%' || $1 || '%'`, intent.ClientSecret),
+		"nor kept in the events' record")
+	require.Positive(t, b.count(t, `SELECT count(*) FROM webhook_events WHERE payload->'data'->'object'->>'client_secret' = '[redacted]'`))
+}
+
+func mustOpen(t *testing.T, b *bundle) []ledger.Finding {
+	t.Helper()
+	f, err := ledger.Open(context.Background(), b.pool)
+	require.NoError(t, err)
+	return f
+}
