@@ -27,6 +27,7 @@ import (
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/webhooks"
 )
 
 // spec is the API's OpenAPI document, validated, with a router over its
@@ -84,6 +85,7 @@ func TestOpenAPIRoutes(t *testing.T) {
 	handler := api.NewHandler(api.Deps{
 		Keys:     idempotency.NewStore(idempotency.Config{}),
 		Payments: &payments.Service{},
+		Webhooks: &webhooks.Handler{},
 		Logger:   slog.New(slog.DiscardHandler),
 	})
 	routes, ok := handler.(chi.Routes)

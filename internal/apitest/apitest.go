@@ -20,7 +20,12 @@ import (
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/tenant"
+	"github.com/oncepay/oncepay/internal/webhooks"
 )
+
+// WebhookSecret signs the provider's events for the server's webhook
+// endpoint.
+const WebhookSecret = "whsec_apitest"
 
 // Server is a running API with one tenant.
 type Server struct {
@@ -51,6 +56,7 @@ func Start(t testing.TB, pool *pgxpool.Pool) *Server {
 	srv := httptest.NewServer(api.NewHandler(api.Deps{
 		Pool: pool, Keys: keys, Logger: logger,
 		Payments: &payments.Service{DB: pool, Keys: keys, Outbox: outbox.New(inserter), Logger: logger},
+		Webhooks: &webhooks.Handler{Pool: pool, Jobs: outbox.New(inserter), Logger: logger, Secret: WebhookSecret},
 	}))
 	t.Cleanup(srv.Close)
 	created, err := tenant.Create(context.Background(), pool, t.Name())
