@@ -82,7 +82,8 @@ func setup(t *testing.T, opts options) *bundle {
 	})
 	server := httptest.NewServer(handler)
 	t.Cleanup(server.Close)
-	created, err := tenant.Create(ctx, pool, t.Name())
+	// Tenant names are unique; a test may set up more than one bundle.
+	created, err := tenant.Create(ctx, pool, t.Name()+" "+id.New("t"))
 	require.NoError(t, err)
 	return &bundle{t: t, ctx: ctx, pool: pool, keys: keys, server: server, tenant: created}
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/problem"
 	"github.com/oncepay/oncepay/internal/refunds"
+	"github.com/oncepay/oncepay/internal/webhooks"
 )
 
 // spec is the API's OpenAPI document, validated, with a router over its
@@ -86,6 +87,7 @@ func TestOpenAPIRoutes(t *testing.T) {
 		Keys:     idempotency.NewStore(idempotency.Config{}),
 		Payments: &payments.Service{},
 		Refunds:  &refunds.Service{},
+		Webhooks: &webhooks.Handler{},
 		Logger:   slog.New(slog.DiscardHandler),
 	})
 	routes, ok := handler.(chi.Routes)

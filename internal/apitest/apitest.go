@@ -21,7 +21,12 @@ import (
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/refunds"
 	"github.com/oncepay/oncepay/internal/tenant"
+	"github.com/oncepay/oncepay/internal/webhooks"
 )
+
+// WebhookSecret signs the provider's events for the server's webhook
+// endpoint.
+const WebhookSecret = "whsec_apitest"
 
 // Server is a running API with one tenant.
 type Server struct {
@@ -63,6 +68,7 @@ func StartAs(t testing.TB, pool *pgxpool.Pool, created tenant.Created) *Server {
 		Pool: pool, Keys: keys, Logger: logger,
 		Payments: &payments.Service{DB: pool, Keys: keys, Outbox: outbox.New(inserter), Logger: logger},
 		Refunds:  &refunds.Service{DB: pool, Keys: keys, Outbox: outbox.New(inserter), Logger: logger},
+		Webhooks: &webhooks.Handler{Pool: pool, Jobs: outbox.New(inserter), Logger: logger, Secret: WebhookSecret},
 	}))
 	t.Cleanup(srv.Close)
 	return &Server{URL: srv.URL, Keys: keys, Pool: pool, Tenant: created}

@@ -41,6 +41,12 @@ type Handler struct {
 	Timeout time.Duration
 }
 
+// badField is a 400 naming what was wrong: the signature header or the body.
+func badField(field, detail string) *problem.Error {
+	return &problem.Error{Type: problem.InvalidRequest, Detail: "The event was not accepted; nothing was stored.",
+		Fields: []problem.FieldError{{Field: field, Detail: detail}}}
+}
+
 // receipt is the body of a 200: whether this delivery stored the event.
 type receipt struct {
 	ID        string `json:"id"`
@@ -60,7 +66,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		problem.Write(w, r, h.Logger, problem.New(problem.InvalidRequest, "The body could not be read."))
+		problem.Write(w, r, h.Logger, badField("body", "could not be read"))
 		return
 	}
 	// The API version is not enforced: an event only says which object to
@@ -74,11 +80,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// not to whoever is probing the endpoint.
 		h.Logger.WarnContext(r.Context(), "webhook refused: signature not verified", slog.String("request_id", middleware.GetReqID(r.Context())),
 			slog.Any("error", err))
-		problem.Write(w, r, h.Logger, problem.New(problem.InvalidRequest, "The Stripe-Signature header is missing, malformed, wrong or too old."))
+		problem.Write(w, r, h.Logger, badField("Stripe-Signature", "is missing, malformed, wrong or too old"))
 		return
 	}
 	if stripeEvent.ID == "" || stripeEvent.Type == "" {
-		problem.Write(w, r, h.Logger, problem.New(problem.InvalidRequest, "The event has no id or no type."))
+		problem.Write(w, r, h.Logger, badField("body", "is an event without an id or a type"))
 		return
 	}
 	log := h.Logger.With(slog.String("event_id", stripeEvent.ID), slog.String("event_type", string(stripeEvent.Type)))
