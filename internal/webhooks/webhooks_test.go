@@ -27,6 +27,7 @@ import (
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/pgtest"
 	"github.com/oncepay/oncepay/internal/provider"
+	"github.com/oncepay/oncepay/internal/refunds"
 	"github.com/oncepay/oncepay/internal/stripesim"
 	"github.com/oncepay/oncepay/internal/tenant"
 	"github.com/oncepay/oncepay/internal/webhooks"
@@ -94,6 +95,7 @@ func setup(t *testing.T, opts options) *bundle {
 	apiSrv := httptest.NewServer(api.NewHandler(api.Deps{
 		Pool: pool, Keys: keys, Logger: logger,
 		Payments: &payments.Service{DB: pool, Keys: keys, Outbox: jobs, Logger: logger},
+		Refunds:  &refunds.Service{DB: pool, Keys: keys, Outbox: jobs, Logger: logger},
 		Webhooks: &webhooks.Handler{Pool: pool, Jobs: jobs, Logger: logger, Secret: hookSecret},
 	}))
 	t.Cleanup(apiSrv.Close)
