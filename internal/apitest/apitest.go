@@ -29,10 +29,12 @@ const WebhookSecret = "whsec_apitest"
 
 // Server is a running API with one tenant.
 type Server struct {
-	URL    string
-	Keys   *idempotency.Store
-	Pool   *pgxpool.Pool
-	Tenant tenant.Created
+	URL string
+	// Handler is the API's router, for tests that walk its routes.
+	Handler http.Handler
+	Keys    *idempotency.Store
+	Pool    *pgxpool.Pool
+	Tenant  tenant.Created
 }
 
 // Start serves the API on pool until the test ends.
@@ -53,15 +55,16 @@ func Start(t testing.TB, pool *pgxpool.Pool) *Server {
 	keys := idempotency.NewStore(idempotency.Config{Notifier: notifier})
 	inserter, err := outbox.NewInsertOnly(pool, logger)
 	require.NoError(t, err)
-	srv := httptest.NewServer(api.NewHandler(api.Deps{
+	handler := api.NewHandler(api.Deps{
 		Pool: pool, Keys: keys, Logger: logger,
 		Payments: &payments.Service{DB: pool, Keys: keys, Outbox: outbox.New(inserter), Logger: logger},
 		Webhooks: &webhooks.Handler{Pool: pool, Jobs: outbox.New(inserter), Logger: logger, Secret: WebhookSecret},
-	}))
+	})
+	srv := httptest.NewServer(handler)
 	t.Cleanup(srv.Close)
 	created, err := tenant.Create(context.Background(), pool, t.Name())
 	require.NoError(t, err)
-	return &Server{URL: srv.URL, Keys: keys, Pool: pool, Tenant: created}
+	return &Server{URL: srv.URL, Handler: handler, Keys: keys, Pool: pool, Tenant: created}
 }
 
 // Response is an API answer with its JSON body decoded.
