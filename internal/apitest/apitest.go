@@ -30,10 +30,12 @@ const WebhookSecret = "whsec_apitest"
 
 // Server is a running API with one tenant.
 type Server struct {
-	URL    string
-	Keys   *idempotency.Store
-	Pool   *pgxpool.Pool
-	Tenant tenant.Created
+	URL string
+	// Handler is the API's router, for tests that walk its routes.
+	Handler http.Handler
+	Keys    *idempotency.Store
+	Pool    *pgxpool.Pool
+	Tenant  tenant.Created
 }
 
 // Start serves the API on pool until the test ends.
@@ -64,14 +66,15 @@ func StartAs(t testing.TB, pool *pgxpool.Pool, created tenant.Created) *Server {
 	keys := idempotency.NewStore(idempotency.Config{Notifier: notifier})
 	inserter, err := outbox.NewInsertOnly(pool, logger)
 	require.NoError(t, err)
-	srv := httptest.NewServer(api.NewHandler(api.Deps{
+	handler := api.NewHandler(api.Deps{
 		Pool: pool, Keys: keys, Logger: logger,
 		Payments: &payments.Service{DB: pool, Keys: keys, Outbox: outbox.New(inserter), Logger: logger},
 		Refunds:  &refunds.Service{DB: pool, Keys: keys, Outbox: outbox.New(inserter), Logger: logger},
 		Webhooks: &webhooks.Handler{Pool: pool, Jobs: outbox.New(inserter), Logger: logger, Secret: WebhookSecret},
-	}))
+	})
+	srv := httptest.NewServer(handler)
 	t.Cleanup(srv.Close)
-	return &Server{URL: srv.URL, Keys: keys, Pool: pool, Tenant: created}
+	return &Server{URL: srv.URL, Handler: handler, Keys: keys, Pool: pool, Tenant: created}
 }
 
 // Response is an API answer with its JSON body decoded.

@@ -112,9 +112,9 @@ type Process struct {
 
 // Start brings a stack up and returns once every process is ready. On
 // failure it stops whatever it had started.
-func Start(ctx context.Context, cfg Config) (s *Stack, err error) {
+func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	cfg = cfg.withDefaults()
-	s = &Stack{cfg: cfg, APIURL: "http://" + cfg.APIAddr}
+	s := &Stack{cfg: cfg, APIURL: "http://" + cfg.APIAddr}
 	defer func() {
 		if err != nil {
 			_ = s.Stop(context.WithoutCancel(ctx))

@@ -45,7 +45,7 @@ func setup(t *testing.T, cfg idempotency.Config) bundle {
 	require.NotNil(t, packageDB.pool, "package database setup failed earlier")
 	ctx := context.Background()
 	tenantID := id.New("ten")
-	_, err := packageDB.pool.Exec(ctx, "INSERT INTO tenants (id, name) VALUES ($1, $2)", tenantID, t.Name())
+	_, err := packageDB.pool.Exec(ctx, "INSERT INTO tenants (id, name) VALUES ($1, $1)", tenantID)
 	require.NoError(t, err)
 	return bundle{ctx: ctx, pool: packageDB.pool, store: idempotency.NewStore(cfg), tenant: tenantID}
 }

@@ -66,7 +66,7 @@ func reapSetup(t *testing.T) reapBundle {
 	ctx := context.Background()
 	pool, _ := pgtest.NewPool(t)
 	tenantID := id.New("ten")
-	_, err := pool.Exec(ctx, "INSERT INTO tenants (id, name) VALUES ($1, $2)", tenantID, t.Name())
+	_, err := pool.Exec(ctx, "INSERT INTO tenants (id, name) VALUES ($1, $1)", tenantID)
 	require.NoError(t, err)
 	logs := &syncBuffer{}
 	return reapBundle{

@@ -32,7 +32,7 @@ func BenchmarkIdempotencyOverhead(b *testing.B) {
 	}
 	svc := &Service{DB: pool, Keys: idempotency.NewStore(idempotency.Config{}), Outbox: outbox.New(inserter), Logger: logger}
 	tenantID := id.New("ten")
-	if _, err := pool.Exec(ctx, "INSERT INTO tenants (id, name) VALUES ($1, 'bench')", tenantID); err != nil {
+	if _, err := pool.Exec(ctx, "INSERT INTO tenants (id, name) VALUES ($1, $1)", tenantID); err != nil {
 		b.Fatal(err)
 	}
 	req := CreateRequest{Amount: 2000, Currency: "usd", PaymentMethod: "pm_card_visa", Metadata: map[string]string{"order_id": "A-17"}}
