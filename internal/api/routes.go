@@ -15,6 +15,7 @@ import (
 
 	apispec "github.com/oncepay/oncepay/api"
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/metrics"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/problem"
 	"github.com/oncepay/oncepay/internal/serve"
@@ -27,6 +28,8 @@ type Deps struct {
 	Keys     *idempotency.Store
 	Payments *payments.Service
 	Logger   *slog.Logger
+	// Metrics, if set, counts and times every request.
+	Metrics *metrics.Metrics
 	// DBTimeout bounds the database work of authentication. Defaults to 5s.
 	DBTimeout time.Duration
 	// Webhooks serves the provider's events, if set.
@@ -40,6 +43,9 @@ func NewHandler(d Deps) http.Handler {
 	// defined (RFC 9110 §9.3.2: a GET resource supports HEAD), so that
 	// HEAD /healthz is 200, not 405.
 	r.Use(middleware.RequestID, recoverer(d.Logger), accessLog(d.Logger), middleware.GetHead)
+	if d.Metrics != nil {
+		r.Use(d.Metrics.HTTP)
+	}
 	notFound := func(w http.ResponseWriter, req *http.Request) {
 		problem.Write(w, req, d.Logger, problem.New(problem.NotFound, "No route for %s.", req.URL.Path))
 	}
