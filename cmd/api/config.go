@@ -17,6 +17,9 @@ type config struct {
 	// ListenAddr (LISTEN_ADDR) is where HTTP is served. Defaults to
 	// 127.0.0.1:8080.
 	ListenAddr string
+	// MetricsAddr (METRICS_ADDR) is where /metrics is served, apart from
+	// the public listener. Defaults to 127.0.0.1:9080; "off" disables it.
+	MetricsAddr string
 	// IdempotencyRetention (IDEMPOTENCY_RETENTION) is how long a finished
 	// key is replayed. Defaults to 24h.
 	IdempotencyRetention time.Duration
@@ -77,6 +80,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	cfg := config{
 		DatabaseURL:                   env.String("DATABASE_URL", defaultDatabaseURL),
 		ListenAddr:                    env.String("LISTEN_ADDR", "127.0.0.1:8080"),
+		MetricsAddr:                   env.String("METRICS_ADDR", "127.0.0.1:9080"),
 		IdempotencyRetention:          env.Duration("IDEMPOTENCY_RETENTION", 24*time.Hour, 24*time.Hour, 90*24*time.Hour),
 		IdempotencyLockWait:           env.Duration("IDEMPOTENCY_LOCK_WAIT", 2*time.Second, time.Millisecond, 30*time.Second),
 		IdempotencyTombstoneRetention: env.Duration("IDEMPOTENCY_TOMBSTONE_RETENTION", 30*24*time.Hour, time.Hour, 10*365*24*time.Hour),

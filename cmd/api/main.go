@@ -11,6 +11,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -27,6 +28,7 @@ import (
 	"github.com/oncepay/oncepay/internal/api"
 	"github.com/oncepay/oncepay/internal/envconfig"
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/metrics"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/postgres"
@@ -103,7 +105,9 @@ func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.
 	defer notifying.Wait()
 	defer stopNotifier()
 
+	m := metrics.New()
 	keys := idempotency.NewStore(idempotency.Config{
+		Observe:            func(tenantID string, kind idempotency.Kind) { m.Decision(tenantID, kind.String()) },
 		Retention:          cfg.IdempotencyRetention,
 		TombstoneRetention: cfg.IdempotencyTombstoneRetention,
 		LockWait:           cfg.IdempotencyLockWait,
@@ -118,6 +122,7 @@ func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.
 		Payments:  &payments.Service{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger, ReadTimeout: cfg.RequestDBTimeout},
 		Refunds:   &refunds.Service{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger, ReadTimeout: cfg.RequestDBTimeout},
 		Logger:    logger,
+		Metrics:   m,
 		DBTimeout: cfg.RequestDBTimeout,
 		Webhooks: &webhooks.Handler{Pool: pool, Jobs: outbox.New(jobs), Logger: logger, Secret: cfg.StripeWebhookSecret,
 			Timeout: cfg.RequestDBTimeout},
@@ -131,5 +136,26 @@ func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.
 		return fmt.Errorf("listen on LISTEN_ADDR=%s: %w", cfg.ListenAddr, err)
 	}
 	srv := &http.Server{Handler: handler, ReadTimeout: cfg.HTTPReadTimeout, WriteTimeout: cfg.HTTPWriteTimeout, IdleTimeout: cfg.HTTPIdleTimeout}
-	return serve.HTTP(ctx, "api", srv, ln, cfg.ShutdownTimeout, logger)
+	if cfg.MetricsAddr == "off" {
+		return serve.HTTP(ctx, "api", srv, ln, cfg.ShutdownTimeout, logger)
+	}
+	metricsLn, err := net.Listen("tcp", cfg.MetricsAddr)
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("listen on METRICS_ADDR=%s: %w", cfg.MetricsAddr, err)
+	}
+	// Whichever server stops first (the context ended, or one failed)
+	// stops the other.
+	both, stopBoth := context.WithCancel(ctx)
+	defer stopBoth()
+	var metricsErr error
+	var serving sync.WaitGroup
+	serving.Go(func() {
+		defer stopBoth()
+		metricsErr = serve.HTTP(both, "metrics", m.Server(), metricsLn, cfg.ShutdownTimeout, logger)
+	})
+	err = serve.HTTP(both, "api", srv, ln, cfg.ShutdownTimeout, logger)
+	stopBoth()
+	serving.Wait()
+	return errors.Join(err, metricsErr)
 }

@@ -27,6 +27,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/envconfig"
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/metrics"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/postgres"
@@ -69,8 +70,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	defer pool.Close()
 
+	m := metrics.New()
+	m.RegisterDatabase(pool)
 	keys := idempotency.NewStore(idempotency.Config{Retention: cfg.IdempotencyRetention, TombstoneRetention: cfg.TombstoneRetention})
-	providerClient := provider.New(provider.Config{SecretKey: cfg.StripeSecretKey, APIBase: cfg.StripeAPIBase})
+	providerClient := provider.New(provider.Config{SecretKey: cfg.StripeSecretKey, APIBase: cfg.StripeAPIBase,
+		HTTPClient: &http.Client{Transport: m.ProviderTransport(nil)}})
 	chargeCfg := cfg.chargeConfig()
 	workers := river.NewWorkers()
 	if err := river.AddWorkerSafely(workers, payments.NewChargeWorker(pool, keys, providerClient, logger, chargeCfg)); err != nil {
@@ -84,7 +88,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		MaxActionWait:     cfg.MaxPollDuration,
 	}
 	reconciler := payments.NewReconciler(pool, keys, providerClient, logger, reconcileCfg)
-	if err := river.AddWorkerSafely(workers, &payments.ReconcileWorker{Reconciler: reconciler}); err != nil {
+	if err := river.AddWorkerSafely(workers, &payments.ReconcileWorker{Reconciler: reconciler, Observe: observeReconciliation(m)}); err != nil {
 		return fmt.Errorf("register reconciler: %w", err)
 	}
 	sweepCfg := payments.SweepConfig{Grace: cfg.SweepGrace}
@@ -139,7 +143,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err != nil {
 		return fmt.Errorf("listen on WORKER_ADMIN_ADDR=%s: %w", cfg.AdminAddr, err)
 	}
-	admin := newAdminServer(pool)
+	admin := newAdminServer(pool, m)
 	go func() { _ = admin.Serve(ln) }()
 	defer admin.Close()
 
@@ -189,11 +193,24 @@ func periodicJob(interval time.Duration, args river.JobArgs) *river.PeriodicJob 
 
 // newAdminServer serves /healthz and /readyz with the same timeouts as the
 // API's server, so that a stalled prober cannot hold connections forever.
-func newAdminServer(pool *pgxpool.Pool) *http.Server {
+func newAdminServer(pool *pgxpool.Pool, m *metrics.Metrics) *http.Server {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", serve.Healthz)
 	mux.HandleFunc("GET /readyz", serve.Readyz(pool))
+	mux.Handle("GET /metrics", m.Handler())
 	return serve.SetTimeouts(&http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second})
+}
+
+// observeReconciliation counts each reconciler pass's results.
+func observeReconciliation(m *metrics.Metrics) func(payments.ReconcileResult) {
+	return func(res payments.ReconcileResult) {
+		for result, n := range map[string]int{
+			"settled": res.Settled, "not_reached": res.NotReached, "pending": res.Pending,
+			"undetermined": res.Undetermined, "operator": res.LeftToOperator, "failed": res.Failed,
+		} {
+			m.Reconciliations(result, n)
+		}
+	}
 }
 
 // warnIfLive says loudly, at start, that this worker moves real money: a
