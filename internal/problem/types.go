@@ -48,6 +48,14 @@ var (
 	ProviderRejected = Type{"provider-rejected", "The payment provider rejected the payment", http.StatusBadRequest,
 		"The provider refused the request without charging anything (for example an unknown payment method); provider_code says why. " +
 			"The payment is failed. Fix the request and create a new payment with a new Idempotency-Key."}
+	RateLimited = Type{"rate-limited", "Too many new operations", http.StatusTooManyRequests,
+		"Your account started more new operations (requests with a new Idempotency-Key) than its limit allows; nothing was done " +
+			"and the key was not used. Send the same request, with the same key, after Retry-After. Retries of keys already used " +
+			"never count against the limit, so a retry is always answered."}
+	TooManyPending = Type{"too-many-pending", "Too many operations in flight", http.StatusTooManyRequests,
+		"Your account has as many operations still processing as it may have at once; nothing was done and the key was not used. " +
+			"Wait for some to finish (retry them, or read them, to learn their outcome), then send this request again with the same key " +
+			"after Retry-After."}
 	ServiceUnavailable = Type{"service-unavailable", "Service temporarily unavailable", http.StatusServiceUnavailable,
 		"A dependency (usually the database) is unreachable, or the connection to it was lost during the request. Retry after " +
 			"Retry-After. For a POST, send the same request with the same Idempotency-Key: if it was not processed it runs now, and " +
@@ -63,7 +71,7 @@ func Catalog() []Type {
 		MissingIdempotencyKey, InvalidIdempotencyKey, IdempotencyKeyMismatch, IdempotencyKeyInUse, IdempotencyOutcomeUnknown,
 		IdempotencyKeyExpired, IdempotencyRetryNeeded,
 		InvalidRequest, RequestTooLarge, UnsupportedMediaType, UnsupportedContentEncoding, Unauthorized, NotFound, MethodNotAllowed,
-		CardDeclined, ProviderRejected, ServiceUnavailable, Internal,
+		CardDeclined, ProviderRejected, RateLimited, TooManyPending, ServiceUnavailable, Internal,
 	}
 }
 
