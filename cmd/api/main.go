@@ -32,6 +32,7 @@ import (
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/postgres"
+	"github.com/oncepay/oncepay/internal/ratelimit"
 	"github.com/oncepay/oncepay/internal/refunds"
 	"github.com/oncepay/oncepay/internal/serve"
 	"github.com/oncepay/oncepay/internal/tenant"
@@ -117,12 +118,14 @@ func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.
 		MaxWaiters:         cfg.MaxWaiters,
 	})
 	handler := api.NewHandler(api.Deps{
-		Pool:      pool,
-		Keys:      keys,
-		Payments:  &payments.Service{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger, ReadTimeout: cfg.RequestDBTimeout},
-		Refunds:   &refunds.Service{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger, ReadTimeout: cfg.RequestDBTimeout},
-		Logger:    logger,
-		Metrics:   m,
+		Pool:     pool,
+		Keys:     keys,
+		Payments: &payments.Service{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger, ReadTimeout: cfg.RequestDBTimeout},
+		Refunds:  &refunds.Service{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger, ReadTimeout: cfg.RequestDBTimeout},
+		Logger:   logger,
+		Metrics:  m,
+		Limits: ratelimit.New(pool, keys, logger, ratelimit.Config{Rate: cfg.TenantRate, Window: cfg.TenantRateWindow,
+			MaxPending: cfg.TenantMaxPending, OnLimited: m.RateLimited}),
 		DBTimeout: cfg.RequestDBTimeout,
 		Webhooks: &webhooks.Handler{Pool: pool, Jobs: outbox.New(jobs), Logger: logger, Secret: cfg.StripeWebhookSecret,
 			Timeout: cfg.RequestDBTimeout},

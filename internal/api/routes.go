@@ -18,6 +18,7 @@ import (
 	"github.com/oncepay/oncepay/internal/metrics"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/ratelimit"
 	"github.com/oncepay/oncepay/internal/refunds"
 	"github.com/oncepay/oncepay/internal/serve"
 	"github.com/oncepay/oncepay/internal/tenant"
@@ -29,6 +30,8 @@ type Deps struct {
 	Keys     *idempotency.Store
 	Payments *payments.Service
 	Logger   *slog.Logger
+	// Limits bound each tenant's new operations; nil means none.
+	Limits *ratelimit.Limits
 	// Metrics, if set, counts and times every request.
 	Metrics *metrics.Metrics
 	// DBTimeout bounds the database work of authentication. Defaults to 5s.
@@ -81,11 +84,13 @@ func NewHandler(d Deps) http.Handler {
 	}
 	r.Route("/v1", func(r chi.Router) {
 		r.Use(tenant.Middleware(d.Pool, d.Logger, cmp.Or(d.DBTimeout, 5*time.Second)))
-		r.Method(http.MethodPost, "/payments", d.Payments.HandleCreate())
+		// Every state-changing route goes through the tenant's limits.
+		limited := r.With(d.Limits.Middleware)
+		limited.Method(http.MethodPost, "/payments", d.Payments.HandleCreate())
 		r.Get("/payments", d.Payments.HandleList())
 		r.Get("/payments/{id}", d.Payments.HandleGet())
 		if d.Refunds != nil {
-			r.Method(http.MethodPost, "/payments/{id}/refunds", d.Refunds.HandleCreate())
+			limited.Method(http.MethodPost, "/payments/{id}/refunds", d.Refunds.HandleCreate())
 			r.Get("/payments/{id}/refunds", d.Refunds.HandleList())
 			r.Get("/refunds/{id}", d.Refunds.HandleGet())
 		}

@@ -63,6 +63,14 @@ var (
 	PaymentBusy = Type{"payment-busy", "Another operation on this payment is being recorded", http.StatusConflict,
 		"The payment was locked by another operation for longer than the request could wait. Nothing was done and nothing was " +
 			"stored: send the same request with the same Idempotency-Key after Retry-After."}
+	RateLimited = Type{"rate-limited", "Too many new operations", http.StatusTooManyRequests,
+		"Your account started more new operations (requests with a new Idempotency-Key) than its limit allows; nothing was done " +
+			"and the key was not used. Send the same request, with the same key, after Retry-After. Retries of keys already used " +
+			"never count against the limit, so a retry is always answered."}
+	TooManyPending = Type{"too-many-pending", "Too many operations in flight", http.StatusTooManyRequests,
+		"Your account has as many operations still processing as it may have at once; nothing was done and the key was not used. " +
+			"Wait for some to finish (retry them, or read them, to learn their outcome), then send this request again with the same key " +
+			"after Retry-After."}
 	ServiceUnavailable = Type{"service-unavailable", "Service temporarily unavailable", http.StatusServiceUnavailable,
 		"A dependency (usually the database) is unreachable, or the connection to it was lost during the request. Retry after " +
 			"Retry-After. For a POST, send the same request with the same Idempotency-Key: if it was not processed it runs now, and " +
@@ -79,7 +87,7 @@ func Catalog() []Type {
 		IdempotencyKeyExpired, IdempotencyRetryNeeded,
 		InvalidRequest, RequestTooLarge, UnsupportedMediaType, UnsupportedContentEncoding, Unauthorized, NotFound, MethodNotAllowed,
 		CardDeclined, ProviderRejected, PaymentNotRefundable, RefundExceedsRemaining, RefundFailed, PaymentBusy,
-		ServiceUnavailable, Internal,
+		RateLimited, TooManyPending, ServiceUnavailable, Internal,
 	}
 }
 
