@@ -572,3 +572,29 @@ func (p *Process) Exited() <-chan struct{} {
 	}
 	return p.exited
 }
+
+// FreeAddrs returns n loopback addresses nothing listens on right now, for
+// a stack that must not collide with another (the demo beside make up).
+func FreeAddrs(n int) ([]string, error) {
+	var addrs []string
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer ln.Close()
+		addrs = append(addrs, ln.Addr().String())
+	}
+	return addrs, nil
+}
+
+// Interactive reports whether w is a terminal (and NO_COLOR is unset): the
+// programs around the stack colour and redraw their output only there.
+func Interactive(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	info, err := f.Stat()
+	return err == nil && info.Mode()&os.ModeCharDevice != 0 && os.Getenv("NO_COLOR") == ""
+}

@@ -91,7 +91,7 @@ func (l *Limits) Middleware(next http.Handler) http.Handler {
 		if l.cfg.MaxPending > 0 && pending >= l.cfg.MaxPending {
 			l.refused("pending")
 			problem.Write(w, r, l.logger, &problem.Error{Type: problem.TooManyPending, RetryAfter: l.cfg.PendingRetryAfter,
-				Detail: "Your account has " + strconv.Itoa(pending) + " operations in flight, its limit; nothing was done for this request.",
+				Detail:     "Your account has " + strconv.Itoa(pending) + " operations in flight, its limit; nothing was done for this request.",
 				Extensions: map[string]any{"limit": l.cfg.MaxPending}})
 			return
 		}
