@@ -49,7 +49,7 @@ Logs: .run/logs/api.log, worker.log, stripesim.log.`
 
 func run(ctx context.Context, args []string, lookup func(string) (string, bool), stdout io.Writer) error {
 	if len(args) != 2 {
-		return errors.New(usage)
+		return errUsage
 	}
 	getenv := func(name, def string) string {
 		if v, ok := lookup(name); ok {
@@ -77,9 +77,12 @@ func run(ctx context.Context, args []string, lookup func(string) (string, bool),
 	case "down":
 		return down(ctx, stdout)
 	default:
-		return errors.New(usage)
+		return errUsage
 	}
 }
+
+// errUsage answers a command line that is not one of the three commands.
+var errUsage = errors.New("usage: stack run | up | down (stack --help says more)")
 
 func runForeground(ctx context.Context, cfg devstack.Config, stdout io.Writer) error {
 	s, err := devstack.Start(ctx, cfg)
