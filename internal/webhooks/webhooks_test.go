@@ -168,6 +168,13 @@ func (b *bundle) count(t *testing.T, sql string, args ...any) int {
 
 // simEvent returns the simulator's event of a type about an intent, as
 // the raw JSON it serves (and signs when it delivers).
+// eventuallyCount waits for a count: an event is marked processed in its own
+// statement, just after what it settled has committed.
+func (b *bundle) eventuallyCount(t *testing.T, want int, sql string, args ...any) {
+	t.Helper()
+	require.Eventually(t, func() bool { return b.count(t, sql, args...) == want }, 10*time.Second, 20*time.Millisecond, sql)
+}
+
 func (b *bundle) simEvent(t *testing.T, typ, intentID string) (string, []byte) {
 	t.Helper()
 	var list struct {
@@ -351,8 +358,8 @@ func TestStoredServerErrorSettledByWebhook(t *testing.T) {
 	replay := b.api.Pay(t, "key-stored-500-01", "pm_card_visa")
 	require.Equal(t, http.StatusCreated, replay.Status, "the client's key answers the final response: %s", replay.Raw)
 	require.Equal(t, "true", replay.Header.Get(idempotency.ReplayedHeader))
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM webhook_events WHERE type = 'payment_intent.succeeded' AND object_id = $1
-		AND source = 'webhook' AND result = 'settled'`, intentID))
+	b.eventuallyCount(t, 1, `SELECT count(*) FROM webhook_events WHERE type = 'payment_intent.succeeded' AND object_id = $1
+		AND source = 'webhook' AND result = 'settled'`, intentID)
 }
 
 // One event delivered ten times at once is stored once, processed by one
@@ -389,7 +396,7 @@ func TestTenDeliveriesProcessedOnce(t *testing.T) {
 	b.waitStatus(t, p.ID, payments.StatusSucceeded)
 	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM webhook_events WHERE id = $1`, eventID))
 	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM river_job WHERE kind = 'process_webhook_event' AND args->>'event_id' = $1`, eventID))
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM webhook_events WHERE id = $1 AND result = 'settled'`, eventID))
+	b.eventuallyCount(t, 1, `SELECT count(*) FROM webhook_events WHERE id = $1 AND result = 'settled'`, eventID)
 }
 
 // An event whose intent contradicts a recorded final state yields a
@@ -447,7 +454,10 @@ func TestDroppedWebhookRecovered(t *testing.T) {
 	require.True(t, res.Complete)
 	require.Equal(t, 1, res.Stored, "only the dropped event was new: %+v", res)
 	b.waitStatus(t, p.ID, payments.StatusSucceeded)
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM webhook_events WHERE type = 'payment_intent.succeeded' AND source = 'recovery' AND result = 'settled'`))
+	// The event is marked processed just after the payment commits.
+	require.Eventually(t, func() bool {
+		return b.count(t, `SELECT count(*) FROM webhook_events WHERE type = 'payment_intent.succeeded' AND source = 'recovery' AND result = 'settled'`) == 1
+	}, 10*time.Second, 20*time.Millisecond)
 
 	again, err := b.recoverer.Run(ctx, b.jobs)
 	require.NoError(t, err)
@@ -554,8 +564,9 @@ func TestRefundSettledByWebhook(t *testing.T) {
 	replay := b.api.Refund(t, paid.PaymentID(), "key-refund-hook-rfd-01", `{"amount": 500}`)
 	require.Equal(t, http.StatusCreated, replay.Status, replay.Raw)
 	require.Equal(t, "true", replay.Header.Get(idempotency.ReplayedHeader))
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM webhook_events WHERE type IN ('refund.created', 'charge.refunded') AND result = 'settled'`),
-		"one of the two events settled it; the other found it settled")
+	// One of the two events settled it; the other found it settled. Events
+	// are marked processed just after what they settle commits.
+	b.eventuallyCount(t, 1, `SELECT count(*) FROM webhook_events WHERE type IN ('refund.created', 'charge.refunded') AND result = 'settled'`)
 	l, err := b.admin.Ledger(ctx)
 	require.NoError(t, err)
 	require.Len(t, l.RefundsFor(b.intentOf(t, paid.PaymentID())), 1, "one refund at the provider")
