@@ -180,6 +180,12 @@ func TestPaymentsListAndShow(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, out, "left to an operator after 40 looks")
 
+	b.exec(`UPDATE payments SET provider_payment_intent_id = 'pi_first' WHERE id = $1`, first)
+	b.exec(`INSERT INTO webhook_events (id, type, object_id, created, payload, source, processed_at, result)
+		VALUES ('evt_1', 'payment_intent.succeeded', 'pi_first', now(), '{}', 'webhook', now(), 'settled'),
+		       ('evt_2', 'payment_intent.payment_failed', 'pi_old', now(), $1, 'recovery', NULL, NULL),
+		       ('evt_3', 'payment_intent.succeeded', 'pi_other', now(), '{}', 'webhook', NULL, NULL)`,
+		`{"data": {"object": {"metadata": {"payment_id": "`+first+`"}}}}`)
 	_, err = ledger.Record(b.ctx, b.pool, ledger.KindStatusMismatch, first, "pi_x", map[string]any{"reason": "test"})
 	require.NoError(t, err)
 	var shown shownPayment
@@ -193,11 +199,13 @@ func TestPaymentsListAndShow(t *testing.T) {
 	require.Equal(t, "discarded", shown.Jobs[0].State)
 	require.Equal(t, "provider timed out", shown.Jobs[0].Errors[0].Error)
 	require.Len(t, shown.Findings, 1)
+	require.Len(t, shown.Events, 2, "by the intent it records and by the payment id in an event's intent")
+	require.Equal(t, "evt_1", shown.Events[0].ID)
 	require.NotNil(t, shown.Payment.Provider.FirstAttemptAt)
 
 	out, err = b.cli("payments", "show", first)
 	require.NoError(t, err)
-	for _, want := range []string{"requires_reconciliation", key, "processing, answers 202", "provider timed out", "status_mismatch", "generation:"} {
+	for _, want := range []string{"requires_reconciliation", key, "processing, answers 202", "provider timed out", "status_mismatch", "generation:", "evt_2", "recovery"} {
 		require.Contains(t, out, want)
 	}
 	_, err = b.cli("payments", "show", "pay_missing")
@@ -326,5 +334,48 @@ func TestOperatorHelpNeedsNothing(t *testing.T) {
 		"ledger check --since 1h --until 2h", "tenants rotate-key x --grace -1h", "findings list --limit 0"} {
 		_, err := parseCommand(append([]string{"api"}, strings.Fields(args)...))
 		require.ErrorContains(t, err, "usage: api", args)
+	}
+}
+
+// TestKeysReleaseFollowsTheLockOrder: a release waits for the payment's
+// row lock before it takes the key's, as every path that changes an
+// outcome does; taking them the other way round could deadlock with them.
+func TestKeysReleaseFollowsTheLockOrder(t *testing.T) {
+	t.Parallel()
+	b := setupOps(t)
+	key := id.New("key")
+	paymentID := b.pay(key)
+	b.exec(`UPDATE payments SET status = 'requires_reconciliation', reconcile_after = NULL WHERE id = $1`, paymentID)
+	b.exec(`UPDATE idempotency_keys SET status = 'unknown' WHERE idempotency_key = $1`, key)
+
+	holder, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer holder.Rollback(b.ctx) //nolint:errcheck // committed below
+	_, err = holder.Exec(b.ctx, `SELECT 1 FROM payments WHERE id = $1 FOR UPDATE`, paymentID)
+	require.NoError(t, err)
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.cli("keys", "release", b.name, key, "--reason", "checked", "--operator", "ana")
+		done <- err
+	}()
+	require.Eventually(t, func() bool {
+		var waiting int
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting))
+		return waiting > 0
+	}, 10*time.Second, 20*time.Millisecond, "the release waits for the payment's lock")
+	// While it waits, it holds no lock on the key.
+	probe, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	_, err = probe.Exec(b.ctx, `SELECT 1 FROM idempotency_keys WHERE idempotency_key = $1 FOR UPDATE NOWAIT`, key)
+	require.NoError(t, probe.Rollback(b.ctx))
+	require.NoError(t, holder.Commit(b.ctx))
+	require.NoError(t, err, "the key is not locked before the payment")
+
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the release did not finish once the payment was free")
 	}
 }
