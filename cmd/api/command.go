@@ -228,7 +228,7 @@ after the arguments.`)
 	return b.String()
 }
 
-// help is one command's help, with its flags.
+// fullHelp is one command's help, with its flags.
 func (s spec) fullHelp() string {
 	syn := s.synopsis()
 	if s.name == "serve" {
@@ -249,14 +249,6 @@ func (s spec) fullHelp() string {
 		text += "\n\nflags:\n" + b.String()
 	}
 	return strings.TrimRight(text, "\n")
-}
-
-// commandHelp is the help of one command, or "" for an unknown one.
-func commandHelp(name string) string {
-	if s, ok := lookupSpec(name); ok {
-		return s.fullHelp()
-	}
-	return ""
 }
 
 func lookupSpec(name string) (spec, bool) {
