@@ -30,6 +30,8 @@ const (
 	ProblemMethodNotAllowed           = "method-not-allowed"
 	ProblemCardDeclined               = "card-declined"
 	ProblemProviderRejected           = "provider-rejected"
+	ProblemRateLimited                = "rate-limited"
+	ProblemTooManyPending             = "too-many-pending"
 	ProblemServiceUnavailable         = "service-unavailable"
 	ProblemInternal                   = "internal-error"
 )

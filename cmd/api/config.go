@@ -17,6 +17,17 @@ type config struct {
 	// ListenAddr (LISTEN_ADDR) is where HTTP is served. Defaults to
 	// 127.0.0.1:8080.
 	ListenAddr string
+	// TenantRate (API_TENANT_RATE) new operations per TenantRateWindow
+	// (API_TENANT_RATE_WINDOW) a tenant may start, per API process.
+	// Defaults to 100 per 1s; 0 disables the limit.
+	TenantRate       int
+	TenantRateWindow time.Duration
+	// TenantMaxPending (API_TENANT_MAX_PENDING) caps a tenant's operations
+	// in flight. Defaults to 1000; 0 disables the cap.
+	TenantMaxPending int
+	// MetricsAddr (METRICS_ADDR) is where /metrics is served, apart from
+	// the public listener. Defaults to 127.0.0.1:9080; "off" disables it.
+	MetricsAddr string
 	// IdempotencyRetention (IDEMPOTENCY_RETENTION) is how long a finished
 	// key is replayed. Defaults to 24h.
 	IdempotencyRetention time.Duration
@@ -77,6 +88,10 @@ func loadConfig(getenv func(string) string) (config, error) {
 	cfg := config{
 		DatabaseURL:                   env.String("DATABASE_URL", defaultDatabaseURL),
 		ListenAddr:                    env.String("LISTEN_ADDR", "127.0.0.1:8080"),
+		MetricsAddr:                   env.String("METRICS_ADDR", "127.0.0.1:9080"),
+		TenantRate:                    env.Int("API_TENANT_RATE", 100, 0, 1_000_000),
+		TenantRateWindow:              env.Duration("API_TENANT_RATE_WINDOW", time.Second, time.Second, time.Hour),
+		TenantMaxPending:              env.Int("API_TENANT_MAX_PENDING", 1000, 0, 10_000_000),
 		IdempotencyRetention:          env.Duration("IDEMPOTENCY_RETENTION", 24*time.Hour, 24*time.Hour, 90*24*time.Hour),
 		IdempotencyLockWait:           env.Duration("IDEMPOTENCY_LOCK_WAIT", 2*time.Second, time.Millisecond, 30*time.Second),
 		IdempotencyTombstoneRetention: env.Duration("IDEMPOTENCY_TOMBSTONE_RETENTION", 30*24*time.Hour, time.Hour, 10*365*24*time.Hour),

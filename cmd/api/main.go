@@ -18,6 +18,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -34,9 +35,12 @@ import (
 	"github.com/oncepay/oncepay/internal/api"
 	"github.com/oncepay/oncepay/internal/envconfig"
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/metrics"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/postgres"
+	"github.com/oncepay/oncepay/internal/ratelimit"
+	"github.com/oncepay/oncepay/internal/refunds"
 	"github.com/oncepay/oncepay/internal/serve"
 	"github.com/oncepay/oncepay/internal/tenant"
 	"github.com/oncepay/oncepay/internal/webhooks"
@@ -109,7 +113,9 @@ func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.
 	defer notifying.Wait()
 	defer stopNotifier()
 
+	m := metrics.New()
 	keys := idempotency.NewStore(idempotency.Config{
+		Observe:            func(tenantID string, kind idempotency.Kind) { m.Decision(tenantID, kind.String()) },
 		Retention:          cfg.IdempotencyRetention,
 		TombstoneRetention: cfg.IdempotencyTombstoneRetention,
 		LockWait:           cfg.IdempotencyLockWait,
@@ -119,10 +125,14 @@ func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.
 		MaxWaiters:         cfg.MaxWaiters,
 	})
 	handler := api.NewHandler(api.Deps{
-		Pool:      pool,
-		Keys:      keys,
-		Payments:  &payments.Service{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger, ReadTimeout: cfg.RequestDBTimeout},
-		Logger:    logger,
+		Pool:     pool,
+		Keys:     keys,
+		Payments: &payments.Service{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger, ReadTimeout: cfg.RequestDBTimeout},
+		Refunds:  &refunds.Service{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger, ReadTimeout: cfg.RequestDBTimeout},
+		Logger:   logger,
+		Metrics:  m,
+		Limits: ratelimit.New(pool, keys, logger, ratelimit.Config{Rate: cfg.TenantRate, Window: cfg.TenantRateWindow,
+			MaxPending: cfg.TenantMaxPending, OnLimited: m.RateLimited}),
 		DBTimeout: cfg.RequestDBTimeout,
 		Webhooks: &webhooks.Handler{Pool: pool, Jobs: outbox.New(jobs), Logger: logger, Secret: cfg.StripeWebhookSecret,
 			Timeout: cfg.RequestDBTimeout},
@@ -136,5 +146,26 @@ func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.
 		return fmt.Errorf("listen on LISTEN_ADDR=%s: %w", cfg.ListenAddr, err)
 	}
 	srv := &http.Server{Handler: handler, ReadTimeout: cfg.HTTPReadTimeout, WriteTimeout: cfg.HTTPWriteTimeout, IdleTimeout: cfg.HTTPIdleTimeout}
-	return serve.HTTP(ctx, "api", srv, ln, cfg.ShutdownTimeout, logger)
+	if cfg.MetricsAddr == "off" {
+		return serve.HTTP(ctx, "api", srv, ln, cfg.ShutdownTimeout, logger)
+	}
+	metricsLn, err := net.Listen("tcp", cfg.MetricsAddr)
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("listen on METRICS_ADDR=%s: %w", cfg.MetricsAddr, err)
+	}
+	// Whichever server stops first (the context ended, or one failed)
+	// stops the other.
+	both, stopBoth := context.WithCancel(ctx)
+	defer stopBoth()
+	var metricsErr error
+	var serving sync.WaitGroup
+	serving.Go(func() {
+		defer stopBoth()
+		metricsErr = serve.HTTP(both, "metrics", m.Server(), metricsLn, cfg.ShutdownTimeout, logger)
+	})
+	err = serve.HTTP(both, "api", srv, ln, cfg.ShutdownTimeout, logger)
+	stopBoth()
+	serving.Wait()
+	return errors.Join(err, metricsErr)
 }

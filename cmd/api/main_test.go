@@ -74,6 +74,9 @@ func startAPI(t *testing.T, vars map[string]string) string {
 	ctx, cancel := context.WithCancel(context.Background())
 	out := newLineWriter()
 	vars["LISTEN_ADDR"] = "127.0.0.1:0"
+	if vars["METRICS_ADDR"] == "" {
+		vars["METRICS_ADDR"] = "127.0.0.1:0"
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- run(ctx, []string{"api", "serve"}, env(vars), out) }()
 	t.Cleanup(func() {

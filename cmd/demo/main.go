@@ -15,7 +15,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -76,7 +75,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	flags.StringVar(&o.binDir, "bin", "bin", "where the api, worker and stripesim binaries are")
 	flags.StringVar(&o.stateDir, "state", ".run/demo", "where the demo stack keeps its logs")
 	flags.StringVar(&o.dbURL, "database", "", "the database of the demo stack (default: oncepay_demo on DATABASE_URL's server)")
-	flags.BoolVar(&o.color, "color", isTerminal(stdout), "colour the output (default: when stdout is a terminal)")
+	flags.BoolVar(&o.color, "color", devstack.Interactive(stdout), "colour the output (default: when stdout is a terminal)")
 	flags.DurationVar(&o.settle, "settle", 2*time.Minute, "how long a step waits for a payment to settle")
 	if err := flags.Parse(args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -104,7 +103,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err != nil {
 		return err
 	}
-	ports, err := freePorts(3)
+	ports, err := devstack.FreeAddrs(3)
 	if err != nil {
 		return err
 	}
@@ -163,21 +162,6 @@ func demoDatabase(given, databaseURL string) (string, error) {
 	return u.String(), nil
 }
 
-// freePorts returns n loopback addresses nothing listens on, so the demo
-// never collides with a stack started by `make up`.
-func freePorts(n int) ([]string, error) {
-	var addrs []string
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		defer ln.Close()
-		addrs = append(addrs, ln.Addr().String())
-	}
-	return addrs, nil
-}
-
 func shellStep(command string, out io.Writer) func(context.Context) error {
 	if command == "" {
 		return nil
@@ -190,13 +174,4 @@ func shellStep(command string, out io.Writer) func(context.Context) error {
 		}
 		return nil
 	}
-}
-
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	info, err := f.Stat()
-	return err == nil && info.Mode()&os.ModeCharDevice != 0 && os.Getenv("NO_COLOR") == ""
 }

@@ -3,36 +3,19 @@ package main
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncepay/oncepay/internal/bintest"
 	"github.com/oncepay/oncepay/internal/pgtest"
 )
 
-var binDir string
+var root string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "oncepay-demo-test")
-	if err != nil {
-		panic(err)
-	}
-	binDir = dir
-	// Built without -race: the story exercises the processes, and the race
-	// detector runs on the same code in the packages' own tests.
-	out, err := exec.Command("go", "build", "-o", binDir+"/", "../api", "../worker", "../stripesim").CombinedOutput()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "build: %v\n%s", err, out)
-		os.Exit(1)
-	}
-	code := pgtest.Run(m)
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { bintest.Main(m, &root, "../api", "../worker", "../stripesim") }
 
 // TestDemoStoryHolds runs `make demo`'s program end to end: its own stack
 // of real processes, the eight steps (a SIGKILLed worker among them), the
@@ -40,7 +23,7 @@ func TestMain(m *testing.M) {
 func TestDemoStoryHolds(t *testing.T) {
 	t.Parallel()
 	var out bytes.Buffer
-	err := run(context.Background(), []string{"demo", "-bin", binDir, "-state", filepath.Join(t.TempDir(), "state"),
+	err := run(context.Background(), []string{"demo", "-bin", filepath.Join(root, "bin"), "-state", filepath.Join(t.TempDir(), "state"),
 		"-database", pgtest.NewDatabase(t), "-color=false"}, os.Getenv, &out)
 	require.NoError(t, err, out.String())
 	require.Contains(t, out.String(), "Every claim held")

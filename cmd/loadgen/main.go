@@ -23,6 +23,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/oncepay/oncepay/internal/devstack"
 	"github.com/oncepay/oncepay/internal/loadgen"
 )
 
@@ -64,7 +65,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	flags.StringVar(&cfg.StateDir, "state", ".run/loadgen", "where the processes' logs go")
 	flags.StringVar(&dbURL, "database", "", "the database to run on, which must be empty (default: oncepay_loadgen on DATABASE_URL's server, recreated)")
 	flags.Uint64Var(&cfg.Seed, "seed", 0, "seed of the run's choices (0: from the clock)")
-	flags.BoolVar(&cfg.Live, "live", isTerminal(stdout), "print a live progress line (default: on a terminal)")
+	flags.BoolVar(&cfg.Live, "live", devstack.Interactive(stdout), "print a live progress line (default: on a terminal)")
 	if err := flags.Parse(args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -135,13 +136,4 @@ func freshDatabase(ctx context.Context, databaseURL string) (string, error) {
 	}
 	u.Path = "/oncepay_loadgen"
 	return u.String(), nil
-}
-
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	info, err := f.Stat()
-	return err == nil && info.Mode()&os.ModeCharDevice != 0
 }

@@ -3,36 +3,19 @@ package main
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncepay/oncepay/internal/bintest"
 	"github.com/oncepay/oncepay/internal/pgtest"
 )
 
-var binDir string
+var root string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "oncepay-loadgen-test")
-	if err != nil {
-		panic(err)
-	}
-	binDir = dir
-	// Without -race: the processes are the subject, not the test binary,
-	// and the race detector's slowdown would starve a chaos run on 2 cores.
-	out, err := exec.Command("go", "build", "-o", binDir+"/", "../api", "../worker", "../stripesim").CombinedOutput()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "build: %v\n%s", err, out)
-		os.Exit(1)
-	}
-	code := pgtest.Run(m)
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { bintest.Main(m, &root, "../api", "../worker", "../stripesim") }
 
 // TestShortChaosRun is the chaos driver inside `make test`: two API and two
 // worker processes, kills of both, database cuts and provider faults for
@@ -42,7 +25,7 @@ func TestShortChaosRun(t *testing.T) {
 	var out bytes.Buffer
 	err := run(context.Background(), []string{"loadgen", "-scenario", "chaos", "-duration", "25s", "-clients", "6",
 		"-kill-worker-every", "4s", "-kill-api-every", "9s", "-cut-db-every", "10s",
-		"-bin", binDir, "-state", filepath.Join(t.TempDir(), "state"), "-database", pgtest.NewDatabase(t), "-live=false"}, os.Getenv, &out)
+		"-bin", filepath.Join(root, "bin"), "-state", filepath.Join(t.TempDir(), "state"), "-database", pgtest.NewDatabase(t), "-live=false"}, os.Getenv, &out)
 	t.Log(out.String())
 	require.NoError(t, err)
 	require.Contains(t, out.String(), "invariants:")

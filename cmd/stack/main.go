@@ -43,12 +43,13 @@ Environment: DATABASE_URL (default postgres://postgres@127.0.0.1:5432/oncepay?ss
 STRIPE_SECRET_KEY (default sk_test_oncepay_local), STRIPE_API_BASE (default
 http://127.0.0.1:12111, where the simulator is started; set it empty to call
 Stripe itself, with STRIPE_SECRET_KEY a test-mode key), LISTEN_ADDR (the API,
-default 127.0.0.1:8080), WORKER_ADMIN_ADDR (default 127.0.0.1:8081).
+default 127.0.0.1:8080), METRICS_ADDR (the API's /metrics, default 127.0.0.1:9080),
+WORKER_ADMIN_ADDR (the worker's /readyz and /metrics, default 127.0.0.1:8081).
 Logs: .run/logs/api.log, worker.log, stripesim.log.`
 
 func run(ctx context.Context, args []string, lookup func(string) (string, bool), stdout io.Writer) error {
 	if len(args) != 2 {
-		return errors.New(usage)
+		return errUsage
 	}
 	getenv := func(name, def string) string {
 		if v, ok := lookup(name); ok {
@@ -62,6 +63,7 @@ func run(ctx context.Context, args []string, lookup func(string) (string, bool),
 		StripeAPIBase:   getenv("STRIPE_API_BASE", "http://127.0.0.1:12111"),
 		APIAddr:         getenv("LISTEN_ADDR", ""),
 		WorkerAdminAddr: getenv("WORKER_ADMIN_ADDR", ""),
+		APIMetricsAddr:  getenv("METRICS_ADDR", "127.0.0.1:9080"),
 		Progress:        stdout,
 	}
 	switch args[1] {
@@ -75,9 +77,12 @@ func run(ctx context.Context, args []string, lookup func(string) (string, bool),
 	case "down":
 		return down(ctx, stdout)
 	default:
-		return errors.New(usage)
+		return errUsage
 	}
 }
+
+// errUsage answers a command line that is not one of the three commands.
+var errUsage = errors.New("usage: stack run | up | down (stack --help says more)")
 
 func runForeground(ctx context.Context, cfg devstack.Config, stdout io.Writer) error {
 	s, err := devstack.Start(ctx, cfg)

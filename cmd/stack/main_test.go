@@ -15,26 +15,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncepay/oncepay/internal/bintest"
 	"github.com/oncepay/oncepay/internal/pgtest"
 )
 
 var workDir string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "oncepay-stack-test")
-	if err != nil {
-		panic(err)
-	}
-	workDir = dir
-	out, err := exec.Command("go", "build", "-o", filepath.Join(dir, "bin")+"/", ".", "../api", "../worker", "../stripesim").CombinedOutput()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "build: %v\n%s", err, out)
-		os.Exit(1)
-	}
-	code := pgtest.Run(m)
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { bintest.Main(m, &workDir, ".", "../api", "../worker", "../stripesim") }
 
 // TestStackDiesWithItsParent: `make run &` then `kill $!` kills make, not
 // its children. The stack notices its parent is gone and stops everything

@@ -1,7 +1,8 @@
-// Command worker charges accepted payments: it runs River's workers for the
-// charge_payment jobs the API inserts, calling the provider through
-// stripe-go, processes the provider's events the API stores, runs the
-// periodic lifecycle jobs (reconciler, sweeper, key reaper, webhook
+// Command worker charges accepted payments and makes accepted refunds: it
+// runs River's workers for the charge_payment and refund_payment jobs the
+// API inserts, calling the provider through stripe-go, processes the
+// provider's events the API stores, runs the periodic lifecycle jobs
+// (reconcilers and sweepers of payments and refunds, key reaper, webhook
 // recovery, ledger check), and
 // serves /healthz and /readyz on WORKER_ADMIN_ADDR.
 package main
@@ -26,10 +27,12 @@ import (
 
 	"github.com/oncepay/oncepay/internal/envconfig"
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/metrics"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/provider"
+	"github.com/oncepay/oncepay/internal/refunds"
 	"github.com/oncepay/oncepay/internal/serve"
 	"github.com/oncepay/oncepay/internal/webhooks"
 )
@@ -49,7 +52,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return err
 	}
 	if help {
-		_, err := fmt.Fprintf(stdout, "usage: %s\n\n%s\n\nConfigured by these environment variables (the README's configuration table\ndescribes each):\n  %s\n", "worker", "Runs the charge workers and the periodic lifecycle jobs (reconciler, sweeper,\nkey reaper) until SIGINT or SIGTERM, and serves /healthz and /readyz on\nWORKER_ADMIN_ADDR.", strings.Join(envconfig.Names(loadConfig), "\n  "))
+		_, err := fmt.Fprintf(stdout, "usage: %s\n\n%s\n\nConfigured by these environment variables (the README's configuration table\ndescribes each):\n  %s\n", "worker", "Runs the charge and refund workers and the periodic lifecycle jobs\n(reconcilers, sweepers, key reaper, webhook recovery) until SIGINT or\nSIGTERM, and serves /healthz and /readyz on WORKER_ADMIN_ADDR.", strings.Join(envconfig.Names(loadConfig), "\n  "))
 		return err
 	}
 	cfg, err := loadConfig(getenv)
@@ -67,26 +70,42 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	defer pool.Close()
 
+	m := metrics.New()
+	m.RegisterDatabase(pool)
 	keys := idempotency.NewStore(idempotency.Config{Retention: cfg.IdempotencyRetention, TombstoneRetention: cfg.TombstoneRetention})
-	providerClient := provider.New(provider.Config{SecretKey: cfg.StripeSecretKey, APIBase: cfg.StripeAPIBase})
+	providerClient := provider.New(provider.Config{SecretKey: cfg.StripeSecretKey, APIBase: cfg.StripeAPIBase,
+		HTTPClient: &http.Client{Transport: m.ProviderTransport(nil)}})
 	chargeCfg := cfg.chargeConfig()
 	workers := river.NewWorkers()
 	if err := river.AddWorkerSafely(workers, payments.NewChargeWorker(pool, keys, providerClient, logger, chargeCfg)); err != nil {
 		return fmt.Errorf("register charge worker: %w", err)
 	}
-	reconciler := payments.NewReconciler(pool, keys, providerClient, logger, payments.ReconcileConfig{
+	reconcileCfg := payments.ReconcileConfig{
 		ChargeCallTimeout: chargeCfg.ProviderCallTimeout(),
 		Settle:            cfg.ReconcileSettle,
 		RetryMax:          cfg.ReconcileBackoffMax,
 		MaxAttempts:       cfg.ReconcileMaxAttempts,
 		MaxActionWait:     cfg.MaxPollDuration,
-	})
-	if err := river.AddWorkerSafely(workers, &payments.ReconcileWorker{Reconciler: reconciler}); err != nil {
+	}
+	reconciler := payments.NewReconciler(pool, keys, providerClient, logger, reconcileCfg)
+	if err := river.AddWorkerSafely(workers, &payments.ReconcileWorker{Reconciler: reconciler, Observe: observeReconciliation(m)}); err != nil {
 		return fmt.Errorf("register reconciler: %w", err)
 	}
-	sweeper := payments.NewSweeper(pool, keys, logger, payments.SweepConfig{Grace: cfg.SweepGrace})
+	sweepCfg := payments.SweepConfig{Grace: cfg.SweepGrace}
+	sweeper := payments.NewSweeper(pool, keys, logger, sweepCfg)
 	if err := river.AddWorkerSafely(workers, &payments.SweepWorker{Sweeper: sweeper}); err != nil {
 		return fmt.Errorf("register sweeper: %w", err)
+	}
+	if err := river.AddWorkerSafely(workers, refunds.NewWorker(pool, keys, providerClient, logger, chargeCfg)); err != nil {
+		return fmt.Errorf("register refund worker: %w", err)
+	}
+	refundReconciler := refunds.NewReconciler(pool, keys, providerClient, logger, reconcileCfg)
+	if err := river.AddWorkerSafely(workers, &refunds.ReconcileWorker{Reconciler: refundReconciler}); err != nil {
+		return fmt.Errorf("register refund reconciler: %w", err)
+	}
+	refundSweeper := refunds.NewSweeper(pool, keys, logger, sweepCfg)
+	if err := river.AddWorkerSafely(workers, &refunds.SweepWorker{Sweeper: refundSweeper}); err != nil {
+		return fmt.Errorf("register refund sweeper: %w", err)
 	}
 	if err := river.AddWorkerSafely(workers, &outbox.ReapKeysWorker{Store: keys, DB: pool, Logger: logger}); err != nil {
 		return fmt.Errorf("register key reaper: %w", err)
@@ -109,6 +128,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		outbox.ReapKeysPeriodicJob(cfg.ReapInterval),
 		periodicJob(cfg.ReconcileInterval, payments.ReconcilePaymentsArgs{}),
 		periodicJob(cfg.SweepInterval, payments.SweepPaymentsArgs{}),
+		periodicJob(cfg.ReconcileInterval, refunds.ReconcileRefundsArgs{}),
+		periodicJob(cfg.SweepInterval, refunds.SweepRefundsArgs{}),
 	}
 	client, err := outbox.NewWorkerClient(pool, outbox.WorkerConfig{
 		Workers:              workers,
@@ -127,7 +148,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err != nil {
 		return fmt.Errorf("listen on WORKER_ADMIN_ADDR=%s: %w", cfg.AdminAddr, err)
 	}
-	admin := newAdminServer(pool)
+	admin := newAdminServer(pool, m)
 	go func() { _ = admin.Serve(ln) }()
 	defer admin.Close()
 
@@ -177,11 +198,24 @@ func periodicJob(interval time.Duration, args river.JobArgs) *river.PeriodicJob 
 
 // newAdminServer serves /healthz and /readyz with the same timeouts as the
 // API's server, so that a stalled prober cannot hold connections forever.
-func newAdminServer(pool *pgxpool.Pool) *http.Server {
+func newAdminServer(pool *pgxpool.Pool, m *metrics.Metrics) *http.Server {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", serve.Healthz)
 	mux.HandleFunc("GET /readyz", serve.Readyz(pool))
+	mux.Handle("GET /metrics", m.Handler())
 	return serve.SetTimeouts(&http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second})
+}
+
+// observeReconciliation counts each reconciler pass's results.
+func observeReconciliation(m *metrics.Metrics) func(payments.ReconcileResult) {
+	return func(res payments.ReconcileResult) {
+		for result, n := range map[string]int{
+			"settled": res.Settled, "not_reached": res.NotReached, "pending": res.Pending,
+			"undetermined": res.Undetermined, "operator": res.LeftToOperator, "failed": res.Failed,
+		} {
+			m.Reconciliations(result, n)
+		}
+	}
 }
 
 // warnIfLive says loudly, at start, that this worker moves real money: a

@@ -25,6 +25,7 @@ import (
 	"github.com/oncepay/oncepay/internal/apitest"
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/metrics"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/pgtest"
 	"github.com/oncepay/oncepay/internal/serve"
@@ -396,7 +397,7 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 // connection, as the API's does.
 func TestAdminServerTimeouts(t *testing.T) {
 	t.Parallel()
-	srv := newAdminServer(nil)
+	srv := newAdminServer(nil, metrics.New())
 	require.Equal(t, 5*time.Second, srv.ReadHeaderTimeout)
 	require.Positive(t, srv.ReadTimeout)
 	require.Positive(t, srv.WriteTimeout)

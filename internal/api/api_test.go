@@ -27,6 +27,7 @@ import (
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/pgtest"
 	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/refunds"
 	"github.com/oncepay/oncepay/internal/tenant"
 )
 
@@ -76,6 +77,7 @@ func setup(t *testing.T, opts options) *bundle {
 		Pool:     pool,
 		Keys:     keys,
 		Payments: &payments.Service{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger},
+		Refunds:  &refunds.Service{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger},
 		Logger:   logger,
 	})
 	server := httptest.NewServer(handler)

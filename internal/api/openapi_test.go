@@ -27,6 +27,7 @@ import (
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/refunds"
 	"github.com/oncepay/oncepay/internal/webhooks"
 )
 
@@ -85,6 +86,7 @@ func TestOpenAPIRoutes(t *testing.T) {
 	handler := api.NewHandler(api.Deps{
 		Keys:     idempotency.NewStore(idempotency.Config{}),
 		Payments: &payments.Service{},
+		Refunds:  &refunds.Service{},
 		Webhooks: &webhooks.Handler{},
 		Logger:   slog.New(slog.DiscardHandler),
 	})

@@ -15,8 +15,11 @@ import (
 
 	apispec "github.com/oncepay/oncepay/api"
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/metrics"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/ratelimit"
+	"github.com/oncepay/oncepay/internal/refunds"
 	"github.com/oncepay/oncepay/internal/serve"
 	"github.com/oncepay/oncepay/internal/tenant"
 )
@@ -27,10 +30,17 @@ type Deps struct {
 	Keys     *idempotency.Store
 	Payments *payments.Service
 	Logger   *slog.Logger
+	// Limits bound each tenant's new operations; nil means none.
+	Limits *ratelimit.Limits
+	// Metrics, if set, counts and times every request.
+	Metrics *metrics.Metrics
 	// DBTimeout bounds the database work of authentication. Defaults to 5s.
 	DBTimeout time.Duration
 	// Webhooks serves the provider's events, if set.
 	Webhooks http.Handler
+	// Refunds serves the refund routes, if set: cmd/api always sets it,
+	// tests of other parts may leave it out.
+	Refunds *refunds.Service
 }
 
 // NewHandler returns the API's handler.
@@ -40,6 +50,9 @@ func NewHandler(d Deps) http.Handler {
 	// defined (RFC 9110 §9.3.2: a GET resource supports HEAD), so that
 	// HEAD /healthz is 200, not 405.
 	r.Use(middleware.RequestID, recoverer(d.Logger), accessLog(d.Logger), middleware.GetHead)
+	if d.Metrics != nil {
+		r.Use(d.Metrics.HTTP)
+	}
 	notFound := func(w http.ResponseWriter, req *http.Request) {
 		problem.Write(w, req, d.Logger, problem.New(problem.NotFound, "No route for %s.", req.URL.Path))
 	}
@@ -71,9 +84,16 @@ func NewHandler(d Deps) http.Handler {
 	}
 	r.Route("/v1", func(r chi.Router) {
 		r.Use(tenant.Middleware(d.Pool, d.Logger, cmp.Or(d.DBTimeout, 5*time.Second)))
-		r.Method(http.MethodPost, "/payments", d.Payments.HandleCreate())
+		// Every state-changing route goes through the tenant's limits.
+		limited := r.With(d.Limits.Middleware)
+		limited.Method(http.MethodPost, "/payments", d.Payments.HandleCreate())
 		r.Get("/payments", d.Payments.HandleList())
 		r.Get("/payments/{id}", d.Payments.HandleGet())
+		if d.Refunds != nil {
+			limited.Method(http.MethodPost, "/payments/{id}/refunds", d.Refunds.HandleCreate())
+			r.Get("/payments/{id}/refunds", d.Refunds.HandleList())
+			r.Get("/refunds/{id}", d.Refunds.HandleGet())
+		}
 	})
 	return r
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
+	"github.com/oncepay/oncepay/internal/refunds"
 	"github.com/oncepay/oncepay/internal/tenant"
 	"github.com/oncepay/oncepay/internal/webhooks"
 )
@@ -40,6 +41,16 @@ type Server struct {
 // Start serves the API on pool until the test ends.
 func Start(t testing.TB, pool *pgxpool.Pool) *Server {
 	t.Helper()
+	created, err := tenant.Create(context.Background(), pool, t.Name())
+	require.NoError(t, err)
+	return StartAs(t, pool, created)
+}
+
+// StartAs serves the API on pool, as an existing tenant, until the test
+// ends: a second API instance (its own pool, store and notifier) beside
+// another on the same database.
+func StartAs(t testing.TB, pool *pgxpool.Pool, created tenant.Created) *Server {
+	t.Helper()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	notifier := idempotency.NewNotifier(idempotency.NotifierConfig{Connect: idempotency.PoolConnector(pool), Logger: logger})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -58,12 +69,11 @@ func Start(t testing.TB, pool *pgxpool.Pool) *Server {
 	handler := api.NewHandler(api.Deps{
 		Pool: pool, Keys: keys, Logger: logger,
 		Payments: &payments.Service{DB: pool, Keys: keys, Outbox: outbox.New(inserter), Logger: logger},
+		Refunds:  &refunds.Service{DB: pool, Keys: keys, Outbox: outbox.New(inserter), Logger: logger},
 		Webhooks: &webhooks.Handler{Pool: pool, Jobs: outbox.New(inserter), Logger: logger, Secret: WebhookSecret},
 	})
 	srv := httptest.NewServer(handler)
 	t.Cleanup(srv.Close)
-	created, err := tenant.Create(context.Background(), pool, t.Name())
-	require.NoError(t, err)
 	return &Server{URL: srv.URL, Handler: handler, Keys: keys, Pool: pool, Tenant: created}
 }
 
@@ -89,6 +99,36 @@ func (s *Server) Pay(t testing.TB, key, paymentMethod string, headers ...string)
 		req.Header.Set(headers[i], headers[i+1])
 	}
 	return do(t, req)
+}
+
+// As returns the server seen as another tenant.
+func (s *Server) As(other tenant.Created) *Server {
+	c := *s
+	c.Tenant = other
+	return &c
+}
+
+// Post sends POST path with a JSON body under key (none if key is ""), as
+// the server's tenant; headers are extra name/value pairs.
+func (s *Server) Post(t testing.TB, path, key, body string, headers ...string) Response {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, s.URL+path, strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+s.Tenant.APIKey)
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set(idempotency.HeaderName, key)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	return do(t, req)
+}
+
+// Refund sends POST /v1/payments/{paymentID}/refunds with body under key.
+func (s *Server) Refund(t testing.TB, paymentID, key, body string, headers ...string) Response {
+	t.Helper()
+	return s.Post(t, "/v1/payments/"+paymentID+"/refunds", key, body, headers...)
 }
 
 // Get sends GET path as the server's tenant.

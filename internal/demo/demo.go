@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/oncepay/oncepay/client"
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/stripesim"
 )
@@ -115,44 +116,41 @@ func (s *Story) replayed(ctx context.Context) error {
 
 func (s *Story) concurrent(ctx context.Context) error {
 	key := keyFor("concurrent")
-	s.printf("   %s ten clients send POST /v1/payments with Idempotency-Key: %s at once\n", s.dim("→"), key)
-	var (
-		wg      sync.WaitGroup
-		mu      sync.Mutex
-		answers []answer
-		errs    []error
-	)
-	for range 10 {
+	s.printf("   %s ten callers, each with the retrying Go client (client/), send POST /v1/payments with Idempotency-Key: %s at once\n", s.dim("→"), key)
+	c := client.New(s.APIURL, s.APIKey, client.WithHTTPClient(s.HTTP))
+	type outcome struct {
+		payment *client.Payment
+		res     client.Result
+		err     error
+	}
+	outcomes := make([]outcome, 10)
+	var wg sync.WaitGroup
+	for i := range outcomes {
 		wg.Go(func() {
-			a, err := s.send(ctx, http.MethodPost, "/v1/payments", key, visa(2000), "")
-			mu.Lock()
-			defer mu.Unlock()
-			answers, errs = append(answers, a), append(errs, err)
+			p, res, err := c.CreatePayment(ctx, client.PaymentParams{Amount: 2000, Currency: "usd", PaymentMethod: "pm_card_visa"},
+				client.WithIdempotencyKey(key))
+			outcomes[i] = outcome{p, res, err}
 		})
 	}
 	wg.Wait()
 	ids := map[string]bool{}
-	statuses := map[int]int{}
-	for i, a := range answers {
-		if errs[i] != nil {
-			return errs[i]
+	fresh, attempts := 0, 0
+	for _, o := range outcomes {
+		if o.err != nil {
+			return fmt.Errorf("a concurrent caller: %w", o.err)
 		}
-		statuses[a.Status]++
-		if a.paymentID() != "" {
-			ids[a.paymentID()] = true
-		}
-		if a.Status == http.StatusConflict {
-			s.check(a.Header.Get("Retry-After") != "", "a 409 while the first is in flight carries Retry-After")
+		ids[o.payment.ID] = true
+		attempts += o.res.Attempts
+		if !o.res.Replayed {
+			fresh++
 		}
 	}
-	s.printf("   %s answers by status: %v\n", s.dim("←"), statuses)
-	s.check(len(ids) == 1, "every answer that names a payment names the same one (%d distinct)", len(ids))
+	s.printf("   %s %d requests in all (409s retried after Retry-After by the client); %d answer fresh, %d replayed\n", s.dim("←"), attempts, fresh, 10-fresh)
+	s.check(len(ids) == 1, "all ten callers got the same payment (%d distinct)", len(ids))
+	s.check(fresh == 1, "exactly one request created it; every other answer was the stored one")
 	var paymentID string
 	for pid := range ids {
 		paymentID = pid
-	}
-	if paymentID == "" {
-		return nil
 	}
 	if _, err := s.awaitFinal(ctx, paymentID); err != nil {
 		return err

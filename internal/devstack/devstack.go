@@ -51,6 +51,10 @@ type Config struct {
 	// APIAddr and WorkerAdminAddr are the listen addresses. Default to
 	// 127.0.0.1:8080 and 127.0.0.1:8081.
 	APIAddr, WorkerAdminAddr string
+	// APIMetricsAddr is where the first API process serves /metrics; the
+	// others, and the first when it is empty, take a free port, so that a
+	// second stack (the demo beside make up) never collides.
+	APIMetricsAddr string
 	// MoreAPIAddrs and MoreWorkerAdminAddrs start further API and worker
 	// processes (api-2, worker-2, …) beside the first, sharing the database.
 	MoreAPIAddrs, MoreWorkerAdminAddrs []string
@@ -135,7 +139,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	addrs := append([]string{cfg.APIAddr, cfg.WorkerAdminAddr, simAddr}, cfg.MoreAPIAddrs...)
+	addrs := append([]string{cfg.APIAddr, cfg.WorkerAdminAddr, simAddr, cfg.APIMetricsAddr}, cfg.MoreAPIAddrs...)
 	for _, addr := range append(addrs, cfg.MoreWorkerAdminAddrs...) {
 		if addr != "" && listening(addr) {
 			return nil, fmt.Errorf("something already listens on %s (a stack started by `make up`? stop it with `make down`)", addr)
@@ -165,7 +169,12 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		}
 	}
 	for i, addr := range append([]string{cfg.APIAddr}, cfg.MoreAPIAddrs...) {
-		err := s.start(&Process{Name: instance("api", i), Binary: "api", Args: []string{"serve"}, Env: []string{"LISTEN_ADDR=" + addr}, Ready: "http://" + addr + "/readyz"})
+		metricsAddr := "127.0.0.1:0"
+		if i == 0 && cfg.APIMetricsAddr != "" {
+			metricsAddr = cfg.APIMetricsAddr
+		}
+		err := s.start(&Process{Name: instance("api", i), Binary: "api", Args: []string{"serve"},
+			Env: []string{"LISTEN_ADDR=" + addr, "METRICS_ADDR=" + metricsAddr}, Ready: "http://" + addr + "/readyz"})
 		if err != nil {
 			return nil, err
 		}
@@ -562,4 +571,30 @@ func (p *Process) Exited() <-chan struct{} {
 		return nil // started by another program: never observed here
 	}
 	return p.exited
+}
+
+// FreeAddrs returns n loopback addresses nothing listens on right now, for
+// a stack that must not collide with another (the demo beside make up).
+func FreeAddrs(n int) ([]string, error) {
+	var addrs []string
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer ln.Close()
+		addrs = append(addrs, ln.Addr().String())
+	}
+	return addrs, nil
+}
+
+// Interactive reports whether w is a terminal (and NO_COLOR is unset): the
+// programs around the stack colour and redraw their output only there.
+func Interactive(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	info, err := f.Stat()
+	return err == nil && info.Mode()&os.ModeCharDevice != 0 && os.Getenv("NO_COLOR") == ""
 }

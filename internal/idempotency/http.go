@@ -71,6 +71,9 @@ func (e *Endpoint[T]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	e.Logger.DebugContext(r.Context(), "idempotency decision", slog.String("tenant_id", tenantID), slog.String("decision", res.Kind.String()))
+	if e.Store.cfg.Observe != nil {
+		e.Store.cfg.Observe(tenantID, res.Kind)
+	}
 
 	switch res.Kind {
 	case Execute, Replay:

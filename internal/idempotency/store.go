@@ -166,6 +166,9 @@ type Config struct {
 	// not asked to wait, rather than hold a goroutine and poll queries.
 	// Defaults to 1000.
 	MaxWaiters int
+	// Observe, if set, is told every decision an Endpoint makes, with the
+	// tenant (for metrics). It must not block.
+	Observe func(tenantID string, kind Kind)
 }
 
 // WithDefaults returns the configuration with zero values defaulted.

@@ -3,6 +3,7 @@ package loadgen
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -51,11 +52,15 @@ func (r *run) startChaos(ctx context.Context, wg *sync.WaitGroup) {
 		return time.NewTicker(every).C
 	}
 	workerKills, apiKills, cuts := tick(r.cfg.KillWorkerEvery), tick(r.cfg.KillAPIEvery), tick(r.cfg.CutDBEvery)
+	supervise := tick(time.Second)
 	wg.Go(func() {
 		for {
 			select {
 			case <-ctx.Done():
+				r.revive(context.WithoutCancel(ctx))
 				return
+			case <-supervise:
+				r.revive(ctx)
 			case <-workerKills:
 				r.killAndRestart(ctx, "worker", r.cfg.Workers)
 			case <-apiKills:
@@ -65,6 +70,18 @@ func (r *run) startChaos(ctx context.Context, wg *sync.WaitGroup) {
 			}
 		}
 	})
+}
+
+// revive restarts every process that exited on its own, as a supervisor
+// would: a worker started while the database is cut exits at once.
+func (r *run) revive(ctx context.Context) {
+	for _, p := range slices.Clone(r.stack.Processes) {
+		select {
+		case <-p.Exited():
+			r.restart(ctx, p.Name)
+		default:
+		}
+	}
 }
 
 // killAndRestart SIGKILLs one process of the binary and starts it again.
@@ -85,7 +102,7 @@ func (r *run) killAndRestart(ctx context.Context, binary string, count int) {
 	}
 	start := time.Now()
 	if err := r.stack.Kill(name); err != nil {
-		fmt.Fprintf(r.cfg.Out, "\nkill %s: %v\n", name, err)
+		// It died on its own: revive restarts it.
 		return
 	}
 	if binary == "api" {
@@ -98,17 +115,21 @@ func (r *run) killAndRestart(ctx context.Context, binary string, count int) {
 	case <-ctx.Done():
 	case <-time.After(300 * time.Millisecond):
 	}
-	// A process that starts while the database is cut exits; like a
-	// supervisor, try again.
+	r.restart(ctx, name)
+	if apiURL != "" {
+		r.addWindow(window{target: apiURL, start: start, end: time.Now().Add(time.Second), what: "kill " + name})
+	}
+}
+
+// restart starts the named process again. One that starts while the
+// database is cut exits; like a supervisor, try again.
+func (r *run) restart(ctx context.Context, name string) {
 	var err error
 	for range 10 {
-		if err = r.stack.Restart(name); err == nil {
+		if err = r.stack.Restart(name); err == nil || ctx.Err() != nil {
 			break
 		}
 		time.Sleep(time.Second)
-	}
-	if apiURL != "" {
-		r.addWindow(window{target: apiURL, start: start, end: time.Now().Add(time.Second), what: "kill " + name})
 	}
 	if err != nil {
 		fmt.Fprintf(r.cfg.Out, "\nrestart %s: %v\n", name, err)

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/url"
 	"sync"
 	"sync/atomic"
@@ -121,6 +120,7 @@ func workerEnv() []string {
 		"WORKER_POLL_INTERVAL=200ms",
 		"RECONCILE_INTERVAL=1s",
 		"RECONCILE_SETTLE=2s",
+		"RECONCILE_BACKOFF_MAX=5s",
 		"SWEEP_INTERVAL=2s",
 		"SWEEP_GRACE=10s",
 		"STRIPESIM_SEARCH_INDEX_DELAY=500ms",
@@ -146,7 +146,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	viaProxy := *dbURL
 	viaProxy.Host = proxy.Addr()
 
-	addrs, err := freeAddrs(1 + cfg.APIs + cfg.Workers)
+	addrs, err := devstack.FreeAddrs(1 + cfg.APIs + cfg.Workers)
 	if err != nil {
 		return nil, err
 	}
@@ -293,17 +293,4 @@ func (r *run) drive(ctx context.Context) (*Report, error) {
 	report.DatabaseCuts = r.proxy.Cuts()
 	report.Print(r.cfg.Out)
 	return report, nil
-}
-
-func freeAddrs(n int) ([]string, error) {
-	var addrs []string
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		defer ln.Close()
-		addrs = append(addrs, ln.Addr().String())
-	}
-	return addrs, nil
 }

@@ -54,9 +54,11 @@ func NewWorkerClient(pool *pgxpool.Pool, cfg WorkerConfig) (*Client, error) {
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		Queues: map[string]river.QueueConfig{
 			QueuePayments: {MaxWorkers: cmp.Or(cfg.Concurrency, 10)},
-			// One slot per periodic job kind, so a long reconciliation run
-			// never holds up the sweeper, the reaper or the webhook recovery.
-			QueueMaintenance:   {MaxWorkers: 4},
+			// One slot per periodic job kind (payments' and refunds'
+			// reconciler and sweeper, the key reaper, the webhook
+			// recovery), so a long reconciliation run never holds up the
+			// others.
+			QueueMaintenance:   {MaxWorkers: 6},
 			river.QueueDefault: {MaxWorkers: 2},
 		},
 		Workers:              cfg.Workers,

@@ -137,6 +137,12 @@ func queryErrors(r *http.Request, known ...string) []problem.FieldError {
 	return fields
 }
 
+// QueryErrors is queryErrors for the other resources' handlers, so every
+// list is as strict about its query string.
+func QueryErrors(r *http.Request, known ...string) []problem.FieldError {
+	return queryErrors(r, known...)
+}
+
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)

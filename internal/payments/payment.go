@@ -66,6 +66,10 @@ type Payment struct {
 	NextAction              *NextAction       `json:"next_action,omitempty" db:"provider_next_action"`
 	CreatedAt               time.Time         `json:"created_at" db:"created_at"`
 	UpdatedAt               time.Time         `json:"updated_at" db:"updated_at"`
+
+	// AmountRefunded is what succeeded refunds gave back; pending ones are
+	// not counted until the provider confirms them.
+	AmountRefunded int64 `json:"amount_refunded" db:"amount_refunded"`
 }
 
 // NextAction is what the customer must do for a payment in

@@ -439,6 +439,8 @@ func (ReconcilePaymentsArgs) InsertOpts() river.InsertOpts {
 type ReconcileWorker struct {
 	river.WorkerDefaults[ReconcilePaymentsArgs]
 	Reconciler *Reconciler
+	// Observe, if set, receives each pass's counts (for metrics).
+	Observe func(ReconcileResult)
 }
 
 // Timeout lets a run spend its budget and finish its last payment: at most
@@ -450,6 +452,9 @@ func (w *ReconcileWorker) Timeout(*river.Job[ReconcilePaymentsArgs]) time.Durati
 // Work runs one reconciliation pass.
 func (w *ReconcileWorker) Work(ctx context.Context, _ *river.Job[ReconcilePaymentsArgs]) error {
 	res, err := w.Reconciler.Run(ctx)
+	if w.Observe != nil {
+		w.Observe(res)
+	}
 	if res.looked() > 0 || err != nil {
 		w.Reconciler.logger.InfoContext(ctx, "reconciliation pass", slog.Int("settled", res.Settled), slog.Int("not_reached", res.NotReached),
 			slog.Int("pending", res.Pending), slog.Int("undetermined", res.Undetermined), slog.Int("left_to_operator", res.LeftToOperator),

@@ -26,7 +26,7 @@ type Querier interface {
 const paymentColumns = `id, tenant_id, idempotency_key, amount, currency, payment_method, customer, description,
 	metadata, status, provider_idempotency_key, provider_payment_intent_id, failure_code, decline_code,
 	failure_message, provider_key_generation, first_provider_attempt_at, last_provider_attempt_at,
-	reconcile_after, reconcile_attempts, created_at, updated_at, provider_next_action`
+	reconcile_after, reconcile_attempts, amount_refunded, created_at, updated_at, provider_next_action`
 
 func insertPayment(ctx context.Context, tx pgx.Tx, p Payment) (Payment, error) {
 	metadata := p.Metadata
@@ -75,6 +75,12 @@ func listPayments(ctx context.Context, db Querier, tenantID, startingAfter strin
 func lockPayment(ctx context.Context, tx pgx.Tx, tenantID, paymentID string) (Payment, error) {
 	rows, err := tx.Query(ctx, `SELECT `+paymentColumns+` FROM payments WHERE tenant_id = $1 AND id = $2 FOR UPDATE`, tenantID, paymentID)
 	return collectPayment(rows, err, "lock payment")
+}
+
+// LockPaymentRow is lockPayment for the packages that compose payments
+// (refunds): a tenant's payment, locked until tx ends.
+func LockPaymentRow(ctx context.Context, tx pgx.Tx, tenantID, paymentID string) (Payment, error) {
+	return lockPayment(ctx, tx, tenantID, paymentID)
 }
 
 // lockForOutcome takes, in the one order, the locks of a transaction that

@@ -48,6 +48,29 @@ var (
 	ProviderRejected = Type{"provider-rejected", "The payment provider rejected the payment", http.StatusBadRequest,
 		"The provider refused the request without charging anything (for example an unknown payment method); provider_code says why. " +
 			"The payment is failed. Fix the request and create a new payment with a new Idempotency-Key."}
+	PaymentNotRefundable = Type{"payment-not-refundable", "The payment cannot be refunded", http.StatusConflict,
+		"Only a succeeded payment can be refunded; payment_status names the payment's state. A payment still processing, requiring action " +
+			"or being reconciled may succeed later: nothing was stored under the Idempotency-Key, so the same request with the same key " +
+			"works once it has. A failed payment charged nothing, so there is nothing to refund."}
+	RefundExceedsRemaining = Type{"refund-exceeds-remaining", "The refund exceeds what remains to be refunded", http.StatusConflict,
+		"The amount asked for is more than the payment's amount less its refunds that succeeded, are pending or are being reconciled; " +
+			"remaining names what can still be refunded. Nothing was stored under the Idempotency-Key: if a pending refund fails, the " +
+			"same request with the same key may succeed later. Ask for at most remaining (or leave amount out to refund all of it)."}
+	RefundFailed = Type{"refund-failed", "The refund failed", http.StatusUnprocessableEntity,
+		"The payment provider did not return the money (for example the card was closed, or the provider refused the request); " +
+			"failure_code says why. The refund is failed and its amount counts as refundable again. To try again, create a new " +
+			"refund with a new Idempotency-Key."}
+	PaymentBusy = Type{"payment-busy", "Another operation on this payment is being recorded", http.StatusConflict,
+		"The payment was locked by another operation for longer than the request could wait. Nothing was done and nothing was " +
+			"stored: send the same request with the same Idempotency-Key after Retry-After."}
+	RateLimited = Type{"rate-limited", "Too many new operations", http.StatusTooManyRequests,
+		"Your account started more new operations (requests with a new Idempotency-Key) than its limit allows; nothing was done " +
+			"and the key was not used. Send the same request, with the same key, after Retry-After. Retries of keys already used " +
+			"never count against the limit, so a retry is always answered."}
+	TooManyPending = Type{"too-many-pending", "Too many operations in flight", http.StatusTooManyRequests,
+		"Your account has as many operations still processing as it may have at once; nothing was done and the key was not used. " +
+			"Wait for some to finish (retry them, or read them, to learn their outcome), then send this request again with the same key " +
+			"after Retry-After."}
 	ServiceUnavailable = Type{"service-unavailable", "Service temporarily unavailable", http.StatusServiceUnavailable,
 		"A dependency (usually the database) is unreachable, or the connection to it was lost during the request. Retry after " +
 			"Retry-After. For a POST, send the same request with the same Idempotency-Key: if it was not processed it runs now, and " +
@@ -63,7 +86,8 @@ func Catalog() []Type {
 		MissingIdempotencyKey, InvalidIdempotencyKey, IdempotencyKeyMismatch, IdempotencyKeyInUse, IdempotencyOutcomeUnknown,
 		IdempotencyKeyExpired, IdempotencyRetryNeeded,
 		InvalidRequest, RequestTooLarge, UnsupportedMediaType, UnsupportedContentEncoding, Unauthorized, NotFound, MethodNotAllowed,
-		CardDeclined, ProviderRejected, ServiceUnavailable, Internal,
+		CardDeclined, ProviderRejected, PaymentNotRefundable, RefundExceedsRemaining, RefundFailed, PaymentBusy,
+		RateLimited, TooManyPending, ServiceUnavailable, Internal,
 	}
 }
 

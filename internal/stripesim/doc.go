@@ -34,6 +34,8 @@
 //     is listed from the moment it is created. It filters on created (=,
 //     gt, gte, lt, lte) and customer, pages with limit (1 to 100, default
 //     10) and the starting_after and ending_before cursors, newest first.
+//     GET /v1/refunds is consistent in the same way, filtered by
+//     payment_intent, charge and created.
 //
 // The Stripe side speaks Stripe's wire format (form-encoded requests, bearer
 // auth, Stripe's JSON objects and error shape; TestSpecFidelity validates
@@ -49,6 +51,7 @@
 //	GET  /v1/payment_intents/search?query=metadata['payment_id']:'X'
 //	GET  /v1/charges/{id}
 //	POST /v1/refunds
+//	GET  /v1/refunds?payment_intent=ID&limit=N&starting_after=ID
 //	GET  /v1/refunds/{id}
 //	GET  /v1/events?type=payment_intent.*&created[gte]=T&limit=N&ending_before=ID
 //	GET  /v1/events/{id}

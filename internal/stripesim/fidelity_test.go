@@ -222,6 +222,19 @@ func drive(t *testing.T, b *bundle, c *clock, recorded *http.Client) {
 		require.NoError(t, err)
 		_, err = b.api.Charges.Get(pi.LatestCharge.ID, nil)
 		require.NoError(t, err)
+		// The intent's refunds, one page at a time, plain and expanded.
+		lp := &stripe.RefundListParams{PaymentIntent: stripe.String(pi.ID)}
+		lp.Limit = stripe.Int64(1)
+		if i%2 == 1 {
+			lp.AddExpand("data.charge")
+		}
+		it := b.api.Refunds.List(lp)
+		listed := 0
+		for it.Next() {
+			listed++
+		}
+		require.NoError(t, it.Err())
+		require.Equal(t, 2, listed)
 	}
 
 	// Search and list, plain and expanded, over several pages.
@@ -606,7 +619,7 @@ var simulatedOperations = map[string][]string{
 	"/v1/payment_intents/{intent}/confirm": {"post"},
 	"/v1/payment_intents/{intent}/cancel":  {"post"},
 	"/v1/charges/{charge}":                 {"get"},
-	"/v1/refunds":                          {"post"},
+	"/v1/refunds":                          {"get", "post"},
 	"/v1/refunds/{refund}":                 {"get"},
 	"/v1/events":                           {"get"},
 	"/v1/events/{id}":                      {"get"},

@@ -1,7 +1,9 @@
 package stripesim
 
 import (
+	"cmp"
 	"net/http"
+	"slices"
 )
 
 func refundCreateParams() paramSpec {
@@ -105,4 +107,99 @@ func (s *Server) getRefund(req *apiRequest) response {
 		return notFound("refund", "refund", req.id)
 	}
 	return jsonResponse(http.StatusOK, s.st.refundJSON(re, exp))
+}
+
+func refundListParams() paramSpec {
+	return paramSpec{
+		"payment_intent": {kind: paramScalar},
+		"charge":         {kind: paramScalar},
+		"created":        {kind: paramRange},
+		"ending_before":  {kind: paramScalar},
+		"starting_after": {kind: paramScalar},
+		"limit":          {kind: paramScalar},
+		"expand":         {kind: paramList},
+	}
+}
+
+type refundListJSON struct {
+	Object  string        `json:"object"`
+	Data    []*refundJSON `json:"data"`
+	HasMore bool          `json:"has_more"`
+	URL     string        `json:"url"`
+}
+
+func newestRefundFirst(a, b *refund) int {
+	return cmp.Or(cmp.Compare(b.created, a.created), cmp.Compare(b.seq, a.seq))
+}
+
+// listRefunds answers GET /v1/refunds, newest first, filtered by
+// payment_intent, charge and created. Like the intent list it is
+// consistent: a refund is listed from the moment it is created. An unknown
+// payment_intent or charge lists nothing, as at Stripe.
+func (s *Server) listRefunds(req *apiRequest) response {
+	p := req.params
+	if e := refundListParams().check(p); e != nil {
+		return rejected(e)
+	}
+	exp, e := expandParam(p, "data.charge", "data.payment_intent")
+	if e != nil {
+		return rejected(e)
+	}
+	created, e := rangeParam(p, "created")
+	if e != nil {
+		return rejected(e)
+	}
+	limit, e := limitParam(p)
+	if e != nil {
+		return rejected(e)
+	}
+	after, before := p.Get("starting_after"), p.Get("ending_before")
+	if after != "" && before != "" {
+		return rejectParam("parameters_exclusive", "ending_before",
+			"You may only specify one of these parameters: ending_before, starting_after.")
+	}
+	var cursor *refund
+	if id := cmp.Or(after, before); id != "" {
+		var ok bool
+		if cursor, ok = s.st.refunds[id]; !ok {
+			param := "starting_after"
+			if before != "" {
+				param = "ending_before"
+			}
+			return badRequest("resource_missing", param, "No such refund: '%s'", id)
+		}
+	}
+	intentID, chargeID := p.Get("payment_intent"), p.Get("charge")
+	var all []*refund
+	for _, re := range s.st.refunds {
+		if created.contains(re.created) && (intentID == "" || re.intentID == intentID) && (chargeID == "" || re.chargeID == chargeID) {
+			all = append(all, re)
+		}
+	}
+	slices.SortFunc(all, newestRefundFirst)
+
+	page := all
+	switch {
+	case after != "":
+		i, found := slices.BinarySearchFunc(all, cursor, newestRefundFirst)
+		if found {
+			i++
+		}
+		page = all[i:]
+	case before != "":
+		i, _ := slices.BinarySearchFunc(all, cursor, newestRefundFirst)
+		page = all[:i]
+	}
+	hasMore := len(page) > limit
+	if hasMore && before != "" {
+		page = page[len(page)-limit:]
+	} else if hasMore {
+		page = page[:limit]
+	}
+	out := &refundListJSON{Object: "list", Data: make([]*refundJSON, 0, len(page)), HasMore: hasMore, URL: "/v1/refunds"}
+	dataExp := exp.under("data.")
+	for _, re := range page {
+		out.Data = append(out.Data, s.st.refundJSON(re, dataExp))
+	}
+	return jsonResponse(http.StatusOK, out)
 }

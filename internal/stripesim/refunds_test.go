@@ -117,4 +117,32 @@ func TestRefunds(t *testing.T) {
 		require.Equal(t, http.StatusNotFound, serr.HTTPStatusCode)
 		require.Equal(t, stripe.ErrorCodeResourceMissing, serr.Code)
 	})
+
+	t.Run("ListByIntentNewestFirst", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, stripesim.Config{})
+		pi, other := succeeded(t, b), succeeded(t, b)
+		var ids []string
+		for range 3 {
+			re, err := b.api.Refunds.New(&stripe.RefundParams{PaymentIntent: stripe.String(pi.ID), Amount: stripe.Int64(100)})
+			require.NoError(t, err)
+			ids = append([]string{re.ID}, ids...)
+		}
+		_, err := b.api.Refunds.New(&stripe.RefundParams{PaymentIntent: stripe.String(other.ID), Amount: stripe.Int64(100)})
+		require.NoError(t, err)
+
+		params := &stripe.RefundListParams{PaymentIntent: stripe.String(pi.ID)}
+		params.Limit = stripe.Int64(2)
+		it := b.api.Refunds.List(params)
+		var listed []string
+		for it.Next() {
+			listed = append(listed, it.Refund().ID)
+		}
+		require.NoError(t, it.Err())
+		require.Equal(t, ids, listed, "every refund of the intent, newest first, over two pages")
+
+		it = b.api.Refunds.List(&stripe.RefundListParams{PaymentIntent: stripe.String("pi_missing")})
+		require.False(t, it.Next(), "an unknown intent lists nothing")
+		require.NoError(t, it.Err())
+	})
 }

@@ -62,6 +62,7 @@ func (s *Server) routes() {
 	s.mux.Handle("POST /v1/payment_intents/{id}/cancel", s.api(s.cancelIntent))
 	s.mux.Handle("GET /v1/charges/{id}", s.api(s.getCharge))
 	s.mux.Handle("POST /v1/refunds", s.api(s.createRefund))
+	s.mux.Handle("GET /v1/refunds", s.api(s.listRefunds))
 	s.mux.Handle("GET /v1/refunds/{id}", s.api(s.getRefund))
 	s.mux.Handle("GET /v1/events", s.api(s.listEvents))
 	s.mux.Handle("GET /v1/events/{id}", s.api(s.getEvent))

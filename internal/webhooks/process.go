@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -16,6 +17,7 @@ import (
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/provider"
+	"github.com/oncepay/oncepay/internal/refunds"
 )
 
 // Results recorded on a processed event.
@@ -47,15 +49,17 @@ type ProcessorConfig struct {
 // NewProcessor returns a Processor.
 func NewProcessor(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, logger *slog.Logger, cfg ProcessorConfig) *Processor {
 	p := &Processor{pool: pool, keys: keys, provider: pc, logger: logger, callTimeout: cmp.Or(cfg.CallTimeout, 20*time.Second)}
-	// Adding a type is a line here. charge.refunded and refund.updated are
-	// stored and acknowledged now, and get handlers once refunds are
-	// recorded.
+	// Adding a type is a line here.
 	p.handlers = map[string]handler{
 		"payment_intent.succeeded":       p.settleIntent,
 		"payment_intent.payment_failed":  p.settleIntent,
 		"payment_intent.canceled":        p.settleIntent,
 		"payment_intent.requires_action": p.settleIntent,
 		"payment_intent.processing":      p.settleIntent,
+		"refund.created":                 p.settleRefund,
+		"refund.updated":                 p.settleRefund,
+		"refund.failed":                  p.settleRefund,
+		"charge.refunded":                p.settleChargeRefunds,
 	}
 	return p
 }
@@ -131,6 +135,73 @@ func (p *Processor) settleIntent(ctx context.Context, ev storedEvent, log *slog.
 			slog.String("finding", s.Kind), slog.String("reason", s.Reason), slog.Bool("new_finding", isNew))
 	}
 	return s.Verdict.String(), nil
+}
+
+// settleRefund reads the event's refund from the provider and settles our
+// refund from that answer.
+func (p *Processor) settleRefund(ctx context.Context, ev storedEvent, log *slog.Logger) (string, error) {
+	if ev.ObjectID == nil {
+		return ResultNotOurs, nil
+	}
+	callCtx, cancel := context.WithTimeout(ctx, p.callTimeout)
+	out := p.provider.RetrieveRefund(callCtx, *ev.ObjectID)
+	cancel()
+	if out.Refund == nil {
+		if out.HTTPStatus == http.StatusNotFound {
+			return ResultNotOurs, nil // not a refund this account knows
+		}
+		return "", fmt.Errorf("read refund %s: %w", *ev.ObjectID, out.Err)
+	}
+	return p.settleRefunds(ctx, []*provider.Refund{out.Refund}, log)
+}
+
+// settleChargeRefunds settles every refund of the charge's payment intent:
+// charge.refunded names the charge, whose refunds the provider lists
+// consistently by intent.
+func (p *Processor) settleChargeRefunds(ctx context.Context, ev storedEvent, log *slog.Logger) (string, error) {
+	intentID, err := eventPaymentIntent(ctx, p.pool, ev.ID)
+	if err != nil {
+		return "", err
+	}
+	if intentID == "" {
+		return ResultNotOurs, nil
+	}
+	callCtx, cancel := context.WithTimeout(ctx, p.callTimeout)
+	found, err := p.provider.ListRefunds(callCtx, intentID, "", "", 0)
+	cancel()
+	if err != nil {
+		return "", fmt.Errorf("list the refunds of %s: %w", intentID, err)
+	}
+	return p.settleRefunds(ctx, found.Refunds, log)
+}
+
+// settleRefunds records the provider's refunds that are ours, each under the
+// refund's locks; it reports "settled" if any changed.
+func (p *Processor) settleRefunds(ctx context.Context, list []*provider.Refund, log *slog.Logger) (string, error) {
+	result := ResultNotOurs
+	for _, re := range list {
+		tenantID := re.Metadata[refunds.MetadataTenantID]
+		if re.Metadata[refunds.MetadataRefundID] == "" || tenantID == "" {
+			continue
+		}
+		r, changed, err := refunds.Settle(ctx, p.pool, p.keys, tenantID, re)
+		if errors.Is(err, refunds.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		log.InfoContext(ctx, "refund looked at from the provider's refund", slog.String("tenant_id", tenantID),
+			slog.String("refund_id", r.ID), slog.String("provider_refund_id", re.ID), slog.String("refund_status", string(r.Status)),
+			slog.Bool("changed", changed))
+		switch {
+		case changed:
+			result = payments.Recorded.String()
+		case result == ResultNotOurs:
+			result = payments.Unchanged.String()
+		}
+	}
+	return result, nil
 }
 
 // ProcessWorker runs the Processor as a River job.

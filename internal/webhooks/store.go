@@ -146,3 +146,17 @@ type querier interface {
 type execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
+
+// eventPaymentIntent is the payment intent a stored event's object names
+// (a charge's payment_intent), or "".
+func eventPaymentIntent(ctx context.Context, db querier, eventID string) (string, error) {
+	rows, err := db.Query(ctx, `SELECT coalesce(payload->'data'->'object'->>'payment_intent', '') FROM webhook_events WHERE id = $1`, eventID)
+	if err != nil {
+		return "", fmt.Errorf("read event %s: %w", eventID, err)
+	}
+	intentID, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[string])
+	if err != nil {
+		return "", fmt.Errorf("read event %s: %w", eventID, err)
+	}
+	return intentID, nil
+}

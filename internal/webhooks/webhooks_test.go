@@ -27,6 +27,7 @@ import (
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/pgtest"
 	"github.com/oncepay/oncepay/internal/provider"
+	"github.com/oncepay/oncepay/internal/refunds"
 	"github.com/oncepay/oncepay/internal/stripesim"
 	"github.com/oncepay/oncepay/internal/tenant"
 	"github.com/oncepay/oncepay/internal/webhooks"
@@ -94,6 +95,7 @@ func setup(t *testing.T, opts options) *bundle {
 	apiSrv := httptest.NewServer(api.NewHandler(api.Deps{
 		Pool: pool, Keys: keys, Logger: logger,
 		Payments: &payments.Service{DB: pool, Keys: keys, Outbox: jobs, Logger: logger},
+		Refunds:  &refunds.Service{DB: pool, Keys: keys, Outbox: jobs, Logger: logger},
 		Webhooks: &webhooks.Handler{Pool: pool, Jobs: jobs, Logger: logger, Secret: hookSecret},
 	}))
 	t.Cleanup(apiSrv.Close)
@@ -111,6 +113,7 @@ func setup(t *testing.T, opts options) *bundle {
 	pc := provider.New(provider.Config{SecretKey: "sk_test_webhooks", APIBase: simSrv.URL})
 	workers := river.NewWorkers()
 	river.AddWorker(workers, payments.NewChargeWorker(pool, keys, pc, logger, payments.ChargeConfig{PollInterval: opts.pollInterval}))
+	river.AddWorker(workers, refunds.NewWorker(pool, keys, pc, logger, payments.ChargeConfig{PollInterval: opts.pollInterval}))
 	river.AddWorker(workers, &webhooks.ProcessWorker{Processor: webhooks.NewProcessor(pool, keys, pc, logger, webhooks.ProcessorConfig{})})
 	recoverer := webhooks.NewRecoverer(pool, pc, logger, webhooks.RecoverConfig{})
 	river.AddWorker(workers, &webhooks.RecoverWorker{Recoverer: recoverer})
@@ -315,8 +318,8 @@ func TestAPIVersion(t *testing.T) {
 	}
 }
 
-// Types without a handler (refund events until refunds are recorded, and
-// anything else) are stored, acknowledged and marked processed.
+// Types without a handler are stored, acknowledged and marked ignored;
+// refund events about objects that are none of ours are marked so.
 func TestUnhandledTypesAreStoredAndIgnored(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{})
@@ -326,7 +329,8 @@ func TestUnhandledTypesAreStoredAndIgnored(t *testing.T) {
 		require.Equal(t, http.StatusOK, status, "%s: %s", typ, body)
 	}
 	require.Eventually(t, func() bool {
-		return b.count(t, `SELECT count(*) FROM webhook_events WHERE result = 'ignored' AND processed_at IS NOT NULL`) == 3
+		return b.count(t, `SELECT count(*) FROM webhook_events WHERE result = 'ignored' AND type = 'customer.created' AND processed_at IS NOT NULL`) == 1 &&
+			b.count(t, `SELECT count(*) FROM webhook_events WHERE result = 'not_ours' AND type <> 'customer.created' AND processed_at IS NOT NULL`) == 2
 	}, 10*time.Second, 20*time.Millisecond)
 }
 
@@ -514,4 +518,48 @@ func mustOpen(t *testing.T, b *bundle) []ledger.Finding {
 	f, err := ledger.Open(context.Background(), b.pool)
 	require.NoError(t, err)
 	return f
+}
+
+// A refund whose 500 the provider stored (it refunded, then failed to say
+// so) waits for reconciliation; the provider's refund event settles it
+// first, from the refund read again, and the client's key then replays 201.
+func TestRefundSettledByWebhook(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	ctx := context.Background()
+	paid := b.api.Pay(t, "key-refund-hook-pay-01", "pm_card_visa", "Prefer", "wait=10")
+	require.Equal(t, http.StatusCreated, paid.Status, paid.Raw)
+
+	// Hold the refund's events back until the worker has handed it over.
+	for _, typ := range []string{"refund.created", "charge.refunded"} {
+		require.NoError(t, b.admin.InjectWebhookFault(ctx, stripesim.WebhookFault{Mode: stripesim.WebhookDelay, Type: typ, DelayMS: 1500, Count: 1}))
+	}
+	require.NoError(t, b.admin.InjectFault(ctx, stripesim.Fault{
+		Mode: stripesim.FaultErrorAfter, Status: http.StatusInternalServerError, Count: 1, Path: "POST /v1/refunds",
+	}))
+	accepted := b.api.Refund(t, paid.PaymentID(), "key-refund-hook-rfd-01", `{"amount": 500}`)
+	require.Equal(t, http.StatusAccepted, accepted.Status, accepted.Raw)
+	refundID, _ := accepted.Body["id"].(string)
+
+	status := func() string {
+		var s string
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT status FROM refunds WHERE id = $1`, refundID).Scan(&s))
+		return s
+	}
+	require.Eventually(t, func() bool { return status() == "requires_reconciliation" }, 20*time.Second, 20*time.Millisecond,
+		"the replayed 500 hands the refund to reconciliation")
+	require.Eventually(t, func() bool { return status() == "succeeded" }, 20*time.Second, 20*time.Millisecond,
+		"the refund's event settles it, with no reconciler running")
+
+	replay := b.api.Refund(t, paid.PaymentID(), "key-refund-hook-rfd-01", `{"amount": 500}`)
+	require.Equal(t, http.StatusCreated, replay.Status, replay.Raw)
+	require.Equal(t, "true", replay.Header.Get(idempotency.ReplayedHeader))
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM webhook_events WHERE type IN ('refund.created', 'charge.refunded') AND result = 'settled'`),
+		"one of the two events settled it; the other found it settled")
+	l, err := b.admin.Ledger(ctx)
+	require.NoError(t, err)
+	require.Len(t, l.RefundsFor(b.intentOf(t, paid.PaymentID())), 1, "one refund at the provider")
+	var refunded int64
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT amount_refunded FROM payments WHERE id = $1`, paid.PaymentID()).Scan(&refunded))
+	require.Equal(t, int64(500), refunded)
 }

@@ -1,0 +1,69 @@
+package metrics_test
+
+import (
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/oncepay/oncepay/internal/metrics"
+)
+
+// TestAlertRulesNameOurMetrics parses deploy/alerts.yml: every rule is
+// complete, and every oncepay_ metric its expression uses is one we export,
+// so that a renamed metric cannot silently disarm an alert.
+func TestAlertRulesNameOurMetrics(t *testing.T) {
+	t.Parallel()
+	data, err := os.ReadFile("../../deploy/alerts.yml")
+	require.NoError(t, err)
+	var doc struct {
+		Groups []struct {
+			Name  string
+			Rules []struct {
+				Alert       string
+				Expr        string
+				For         string
+				Labels      map[string]string
+				Annotations map[string]string
+			}
+		}
+	}
+	require.NoError(t, yaml.Unmarshal(data, &doc))
+	require.NotEmpty(t, doc.Groups)
+
+	m := metrics.New()
+	m.RegisterDatabase(nil) // descriptions only: nothing is scraped
+	descs := make(chan *prometheus.Desc, 1000)
+	m.Registry().Describe(descs)
+	close(descs)
+	exported := map[string]bool{}
+	name := regexp.MustCompile(`fqName: "([^"]+)"`)
+	for d := range descs {
+		if match := name.FindStringSubmatch(d.String()); match != nil {
+			exported[match[1]] = true
+		}
+	}
+	used := regexp.MustCompile(`\boncepay_[a-z_]+`)
+	var alerts []string
+	for _, g := range doc.Groups {
+		for _, r := range g.Rules {
+			alerts = append(alerts, r.Alert)
+			require.NotEmpty(t, r.Alert)
+			require.NotEmpty(t, strings.TrimSpace(r.Expr), r.Alert)
+			require.Contains(t, []string{"page", "ticket"}, r.Labels["severity"], r.Alert)
+			require.NotEmpty(t, r.Annotations["summary"], r.Alert)
+			require.True(t, strings.HasPrefix(r.Annotations["runbook"], "README, Runbook:"), r.Alert)
+			for _, metric := range used.FindAllString(r.Expr, -1) {
+				base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(metric, "_bucket"), "_count"), "_sum")
+				require.True(t, exported[base], "%s uses %s, which oncepay does not export", r.Alert, metric)
+			}
+		}
+	}
+	require.False(t, slices.Contains(alerts, ""), "every rule is an alert")
+	require.GreaterOrEqual(t, len(alerts), 5)
+}

@@ -1,0 +1,193 @@
+// Package metrics is what oncepay exports to Prometheus: HTTP requests,
+// idempotency decisions, provider calls, and, read from the database at
+// each scrape, the state of payments, keys, jobs and findings. Every
+// process has its own registry (no global one), served at /metrics.
+package metrics
+
+import (
+	"net/http"
+	"regexp"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// MaxTenantLabels bounds the tenant label of the per-tenant series: the
+// first tenants a process sees get their own label value, every later one
+// is counted under "other". A process restart resets the choice; for a
+// fleet with more tenants than this, the per-tenant view is a sample, and
+// the logs (which carry tenant_id) are the complete one.
+const MaxTenantLabels = 50
+
+// Metrics holds one process's collectors.
+type Metrics struct {
+	registry *prometheus.Registry
+
+	httpRequests     *prometheus.CounterVec
+	httpDuration     *prometheus.HistogramVec
+	decisions        *prometheus.CounterVec
+	duplicates       *prometheus.CounterVec
+	providerCalls    *prometheus.CounterVec
+	providerDuration *prometheus.HistogramVec
+	reconciliations  *prometheus.CounterVec
+	rateLimited      *prometheus.CounterVec
+
+	tenantsMu sync.Mutex
+	tenants   map[string]bool
+}
+
+// New returns a Metrics with the Go runtime and process collectors
+// registered beside oncepay's own.
+func New() *Metrics {
+	m := &Metrics{
+		registry: prometheus.NewRegistry(),
+		tenants:  map[string]bool{},
+		httpRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "oncepay_http_requests_total", Help: "HTTP requests answered, by route pattern, method and status.",
+		}, []string{"route", "method", "status"}),
+		httpDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "oncepay_http_request_duration_seconds", Help: "Time to answer an HTTP request, by route pattern and method.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"route", "method"}),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "oncepay_idempotency_decisions_total",
+			Help: "What the key store decided per request: execute, replay, in_progress, mismatch, unresolved, expired.",
+		}, []string{"kind"}),
+		duplicates: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "oncepay_idempotency_duplicates_total",
+			Help: "Requests that reused a key (every decision but execute), per tenant; tenants beyond the first 50 seen are \"other\".",
+		}, []string{"tenant"}),
+		providerCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "oncepay_provider_calls_total",
+			Help: "Calls to the payment provider, by operation and outcome (2xx, 402, 4xx, 429, 5xx, 5xx_replayed, error).",
+		}, []string{"operation", "outcome"}),
+		providerDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "oncepay_provider_call_duration_seconds", Help: "Time of one provider call, by operation.",
+			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"operation"}),
+		reconciliations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "oncepay_reconciliations_total",
+			Help: "Reconciler looks at a payment, by result: settled, not_reached, pending, undetermined, operator, failed.",
+		}, []string{"result"}),
+		rateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "oncepay_rate_limited_total", Help: "Requests refused by a per-tenant limit, by limit (rate, pending).",
+		}, []string{"limit"}),
+	}
+	m.registry.MustRegister(m.httpRequests, m.httpDuration, m.decisions, m.duplicates, m.providerCalls, m.providerDuration,
+		m.reconciliations, m.rateLimited,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Registry is the process's registry, for collectors registered elsewhere.
+func (m *Metrics) Registry() *prometheus.Registry { return m.registry }
+
+// Handler serves the metrics in Prometheus' text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{ErrorLog: nil, Registry: m.registry})
+}
+
+// HTTP counts and times every request by its chi route pattern (never the
+// raw path, whose ids would make a series per payment).
+func (m *Metrics) HTTP(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+		next.ServeHTTP(ww, r)
+		route := "unmatched"
+		if rc := chi.RouteContext(r.Context()); rc != nil && rc.RoutePattern() != "" {
+			route = rc.RoutePattern()
+		}
+		status := ww.Status()
+		if status == 0 {
+			status = http.StatusOK
+		}
+		m.httpRequests.WithLabelValues(route, r.Method, strconv.Itoa(status)).Inc()
+		m.httpDuration.WithLabelValues(route, r.Method).Observe(time.Since(start).Seconds())
+	})
+}
+
+// Decision counts one key-store decision, and a duplicate for its tenant
+// when the key had been used before.
+func (m *Metrics) Decision(tenantID, kind string) {
+	m.decisions.WithLabelValues(kind).Inc()
+	if kind != "execute" {
+		m.duplicates.WithLabelValues(m.tenantLabel(tenantID)).Inc()
+	}
+}
+
+func (m *Metrics) tenantLabel(tenantID string) string {
+	m.tenantsMu.Lock()
+	defer m.tenantsMu.Unlock()
+	if m.tenants[tenantID] {
+		return tenantID
+	}
+	if len(m.tenants) < MaxTenantLabels {
+		m.tenants[tenantID] = true
+		return tenantID
+	}
+	return "other"
+}
+
+// Reconciliations counts n reconciler looks that ended in result.
+func (m *Metrics) Reconciliations(result string, n int) {
+	m.reconciliations.WithLabelValues(result).Add(float64(n))
+}
+
+// RateLimited counts one request refused by the named limit.
+func (m *Metrics) RateLimited(limit string) { m.rateLimited.WithLabelValues(limit).Inc() }
+
+// providerIDs are the object ids in provider paths, replaced by {id} so
+// that an operation is a route, not a series per object.
+var providerIDs = regexp.MustCompile(`/(pi|ch|re|evt|cus|pm)_[A-Za-z0-9]+`)
+
+// ProviderTransport wraps the provider client's transport to count and time
+// every call. Stripe marks an answer replayed from its idempotency store;
+// a replayed 5xx has an outcome of its own, since only a lookup can settle
+// what it hides.
+func (m *Metrics) ProviderTransport(next http.RoundTripper) http.RoundTripper {
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		start := time.Now()
+		resp, err := next.RoundTrip(req)
+		op := req.Method + " " + providerIDs.ReplaceAllString(req.URL.Path, "/{id}")
+		m.providerDuration.WithLabelValues(op).Observe(time.Since(start).Seconds())
+		m.providerCalls.WithLabelValues(op, providerOutcome(resp, err)).Inc()
+		return resp, err
+	})
+}
+
+func providerOutcome(resp *http.Response, err error) string {
+	switch {
+	case err != nil:
+		return "error"
+	case resp.StatusCode == http.StatusPaymentRequired, resp.StatusCode == http.StatusTooManyRequests:
+		return strconv.Itoa(resp.StatusCode)
+	case resp.StatusCode >= 500 && resp.Header.Get("Idempotent-Replayed") == "true":
+		return "5xx_replayed"
+	default:
+		return strconv.Itoa(resp.StatusCode/100) + "xx"
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// Server returns an HTTP server for /metrics alone, with the timeouts of
+// every oncepay server, for a process whose public listener should not
+// expose it.
+func (m *Metrics) Server() *http.Server {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", m.Handler())
+	return &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: time.Minute}
+}

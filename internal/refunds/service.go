@@ -1,0 +1,231 @@
+package refunds
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/oncepay/oncepay/internal/id"
+	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/outbox"
+	"github.com/oncepay/oncepay/internal/payments"
+	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/tenant"
+)
+
+// Service creates and reads refunds.
+type Service struct {
+	DB     idempotency.DB
+	Keys   *idempotency.Store
+	Outbox *outbox.Outbox
+	Logger *slog.Logger
+	// RetryAfter is the Retry-After of a 202. Defaults to 1s.
+	RetryAfter time.Duration
+	// ReadTimeout bounds the database work of a read. Defaults to 5s.
+	ReadTimeout time.Duration
+}
+
+// HandleCreate serves POST /v1/payments/{id}/refunds. Everything about the
+// key (400 without one, replay, 409 while in flight, 422 on a mismatch,
+// Prefer: wait, 5xx never stored) is the idempotency Endpoint's; this
+// package brings only the body's rules and the operation.
+func (s *Service) HandleCreate() http.Handler {
+	return &idempotency.Endpoint[CreateRequest]{
+		Store:    s.Keys,
+		DB:       s.DB,
+		Logger:   s.Logger,
+		TenantID: tenant.IDFromRequest,
+		Decode:   DecodeCreate,
+		Execute:  s.create,
+		// A re-acquired key resumes its refund: lock its payment first.
+		LockResource: LockRefundPayment,
+	}
+}
+
+// create is the operation run under the key: under the payment's row lock
+// it checks the payment can give back the amount, writes the refund (or
+// resumes the one an earlier attempt wrote) and the job that will make it,
+// and answers 202. Every refusal is an error, so nothing is stored under
+// the key: each depends on state that may change (the payment may succeed,
+// a pending refund may fail), and a retry with the same key must then work.
+func (s *Service) create(ctx context.Context, tx pgx.Tx, attempt idempotency.Attempt, req CreateRequest) (idempotency.Outcome, error) {
+	tenantID := attempt.Request.TenantID
+	var (
+		r   Refund
+		err error
+	)
+	if attempt.ResourceID != "" {
+		r, err = s.resume(ctx, tx, tenantID, attempt.ResourceID)
+	} else {
+		r, err = s.insert(ctx, tx, tenantID, attempt.Request.Key, req)
+	}
+	if err != nil {
+		return idempotency.Outcome{}, err
+	}
+	if _, err := s.Outbox.InsertTx(ctx, tx, outbox.RefundPaymentArgs{TenantID: tenantID, RefundID: r.ID}); err != nil {
+		return idempotency.Outcome{}, err
+	}
+	resp, err := s.accepted(r)
+	if err != nil {
+		return idempotency.Outcome{}, err
+	}
+	s.Logger.InfoContext(ctx, "refund accepted", slog.String("tenant_id", tenantID), slog.String("payment_id", r.PaymentID),
+		slog.String("refund_id", r.ID), slog.Int64("amount", r.Amount), slog.Bool("resumed", attempt.ResourceID != ""))
+	return idempotency.Outcome{Status: idempotency.StatusProcessing, ResourceID: r.ID, Response: resp}, nil
+}
+
+func (s *Service) insert(ctx context.Context, tx pgx.Tx, tenantID, clientKey string, req CreateRequest) (Refund, error) {
+	p, err := lockRefundable(ctx, tx, tenantID, req.PaymentID)
+	if err != nil {
+		return Refund{}, err
+	}
+	remaining, err := remainingAmount(ctx, tx, p, "")
+	if err != nil {
+		return Refund{}, err
+	}
+	amount := cmp.Or(req.Amount, remaining)
+	if remaining <= 0 || amount > remaining {
+		return Refund{}, exceedsRemaining(p, amount, remaining)
+	}
+	refundID := id.New(IDPrefix)
+	return insertRefund(ctx, tx, Refund{
+		ID:                     refundID,
+		TenantID:               tenantID,
+		PaymentID:              p.ID,
+		IdempotencyKey:         clientKey,
+		Amount:                 amount,
+		Currency:               p.Currency,
+		Reason:                 nonEmpty(req.Reason),
+		Status:                 StatusPending,
+		ProviderIdempotencyKey: ProviderIdempotencyKey(tenantID, clientKey, refundID, 1),
+	})
+}
+
+// resume takes a refund proven never sent back to pending under its next
+// generation. Its amount stopped counting when it failed, so the room for
+// it is checked again.
+func (s *Service) resume(ctx context.Context, tx pgx.Tx, tenantID, refundID string) (Refund, error) {
+	r, err := GetRefund(ctx, tx, tenantID, refundID)
+	if err != nil {
+		return Refund{}, err
+	}
+	// Usually held already (LockRefundPayment); taking it again is free.
+	p, err := lockRefundable(ctx, tx, tenantID, r.PaymentID)
+	if err != nil {
+		return Refund{}, err
+	}
+	if r, err = lockRefund(ctx, tx, tenantID, refundID); err != nil {
+		return Refund{}, err
+	}
+	remaining, err := remainingAmount(ctx, tx, p, r.ID)
+	if err != nil {
+		return Refund{}, err
+	}
+	if r.Amount > remaining {
+		return Refund{}, exceedsRemaining(p, r.Amount, remaining)
+	}
+	return resumeRefund(ctx, tx, r)
+}
+
+// lockRefundable locks the payment (the first lock of the order) and
+// refuses one that is not succeeded.
+func lockRefundable(ctx context.Context, tx pgx.Tx, tenantID, paymentID string) (payments.Payment, error) {
+	p, err := payments.LockPaymentRow(ctx, tx, tenantID, paymentID)
+	switch {
+	case errors.Is(err, payments.ErrNotFound):
+		return p, problem.New(problem.NotFound, "No payment %q.", paymentID)
+	case isLockTimeout(err):
+		// The key's lock_timeout is in force for the whole transaction.
+		return p, &problem.Error{Type: problem.PaymentBusy, RetryAfter: time.Second,
+			Detail: fmt.Sprintf("Payment %s is being updated by another operation; nothing was done. Retry with the same Idempotency-Key.", paymentID)}
+	case err != nil:
+		return p, err
+	}
+	if p.Status != payments.StatusSucceeded || p.ProviderPaymentIntentID == nil {
+		pe := problem.New(problem.PaymentNotRefundable, "Payment %s is %s; only a succeeded payment can be refunded.", p.ID, p.Status)
+		if p.Status != payments.StatusFailed {
+			pe.Detail += " It may still succeed: retry the same request with the same Idempotency-Key later."
+			pe.RetryAfter = 5 * time.Second
+		}
+		pe.Extensions = map[string]any{"payment_id": p.ID, "payment_status": p.Status}
+		return p, pe
+	}
+	return p, nil
+}
+
+// remainingAmount is what can still be refunded of p, except's own amount
+// left out. The caller holds p's lock.
+func remainingAmount(ctx context.Context, tx pgx.Tx, p payments.Payment, except string) (int64, error) {
+	committed, err := committedAmount(ctx, tx, p.ID, except)
+	if err != nil {
+		return 0, err
+	}
+	return p.Amount - committed, nil
+}
+
+func exceedsRemaining(p payments.Payment, amount, remaining int64) *problem.Error {
+	remaining = max(remaining, 0)
+	pe := problem.New(problem.RefundExceedsRemaining, "Payment %s has %d %s left to refund; %d was asked for.", p.ID, remaining, p.Currency, amount)
+	if remaining == 0 {
+		pe.Detail = fmt.Sprintf("Payment %s has nothing left to refund: its refunds are succeeded, pending or being reconciled.", p.ID)
+	}
+	pe.Extensions = map[string]any{"payment_id": p.ID, "remaining": remaining, "currency": p.Currency}
+	return pe
+}
+
+func isLockTimeout(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
+}
+
+// accepted is the 202 stored under the key and replayed until the refund
+// job records the final answer.
+func (s *Service) accepted(r Refund) (idempotency.Response, error) {
+	body, err := marshalJSON(r)
+	if err != nil {
+		return idempotency.Response{}, fmt.Errorf("encode refund: %w", err)
+	}
+	return idempotency.Response{
+		StatusCode: http.StatusAccepted,
+		Header: map[string]string{
+			"Content-Type": "application/json",
+			"Location":     "/v1/refunds/" + r.ID,
+			"Retry-After":  problem.RetryAfterValue(cmp.Or(s.RetryAfter, time.Second)),
+		},
+		Body: body,
+	}, nil
+}
+
+// finalResponse is what a retry of the client's POST replays once the
+// refund is final: 201 with the refund, or 422 refund-failed naming it.
+func finalResponse(r Refund) (idempotency.Response, error) {
+	if r.Status == StatusSucceeded {
+		body, err := marshalJSON(r)
+		if err != nil {
+			return idempotency.Response{}, fmt.Errorf("encode refund: %w", err)
+		}
+		return idempotency.Response{
+			StatusCode: http.StatusCreated,
+			Header:     map[string]string{"Content-Type": "application/json", "Location": "/v1/refunds/" + r.ID},
+			Body:       body,
+		}, nil
+	}
+	code := deref(r.FailureCode)
+	pe := &problem.Error{
+		Type:       problem.RefundFailed,
+		Detail:     fmt.Sprintf("Refund %s of payment %s is %s (%s): %s", r.ID, r.PaymentID, r.Status, code, deref(r.FailureMessage)),
+		Extensions: map[string]any{"refund_id": r.ID, "payment_id": r.PaymentID, "refund_status": r.Status, "failure_code": code},
+	}
+	return idempotency.Response{
+		StatusCode: pe.Type.Status,
+		Header:     map[string]string{"Content-Type": problem.ContentType, "Location": "/v1/refunds/" + r.ID},
+		Body:       pe.Marshal(),
+	}, nil
+}

@@ -1,0 +1,60 @@
+package refunds_test
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncepay/oncepay/internal/id"
+	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/provider"
+	"github.com/oncepay/oncepay/internal/refunds"
+)
+
+// TestSettleFromAProviderRefund: the provider's refund object, as a
+// webhook would deliver it, settles the refund it names exactly as the
+// worker would, once; an object of another generation changes nothing.
+func TestSettleFromAProviderRefund(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{deferWorker: true})
+	p := b.succeededPayment(2000)
+	key, body := id.New("key"), `{"amount": 900}`
+	refundID := b.api.Refund(t, p.ID, key, body).Body["id"].(string)
+	r := b.refund(refundID)
+	made := b.provider.CreateRefund(b.ctx, refunds.RequestOf(r, *p.ProviderPaymentIntentID))
+	require.Equal(t, provider.Succeeded, made.Kind)
+
+	stale := *made.Refund
+	stale.Metadata = map[string]string{refunds.MetadataRefundID: refundID, refunds.MetadataGeneration: "7"}
+	_, changed, err := refunds.Settle(b.ctx, b.pool, b.keys, b.api.Tenant.TenantID, &stale)
+	require.NoError(t, err)
+	require.False(t, changed, "another generation's refund settles nothing")
+	require.Equal(t, refunds.StatusPending, b.refund(refundID).Status)
+
+	settled, changed, err := refunds.Settle(b.ctx, b.pool, b.keys, b.api.Tenant.TenantID, made.Refund)
+	require.NoError(t, err)
+	require.True(t, changed)
+	require.Equal(t, refunds.StatusSucceeded, settled.Status)
+	require.Equal(t, made.RefundID(), *settled.ProviderRefundID)
+	require.EqualValues(t, 900, b.payment(p.ID).AmountRefunded)
+	require.Equal(t, idempotency.StatusCompleted, b.keyRecord(key).Status)
+
+	_, changed, err = refunds.Settle(b.ctx, b.pool, b.keys, b.api.Tenant.TenantID, made.Refund)
+	require.NoError(t, err)
+	require.False(t, changed, "a second delivery changes nothing")
+	require.EqualValues(t, 900, b.payment(p.ID).AmountRefunded, "counted once")
+
+	replay := b.api.Refund(t, p.ID, key, body)
+	require.Equal(t, http.StatusCreated, replay.Status, replay.Raw)
+
+	// The job that was still queued finds the refund final and does nothing.
+	b.startWorker()
+	require.Eventually(t, func() bool {
+		var state string
+		err := b.pool.QueryRow(b.ctx, `SELECT state FROM river_job WHERE args->>'refund_id' = $1`, refundID).Scan(&state)
+		return err == nil && state == "completed"
+	}, 10*time.Second, 20*time.Millisecond)
+	require.Len(t, b.providerRefunds(p), 1)
+}

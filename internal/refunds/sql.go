@@ -1,0 +1,251 @@
+package refunds
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/payments"
+	"github.com/oncepay/oncepay/internal/provider"
+)
+
+// ErrNotFound is returned for a refund that does not exist for the tenant.
+var ErrNotFound = errors.New("refund not found")
+
+// Querier runs queries: a pool, a connection or a transaction.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+const refundColumns = `id, tenant_id, payment_id, idempotency_key, amount, currency, reason, status,
+	provider_refund_id, failure_code, failure_message, provider_idempotency_key, provider_key_generation,
+	first_provider_attempt_at, last_provider_attempt_at, reconcile_after, reconcile_attempts, created_at, updated_at`
+
+func insertRefund(ctx context.Context, tx pgx.Tx, r Refund) (Refund, error) {
+	rows, err := tx.Query(ctx, `
+		INSERT INTO refunds (id, tenant_id, payment_id, idempotency_key, amount, currency, reason, status,
+			provider_idempotency_key)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+		RETURNING `+refundColumns,
+		r.ID, r.TenantID, r.PaymentID, r.IdempotencyKey, r.Amount, r.Currency, r.Reason, r.Status, r.ProviderIdempotencyKey)
+	return collectRefund(rows, err, "insert refund")
+}
+
+// GetRefund reads a tenant's refund. Another tenant's refund is
+// ErrNotFound, exactly like a missing one.
+func GetRefund(ctx context.Context, db Querier, tenantID, refundID string) (Refund, error) {
+	rows, err := db.Query(ctx, `SELECT `+refundColumns+` FROM refunds WHERE tenant_id = $1 AND id = $2`, tenantID, refundID)
+	return collectRefund(rows, err, "get refund")
+}
+
+// listRefunds returns up to limit refunds of a payment older than
+// startingAfter (or the newest), newest first.
+func listRefunds(ctx context.Context, db Querier, tenantID, paymentID, startingAfter string, limit int) ([]Refund, error) {
+	rows, err := db.Query(ctx, `
+		SELECT `+refundColumns+` FROM refunds
+		WHERE tenant_id = $1 AND payment_id = $2 AND ($3 = '' OR id < $3)
+		ORDER BY id DESC
+		LIMIT $4`, tenantID, paymentID, startingAfter, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list refunds: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, pgx.RowToStructByName[Refund])
+	if err != nil {
+		return nil, fmt.Errorf("list refunds: %w", err)
+	}
+	return list, nil
+}
+
+// committedAmount sums the payment's refunds that may have given money
+// back or still may (liveStatuses), leaving out except (a refund being
+// resumed). It must run after the payment's row lock was taken, as a
+// statement of its own: under read committed it then sees every refund the
+// previous holder of the lock committed.
+func committedAmount(ctx context.Context, tx pgx.Tx, paymentID, except string) (int64, error) {
+	var sum int64
+	err := tx.QueryRow(ctx, `
+		SELECT coalesce(sum(amount), 0)::bigint FROM refunds
+		WHERE payment_id = $1 AND status = ANY($2) AND id <> $3`, paymentID, texts(liveStatuses), except).Scan(&sum)
+	if err != nil {
+		return 0, fmt.Errorf("sum refunds: %w", err)
+	}
+	return sum, nil
+}
+
+// LockRefundPayment is the refund Endpoint's LockResource hook: before a
+// re-acquired key is updated, it locks the payment the key's refund belongs
+// to, the first lock of the one order (payment, refund, key).
+func LockRefundPayment(ctx context.Context, tx pgx.Tx, refundID string) error {
+	_, err := tx.Exec(ctx, `SELECT 1 FROM payments WHERE id = (SELECT payment_id FROM refunds WHERE id = $1) FOR UPDATE`, refundID)
+	if err != nil {
+		return fmt.Errorf("lock refund's payment: %w", err)
+	}
+	return nil
+}
+
+// lockRefund reads a refund and locks its row; the caller holds the
+// payment's lock already.
+func lockRefund(ctx context.Context, tx pgx.Tx, tenantID, refundID string) (Refund, error) {
+	rows, err := tx.Query(ctx, `SELECT `+refundColumns+` FROM refunds WHERE tenant_id = $1 AND id = $2 FOR UPDATE`, tenantID, refundID)
+	return collectRefund(rows, err, "lock refund")
+}
+
+// lockForOutcome takes, in the one order, the locks of a transaction that
+// changes a refund's outcome: its payment, the refund, then the refund's
+// idempotency key (a reaped key is no obstacle). It returns the refund as
+// locked.
+func lockForOutcome(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, tenantID, refundID string) (Refund, error) {
+	var paymentID string
+	if err := tx.QueryRow(ctx, `SELECT payment_id FROM refunds WHERE tenant_id = $1 AND id = $2`, tenantID, refundID).Scan(&paymentID); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return Refund{}, fmt.Errorf("lock refund %s: %w", refundID, ErrNotFound)
+		}
+		return Refund{}, fmt.Errorf("lock refund %s: %w", refundID, err)
+	}
+	if _, err := payments.LockPaymentRow(ctx, tx, tenantID, paymentID); err != nil {
+		return Refund{}, err
+	}
+	r, err := lockRefund(ctx, tx, tenantID, refundID)
+	if err != nil {
+		return Refund{}, err
+	}
+	if err := keys.Lock(ctx, tx, r.TenantID, r.IdempotencyKey); err != nil && !errors.Is(err, idempotency.ErrKeyNotFound) {
+		return Refund{}, err
+	}
+	return r, nil
+}
+
+// resumable is where a refund can be resumed from when its key is
+// re-acquired: proven never to have reached the provider, or left in
+// reconciliation by an operator who proved the same and released the key.
+const resumable = `(status = 'requires_reconciliation' OR (status = 'failed' AND failure_code = '` + FailureProviderNotReached + `'))`
+
+// resumeRefund puts a refund whose key was re-acquired back to pending
+// under the next generation, with a fresh attempt window. The caller holds
+// the payment's and the refund's locks.
+func resumeRefund(ctx context.Context, tx pgx.Tx, r Refund) (Refund, error) {
+	generation := r.ProviderKeyGeneration + 1
+	rows, err := tx.Query(ctx, `
+		UPDATE refunds SET status = 'pending', provider_key_generation = $3, provider_idempotency_key = $4,
+			first_provider_attempt_at = NULL, last_provider_attempt_at = NULL, provider_refund_id = NULL,
+			failure_code = NULL, failure_message = NULL, reconcile_after = NULL, reconcile_attempts = 0, updated_at = now()
+		WHERE tenant_id = $1 AND id = $2 AND `+resumable+`
+		RETURNING `+refundColumns,
+		r.TenantID, r.ID, generation, ProviderIdempotencyKey(r.TenantID, r.IdempotencyKey, r.ID, generation))
+	return collectRefund(rows, err, "resume refund")
+}
+
+func collectRefund(rows pgx.Rows, err error, op string) (Refund, error) {
+	if err != nil {
+		return Refund{}, fmt.Errorf("%s: %w", op, err)
+	}
+	r, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[Refund])
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Refund{}, fmt.Errorf("%s: %w", op, ErrNotFound)
+	}
+	if err != nil {
+		return Refund{}, fmt.Errorf("%s: %w", op, err)
+	}
+	return r, nil
+}
+
+// startProviderAttempt records, before a provider call and committed on its
+// own, when the provider was first and last called for the refund's
+// current generation, and returns how long ago the first call was, by the
+// database's clock. ok is false when the refund left pending or changed
+// generation meanwhile.
+func startProviderAttempt(ctx context.Context, db Querier, r Refund) (age time.Duration, ok bool, err error) {
+	rows, err := db.Query(ctx, `
+		UPDATE refunds SET first_provider_attempt_at = coalesce(first_provider_attempt_at, now()),
+			last_provider_attempt_at = now()
+		WHERE id = $1 AND provider_key_generation = $2 AND status = 'pending'
+		RETURNING (extract(epoch FROM now() - first_provider_attempt_at) * 1000000)::bigint`, r.ID, r.ProviderKeyGeneration)
+	if err != nil {
+		return 0, false, fmt.Errorf("start provider attempt: %w", err)
+	}
+	micros, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[int64])
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("start provider attempt: %w", err)
+	}
+	return time.Duration(micros) * time.Microsecond, true, nil
+}
+
+// recordPending notes the provider's refund id, so the next run reads that
+// refund instead of creating one.
+func recordPending(ctx context.Context, db Querier, r Refund, providerRefundID string) error {
+	_, err := db.Exec(ctx, `
+		UPDATE refunds SET provider_refund_id = $3, updated_at = now()
+		WHERE id = $1 AND provider_key_generation = $2 AND status IN ('pending', 'requires_reconciliation')`,
+		r.ID, r.ProviderKeyGeneration, providerRefundID)
+	if err != nil {
+		return fmt.Errorf("record pending refund: %w", err)
+	}
+	return nil
+}
+
+// finalizeRefund moves a refund of generation r.ProviderKeyGeneration from
+// pending or reconciliation to a final state and, when it succeeded, adds
+// its amount to the payment's amount_refunded. changed is false when
+// another transaction already moved it. The caller holds lockForOutcome's
+// locks.
+func finalizeRefund(ctx context.Context, tx pgx.Tx, r Refund, status Status, out provider.RefundOutcome) (Refund, bool, error) {
+	var code, message string
+	if status != StatusSucceeded {
+		code, message = out.Code, out.Message
+	}
+	rows, err := tx.Query(ctx, `
+		UPDATE refunds SET status = $4,
+			provider_refund_id = coalesce(nullif($5, ''), provider_refund_id),
+			failure_code = nullif($6, ''), failure_message = nullif($7, ''),
+			reconcile_after = NULL, updated_at = now()
+		WHERE tenant_id = $1 AND id = $2 AND provider_key_generation = $3 AND status IN ('pending', 'requires_reconciliation')
+		RETURNING `+refundColumns,
+		r.TenantID, r.ID, r.ProviderKeyGeneration, status, out.RefundID(), code, message)
+	final, err := collectRefund(rows, err, "finalize refund")
+	if errors.Is(err, ErrNotFound) {
+		return Refund{}, false, nil
+	}
+	if err != nil {
+		return Refund{}, false, err
+	}
+	if status == StatusSucceeded {
+		if _, err := tx.Exec(ctx, `UPDATE payments SET amount_refunded = amount_refunded + $2, updated_at = now() WHERE id = $1`,
+			final.PaymentID, final.Amount); err != nil {
+			return Refund{}, false, fmt.Errorf("add refund to payment: %w", err)
+		}
+	}
+	return final, true, nil
+}
+
+// markRequiresReconciliation hands a pending refund to reconciliation, due
+// at once.
+func markRequiresReconciliation(ctx context.Context, tx pgx.Tx, r Refund, reason string) (bool, error) {
+	tag, err := tx.Exec(ctx, `
+		UPDATE refunds SET status = 'requires_reconciliation', failure_message = $4,
+			reconcile_after = now(), reconcile_attempts = 0, updated_at = now()
+		WHERE tenant_id = $1 AND id = $2 AND provider_key_generation = $3 AND status = 'pending'`,
+		r.TenantID, r.ID, r.ProviderKeyGeneration, reason)
+	if err != nil {
+		return false, fmt.Errorf("mark refund for reconciliation: %w", err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// texts converts string-typed values to the []string pgx encodes as a text
+// array.
+func texts[T ~string](values []T) []string {
+	out := make([]string, len(values))
+	for i, v := range values {
+		out[i] = string(v)
+	}
+	return out
+}
