@@ -1,106 +1,339 @@
 package main
 
 import (
+	"bytes"
 	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"strings"
+	"time"
+
+	"github.com/oncepay/oncepay/internal/tenant"
 )
 
 // command is one invocation of the binary, parsed before anything reads
 // the configuration or connects, so that help never needs a database.
 type command struct {
-	// name is "serve", "migrate", "tenants create", "tenants ensure" or
-	// "help".
+	// name is the command's words ("serve", "tenants create", "payments
+	// list", …) or "help".
 	name string
-	// tenant is the tenant name of the tenants commands.
+	// tenant is the tenant name of "tenants create" and "tenants ensure".
 	tenant string
+	// args are the positional arguments, in the order the command's usage
+	// names them.
+	args []string
+	// opts are the flags.
+	opts options
 	// help is the text printed by "help".
 	help string
 }
 
-const usage = `usage:
-  api [serve]                serve HTTP on LISTEN_ADDR
-  api migrate                apply all migrations (River's and oncepay's) and exit
-  api tenants create NAME    create a tenant and print its API key once, as JSON
-  api tenants ensure NAME    create the tenant if it does not exist, then issue a
-                             new API key and print it (existing keys stay valid)
-
-Every command reads its configuration from the environment (see the README);
-add --help to a command for its own help.`
-
-// commandHelp is the help of one command, or "" for an unknown one.
-func commandHelp(name string) string {
-	switch name {
-	case "serve":
-		return `usage: api [serve]
-
-Serves the HTTP API on LISTEN_ADDR until SIGINT or SIGTERM, then drains
-in-flight requests for up to SHUTDOWN_TIMEOUT.`
-	case "migrate":
-		return `usage: api migrate
-
-Applies River's and oncepay's migrations to DATABASE_URL and exits. Safe to run
-again: a database that is up to date is left as it is.`
-	case "tenants create":
-		return `usage: api tenants create NAME
-
-Creates a tenant named NAME (1 to 200 characters, unique) with one API key, and
-prints {"tenant_id": ..., "api_key": ...} as JSON. The key is shown only this
-once: only its hash is stored. Fails if a tenant with that name exists.`
-	case "tenants ensure":
-		return `usage: api tenants ensure NAME
-
-Creates the tenant NAME if it does not exist, then issues a new API key for it
-and prints {"tenant_id": ..., "api_key": ...} as JSON. Keys issued before stay
-valid. Meant for scripts and one-shot setup steps that may run more than once.`
-	}
-	return ""
+// options are the flags of every command; each command defines the ones it
+// reads.
+type options struct {
+	json             bool
+	status, tenant   string
+	since, until     time.Time
+	limit            int
+	open             bool
+	reason, operator string
+	note             string
+	grace            time.Duration
 }
 
-// parseCommand reads args (the program name first).
+// spec describes one command: its words, its arguments, its help and its
+// flags.
+type spec struct {
+	name    string
+	args    []string
+	summary string
+	help    string
+	flags   func(fs *flag.FlagSet, o *options)
+	// check validates the parsed flags (required ones, ranges).
+	check func(o *options) error
+}
+
+// commands is the command table, in the order of the usage text.
+var commands = []spec{
+	{name: "serve", summary: "serve HTTP on LISTEN_ADDR (the default command)", help: `Serves the HTTP API on LISTEN_ADDR until SIGINT or SIGTERM, then drains
+in-flight requests for up to SHUTDOWN_TIMEOUT.`},
+	{name: "migrate", summary: "apply all migrations (River's and oncepay's) and exit", help: `Applies River's and oncepay's migrations to DATABASE_URL and exits. Safe to run
+again: a database that is up to date is left as it is.`},
+	{name: "tenants create", args: []string{"NAME"}, summary: "create a tenant and print its API key once, as JSON", help: `Creates a tenant named NAME (1 to 200 characters, unique) with one API key, and
+prints {"tenant_id": ..., "api_key": ...} as JSON. The key is shown only this
+once: only its hash is stored. Fails if a tenant with that name exists.`},
+	{name: "tenants ensure", args: []string{"NAME"}, summary: "create the tenant if needed, print a new API key", help: `Creates the tenant NAME if it does not exist, then issues a new API key for it
+and prints {"tenant_id": ..., "api_key": ...} as JSON. Keys issued before stay
+valid. Meant for scripts and one-shot setup steps that may run more than once.`},
+	{name: "tenants list", summary: "list the tenants and their API keys (no secrets)", help: `Lists every tenant with its API keys: each key's id (an API key reads
+opk_<id>_<secret>), when it was issued, when it expires (after a rotation) or
+was revoked, and whether it authenticates now.`, flags: jsonFlag},
+	{name: "tenants rotate-key", args: []string{"TENANT"}, summary: "issue a new API key; the old ones end after --grace", help: `Issues a new API key for TENANT (its id or its name) and prints it once. Every
+key valid before keeps working for the grace period, then stops: time to
+redeploy the clients with the new key. A key already due to end sooner keeps
+its earlier end. --grace 0 ends the old keys at once.`, flags: func(fs *flag.FlagSet, o *options) {
+		jsonFlag(fs, o)
+		fs.DurationVar(&o.grace, "grace", tenant.DefaultGrace, "how long the keys valid before the rotation stay valid (e.g. 1h, 72h)")
+	}, check: func(o *options) error {
+		if o.grace < 0 {
+			return errors.New("--grace cannot be negative")
+		}
+		return nil
+	}},
+	{name: "tenants revoke-key", args: []string{"TENANT", "KEY"}, summary: "end one API key at once", help: `Revokes one API key of TENANT (its id or its name) at once: the next request
+with it is answered 401. KEY is the key's id, as "api tenants list" shows it,
+or the whole key (opk_<id>_<secret>), as found in a leak. Revoking a revoked
+key changes nothing.`, flags: jsonFlag},
+	{name: "payments list", summary: "list payments of every tenant, newest first", help: `Lists payments of every tenant, newest first, with their state, amount,
+failure code and reconciliation schedule.`, flags: func(fs *flag.FlagSet, o *options) {
+		jsonFlag(fs, o)
+		fs.StringVar(&o.status, "status", "", "only payments in this state: processing, requires_action, succeeded, failed, requires_reconciliation")
+		fs.StringVar(&o.tenant, "tenant", "", "only this tenant's payments (its id or its name)")
+		fs.Func("since", "only payments created since then: a duration back from now (26h) or a time (2006-01-02, RFC 3339)", timeFlag(&o.since))
+		fs.IntVar(&o.limit, "limit", 50, "at most this many payments (1 to 1000)")
+	}, check: func(o *options) error {
+		switch o.status {
+		case "", "processing", "requires_action", "succeeded", "failed", "requires_reconciliation":
+		default:
+			return fmt.Errorf("--status %q is not a payment state", o.status)
+		}
+		if o.limit < 1 || o.limit > 1000 {
+			return errors.New("--limit must be 1 to 1000")
+		}
+		return nil
+	}},
+	{name: "payments show", args: []string{"ID"}, summary: "everything known of one payment", help: `Shows one payment: its state, its idempotency key and the key's state (and any
+release of it), what we know of its provider calls (intent, provider key,
+generation, attempt times, reconciliation schedule), its River jobs with the
+errors of their attempts, the provider's events about it and its ledger
+findings. It only reads.`, flags: jsonFlag},
+	{name: "reconcile", args: []string{"ID"}, summary: "look a payment up at the provider now and settle it", help: `Looks payment ID up at the provider now and settles it with the reconciler's
+own code; it never charges. A payment in requires_reconciliation is reconciled
+as the reconciler's next run would, whatever its schedule (also one left to an
+operator). Any other payment with a known intent has the intent read: a
+waiting payment becomes final, and a final one the provider contradicts is left
+as it is, with a ledger finding.
+
+Needs STRIPE_SECRET_KEY and STRIPE_API_BASE as the worker has them, and reads
+WORKER_JOB_TIMEOUT and RECONCILE_SETTLE like it: "never charged" is proven only
+once no charge request can still be in flight.`, flags: jsonFlag},
+	{name: "keys release", args: []string{"TENANT", "KEY"}, summary: "release a key stuck unknown (nothing was charged)", help: `Releases idempotency key KEY of TENANT (its id or its name), stuck "unknown",
+once you have checked at the provider that nothing was charged for its payment:
+the payment becomes failed (provider_not_reached) and the key
+failed_retryable, as when the reconciler proves it, and the release is recorded
+with --reason and --operator. Nothing runs now: the client's retry with the
+same key charges the payment under its next generation.
+
+Refused for a key in any other state, and for a payment that records an intent
+(the intent exists: "api reconcile ID" reads it).`, flags: func(fs *flag.FlagSet, o *options) {
+		jsonFlag(fs, o)
+		fs.StringVar(&o.reason, "reason", "", "why, with what you checked (required)")
+		fs.StringVar(&o.operator, "operator", "", "who releases it (required)")
+	}, check: requireFlags("reason", "operator")},
+	{name: "ledger check", summary: "compare the provider's intents with our payments", help: `Lists the provider's payment intents created in a window and compares them
+with our payments; every disagreement is recorded as a ledger finding (one
+open finding per disagreement) and printed. It only reads at the provider:
+it never charges, refunds or cancels. The worker runs the same check every
+LEDGER_CHECK_INTERVAL over LEDGER_CHECK_WINDOW.
+
+Needs STRIPE_SECRET_KEY and STRIPE_API_BASE as the worker has them.`, flags: func(fs *flag.FlagSet, o *options) {
+		jsonFlag(fs, o)
+		fs.Func("since", "start of the window: a duration back from now or a time (default 26h)", timeFlag(&o.since))
+		fs.Func("until", "end of the window: a duration back from now or a time (default now)", timeFlag(&o.until))
+	}, check: func(o *options) error {
+		if o.until.IsZero() {
+			o.until = time.Now()
+		}
+		if o.since.IsZero() {
+			o.since = o.until.Add(-26 * time.Hour)
+		}
+		if !o.since.Before(o.until) {
+			return errors.New("--since must be before --until")
+		}
+		return nil
+	}},
+	{name: "findings list", summary: "list ledger findings, newest first", help: `Lists ledger findings (disagreements between our payments and the provider),
+newest first, with their evidence in --json.`, flags: func(fs *flag.FlagSet, o *options) {
+		jsonFlag(fs, o)
+		fs.BoolVar(&o.open, "open", false, "only findings not yet resolved")
+		fs.IntVar(&o.limit, "limit", 100, "at most this many findings (1 to 1000)")
+	}, check: func(o *options) error {
+		if o.limit < 1 || o.limit > 1000 {
+			return errors.New("--limit must be 1 to 1000")
+		}
+		return nil
+	}},
+	{name: "findings resolve", args: []string{"ID"}, summary: "close a finding with how it was resolved", help: `Marks finding ID resolved, with a note saying what was done and who did it.
+It changes nothing else: the refund or the corrected row is your doing.`, flags: func(fs *flag.FlagSet, o *options) {
+		jsonFlag(fs, o)
+		fs.StringVar(&o.note, "note", "", "what was done (required)")
+		fs.StringVar(&o.operator, "operator", "", "who resolved it (required)")
+	}, check: requireFlags("note", "operator")},
+}
+
+func jsonFlag(fs *flag.FlagSet, o *options) {
+	fs.BoolVar(&o.json, "json", false, "print JSON instead of a table")
+}
+
+func requireFlags(names ...string) func(o *options) error {
+	return func(o *options) error {
+		values := map[string]string{"reason": o.reason, "operator": o.operator, "note": o.note}
+		for _, name := range names {
+			if strings.TrimSpace(values[name]) == "" {
+				return fmt.Errorf("--%s is required", name)
+			}
+		}
+		return nil
+	}
+}
+
+// timeFlag parses a duration back from now (26h), a date or an RFC 3339
+// time.
+func timeFlag(t *time.Time) func(string) error {
+	return func(s string) error {
+		if d, err := time.ParseDuration(s); err == nil {
+			*t = time.Now().Add(-d)
+			return nil
+		}
+		for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05", "2006-01-02"} {
+			if v, err := time.Parse(layout, s); err == nil {
+				*t = v
+				return nil
+			}
+		}
+		return fmt.Errorf("%q is neither a duration (26h) nor a time (2006-01-02, RFC 3339)", s)
+	}
+}
+
+func (s spec) synopsis() string {
+	return strings.TrimSpace("api " + s.name + " " + strings.Join(s.args, " "))
+}
+
+// usage is the overview printed by "api help".
+func usage() string {
+	var b strings.Builder
+	b.WriteString("usage:\n")
+	for _, s := range commands {
+		syn := s.synopsis()
+		if s.name == "serve" {
+			syn = "api [serve]"
+		}
+		fmt.Fprintf(&b, "  %-34s %s\n", syn, s.summary)
+	}
+	b.WriteString(`
+Every command reads its configuration from the environment (see the README);
+add --help to a command for its own help and flags. Flags may come before or
+after the arguments.`)
+	return b.String()
+}
+
+// fullHelp is one command's help, with its flags.
+func (s spec) fullHelp() string {
+	syn := s.synopsis()
+	if s.name == "serve" {
+		syn = "api [serve]"
+	}
+	text := "usage: " + syn
+	if s.flags != nil {
+		text += " [flags]"
+	}
+	text += "\n\n" + s.help
+	if s.flags != nil {
+		fs := flag.NewFlagSet(s.name, flag.ContinueOnError)
+		var o options
+		s.flags(fs, &o)
+		var b bytes.Buffer
+		fs.SetOutput(&b)
+		fs.PrintDefaults()
+		text += "\n\nflags:\n" + b.String()
+	}
+	return strings.TrimRight(text, "\n")
+}
+
+func lookupSpec(name string) (spec, bool) {
+	for _, s := range commands {
+		if s.name == name {
+			return s, true
+		}
+	}
+	return spec{}, false
+}
+
+// match finds the command named by the leading words (the longest name
+// that matches), and returns it with the words after its name.
+func match(words []string) (spec, []string, bool) {
+	if len(words) == 0 {
+		s, _ := lookupSpec("serve")
+		return s, nil, true
+	}
+	for _, n := range []int{2, 1} {
+		if len(words) < n {
+			continue
+		}
+		if s, ok := lookupSpec(strings.Join(words[:n], " ")); ok {
+			return s, words[n:], true
+		}
+	}
+	return spec{}, nil, false
+}
+
+func isHelpFlag(w string) bool { return w == "-h" || w == "-help" || w == "--help" }
+
+// parseCommand reads args (the program name first). Flags and positional
+// arguments may be interleaved.
 func parseCommand(args []string) (command, error) {
 	words := args[1:]
+	if len(words) == 1 && words[0] == "help" {
+		return command{name: "help", help: usage()}, nil
+	}
+	s, rest, ok := match(words)
 	for _, w := range words {
-		if w == "-h" || w == "-help" || w == "--help" {
-			text := commandHelp(strings.Join(positional(words), " "))
-			if text == "" {
-				text = usage
+		if isHelpFlag(w) {
+			if !ok {
+				return command{name: "help", help: usage()}, nil
 			}
-			return command{name: "help", help: text}, nil
+			return command{name: "help", help: s.fullHelp()}, nil
 		}
-		if strings.HasPrefix(w, "-") {
-			return command{}, fmt.Errorf("unknown flag %s\n%s", w, usage)
+	}
+	if !ok {
+		return command{}, fmt.Errorf("unknown command %q\n%s", strings.Join(words, " "), usage())
+	}
+	fail := func(format string, a ...any) (command, error) {
+		return command{}, fmt.Errorf("%s: %s\n%s", s.name, fmt.Sprintf(format, a...), s.fullHelp())
+	}
+	fs := flag.NewFlagSet(s.name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var opts options
+	if s.flags != nil {
+		s.flags(fs, &opts)
+	}
+	var positional []string
+	for {
+		if err := fs.Parse(rest); err != nil {
+			return fail("%v", err)
 		}
+		rest = fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		positional = append(positional, rest[0])
+		rest = rest[1:]
 	}
 	switch {
-	case len(words) == 0 || len(words) == 1 && words[0] == "serve":
-		return command{name: "serve"}, nil
-	case len(words) == 1 && words[0] == "help":
-		return command{name: "help", help: usage}, nil
-	case len(words) == 1 && words[0] == "migrate":
-		return command{name: "migrate"}, nil
-	case len(words) >= 2 && words[0] == "tenants" && (words[1] == "create" || words[1] == "ensure"):
-		name := words[0] + " " + words[1]
-		if len(words) != 3 {
-			return command{}, errors.New("missing tenant name\n" + commandHelp(name))
-		}
-		return command{name: name, tenant: words[2]}, nil
-	default:
-		return command{}, fmt.Errorf("unknown command %q\n%s", strings.Join(words, " "), usage)
+	case len(positional) < len(s.args):
+		return fail("missing %s", strings.Join(s.args[len(positional):], " "))
+	case len(positional) > len(s.args):
+		return fail("unexpected argument %q", positional[len(s.args)])
 	}
-}
-
-// positional drops the flags from words, leaving the command's name and
-// arguments ("tenants create --help" is help for "tenants create").
-func positional(words []string) []string {
-	var out []string
-	for _, w := range words {
-		if !strings.HasPrefix(w, "-") {
-			out = append(out, w)
+	if s.check != nil {
+		if err := s.check(&opts); err != nil {
+			return fail("%v", err)
 		}
 	}
-	if len(out) > 2 && out[0] == "tenants" {
-		out = out[:2]
+	cmd := command{name: s.name, args: positional, opts: opts}
+	if s.name == "tenants create" || s.name == "tenants ensure" {
+		cmd.tenant = positional[0]
 	}
-	return out
+	return cmd, nil
 }

@@ -1,9 +1,16 @@
-// Command api serves oncepay's HTTP API, and prepares its database:
+// Command api serves oncepay's HTTP API, prepares its database, and is the
+// operator's tool:
 //
 //	api [serve]              serve HTTP on LISTEN_ADDR
 //	api migrate              apply all migrations (River's and oncepay's) and exit
 //	api tenants create NAME  create a tenant and print its API key once, as JSON
 //	api tenants ensure NAME  the same, or a new key for an existing tenant
+//	api tenants list | rotate-key TENANT | revoke-key TENANT KEY
+//	api payments list | show ID
+//	api reconcile ID         look a payment up at the provider now, never charging
+//	api keys release TENANT KEY --reason … --operator …
+//	api ledger check         compare the provider's intents with our payments
+//	api findings list | resolve ID
 //
 // "api --help" and "api COMMAND --help" describe each command.
 package main
@@ -88,7 +95,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		}
 		return json.NewEncoder(stdout).Encode(created)
 	default:
-		return fmt.Errorf("command %q has no implementation", cmd.name)
+		return runAdmin(ctx, admin{cfg: cfg, pool: pool, getenv: getenv, out: stdout, cmd: cmd})
 	}
 }
 

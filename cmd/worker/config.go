@@ -90,6 +90,12 @@ type config struct {
 	// WebhookRecoverLookback (WEBHOOK_RECOVER_LOOKBACK) is how far back the
 	// first listing reaches. Defaults to 24h.
 	WebhookRecoverLookback time.Duration
+	// LedgerCheckInterval (LEDGER_CHECK_INTERVAL) is how often the
+	// provider's intents are compared with our payments. Defaults to 1h.
+	LedgerCheckInterval time.Duration
+	// LedgerCheckWindow (LEDGER_CHECK_WINDOW) is how far back each ledger
+	// check looks. Defaults to 26h: a day, with margin for a late run.
+	LedgerCheckWindow time.Duration
 	// LogLevel (LOG_LEVEL) is debug, info, warn or error. Defaults to info.
 	LogLevel string
 }
@@ -123,6 +129,8 @@ func loadConfig(getenv func(string) string) (config, error) {
 		DatabaseConnectTimeout: env.Duration("DATABASE_CONNECT_TIMEOUT", 3*time.Second, 100*time.Millisecond, time.Minute),
 		WebhookRecoverInterval: env.Duration("WEBHOOK_RECOVER_INTERVAL", 5*time.Minute, 100*time.Millisecond, 24*time.Hour),
 		WebhookRecoverLookback: env.Duration("WEBHOOK_RECOVER_LOOKBACK", 24*time.Hour, time.Minute, 30*24*time.Hour),
+		LedgerCheckInterval:    env.Duration("LEDGER_CHECK_INTERVAL", time.Hour, 100*time.Millisecond, 24*time.Hour),
+		LedgerCheckWindow:      env.Duration("LEDGER_CHECK_WINDOW", 26*time.Hour, time.Minute, 30*24*time.Hour),
 		LogLevel:               env.OneOf("LOG_LEVEL", "info", "debug", "info", "warn", "error"),
 	}
 	cfg.DatabaseMaxConns = env.Int("DATABASE_MAX_CONNS", cfg.Concurrency+5, 2, 2000)

@@ -3,7 +3,7 @@
 // API inserts, calling the provider through stripe-go, processes the
 // provider's events the API stores, runs the periodic lifecycle jobs
 // (reconcilers and sweepers of payments and refunds, key reaper, webhook
-// recovery), and
+// recovery, ledger check), and
 // serves /healthz and /readyz on WORKER_ADMIN_ADDR.
 package main
 
@@ -118,7 +118,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err := river.AddWorkerSafely(workers, &webhooks.RecoverWorker{Recoverer: recoverer}); err != nil {
 		return fmt.Errorf("register webhook recovery: %w", err)
 	}
+	checker := payments.NewLedgerChecker(pool, providerClient, logger, payments.LedgerCheckConfig{Window: cfg.LedgerCheckWindow})
+	if err := river.AddWorkerSafely(workers, &payments.LedgerCheckWorker{Checker: checker}); err != nil {
+		return fmt.Errorf("register ledger check: %w", err)
+	}
 	periodic := []*river.PeriodicJob{
+		periodicJob(cfg.LedgerCheckInterval, payments.LedgerCheckArgs{}),
 		outbox.RecoverWebhookEventsPeriodicJob(cfg.WebhookRecoverInterval),
 		outbox.ReapKeysPeriodicJob(cfg.ReapInterval),
 		periodicJob(cfg.ReconcileInterval, payments.ReconcilePaymentsArgs{}),

@@ -21,12 +21,23 @@ import (
 const (
 	// KindStatusMismatch: the provider's object contradicts a payment's
 	// final state (recorded failed but the intent succeeded, or the other
-	// way round).
+	// way round), or an intent succeeded long ago for a payment still not
+	// final that nothing is going to settle.
 	KindStatusMismatch = "status_mismatch"
 	// KindUnexpectedCharge: an intent that succeeded is not the one the
 	// payment records (another intent, or another generation's), so the
 	// customer may have been charged twice.
 	KindUnexpectedCharge = "unexpected_charge"
+	// KindUnknownIntent: the provider has an intent that may have taken
+	// money (succeeded, processing, awaiting capture) and names no payment
+	// of ours.
+	KindUnknownIntent = "unknown_intent"
+	// KindAmountMismatch: an intent of one of our payments charges another
+	// amount or currency than the payment records.
+	KindAmountMismatch = "amount_mismatch"
+	// KindMissingIntent: a payment recorded succeeded has no intent at the
+	// provider (none recorded, or the one recorded does not exist).
+	KindMissingIntent = "missing_intent"
 )
 
 // Finding is one disagreement.
@@ -39,6 +50,7 @@ type Finding struct {
 	CreatedAt        time.Time       `db:"created_at" json:"created_at"`
 	ResolvedAt       *time.Time      `db:"resolved_at" json:"resolved_at"`
 	ResolutionNote   *string         `db:"resolution_note" json:"resolution_note"`
+	ResolvedBy       *string         `db:"resolved_by" json:"resolved_by"`
 }
 
 // Execer runs statements: a pool, a connection or a transaction.
@@ -73,7 +85,7 @@ func Record(ctx context.Context, db Execer, kind, paymentID, providerObjectID st
 // Open lists the findings not yet resolved, oldest first.
 func Open(ctx context.Context, db Querier) ([]Finding, error) {
 	rows, err := db.Query(ctx, `
-		SELECT id, kind, payment_id, provider_object_id, evidence, created_at, resolved_at, resolution_note
+		SELECT `+findingColumns+`
 		FROM ledger_findings WHERE resolved_at IS NULL ORDER BY created_at, id`)
 	if err != nil {
 		return nil, fmt.Errorf("list open findings: %w", err)

@@ -126,7 +126,12 @@ func Authenticate(ctx context.Context, db DB, apiKey string) (string, error) {
 		tenantID string
 		stored   []byte
 	)
-	err := db.QueryRow(ctx, `SELECT tenant_id, secret_hash FROM api_keys WHERE id = $1 AND revoked_at IS NULL`, keyID).Scan(&tenantID, &stored)
+	// Read on every request, never cached: a revoked key is refused from
+	// the next request on, a rotated one from the end of its grace period,
+	// both by the database's clock.
+	err := db.QueryRow(ctx, `
+		SELECT tenant_id, secret_hash FROM api_keys
+		WHERE id = $1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())`, keyID).Scan(&tenantID, &stored)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Hash anyway, so an unknown id costs the same as a wrong secret.
 		stored = make([]byte, sha256.Size)

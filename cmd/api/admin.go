@@ -1,0 +1,546 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/oncepay/oncepay/internal/envconfig"
+	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/ledger"
+	"github.com/oncepay/oncepay/internal/payments"
+	"github.com/oncepay/oncepay/internal/provider"
+	"github.com/oncepay/oncepay/internal/tenant"
+)
+
+// admin runs the operator commands against one database.
+type admin struct {
+	cfg    config
+	pool   *pgxpool.Pool
+	getenv func(string) string
+	out    io.Writer
+	cmd    command
+}
+
+// runAdmin runs an operator command: a table by default, JSON with --json.
+func runAdmin(ctx context.Context, a admin) error {
+	var err error
+	switch a.cmd.name {
+	case "tenants list":
+		err = a.tenantsList(ctx)
+	case "tenants rotate-key":
+		err = a.tenantsRotateKey(ctx)
+	case "tenants revoke-key":
+		err = a.tenantsRevokeKey(ctx)
+	case "payments list":
+		err = a.paymentsList(ctx)
+	case "payments show":
+		err = a.paymentsShow(ctx)
+	case "reconcile":
+		err = a.reconcile(ctx)
+	case "keys release":
+		err = a.keysRelease(ctx)
+	case "ledger check":
+		err = a.ledgerCheck(ctx)
+	case "findings list":
+		err = a.findingsList(ctx)
+	case "findings resolve":
+		err = a.findingsResolve(ctx)
+	default:
+		return fmt.Errorf("command %q has no implementation", a.cmd.name)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", a.cmd.name, err)
+	}
+	return nil
+}
+
+// keys is a key store with the configured retention, so a released key's
+// retention counts as the API's does.
+func (a admin) keys() *idempotency.Store {
+	return idempotency.NewStore(idempotency.Config{Retention: a.cfg.IdempotencyRetention, TombstoneRetention: a.cfg.IdempotencyTombstoneRetention})
+}
+
+// providerConfig is what the commands that call the provider read, with
+// the worker's names and defaults.
+type providerConfig struct {
+	SecretKey       string
+	APIBase         string
+	JobTimeout      time.Duration
+	ReconcileSettle time.Duration
+}
+
+func loadProviderConfig(getenv func(string) string) (providerConfig, error) {
+	env := envconfig.New(getenv)
+	cfg := providerConfig{
+		SecretKey:       env.Required("STRIPE_SECRET_KEY", "the worker's Stripe secret key (sk_test_… for test mode or the simulator)"),
+		APIBase:         env.URL("STRIPE_API_BASE"),
+		JobTimeout:      env.Duration("WORKER_JOB_TIMEOUT", 30*time.Second, 100*time.Millisecond, 10*time.Minute),
+		ReconcileSettle: env.Duration("RECONCILE_SETTLE", time.Minute, 0, time.Hour),
+	}
+	return cfg, env.Err()
+}
+
+func (a admin) provider() (*provider.Client, providerConfig, error) {
+	cfg, err := loadProviderConfig(a.getenv)
+	if err != nil {
+		return nil, cfg, fmt.Errorf("configuration: %w (set it as for the worker)", err)
+	}
+	return provider.New(provider.Config{SecretKey: cfg.SecretKey, APIBase: cfg.APIBase}), cfg, nil
+}
+
+func (a admin) writeJSON(v any) error {
+	enc := json.NewEncoder(a.out)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
+// table writes rows under a header, aligned.
+func (a admin) table(header string, rows [][]string) error {
+	tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, header)
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	}
+	return tw.Flush()
+}
+
+// fields writes name/value pairs, aligned.
+func (a admin) fields(pairs ...string) error {
+	tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
+	for i := 0; i+1 < len(pairs); i += 2 {
+		fmt.Fprintf(tw, "%s:\t%s\n", pairs[i], pairs[i+1])
+	}
+	return tw.Flush()
+}
+
+func ts(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format("2006-01-02 15:04:05Z")
+}
+
+func tsp(t *time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return ts(*t)
+}
+
+func str(s *string) string {
+	if s == nil || *s == "" {
+		return "-"
+	}
+	return *s
+}
+
+func (a admin) tenantsList(ctx context.Context) error {
+	list, err := tenant.List(ctx, a.pool)
+	if err != nil {
+		return err
+	}
+	if a.cmd.opts.json {
+		return a.writeJSON(list)
+	}
+	var rows [][]string
+	for _, t := range list {
+		if len(t.Keys) == 0 {
+			rows = append(rows, []string{t.ID, t.Name, ts(t.CreatedAt), "-", "-", "no keys"})
+		}
+		for _, k := range t.Keys {
+			state := "active"
+			switch {
+			case k.RevokedAt != nil:
+				state = "revoked " + tsp(k.RevokedAt)
+			case !k.Active:
+				state = "expired " + tsp(k.ExpiresAt)
+			case k.ExpiresAt != nil:
+				state = "active until " + tsp(k.ExpiresAt)
+			}
+			rows = append(rows, []string{t.ID, t.Name, ts(t.CreatedAt), k.ID, ts(k.CreatedAt), state})
+		}
+	}
+	return a.table("TENANT\tNAME\tCREATED\tKEY\tISSUED\tSTATE", rows)
+}
+
+func (a admin) tenantsRotateKey(ctx context.Context) error {
+	rotated, err := tenant.RotateKey(ctx, a.pool, a.cmd.args[0], a.cmd.opts.grace)
+	if err != nil {
+		return err
+	}
+	if a.cmd.opts.json {
+		return a.writeJSON(rotated)
+	}
+	if err := a.fields("tenant", rotated.TenantID, "new api key", rotated.APIKey+"  (shown only this once)"); err != nil {
+		return err
+	}
+	if len(rotated.Expiring) == 0 {
+		return nil
+	}
+	var rows [][]string
+	for _, k := range rotated.Expiring {
+		rows = append(rows, []string{k.ID, ts(k.CreatedAt), tsp(k.ExpiresAt)})
+	}
+	fmt.Fprintln(a.out, "\nkeys valid before the rotation:")
+	return a.table("KEY\tISSUED\tVALID UNTIL", rows)
+}
+
+func (a admin) tenantsRevokeKey(ctx context.Context) error {
+	key, err := tenant.RevokeKey(ctx, a.pool, a.cmd.args[0], a.cmd.args[1])
+	if err != nil {
+		return err
+	}
+	if a.cmd.opts.json {
+		return a.writeJSON(key)
+	}
+	return a.fields("key", key.ID, "revoked", tsp(key.RevokedAt))
+}
+
+// operatorPayment is a payment as operators see it: with its tenant, its
+// key and what we know of its provider calls, which tenants never see.
+type operatorPayment struct {
+	ID             string            `json:"id"`
+	TenantID       string            `json:"tenant_id"`
+	IdempotencyKey string            `json:"idempotency_key"`
+	Status         payments.Status   `json:"status"`
+	Amount         int64             `json:"amount"`
+	Currency       string            `json:"currency"`
+	PaymentMethod  string            `json:"payment_method"`
+	Metadata       map[string]string `json:"metadata"`
+	FailureCode    *string           `json:"failure_code"`
+	DeclineCode    *string           `json:"decline_code"`
+	FailureMessage *string           `json:"failure_message"`
+	Provider       providerCalls     `json:"provider"`
+	CreatedAt      time.Time         `json:"created_at"`
+	UpdatedAt      time.Time         `json:"updated_at"`
+}
+
+type providerCalls struct {
+	IntentID          *string    `json:"intent_id"`
+	IdempotencyKey    string     `json:"idempotency_key"`
+	Generation        int        `json:"generation"`
+	FirstAttemptAt    *time.Time `json:"first_attempt_at"`
+	LastAttemptAt     *time.Time `json:"last_attempt_at"`
+	ReconcileAfter    *time.Time `json:"reconcile_after"`
+	ReconcileAttempts int        `json:"reconcile_attempts"`
+}
+
+func operatorView(p payments.Payment) operatorPayment {
+	return operatorPayment{
+		ID: p.ID, TenantID: p.TenantID, IdempotencyKey: p.IdempotencyKey, Status: p.Status, Amount: p.Amount, Currency: p.Currency,
+		PaymentMethod: p.PaymentMethod, Metadata: p.Metadata, FailureCode: p.FailureCode, DeclineCode: p.DeclineCode,
+		FailureMessage: p.FailureMessage, CreatedAt: p.CreatedAt.UTC(), UpdatedAt: p.UpdatedAt.UTC(),
+		Provider: providerCalls{
+			IntentID: p.ProviderPaymentIntentID, IdempotencyKey: p.ProviderIdempotencyKey, Generation: p.ProviderKeyGeneration,
+			FirstAttemptAt: p.FirstProviderAttemptAt, LastAttemptAt: p.LastProviderAttemptAt,
+			ReconcileAfter: p.ReconcileAfter, ReconcileAttempts: p.ReconcileAttempts,
+		},
+	}
+}
+
+// reconcileState says where a payment stands with the reconciler.
+func reconcileState(p payments.Payment) string {
+	switch {
+	case p.Status != payments.StatusRequiresReconciliation:
+		return "-"
+	case p.ReconcileAfter == nil:
+		return fmt.Sprintf("left to an operator after %d looks", p.ReconcileAttempts)
+	}
+	return fmt.Sprintf("next look %s (%d looks so far)", ts(*p.ReconcileAfter), p.ReconcileAttempts)
+}
+
+func (a admin) paymentsList(ctx context.Context) error {
+	o := a.cmd.opts
+	f := payments.ListFilter{Status: payments.Status(o.status), Since: o.since, Limit: o.limit}
+	if o.tenant != "" {
+		id, err := tenant.Lookup(ctx, a.pool, o.tenant)
+		if err != nil {
+			return err
+		}
+		f.TenantID = id
+	}
+	list, err := payments.ListAll(ctx, a.pool, f)
+	if err != nil {
+		return err
+	}
+	if o.json {
+		views := make([]operatorPayment, len(list))
+		for i, p := range list {
+			views[i] = operatorView(p)
+		}
+		return a.writeJSON(views)
+	}
+	var rows [][]string
+	for _, p := range list {
+		rows = append(rows, []string{p.ID, p.TenantID, string(p.Status), fmt.Sprintf("%d %s", p.Amount, p.Currency),
+			str(p.FailureCode), ts(p.CreatedAt), reconcileState(p)})
+	}
+	return a.table("PAYMENT\tTENANT\tSTATUS\tAMOUNT\tFAILURE\tCREATED\tRECONCILIATION", rows)
+}
+
+// shownKey is an idempotency key as operators see it: never its stored
+// response body, which is the tenant's.
+type shownKey struct {
+	Key            string             `json:"idempotency_key"`
+	Status         idempotency.Status `json:"status"`
+	ResourceID     string             `json:"resource_id"`
+	ResponseStatus *int               `json:"response_status"`
+	CreatedAt      time.Time          `json:"created_at"`
+	UpdatedAt      time.Time          `json:"updated_at"`
+	ExpiresAt      time.Time          `json:"expires_at"`
+}
+
+type shownPayment struct {
+	Payment  operatorPayment       `json:"payment"`
+	Key      *shownKey             `json:"key"`
+	Releases []idempotency.Release `json:"key_releases"`
+	Jobs     []payments.Job        `json:"jobs"`
+	Events   []payments.Event      `json:"webhook_events"`
+	Findings []ledger.Finding      `json:"findings"`
+}
+
+func (a admin) paymentsShow(ctx context.Context) error {
+	d, err := payments.Show(ctx, a.pool, a.keys(), a.cmd.args[0])
+	if errors.Is(err, payments.ErrNotFound) {
+		return fmt.Errorf("%w: no payment %q (\"api payments list\" lists them)", err, a.cmd.args[0])
+	}
+	if err != nil {
+		return err
+	}
+	shown := shownPayment{Payment: operatorView(d.Payment), Releases: d.Releases, Jobs: d.Jobs, Events: d.Events, Findings: d.Findings}
+	if d.Key != nil {
+		shown.Key = &shownKey{Key: d.Key.Key, Status: d.Key.Status, ResourceID: d.Key.ResourceID,
+			CreatedAt: d.Key.CreatedAt.UTC(), UpdatedAt: d.Key.UpdatedAt.UTC(), ExpiresAt: d.Key.ExpiresAt.UTC()}
+		if d.Key.Response != nil {
+			shown.Key.ResponseStatus = &d.Key.Response.StatusCode
+		}
+	}
+	if a.cmd.opts.json {
+		return a.writeJSON(shown)
+	}
+	p := d.Payment
+	keyState := "reaped (no row)"
+	if k := shown.Key; k != nil {
+		keyState = string(k.Status)
+		if k.ResponseStatus != nil {
+			keyState += fmt.Sprintf(", answers %d", *k.ResponseStatus)
+		}
+		keyState += ", expires " + ts(k.ExpiresAt)
+	}
+	if err := a.fields(
+		"payment", p.ID, "tenant", p.TenantID, "status", string(p.Status),
+		"amount", fmt.Sprintf("%d %s (%s)", p.Amount, p.Currency, p.PaymentMethod),
+		"failure", fmt.Sprintf("%s / %s: %s", str(p.FailureCode), str(p.DeclineCode), str(p.FailureMessage)),
+		"created / updated", ts(p.CreatedAt)+" / "+ts(p.UpdatedAt),
+		"idempotency key", p.IdempotencyKey, "key state", keyState,
+		"provider intent", str(p.ProviderPaymentIntentID), "provider key", p.ProviderIdempotencyKey,
+		"generation", fmt.Sprint(p.ProviderKeyGeneration),
+		"provider attempts", "first "+tsp(p.FirstProviderAttemptAt)+", last "+tsp(p.LastProviderAttemptAt),
+		"reconciliation", reconcileState(p),
+	); err != nil {
+		return err
+	}
+	for _, r := range d.Releases {
+		fmt.Fprintf(a.out, "key released %s by %s: %s\n", ts(r.ReleasedAt), r.Operator, r.Reason)
+	}
+	var rows [][]string
+	for _, j := range d.Jobs {
+		last := "-"
+		if n := len(j.Errors); n > 0 {
+			last = fmt.Sprintf("attempt %d: %s", j.Errors[n-1].Attempt, j.Errors[n-1].Error)
+		}
+		rows = append(rows, []string{fmt.Sprint(j.ID), j.Kind, j.State, fmt.Sprintf("%d/%d", j.Attempt, j.MaxAttempts),
+			ts(j.CreatedAt), tsp(j.FinalizedAt), fmt.Sprint(len(j.Errors)), last})
+	}
+	fmt.Fprintln(a.out, "\njobs:")
+	if err := a.table("JOB\tKIND\tSTATE\tATTEMPT\tCREATED\tFINALIZED\tERRORS\tLAST ERROR", rows); err != nil {
+		return err
+	}
+	if len(d.Events) > 0 {
+		rows = nil
+		for _, e := range d.Events {
+			rows = append(rows, []string{e.ID, e.Type, str(e.ObjectID), e.Source, ts(e.Created), tsp(e.ProcessedAt), str(e.Result)})
+		}
+		fmt.Fprintln(a.out, "\nwebhook events:")
+		if err := a.table("EVENT\tTYPE\tOBJECT\tSOURCE\tCREATED\tPROCESSED\tRESULT", rows); err != nil {
+			return err
+		}
+	}
+	if len(d.Findings) > 0 {
+		fmt.Fprintln(a.out, "\nledger findings:")
+		return a.findingsTable(d.Findings)
+	}
+	return nil
+}
+
+func (a admin) reconcile(ctx context.Context) error {
+	pc, pcfg, err := a.provider()
+	if err != nil {
+		return err
+	}
+	// The reconciler's notes ("a charge request may still be in flight")
+	// are shown with the answer.
+	var logs bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{
+		ReplaceAttr: func(_ []string, at slog.Attr) slog.Attr {
+			if at.Key == slog.TimeKey {
+				return slog.Attr{}
+			}
+			return at
+		},
+	}))
+	r := payments.NewReconciler(a.pool, a.keys(), pc, logger, payments.ReconcileConfig{
+		ChargeCallTimeout: payments.ChargeConfig{JobTimeout: pcfg.JobTimeout}.ProviderCallTimeout(),
+		Settle:            pcfg.ReconcileSettle,
+	})
+	res, err := r.ReconcilePayment(ctx, a.cmd.args[0])
+	if errors.Is(err, payments.ErrNotFound) {
+		return fmt.Errorf("%w: no payment %q (\"api payments list\" lists them)", err, a.cmd.args[0])
+	}
+	if err != nil {
+		return err
+	}
+	if a.cmd.opts.json {
+		return a.writeJSON(map[string]any{"verdict": res.Verdict, "finding": res.Finding,
+			"before": operatorView(res.Before), "after": operatorView(res.After)})
+	}
+	p := res.After
+	if err := a.fields("payment", p.ID, "verdict", res.Verdict,
+		"status", fmt.Sprintf("%s -> %s", res.Before.Status, p.Status),
+		"failure", fmt.Sprintf("%s: %s", str(p.FailureCode), str(p.FailureMessage)),
+		"provider intent", str(p.ProviderPaymentIntentID), "reconciliation", reconcileState(p)); err != nil {
+		return err
+	}
+	if res.Finding != "" {
+		fmt.Fprintf(a.out, "finding recorded: %s\n", res.Finding)
+	}
+	if logs.Len() > 0 {
+		fmt.Fprintf(a.out, "\nreconciler log:\n%s", logs.String())
+	}
+	return nil
+}
+
+func (a admin) keysRelease(ctx context.Context) error {
+	tenantID, err := tenant.Lookup(ctx, a.pool, a.cmd.args[0])
+	if err != nil {
+		return err
+	}
+	p, rel, err := payments.ReleaseKey(ctx, a.pool, a.keys(), tenantID, a.cmd.args[1], a.cmd.opts.reason, a.cmd.opts.operator)
+	if errors.Is(err, idempotency.ErrKeyNotFound) {
+		return fmt.Errorf("%w (\"api payments show ID\" names a payment's key)", err)
+	}
+	if err != nil {
+		return err
+	}
+	if a.cmd.opts.json {
+		return a.writeJSON(map[string]any{"release": rel, "payment": operatorView(p), "key_status": idempotency.StatusFailedRetryable})
+	}
+	return a.fields("released", rel.ID, "payment", fmt.Sprintf("%s is %s (%s)", p.ID, p.Status, str(p.FailureCode)),
+		"key", fmt.Sprintf("%s is %s: the client's retry with it charges the payment under generation %d", rel.Key,
+			idempotency.StatusFailedRetryable, p.ProviderKeyGeneration+1),
+		"by", rel.Operator, "reason", rel.Reason)
+}
+
+func (a admin) ledgerCheck(ctx context.Context) error {
+	pc, _, err := a.provider()
+	if err != nil {
+		return err
+	}
+	checker := payments.NewLedgerChecker(a.pool, pc, slog.New(slog.DiscardHandler), payments.LedgerCheckConfig{})
+	res, err := checker.Check(ctx, a.cmd.opts.since, a.cmd.opts.until)
+	if err != nil {
+		return err
+	}
+	if res.Disagreements == nil {
+		res.Disagreements = []payments.Disagreement{}
+	}
+	if a.cmd.opts.json {
+		return a.writeJSON(map[string]any{"from": res.From.UTC(), "to": res.To.UTC(), "intents": res.Intents,
+			"payments": res.Payments, "unchecked": res.Unchecked, "disagreements": res.Disagreements})
+	}
+	fmt.Fprintf(a.out, "window %s to %s: %d intents listed, %d succeeded payments looked for, %d disagreements",
+		ts(res.From), ts(res.To), res.Intents, res.Payments, len(res.Disagreements))
+	if res.Unchecked > 0 {
+		fmt.Fprintf(a.out, ", %d payments not checked (provider errors: run again)", res.Unchecked)
+	}
+	fmt.Fprintln(a.out)
+	if len(res.Disagreements) == 0 {
+		return nil
+	}
+	var rows [][]string
+	for _, d := range res.Disagreements {
+		finding := "already open"
+		if d.New {
+			finding = "new"
+		}
+		rows = append(rows, []string{d.Kind, orDash(d.PaymentID), orDash(d.IntentID), finding, d.Reason})
+	}
+	fmt.Fprintln(a.out)
+	if err := a.table("KIND\tPAYMENT\tINTENT\tFINDING\tREASON", rows); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(a.out, "\n\"api findings list --open\" lists the findings; \"api payments show ID\" tells more of a payment.")
+	return err
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func (a admin) findingsList(ctx context.Context) error {
+	list, err := ledger.List(ctx, a.pool, ledger.Filter{OpenOnly: a.cmd.opts.open, Limit: a.cmd.opts.limit})
+	if err != nil {
+		return err
+	}
+	if a.cmd.opts.json {
+		if list == nil {
+			list = []ledger.Finding{}
+		}
+		return a.writeJSON(list)
+	}
+	return a.findingsTable(list)
+}
+
+func (a admin) findingsTable(list []ledger.Finding) error {
+	var rows [][]string
+	for _, f := range list {
+		var ev struct {
+			Reason string `json:"reason"`
+		}
+		_ = json.Unmarshal(f.Evidence, &ev)
+		state := "open"
+		if f.ResolvedAt != nil {
+			state = fmt.Sprintf("resolved %s by %s: %s", tsp(f.ResolvedAt), str(f.ResolvedBy), str(f.ResolutionNote))
+		}
+		rows = append(rows, []string{f.ID, f.Kind, str(f.PaymentID), str(f.ProviderObjectID), ts(f.CreatedAt), orDash(ev.Reason), state})
+	}
+	return a.table("FINDING\tKIND\tPAYMENT\tINTENT\tCREATED\tREASON\tSTATE", rows)
+}
+
+func (a admin) findingsResolve(ctx context.Context) error {
+	f, err := ledger.Resolve(ctx, a.pool, a.cmd.args[0], a.cmd.opts.note, a.cmd.opts.operator)
+	if errors.Is(err, ledger.ErrNotFound) {
+		return fmt.Errorf("%w (\"api findings list --open\" lists the open ones)", err)
+	}
+	if err != nil {
+		return err
+	}
+	if a.cmd.opts.json {
+		return a.writeJSON(f)
+	}
+	return a.fields("finding", f.ID, "resolved", tsp(f.ResolvedAt), "by", str(f.ResolvedBy), "note", str(f.ResolutionNote))
+}

@@ -1,0 +1,215 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"github.com/stripe/stripe-go/v76"
+	"github.com/stripe/stripe-go/v76/client"
+
+	"github.com/oncepay/oncepay/internal/id"
+	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/ledger"
+	"github.com/oncepay/oncepay/internal/payments"
+	"github.com/oncepay/oncepay/internal/stripesim"
+)
+
+// withSimulator starts the Stripe simulator in-process and points the
+// commands at it, as the worker would be. It returns a stripe-go client
+// for the test to make intents of its own, and the simulator's admin.
+func (b *opsBundle) withSimulator() (*client.API, stripesim.AdminClient) {
+	b.t.Helper()
+	srv := httptest.NewServer(stripesim.New(stripesim.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}))
+	b.t.Cleanup(srv.Close)
+	b.extra["STRIPE_SECRET_KEY"] = "sk_test_oncepay"
+	b.extra["STRIPE_API_BASE"] = srv.URL
+	backend := stripe.GetBackendWithConfig(stripe.APIBackend, &stripe.BackendConfig{
+		URL: stripe.String(srv.URL), MaxNetworkRetries: stripe.Int64(0), EnableTelemetry: stripe.Bool(false),
+		LeveledLogger: &stripe.LeveledLogger{Level: stripe.LevelNull},
+	})
+	return client.New("sk_test_oncepay", &stripe.Backends{API: backend, Connect: backend, Uploads: backend}),
+		stripesim.AdminClient{BaseURL: srv.URL}
+}
+
+// intent makes an intent at the simulator, charged (or declined) at once
+// with paymentMethod; paymentID, if set, names our payment in its metadata
+// as the worker would.
+func (b *opsBundle) intent(api *client.API, amount int64, paymentMethod, paymentID string) *stripe.PaymentIntent {
+	b.t.Helper()
+	params := &stripe.PaymentIntentParams{Amount: stripe.Int64(amount), Currency: stripe.String("usd"),
+		PaymentMethod: stripe.String(paymentMethod), Confirm: stripe.Bool(true)}
+	if paymentID != "" {
+		params.Metadata = map[string]string{payments.MetadataPaymentID: paymentID, payments.MetadataTenantID: b.tenant.TenantID,
+			payments.MetadataGeneration: "1"}
+	}
+	pi, err := api.PaymentIntents.New(params)
+	require.NoError(b.t, err)
+	return pi
+}
+
+// settleRow puts a payment in a state the test chooses, as if a worker
+// had charged it, with its charge job done.
+func (b *opsBundle) settleRow(paymentID, status, intentID string) {
+	b.t.Helper()
+	b.exec(`UPDATE payments SET status = $2, provider_payment_intent_id = nullif($3, ''),
+		first_provider_attempt_at = now() - interval '1 minute', last_provider_attempt_at = now() - interval '1 minute',
+		failure_code = CASE WHEN $2 = 'failed' THEN 'card_declined' END WHERE id = $1`, paymentID, status, intentID)
+	b.exec(`UPDATE river_job SET state = 'completed', finalized_at = now() WHERE args->>'payment_id' = $1`, paymentID)
+}
+
+func TestReconcileCommand(t *testing.T) {
+	t.Parallel()
+	b := setupOps(t)
+
+	_, err := b.cli("reconcile", "pay_x")
+	require.ErrorContains(t, err, "STRIPE_SECRET_KEY", "the provider's settings are needed, and named")
+	api, sim := b.withSimulator()
+
+	// Charged, but the answer was lost: the reconciler's code finds the
+	// intent by its metadata and records it.
+	chargedKey := id.New("key")
+	charged := b.pay(chargedKey)
+	b.intent(api, 2000, "pm_card_visa", charged)
+	b.settleRow(charged, "requires_reconciliation", "")
+	b.exec(`UPDATE idempotency_keys SET status = 'unknown' WHERE idempotency_key = $1`, chargedKey)
+	var res struct {
+		Verdict string          `json:"verdict"`
+		After   operatorPayment `json:"after"`
+	}
+	b.cliJSON(&res, "reconcile", charged)
+	require.Equal(t, "settled", res.Verdict)
+	require.Equal(t, payments.StatusSucceeded, res.After.Status)
+	var keyStatus string
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT status FROM idempotency_keys WHERE idempotency_key = $1`, chargedKey).Scan(&keyStatus))
+	require.Equal(t, string(idempotency.StatusCompleted), keyStatus)
+
+	// Never sent: proven never charged, as the reconciler would.
+	lost := b.pay(id.New("key"))
+	b.settleRow(lost, "requires_reconciliation", "")
+	b.exec(`UPDATE payments SET first_provider_attempt_at = NULL, last_provider_attempt_at = NULL WHERE id = $1`, lost)
+	out, err := b.cli("reconcile", lost)
+	require.NoError(t, err, out)
+	require.Contains(t, out, "not_reached")
+	require.Contains(t, out, "requires_reconciliation -> failed")
+
+	// A final payment the provider contradicts is left alone, with a finding.
+	contradicted := b.pay(id.New("key"))
+	declined, err := api.PaymentIntents.New(&stripe.PaymentIntentParams{Amount: stripe.Int64(2000), Currency: stripe.String("usd")})
+	require.NoError(t, err)
+	_, err = api.PaymentIntents.Cancel(declined.ID, nil)
+	require.NoError(t, err)
+	b.settleRow(contradicted, "succeeded", declined.ID)
+	b.cliJSON(&res, "reconcile", contradicted)
+	require.Equal(t, "finding", res.Verdict)
+	require.Equal(t, payments.StatusSucceeded, res.After.Status, "never overwritten")
+	open, err := ledger.Open(b.ctx, b.pool)
+	require.NoError(t, err)
+	require.Len(t, open, 1)
+	require.Equal(t, ledger.KindStatusMismatch, open[0].Kind)
+
+	// Nothing to look up yet: says so, and where to look.
+	pending := b.pay(id.New("key"))
+	_, err = b.cli("reconcile", pending)
+	require.ErrorIs(t, err, payments.ErrNothingToLookUp)
+	require.ErrorContains(t, err, "api payments show")
+
+	ledgerAfter, err := sim.Ledger(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, ledgerAfter.IntentsWithMetadata(payments.MetadataPaymentID, charged), 1, "reconciling never charges")
+	require.Len(t, ledgerAfter.IntentsWithMetadata(payments.MetadataPaymentID, lost), 0, "reconciling never charges")
+}
+
+// TestLedgerCheck makes each kind of disagreement between the provider and
+// our rows, and finds each, once.
+func TestLedgerCheck(t *testing.T) {
+	t.Parallel()
+	b := setupOps(t)
+	api, sim := b.withSimulator()
+
+	type finding struct{ kind, payment, intent string }
+	var want []finding
+
+	unknown := b.intent(api, 999, "pm_card_visa", "")
+	want = append(want, finding{ledger.KindUnknownIntent, "", unknown.ID})
+	// An unknown intent that moved no money is noise, not a finding.
+	_, err := api.PaymentIntents.New(&stripe.PaymentIntentParams{Amount: stripe.Int64(500), Currency: stripe.String("usd")})
+	require.NoError(t, err)
+
+	ok := b.pay(id.New("key"))
+	b.settleRow(ok, "succeeded", b.intent(api, 2000, "pm_card_visa", ok).ID)
+
+	amount := b.pay(id.New("key"))
+	amountIntent := b.intent(api, 2500, "pm_card_visa", amount)
+	b.settleRow(amount, "succeeded", amountIntent.ID)
+	want = append(want, finding{ledger.KindAmountMismatch, amount, amountIntent.ID})
+
+	failed := b.pay(id.New("key"))
+	failedIntent := b.intent(api, 2000, "pm_card_visa", failed)
+	b.settleRow(failed, "failed", failedIntent.ID)
+	want = append(want, finding{ledger.KindStatusMismatch, failed, failedIntent.ID})
+
+	// Succeeded at the provider, and the reconciler gave up on it.
+	abandoned := b.pay(id.New("key"))
+	abandonedIntent := b.intent(api, 2000, "pm_card_visa", abandoned)
+	b.settleRow(abandoned, "requires_reconciliation", "")
+	b.exec(`UPDATE payments SET reconcile_after = NULL, reconcile_attempts = 40 WHERE id = $1`, abandoned)
+	want = append(want, finding{ledger.KindStatusMismatch, abandoned, abandonedIntent.ID})
+	// Still in the reconciler's hands: not a finding yet.
+	inHand := b.pay(id.New("key"))
+	b.intent(api, 2000, "pm_card_visa", inHand)
+	b.settleRow(inHand, "requires_reconciliation", "")
+	b.exec(`UPDATE payments SET reconcile_after = now() + interval '1 minute' WHERE id = $1`, inHand)
+
+	ghost := b.pay(id.New("key"))
+	b.settleRow(ghost, "succeeded", "pi_never_created")
+	want = append(want, finding{ledger.KindMissingIntent, ghost, "pi_never_created"})
+	noIntent := b.pay(id.New("key"))
+	b.settleRow(noIntent, "succeeded", "")
+	want = append(want, finding{ledger.KindMissingIntent, noIntent, ""})
+
+	before, err := sim.Ledger(b.ctx)
+	require.NoError(t, err)
+	for round, isNew := range []bool{true, false} {
+		var res struct {
+			Intents       int                     `json:"intents"`
+			Payments      int                     `json:"payments"`
+			Disagreements []payments.Disagreement `json:"disagreements"`
+		}
+		b.cliJSON(&res, "ledger", "check", "--since", "1h")
+		require.Equal(t, 7, res.Intents, "round %d", round)
+		require.Equal(t, 4, res.Payments, "round %d: the succeeded payments", round)
+		var got []finding
+		for _, d := range res.Disagreements {
+			got = append(got, finding{d.Kind, d.PaymentID, d.IntentID})
+			require.Equal(t, isNew, d.New, "round %d: %+v", round, d)
+		}
+		require.ElementsMatch(t, want, got, "round %d", round)
+	}
+	open, err := ledger.Open(b.ctx, b.pool)
+	require.NoError(t, err)
+	require.Len(t, open, len(want), "one open finding per disagreement")
+	var evidence map[string]any
+	for _, f := range open {
+		if f.Kind == ledger.KindAmountMismatch {
+			require.NoError(t, json.Unmarshal(f.Evidence, &evidence))
+		}
+	}
+	require.Contains(t, evidence["reason"], "is 2500 usd")
+
+	after, err := sim.Ledger(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, before.Objects, after.Objects, "the check charged, refunded and canceled nothing")
+
+	// Outside the window, nothing is compared.
+	out, err := b.cli("ledger", "check", "--since", "2000-01-01", "--until", "2000-01-02")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "0 intents listed, 0 succeeded payments looked for, 0 disagreements")
+	out, err = b.cli("ledger", "check")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "already open")
+	require.Contains(t, out, ledger.KindMissingIntent)
+}

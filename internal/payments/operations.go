@@ -1,0 +1,149 @@
+package payments
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/ledger"
+)
+
+// ListFilter selects payments across tenants for an operator.
+type ListFilter struct {
+	// Status, if set, keeps the payments in that state.
+	Status Status
+	// TenantID, if set, keeps one tenant's payments.
+	TenantID string
+	// Since, if set, keeps the payments created at or after it.
+	Since time.Time
+	// Limit caps the list, newest first. Defaults to 50.
+	Limit int
+}
+
+// ListAll returns payments of every tenant matching f, newest first: the
+// operator's view, where the API's list is one tenant's.
+func ListAll(ctx context.Context, db Querier, f ListFilter) ([]Payment, error) {
+	if f.Limit <= 0 {
+		f.Limit = 50
+	}
+	var since *time.Time
+	if !f.Since.IsZero() {
+		since = &f.Since
+	}
+	rows, err := db.Query(ctx, `
+		SELECT `+paymentColumns+` FROM payments
+		WHERE ($1 = '' OR status = $1) AND ($2 = '' OR tenant_id = $2) AND ($3::timestamptz IS NULL OR created_at >= $3)
+		ORDER BY id DESC
+		LIMIT $4`, string(f.Status), f.TenantID, since, f.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("list payments: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, pgx.RowToStructByName[Payment])
+	if err != nil {
+		return nil, fmt.Errorf("list payments: %w", err)
+	}
+	return list, nil
+}
+
+// Lookup reads a payment of any tenant, for an operator who has only its id.
+func Lookup(ctx context.Context, db Querier, paymentID string) (Payment, error) {
+	rows, err := db.Query(ctx, `SELECT `+paymentColumns+` FROM payments WHERE id = $1`, paymentID)
+	return collectPayment(rows, err, "look up payment")
+}
+
+// Job is one River job about a payment, with the errors of its attempts.
+type Job struct {
+	ID          int64      `db:"id" json:"id"`
+	Kind        string     `db:"kind" json:"kind"`
+	State       string     `db:"state" json:"state"`
+	Attempt     int        `db:"attempt" json:"attempt"`
+	MaxAttempts int        `db:"max_attempts" json:"max_attempts"`
+	CreatedAt   time.Time  `db:"created_at" json:"created_at"`
+	ScheduledAt time.Time  `db:"scheduled_at" json:"scheduled_at"`
+	AttemptedAt *time.Time `db:"attempted_at" json:"attempted_at"`
+	FinalizedAt *time.Time `db:"finalized_at" json:"finalized_at"`
+	Errors      []JobError `db:"errors" json:"errors"`
+}
+
+// JobError is one failed attempt of a job, as River recorded it.
+type JobError struct {
+	At      time.Time `json:"at"`
+	Attempt int       `json:"attempt"`
+	Error   string    `json:"error"`
+}
+
+// Event is a provider event stored for a payment's intents.
+type Event struct {
+	ID          string     `db:"id" json:"id"`
+	Type        string     `db:"type" json:"type"`
+	ObjectID    *string    `db:"object_id" json:"object_id"`
+	Source      string     `db:"source" json:"source"`
+	Created     time.Time  `db:"created" json:"created"`
+	ReceivedAt  time.Time  `db:"received_at" json:"received_at"`
+	ProcessedAt *time.Time `db:"processed_at" json:"processed_at"`
+	Result      *string    `db:"result" json:"result"`
+}
+
+// Detail is everything oncepay knows of one payment, for an operator.
+type Detail struct {
+	Payment Payment
+	// Key is the payment's idempotency key, nil once reaped.
+	Key *idempotency.Record
+	// Releases are operators' releases of the key.
+	Releases []idempotency.Release
+	Jobs     []Job
+	Events   []Event
+	Findings []ledger.Finding
+}
+
+// Show gathers a payment's Detail. It only reads.
+func Show(ctx context.Context, db idempotency.Querier, keys *idempotency.Store, paymentID string) (Detail, error) {
+	p, err := Lookup(ctx, db, paymentID)
+	if err != nil {
+		return Detail{}, err
+	}
+	d := Detail{Payment: p}
+	rec, err := keys.Get(ctx, db, p.TenantID, p.IdempotencyKey)
+	switch {
+	case err == nil:
+		d.Key = &rec
+	case !errors.Is(err, idempotency.ErrKeyNotFound):
+		return Detail{}, err
+	}
+	if d.Releases, err = idempotency.Releases(ctx, db, p.TenantID, p.IdempotencyKey); err != nil {
+		return Detail{}, err
+	}
+	// River's own table, read for the operator: the charge jobs carry the
+	// payment id in their args.
+	rows, err := db.Query(ctx, `
+		SELECT id, kind, state::text AS state, attempt, max_attempts, created_at, scheduled_at, attempted_at, finalized_at,
+			coalesce(to_jsonb(errors), '[]') AS errors
+		FROM river_job WHERE args->>'payment_id' = $1 ORDER BY id`, p.ID)
+	if err != nil {
+		return Detail{}, fmt.Errorf("list payment jobs: %w", err)
+	}
+	if d.Jobs, err = pgx.CollectRows(rows, pgx.RowToStructByName[Job]); err != nil {
+		return Detail{}, fmt.Errorf("list payment jobs: %w", err)
+	}
+	// Events name the intent; an intent of an earlier generation is found
+	// by the payment id in its metadata.
+	rows, err = db.Query(ctx, `
+		SELECT id, type, object_id, source, created, received_at, processed_at, result
+		FROM webhook_events
+		WHERE object_id = $2 OR payload #>> '{data,object,metadata,payment_id}' = $1
+		ORDER BY created, id`, p.ID, deref(p.ProviderPaymentIntentID))
+	if err != nil {
+		return Detail{}, fmt.Errorf("list payment events: %w", err)
+	}
+	if d.Events, err = pgx.CollectRows(rows, pgx.RowToStructByName[Event]); err != nil {
+		return Detail{}, fmt.Errorf("list payment events: %w", err)
+	}
+	if d.Findings, err = ledger.List(ctx, db, ledger.Filter{PaymentID: p.ID}); err != nil {
+		return Detail{}, err
+	}
+	return d, nil
+}
