@@ -199,7 +199,14 @@ func (w *ChargeWorker) work(ctx context.Context, job *river.Job[outbox.ChargePay
 		return w.finish(ctx, job, p, out)
 	case provider.Pending:
 		if age <= w.cfg.MaxPollDuration {
-			if err := recordPending(ctx, w.pool, p.ID, out); err != nil {
+			err := pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
+				locked, err := lockForOutcome(ctx, tx, w.keys, p.TenantID, p.ID)
+				if err != nil {
+					return err
+				}
+				return notePending(ctx, tx, w.keys, locked, out)
+			})
+			if err != nil {
 				return err
 			}
 			log.InfoContext(ctx, "payment pending at the provider; polling", slog.String("intent_status", string(out.Intent.Status)))

@@ -96,6 +96,12 @@ func nonEmpty(s string) *string {
 // accepted is the 202 stored under the key and replayed until the charge
 // job records the final answer.
 func (s *Service) accepted(p Payment) (idempotency.Response, error) {
+	return acceptedResponse(p, s.retryAfter())
+}
+
+// acceptedResponse is the 202 a key replays while its payment is not
+// final: the payment as it stands, and when to look again.
+func acceptedResponse(p Payment, retryAfter time.Duration) (idempotency.Response, error) {
 	body, err := marshalJSON(p)
 	if err != nil {
 		return idempotency.Response{}, fmt.Errorf("encode payment: %w", err)
@@ -105,7 +111,7 @@ func (s *Service) accepted(p Payment) (idempotency.Response, error) {
 		Header: map[string]string{
 			"Content-Type": "application/json",
 			"Location":     "/v1/payments/" + p.ID,
-			"Retry-After":  problem.RetryAfterValue(s.retryAfter()),
+			"Retry-After":  problem.RetryAfterValue(retryAfter),
 		},
 		Body: body,
 	}, nil

@@ -138,7 +138,7 @@ func settleLocked(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, p Pay
 		case provider.Pending:
 			s.Verdict = StillPending
 			if p.Status != StatusRequiresReconciliation {
-				if err := recordPending(ctx, tx, p.ID, out); err != nil {
+				if err := notePending(ctx, tx, keys, p, out); err != nil {
 					return s, err
 				}
 			}

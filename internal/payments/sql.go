@@ -180,6 +180,32 @@ func recordPending(ctx context.Context, db Querier, paymentID string, out provid
 	return nil
 }
 
+// notePending records a pending provider answer in tx, which holds the
+// payment's lock and then its key's (lockForOutcome). A payment now waiting
+// for its customer also gets its key's stored 202 refreshed, so that the
+// client's retry learns what the customer must do (next_action) without a
+// second request.
+func notePending(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, p Payment, out provider.Outcome) error {
+	if err := recordPending(ctx, tx, p.ID, out); err != nil {
+		return err
+	}
+	if out.Intent == nil || out.Intent.Status != stripe.PaymentIntentStatusRequiresAction {
+		return nil
+	}
+	waiting, err := lockPayment(ctx, tx, p.TenantID, p.ID)
+	if err != nil {
+		return err
+	}
+	resp, err := acceptedResponse(waiting, time.Second)
+	if err != nil {
+		return err
+	}
+	if err := keys.Refresh(ctx, tx, p.TenantID, p.IdempotencyKey, resp); err != nil && !errors.Is(err, idempotency.ErrTransition) {
+		return fmt.Errorf("refresh the stored answer: %w", err)
+	}
+	return nil
+}
+
 // finalizePayment moves a payment from one of the from states to a final
 // state. changed is false when another run already moved it: the caller
 // then records nothing else.

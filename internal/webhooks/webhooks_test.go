@@ -502,6 +502,12 @@ func TestOutOfOrderAndDuplicatesSettleTheSameState(t *testing.T) {
 	shown := b.api.Get(t, "/v1/payments/"+p.ID)
 	require.Equal(t, map[string]any{"type": "use_stripe_sdk", "redirect_to_url": nil, "client_secret": intent.ClientSecret},
 		shown.Body["next_action"], shown.Raw)
+	// So does the client's retry: the stored 202 was refreshed.
+	waiting := b.api.Pay(t, "key-three-d-s-001", "pm_card_authenticationRequired")
+	require.Equal(t, http.StatusAccepted, waiting.Status, waiting.Raw)
+	require.Equal(t, "true", waiting.Header.Get(idempotency.ReplayedHeader))
+	require.Equal(t, "requires_action", waiting.Body["status"], waiting.Raw)
+	require.Equal(t, shown.Body["next_action"], waiting.Body["next_action"], waiting.Raw)
 	require.NoError(t, b.admin.ResolveIntent(ctx, *p.ProviderPaymentIntentID, "succeeded"))
 
 	b.waitStatus(t, p.ID, payments.StatusSucceeded)
