@@ -10,9 +10,9 @@
 # locally by deploy/base-images.sh and kept for the next run.
 #
 # Settings: COMPOSE_TEST_PROJECT (the compose project name), and
-# ONCEPAY_API_PORT, ONCEPAY_STRIPESIM_PORT, ONCEPAY_WORKER_ADMIN_PORT (the
-# published ports; by default 8080, 12111 and 8081, or free ones where
-# those are taken).
+# ONCEPAY_API_PORT, ONCEPAY_STRIPESIM_PORT, ONCEPAY_WORKER_ADMIN_PORT,
+# ONCEPAY_STRIPE_MOCK_PORT (the published ports; by default 8080, 12111,
+# 8081 and 12112, or free ones where those are taken).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -50,8 +50,9 @@ command -v curl >/dev/null || missing+=(curl)
 if [ ${#missing[@]} -gt 0 ]; then
 	[ "$(id -u)" = 0 ] || fail "missing ${missing[*]}; run as root to install them"
 	say "installing ${missing[*]}"
-	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+	mkdir -p "$LOG_DIR"
+	{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive NEEDRESTART_SUSPEND=1 apt-get install -y -qq "${missing[@]}"; } \
+		>"$LOG_DIR/apt.log" 2>&1 || { tail -20 "$LOG_DIR/apt.log" >&2; fail "could not install ${missing[*]}"; }
 fi
 # A client installed apart from the engine may be of another version, and a
 # recent one will not build without its buildx plugin; Debian's client
@@ -104,6 +105,7 @@ free_port() { # free_port DEFAULT: DEFAULT if free, else a free high port
 export ONCEPAY_API_PORT=${ONCEPAY_API_PORT:-$(free_port 8080)}
 export ONCEPAY_STRIPESIM_PORT=${ONCEPAY_STRIPESIM_PORT:-$(free_port 12111)}
 export ONCEPAY_WORKER_ADMIN_PORT=${ONCEPAY_WORKER_ADMIN_PORT:-$(free_port 8081)}
+export ONCEPAY_STRIPE_MOCK_PORT=${ONCEPAY_STRIPE_MOCK_PORT:-$(free_port 12112)}
 API=http://127.0.0.1:$ONCEPAY_API_PORT
 SIM=http://127.0.0.1:$ONCEPAY_STRIPESIM_PORT
 
@@ -125,7 +127,7 @@ cleanup() {
 	fi
 	end_phase
 	phase "down"
-	compose down -v --remove-orphans >/dev/null 2>&1 || say "down failed"
+	compose --profile stripe-mock down -v --remove-orphans >/dev/null 2>&1 || say "down failed"
 	end_phase
 	stop_dockerd
 	rm -rf "$tmp"
@@ -189,3 +191,13 @@ go build -o "$tmp/demo" ./cmd/demo
 	-kill-worker "${COMPOSE[*]} -p $PROJECT -f docker-compose.yml -f deploy/compose.test.yml kill -s SIGKILL worker" \
 	-start-worker "${COMPOSE[*]} -p $PROJECT -f docker-compose.yml -f deploy/compose.test.yml start worker" ||
 	fail "the story failed against the compose stack"
+
+# The stripe-mock profile: its service starts and answers as Stripe would.
+compose --profile stripe-mock up -d stripe-mock
+for _ in $(seq 1 30); do
+	curl -fsS -o /dev/null -u sk_test_oncepaylocal: "http://127.0.0.1:$ONCEPAY_STRIPE_MOCK_PORT/v1/customers" 2>/dev/null && break
+	sleep 1
+done
+curl -fsS -o /dev/null -u sk_test_oncepaylocal: "http://127.0.0.1:$ONCEPAY_STRIPE_MOCK_PORT/v1/customers" ||
+	fail "stripe-mock (profile stripe-mock) does not answer"
+say "stripe-mock profile: stripe-mock answers"
