@@ -18,10 +18,14 @@ WORKDIR /src
 # not download them again.
 COPY go.mod go.sum ./
 RUN go mod download
-# stripe-mock depends on go.mod only, so its build stays cached too.
+# stripe-mock depends on go.mod only, so its build stays cached too, and
+# the standard library it compiled is reused by the build below.
 RUN go build -trimpath -ldflags='-s -w' -o /out/stripe-mock github.com/stripe/stripe-mock
 COPY . .
-RUN go build -trimpath -ldflags='-s -w' -o /out/ ./cmd/api ./cmd/worker ./cmd/stripesim
+# The build cache goes: nothing after this reads it, and every change of
+# the code would otherwise keep another copy of it among the engine's layers.
+RUN go build -trimpath -ldflags='-s -w' -o /out/ ./cmd/api ./cmd/worker ./cmd/stripesim \
+ && go clean -cache
 
 FROM ${RUNTIME_IMAGE}
 # The worker calls Stripe over TLS; scratch has no certificates of its own.
