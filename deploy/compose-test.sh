@@ -10,9 +10,10 @@
 # locally by deploy/base-images.sh and kept for the next run.
 #
 # Settings: COMPOSE_TEST_PROJECT (the compose project name), and
-# ONCEPAY_API_PORT, ONCEPAY_STRIPESIM_PORT, ONCEPAY_WORKER_ADMIN_PORT,
-# ONCEPAY_STRIPE_MOCK_PORT (the published ports; by default 8080, 12111,
-# 8081 and 12112, or free ones where those are taken).
+# ONCEPAY_API_PORT, ONCEPAY_API_METRICS_PORT, ONCEPAY_STRIPESIM_PORT,
+# ONCEPAY_WORKER_ADMIN_PORT, ONCEPAY_STRIPE_MOCK_PORT (the published ports;
+# by default 8080, 9080, 12111, 8081 and 12112, or free ones where those
+# are taken).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -103,6 +104,7 @@ free_port() { # free_port DEFAULT: DEFAULT if free, else a free high port
 	echo "$p"
 }
 export ONCEPAY_API_PORT=${ONCEPAY_API_PORT:-$(free_port 8080)}
+export ONCEPAY_API_METRICS_PORT=${ONCEPAY_API_METRICS_PORT:-$(free_port 9080)}
 export ONCEPAY_STRIPESIM_PORT=${ONCEPAY_STRIPESIM_PORT:-$(free_port 12111)}
 export ONCEPAY_WORKER_ADMIN_PORT=${ONCEPAY_WORKER_ADMIN_PORT:-$(free_port 8081)}
 export ONCEPAY_STRIPE_MOCK_PORT=${ONCEPAY_STRIPE_MOCK_PORT:-$(free_port 12112)}
@@ -191,6 +193,13 @@ go build -o "$tmp/demo" ./cmd/demo
 	-kill-worker "${COMPOSE[*]} -p $PROJECT -f docker-compose.yml -f deploy/compose.test.yml kill -s SIGKILL worker" \
 	-start-worker "${COMPOSE[*]} -p $PROJECT -f docker-compose.yml -f deploy/compose.test.yml start worker" ||
 	fail "the story failed against the compose stack"
+
+# Metrics, through the published ports: the API's and the worker's.
+for url in "http://127.0.0.1:$ONCEPAY_API_METRICS_PORT/metrics" "http://127.0.0.1:$ONCEPAY_WORKER_ADMIN_PORT/metrics"; do
+	curl -fsS -o "$tmp/metrics" "$url" || fail "no answer at $url"
+	grep -q '^oncepay_' "$tmp/metrics" || fail "no oncepay_ metric at $url"
+done
+say "metrics published by the API and the worker"
 
 # The stripe-mock profile: its service starts and answers as Stripe would.
 compose --profile stripe-mock up -d stripe-mock
