@@ -144,7 +144,7 @@ trap 'exit 130' INT TERM
 
 # --- build and up ------------------------------------------------------------
 phase "build"
-compose build >"$tmp/build.log" 2>&1 || { tail -40 "$tmp/build.log" >&2; fail "build failed"; }
+compose build --force-rm >"$tmp/build.log" 2>&1 || { tail -40 "$tmp/build.log" >&2; fail "build failed"; }
 say "image: $("$DOCKER" image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' "${ONCEPAY_IMAGE:-oncepay:local}")"
 
 phase "up"
