@@ -6,7 +6,7 @@
 # and kept; a later run finds it and builds nothing. Progress goes to stderr;
 # stdout gets the variables that select these images, ready for eval:
 #
-#	eval "$(deploy/base-images.sh)"   # GO_IMAGE=... POSTGRES_IMAGE=...
+#	eval "$(deploy/base-images.sh)"   # export GO_IMAGE=... POSTGRES_IMAGE=...
 #	docker-compose up -d --build
 #
 # Needs root, debootstrap and a running Docker engine.
@@ -73,5 +73,5 @@ else
 	"$DOCKER" build -q -t "$PG_TAG" --build-arg BASE_IMAGE="$DEBIAN_TAG" --build-arg PG_MAJOR="$PG_MAJOR" postgres >/dev/null
 fi
 
-echo "GO_IMAGE=$GO_TAG"
-echo "POSTGRES_IMAGE=$PG_TAG"
+echo "export GO_IMAGE=$GO_TAG"
+echo "export POSTGRES_IMAGE=$PG_TAG"

@@ -114,7 +114,6 @@ SIM=http://127.0.0.1:$ONCEPAY_STRIPESIM_PORT
 # --- base images -------------------------------------------------------------
 phase "base images"
 eval "$(deploy/base-images.sh)"
-export GO_IMAGE POSTGRES_IMAGE
 GOPROXY=$(go env GOPROXY)
 export GOPROXY
 
