@@ -75,3 +75,14 @@ pg-stop:
 ## bench: benchmarks, each reporting ratios to a baseline measured in the same run
 bench:
 	go test -run '^$$' -bench . -benchtime 2s ./internal/...
+
+# --- containers: Dockerfile, docker-compose.yml, deploy/ ---------------------
+.PHONY: compose-test base-images
+
+## compose-test: build the images, run docker-compose.yml on a real Docker engine, tell the demo's story against it, take it down (as root it installs Docker and starts dockerd when missing)
+compose-test:
+	deploy/compose-test.sh
+
+## base-images: build the local base images for an engine that cannot pull; prints the GO_IMAGE and POSTGRES_IMAGE to use
+base-images:
+	@deploy/base-images.sh

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"net"
+	"net/url"
+	"strconv"
+	"testing"
+
+	"github.com/compose-spec/compose-go/v2/loader"
+	"github.com/compose-spec/compose-go/v2/types"
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncepay/oncepay/internal/serve"
+)
+
+// The worker service of docker-compose.yml, checked against the binary
+// itself: a command it would refuse, a variable it does not read, a wrong
+// order or a provider it cannot reach breaks make test instead of the first
+// compose up.
+
+// loadCompose loads docker-compose.yml (and the compose test's override
+// when withTestOverride) as docker compose does, every profile enabled,
+// with no variable from the environment the test runs in: each ${VAR}
+// takes the file's own default.
+func loadCompose(t *testing.T, withTestOverride bool) *types.Project {
+	t.Helper()
+	files := []string{"../../docker-compose.yml"}
+	if withTestOverride {
+		files = append(files, "../../deploy/compose.test.yml")
+	}
+	ctx := context.Background()
+	details, err := loader.LoadConfigFiles(ctx, files, "../..")
+	require.NoError(t, err)
+	details.Environment = types.Mapping{}
+	project, err := loader.LoadWithContext(ctx, *details, loader.WithProfiles([]string{"*"}),
+		func(o *loader.Options) { o.SetProjectName("oncepay", true) })
+	require.NoError(t, err)
+	return project
+}
+
+// loadServiceConfig loads the worker's configuration from the service's
+// environment and fails the test for a variable that it sets and the
+// worker never reads (a misspelt name is silently ignored otherwise).
+func loadServiceConfig(t *testing.T, s types.ServiceConfig) config {
+	t.Helper()
+	read := map[string]bool{}
+	cfg, err := loadConfig(func(name string) string {
+		read[name] = true
+		if v := s.Environment[name]; v != nil {
+			return *v
+		}
+		return ""
+	})
+	require.NoError(t, err, "service %s: its environment is not a valid configuration", s.Name)
+	for name := range s.Environment {
+		require.True(t, read[name], "service %s sets %s, which the worker does not read", s.Name, name)
+	}
+	return cfg
+}
+
+func TestCompose(t *testing.T) {
+	t.Parallel()
+	project := loadCompose(t, false)
+	worker, err := project.GetService("worker")
+	require.NoError(t, err)
+
+	t.Run("OneServiceRunsTheWorker", func(t *testing.T) {
+		t.Parallel()
+		var running []string
+		for name, s := range project.AllServices() {
+			if len(s.Command) > 0 && s.Command[0] == "worker" {
+				running = append(running, name)
+			}
+		}
+		// Two would be safe (River shares the jobs out), but the stripe-mock
+		// profile must not start a second worker aimed elsewhere.
+		require.Equal(t, []string{"worker"}, running)
+	})
+
+	t.Run("CommandIsAccepted", func(t *testing.T) {
+		t.Parallel()
+		help, err := serve.ParseNoArgs(worker.Command)
+		require.NoError(t, err, "command %q", worker.Command)
+		require.False(t, help, "command %q prints help and exits", worker.Command)
+	})
+
+	t.Run("EnvironmentIsReadAndValid", func(t *testing.T) {
+		t.Parallel()
+		loadServiceConfig(t, worker)
+	})
+
+	t.Run("EnvironmentOfTheComposeTestIsReadAndValid", func(t *testing.T) {
+		t.Parallel()
+		s, err := loadCompose(t, true).GetService("worker")
+		require.NoError(t, err)
+		cfg := loadServiceConfig(t, s)
+		require.Less(t, cfg.RescueStuckAfter, defaultConfig(t).RescueStuckAfter, "the override shortens the timers")
+	})
+
+	t.Run("AdminIsPublished", func(t *testing.T) {
+		t.Parallel()
+		addr := loadServiceConfig(t, worker).AdminAddr
+		host, port, err := net.SplitHostPort(addr)
+		require.NoError(t, err)
+		require.Contains(t, []string{"", "0.0.0.0", "::"}, host, "WORKER_ADMIN_ADDR=%s is unreachable from outside the container", addr)
+		require.Len(t, worker.Ports, 1)
+		require.Equal(t, port, strconv.Itoa(int(worker.Ports[0].Target)), "published port")
+		require.Equal(t, "127.0.0.1", worker.Ports[0].HostIP, "published on the host's loopback only")
+	})
+
+	// The worker charges through the simulator's service, at the port the
+	// simulator listens on.
+	t.Run("ProviderIsTheSimulator", func(t *testing.T) {
+		t.Parallel()
+		base, err := url.Parse(loadServiceConfig(t, worker).StripeAPIBase)
+		require.NoError(t, err)
+		sim, err := project.GetService(base.Hostname())
+		require.NoError(t, err, "STRIPE_API_BASE=%s names no service", base)
+		require.NotNil(t, sim.Environment["STRIPESIM_ADDR"])
+		_, simPort, err := net.SplitHostPort(*sim.Environment["STRIPESIM_ADDR"])
+		require.NoError(t, err)
+		require.Equal(t, simPort, base.Port(), "STRIPE_API_BASE=%s: the simulator listens on %s", base, simPort)
+	})
+
+	t.Run("Order", func(t *testing.T) {
+		t.Parallel()
+		got := map[string]string{}
+		for name, dep := range worker.DependsOn {
+			got[name] = dep.Condition
+		}
+		require.Equal(t, map[string]string{
+			"migrate":   types.ServiceConditionCompletedSuccessfully,
+			"stripesim": types.ServiceConditionStarted,
+		}, got)
+	})
+}
+
+// defaultConfig is the configuration of the smallest valid environment.
+func defaultConfig(t *testing.T) config {
+	t.Helper()
+	cfg, err := loadConfig(func(name string) string {
+		if name == "STRIPE_SECRET_KEY" {
+			return "sk_test_x"
+		}
+		return ""
+	})
+	require.NoError(t, err)
+	return cfg
+}
