@@ -48,6 +48,9 @@ WORKER_ADMIN_ADDR (the worker's /readyz and /metrics, default 127.0.0.1:8081).
 Logs: .run/logs/api.log, worker.log, stripesim.log.`
 
 func run(ctx context.Context, args []string, lookup func(string) (string, bool), stdout io.Writer) error {
+	// Read before anything else: by the time the stack is up, the parent
+	// may already be gone, and the process re-parented.
+	parent := os.Getppid()
 	if len(args) != 2 {
 		return errUsage
 	}
@@ -71,7 +74,7 @@ func run(ctx context.Context, args []string, lookup func(string) (string, bool),
 		_, err := fmt.Fprintln(stdout, usage)
 		return err
 	case "run":
-		return runForeground(ctx, cfg, stdout)
+		return runForeground(ctx, cfg, parent, stdout)
 	case "up":
 		return up(ctx, cfg, stdout)
 	case "down":
@@ -84,7 +87,7 @@ func run(ctx context.Context, args []string, lookup func(string) (string, bool),
 // errUsage answers a command line that is not one of the three commands.
 var errUsage = errors.New("usage: stack run | up | down (stack --help says more)")
 
-func runForeground(ctx context.Context, cfg devstack.Config, stdout io.Writer) error {
+func runForeground(ctx context.Context, cfg devstack.Config, parent int, stdout io.Writer) error {
 	s, err := devstack.Start(ctx, cfg)
 	if err != nil {
 		return err
@@ -93,7 +96,7 @@ func runForeground(ctx context.Context, cfg devstack.Config, stdout io.Writer) e
 	fmt.Fprintln(stdout, "Ctrl-C stops everything.")
 	select {
 	case <-ctx.Done():
-	case <-parentGone():
+	case <-parentGone(parent):
 		fmt.Fprintln(stdout, "the program that started this one is gone")
 	case p := <-exited(s):
 		fmt.Fprintf(stdout, "%s exited on its own; see %s\n", p.Name, p.LogPath)
@@ -144,9 +147,8 @@ func printReady(w io.Writer, s *devstack.Stack) {
 // parentGone fires when the process that started this one exits: `make
 // run &` followed by `kill $!` kills make, not its children, and the stack
 // must not outlive it.
-func parentGone() <-chan struct{} {
+func parentGone(parent int) <-chan struct{} {
 	gone := make(chan struct{})
-	parent := os.Getppid()
 	go func() {
 		for os.Getppid() == parent {
 			time.Sleep(500 * time.Millisecond)

@@ -28,7 +28,12 @@ func TestMain(m *testing.M) { bintest.Main(m, &workDir, ".", "../api", "../worke
 // it started, rather than leaving three processes holding their ports.
 func TestStackDiesWithItsParent(t *testing.T) {
 	addrs := freeAddrs(t, 3)
-	var log bytes.Buffer
+	// A file, not a pipe: Wait must not wait for the stack to close the
+	// parent's output, which it inherits.
+	log, err := os.CreateTemp(t.TempDir(), "stack-log")
+	require.NoError(t, err)
+	defer log.Close()
+	output := func() string { data, _ := os.ReadFile(log.Name()); return string(data) }
 	// sh stands in for make: it starts the stack and waits for it.
 	parent := exec.Command("sh", "-c", "bin/stack run; echo unreachable")
 	parent.Dir = workDir
@@ -38,19 +43,27 @@ func TestStackDiesWithItsParent(t *testing.T) {
 		"LISTEN_ADDR="+addrs[1],
 		"WORKER_ADMIN_ADDR="+addrs[2],
 	)
-	parent.Stdout, parent.Stderr = &log, &log
+	parent.Stdout, parent.Stderr = log, log
 	require.NoError(t, parent.Start())
-	t.Cleanup(func() { _ = parent.Process.Kill(); _ = parent.Wait() })
+	t.Cleanup(func() {
+		_ = parent.Process.Kill()
+		_ = parent.Wait()
+		// Should the stack have outlived its parent, end it, so a failed
+		// run leaves nothing behind.
+		for _, pid := range pidsOf(filepath.Join(workDir, "bin", "stack")) {
+			_ = syscall.Kill(pid, syscall.SIGTERM)
+		}
+	})
 
 	require.Eventually(t, func() bool { return answers("http://" + addrs[1] + "/readyz") }, 90*time.Second, 100*time.Millisecond,
-		"the stack did not come up:\n%s", &log)
+		"the stack did not come up:\n%s", output())
 	apiPID := pidOf(t, filepath.Join(workDir, ".run", "logs", "api.log"))
 
 	require.NoError(t, parent.Process.Signal(syscall.SIGKILL))
 	_ = parent.Wait()
 	require.Eventually(t, func() bool {
 		return !answers("http://"+addrs[1]+"/readyz") && !answers("http://"+addrs[0]+"/_sim/faults") && !answers("http://"+addrs[2]+"/readyz")
-	}, 45*time.Second, 100*time.Millisecond, "the stack outlived its parent")
+	}, 45*time.Second, 100*time.Millisecond, "the stack outlived its parent:\n%s", output())
 	require.Eventually(t, func() bool { return syscall.Kill(apiPID, 0) != nil }, 10*time.Second, 50*time.Millisecond, "the api process is gone")
 }
 
@@ -82,23 +95,30 @@ func answers(url string) bool {
 	return resp.StatusCode == http.StatusOK
 }
 
-// pidOf reads the pid the API logs at start ("pid" is not logged, so the
-// process is found by its listening log line's absence of one: use /proc).
+// pidOf finds the API process the stack started, by its binary.
 func pidOf(t *testing.T, logPath string) int {
 	t.Helper()
-	entries, err := os.ReadDir("/proc")
-	require.NoError(t, err)
 	want := filepath.Join(workDir, "bin", "api")
+	pids := pidsOf(want)
+	if len(pids) == 0 {
+		t.Fatalf("no process runs %s (log %s)", want, logPath)
+	}
+	return pids[0]
+}
+
+// pidsOf lists the processes running the binary at path.
+func pidsOf(path string) []int {
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
 	for _, e := range entries {
 		var pid int
 		if _, err := fmt.Sscan(e.Name(), &pid); err != nil {
 			continue
 		}
 		exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe"))
-		if err == nil && strings.TrimSuffix(exe, " (deleted)") == want {
-			return pid
+		if err == nil && strings.TrimSuffix(exe, " (deleted)") == path {
+			pids = append(pids, pid)
 		}
 	}
-	t.Fatalf("no process runs %s (log %s)", want, logPath)
-	return 0
+	return pids
 }
