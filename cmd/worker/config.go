@@ -60,6 +60,11 @@ type config struct {
 	// ReconcileBackoffMax (RECONCILE_BACKOFF_MAX) caps the wait between
 	// looks that could not tell. Defaults to 1h.
 	ReconcileBackoffMax time.Duration
+	// ReconcileRunBudget (RECONCILE_RUN_BUDGET) bounds one reconciler run;
+	// a payment a run claimed is not looked at by another for this plus a
+	// minute, so it is also how long a reconciler killed mid-run delays
+	// the payments it held. Defaults to 2m.
+	ReconcileRunBudget time.Duration
 	// ReconcileMaxAttempts (RECONCILE_MAX_ATTEMPTS): looks that could not
 	// tell before a payment is left to an operator. Defaults to 40.
 	ReconcileMaxAttempts int
@@ -121,6 +126,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		ReconcileSettle:        env.Duration("RECONCILE_SETTLE", time.Minute, 0, time.Hour),
 		ReconcileBackoffMax:    env.Duration("RECONCILE_BACKOFF_MAX", time.Hour, time.Second, 24*time.Hour),
 		ReconcileMaxAttempts:   env.Int("RECONCILE_MAX_ATTEMPTS", 40, 1, 10000),
+		ReconcileRunBudget:     env.Duration("RECONCILE_RUN_BUDGET", 2*time.Minute, time.Second, time.Hour),
 		SweepInterval:          env.Duration("SWEEP_INTERVAL", time.Minute, 100*time.Millisecond, 24*time.Hour),
 		SweepGrace:             env.Duration("SWEEP_GRACE", 5*time.Minute, time.Second, 24*time.Hour),
 		ReapInterval:           env.Duration("IDEMPOTENCY_REAP_INTERVAL", 10*time.Minute, time.Second, 24*time.Hour),

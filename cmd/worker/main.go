@@ -85,6 +85,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		Settle:            cfg.ReconcileSettle,
 		RetryMax:          cfg.ReconcileBackoffMax,
 		MaxAttempts:       cfg.ReconcileMaxAttempts,
+		RunBudget:         cfg.ReconcileRunBudget,
 		MaxActionWait:     cfg.MaxPollDuration,
 	}
 	reconciler := payments.NewReconciler(pool, keys, providerClient, logger, reconcileCfg)

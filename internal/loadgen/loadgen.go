@@ -121,6 +121,9 @@ func workerEnv() []string {
 		"RECONCILE_INTERVAL=1s",
 		"RECONCILE_SETTLE=2s",
 		"RECONCILE_BACKOFF_MAX=5s",
+		// A reconciler run killed with its worker holds its payments for
+		// its budget plus a minute.
+		"RECONCILE_RUN_BUDGET=5s",
 		"SWEEP_INTERVAL=2s",
 		"SWEEP_GRACE=10s",
 		"STRIPESIM_SEARCH_INDEX_DELAY=500ms",
