@@ -1,16 +1,15 @@
 package main
 
 import (
-	"context"
 	"net"
 	"net/url"
 	"strconv"
 	"testing"
 
-	"github.com/compose-spec/compose-go/v2/loader"
 	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncepay/oncepay/internal/composecheck"
 	"github.com/oncepay/oncepay/internal/serve"
 )
 
@@ -19,49 +18,9 @@ import (
 // order or a provider it cannot reach breaks make test instead of the first
 // compose up.
 
-// loadCompose loads docker-compose.yml (and the compose test's override
-// when withTestOverride) as docker compose does, every profile enabled,
-// with no variable from the environment the test runs in: each ${VAR}
-// takes the file's own default.
-func loadCompose(t *testing.T, withTestOverride bool) *types.Project {
-	t.Helper()
-	files := []string{"../../docker-compose.yml"}
-	if withTestOverride {
-		files = append(files, "../../deploy/compose.test.yml")
-	}
-	ctx := context.Background()
-	details, err := loader.LoadConfigFiles(ctx, files, "../..")
-	require.NoError(t, err)
-	details.Environment = types.Mapping{}
-	project, err := loader.LoadWithContext(ctx, *details, loader.WithProfiles([]string{"*"}),
-		func(o *loader.Options) { o.SetProjectName("oncepay", true) })
-	require.NoError(t, err)
-	return project
-}
-
-// loadServiceConfig loads the worker's configuration from the service's
-// environment and fails the test for a variable that it sets and the
-// worker never reads (a misspelt name is silently ignored otherwise).
-func loadServiceConfig(t *testing.T, s types.ServiceConfig) config {
-	t.Helper()
-	read := map[string]bool{}
-	cfg, err := loadConfig(func(name string) string {
-		read[name] = true
-		if v := s.Environment[name]; v != nil {
-			return *v
-		}
-		return ""
-	})
-	require.NoError(t, err, "service %s: its environment is not a valid configuration", s.Name)
-	for name := range s.Environment {
-		require.True(t, read[name], "service %s sets %s, which the worker does not read", s.Name, name)
-	}
-	return cfg
-}
-
 func TestCompose(t *testing.T) {
 	t.Parallel()
-	project := loadCompose(t, false)
+	project := composecheck.Load(t, "../..", false)
 	worker, err := project.GetService("worker")
 	require.NoError(t, err)
 
@@ -87,20 +46,20 @@ func TestCompose(t *testing.T) {
 
 	t.Run("EnvironmentIsReadAndValid", func(t *testing.T) {
 		t.Parallel()
-		loadServiceConfig(t, worker)
+		composecheck.Config(t, worker, "the worker", loadConfig)
 	})
 
 	t.Run("EnvironmentOfTheComposeTestIsReadAndValid", func(t *testing.T) {
 		t.Parallel()
-		s, err := loadCompose(t, true).GetService("worker")
+		s, err := composecheck.Load(t, "../..", true).GetService("worker")
 		require.NoError(t, err)
-		cfg := loadServiceConfig(t, s)
+		cfg := composecheck.Config(t, s, "the worker", loadConfig)
 		require.Less(t, cfg.RescueStuckAfter, defaultConfig(t).RescueStuckAfter, "the override shortens the timers")
 	})
 
 	t.Run("AdminIsPublished", func(t *testing.T) {
 		t.Parallel()
-		addr := loadServiceConfig(t, worker).AdminAddr
+		addr := composecheck.Config(t, worker, "the worker", loadConfig).AdminAddr
 		host, port, err := net.SplitHostPort(addr)
 		require.NoError(t, err)
 		require.Contains(t, []string{"", "0.0.0.0", "::"}, host, "WORKER_ADMIN_ADDR=%s is unreachable from outside the container", addr)
@@ -113,7 +72,7 @@ func TestCompose(t *testing.T) {
 	// simulator listens on.
 	t.Run("ProviderIsTheSimulator", func(t *testing.T) {
 		t.Parallel()
-		base, err := url.Parse(loadServiceConfig(t, worker).StripeAPIBase)
+		base, err := url.Parse(composecheck.Config(t, worker, "the worker", loadConfig).StripeAPIBase)
 		require.NoError(t, err)
 		sim, err := project.GetService(base.Hostname())
 		require.NoError(t, err, "STRIPE_API_BASE=%s names no service", base)
