@@ -26,6 +26,10 @@ func providerFaults() []stripesim.Fault {
 		// Held past the worker's job timeout.
 		{Mode: stripesim.FaultHoldAfter, Probability: 0.01, Path: charges},
 		{Mode: stripesim.FaultLatency, LatencyMS: 300, Probability: 0.05},
+		// Refunds fail the same ways.
+		{Mode: stripesim.FaultErrorBefore, Status: 500, Probability: 0.04, Path: "POST /v1/refunds"},
+		{Mode: stripesim.FaultErrorAfter, Status: 500, Probability: 0.04, Path: "POST /v1/refunds"},
+		{Mode: stripesim.FaultCloseAfter, Probability: 0.03, Path: "POST /v1/refunds"},
 	}
 }
 

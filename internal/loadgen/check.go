@@ -288,8 +288,120 @@ func (r *run) check(ctx context.Context) (*Report, error) {
 				a.API, a.Status, a.Problem, a.Err, a.At.Format("15:04:05.000"), a.end().Format("15:04:05.000"), a.Key))
 		}
 	}
-	report.Invariants = []Invariant{acked, oneEach, provider, replays, mismatch, isolation, failures}
+	refunds, err := r.checkRefunds(ctx, answers, ledger)
+	if err != nil {
+		return nil, err
+	}
+	report.Invariants = []Invariant{acked, oneEach, provider, replays, mismatch, isolation, failures, refunds}
 	return report, nil
+}
+
+// checkRefunds is invariant 8: refunds never exceed their payment, each
+// refund key made one refund, every acknowledged refund is final, and the
+// provider refunded each succeeded refund exactly once and nothing else.
+func (r *run) checkRefunds(ctx context.Context, answers []answer, ledger stripesim.Ledger) (Invariant, error) {
+	inv := Invariant{Name: "8 refunds: never beyond the payment, one per key, final, one provider refund each"}
+	type refundRow struct {
+		ID, TenantID, PaymentID, Key, Status string
+		Amount                               int64
+	}
+	rows, err := r.pool.Query(ctx, `SELECT id, tenant_id, payment_id, idempotency_key, status, amount FROM refunds`)
+	if err != nil {
+		return inv, err
+	}
+	list, err := pgx.CollectRows(rows, pgx.RowToStructByPos[refundRow])
+	if err != nil {
+		return inv, err
+	}
+	rows, err = r.pool.Query(ctx, `SELECT id, amount, amount_refunded FROM payments WHERE amount_refunded > 0 OR id IN (SELECT payment_id FROM refunds)`)
+	if err != nil {
+		return inv, err
+	}
+	type paid struct {
+		ID               string
+		Amount, Refunded int64
+	}
+	payments, err := pgx.CollectRows(rows, pgx.RowToStructByPos[paid])
+	if err != nil {
+		return inv, err
+	}
+	byID := map[string]refundRow{}
+	keys := map[string]int{}
+	held, succeeded := map[string]int64{}, map[string]int64{}
+	for _, rf := range list {
+		byID[rf.ID] = rf
+		keys[rf.TenantID+" "+rf.Key]++
+		switch rf.Status {
+		case "succeeded":
+			succeeded[rf.PaymentID] += rf.Amount
+			held[rf.PaymentID] += rf.Amount
+		case "pending", "requires_reconciliation":
+			held[rf.PaymentID] += rf.Amount
+		}
+	}
+	for _, p := range payments {
+		inv.Checked++
+		if held[p.ID] > p.Amount {
+			inv.Violations = append(inv.Violations, fmt.Sprintf("%s: refunds of %d for a payment of %d", p.ID, held[p.ID], p.Amount))
+		}
+		if p.Refunded != succeeded[p.ID] {
+			inv.Violations = append(inv.Violations, fmt.Sprintf("%s: amount_refunded %d, succeeded refunds %d", p.ID, p.Refunded, succeeded[p.ID]))
+		}
+	}
+	for key, n := range keys {
+		if n > 1 {
+			inv.Violations = append(inv.Violations, fmt.Sprintf("refund key %s made %d refunds", key, n))
+		}
+	}
+	named := map[string]map[string]bool{}
+	for _, a := range answers {
+		if a.Op != OpRefund || a.RefundID == "" {
+			continue
+		}
+		inv.Checked++
+		if named[a.Key] == nil {
+			named[a.Key] = map[string]bool{}
+		}
+		named[a.Key][a.RefundID] = true
+		rf, ok := byID[a.RefundID]
+		switch {
+		case !ok:
+			inv.Violations = append(inv.Violations, a.RefundID+" was acknowledged but does not exist")
+		case rf.PaymentID != a.PaymentID || rf.TenantID != r.tenants[a.Tenant].ID:
+			inv.Violations = append(inv.Violations, a.RefundID+" belongs to another payment or tenant than the request")
+		case rf.Status != "succeeded" && rf.Status != "failed" && rf.Status != "canceled":
+			inv.Violations = append(inv.Violations, fmt.Sprintf("%s is %s, not final", rf.ID, rf.Status))
+		}
+	}
+	for key, ids := range named {
+		if len(ids) > 1 {
+			inv.Violations = append(inv.Violations, fmt.Sprintf("answers for refund key %s named %d refunds", key, len(ids)))
+		}
+	}
+	atProvider := map[string]int{}
+	for _, o := range ledger.Objects {
+		if o.Object != "refund" {
+			continue
+		}
+		refundID := o.Metadata["refund_id"]
+		if _, ok := byID[refundID]; !ok {
+			inv.Violations = append(inv.Violations, fmt.Sprintf("provider refund %s names refund %q, which we do not know", o.ID, refundID))
+		}
+		if o.Status == "succeeded" {
+			atProvider[refundID]++
+		}
+	}
+	for _, rf := range list {
+		switch n := atProvider[rf.ID]; {
+		case n > 1:
+			inv.Violations = append(inv.Violations, fmt.Sprintf("%s was refunded %d times at the provider", rf.ID, n))
+		case rf.Status == "succeeded" && n != 1:
+			inv.Violations = append(inv.Violations, fmt.Sprintf("%s succeeded with %d provider refunds", rf.ID, n))
+		case rf.Status != "succeeded" && n != 0:
+			inv.Violations = append(inv.Violations, fmt.Sprintf("%s is %s but the provider refunded it", rf.ID, rf.Status))
+		}
+	}
+	return inv, nil
 }
 
 // readAll reads every acknowledged payment through the API as its tenant.

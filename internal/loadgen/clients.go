@@ -24,6 +24,7 @@ const (
 	OpRetry     Op = "retry"     // the same request again after an answer
 	OpDuplicate Op = "duplicate" // a concurrent copy of the first request
 	OpMismatch  Op = "mismatch"  // the same key with another amount
+	OpRefund    Op = "refund"    // a refund of an earlier payment (and its retries)
 )
 
 // answer is one HTTP exchange as a client saw it.
@@ -36,10 +37,12 @@ type answer struct {
 	Status    int // 0 for a transport error
 	Err       string
 	PaymentID string
-	Problem   string
-	Replayed  bool
-	At        time.Time
-	Took      time.Duration
+	// RefundID is the refund an OpRefund answer names.
+	RefundID string
+	Problem  string
+	Replayed bool
+	At       time.Time
+	Took     time.Duration
 }
 
 // end is when the answer (or the error) arrived: what fault windows are
@@ -47,7 +50,7 @@ type answer struct {
 func (a answer) end() time.Time { return a.At.Add(a.Took) }
 
 func (a answer) acknowledged() bool {
-	return a.PaymentID != "" && (a.Status == http.StatusAccepted || a.Status == http.StatusCreated || a.Status == http.StatusPaymentRequired)
+	return a.Op != OpRefund && a.PaymentID != "" && (a.Status == http.StatusAccepted || a.Status == http.StatusCreated || a.Status == http.StatusPaymentRequired)
 }
 
 // recorder keeps every answer.
@@ -101,6 +104,7 @@ type pastOp struct {
 	tenant      int
 	key, method string
 	amount      int64
+	paymentID   string
 }
 
 // operation is one logical payment: a key, its first request retried until
@@ -119,14 +123,23 @@ func (r *run) operation(ctx context.Context, client *http.Client, c, n int, past
 	if r.chance(r.cfg.DeclineRate) {
 		method = "pm_card_chargeDeclined"
 	}
+	var first answer
 	if r.chance(r.cfg.DuplicateRate) {
 		var wg sync.WaitGroup
+		var mu sync.Mutex
 		for range 3 {
-			wg.Go(func() { r.pay(ctx, client, tenant, key, amount, method, OpDuplicate) })
+			wg.Go(func() {
+				a := r.pay(ctx, client, tenant, key, amount, method, OpDuplicate)
+				mu.Lock()
+				defer mu.Unlock()
+				if a.PaymentID != "" {
+					first = a
+				}
+			})
 		}
 		wg.Wait()
 	} else {
-		r.pay(ctx, client, tenant, key, amount, method, OpCreate)
+		first = r.pay(ctx, client, tenant, key, amount, method, OpCreate)
 	}
 	if r.chance(r.cfg.RetryRate) {
 		if old := past; len(old) > 0 && r.chance(0.5) {
@@ -139,7 +152,15 @@ func (r *run) operation(ctx context.Context, client *http.Client, c, n int, past
 	if r.chance(r.cfg.MismatchRate) {
 		r.send(ctx, client, tenant, key, amount+1, method, OpMismatch)
 	}
-	past = append(past, pastOp{tenant: tenant, key: key, method: method, amount: amount})
+	// Refunds go to earlier payments of the client's, most of them settled
+	// by now: two in a row with different keys, racing for what is left.
+	if candidates := refundable(past); len(candidates) > 0 && r.chance(r.cfg.RefundRate) {
+		o := candidates[r.intn(len(candidates))]
+		for range 2 {
+			r.refund(ctx, client, o.tenant, o.paymentID, int64(1+r.intn(int(o.amount)*2/3)))
+		}
+	}
+	past = append(past, pastOp{tenant: tenant, key: key, method: method, amount: amount, paymentID: first.PaymentID})
 	if len(past) > 200 {
 		past = past[1:]
 	}
@@ -169,14 +190,60 @@ func (r *run) pay(ctx context.Context, client *http.Client, tenant int, key stri
 	}
 }
 
-func retryable(a answer) bool {
-	return a.Status == 0 || a.Status == http.StatusConflict || a.Status == http.StatusTooManyRequests || a.Status >= 500
+func refundable(past []pastOp) []pastOp {
+	var out []pastOp
+	for _, o := range past {
+		if o.paymentID != "" && o.method == "pm_card_visa" {
+			out = append(out, o)
+		}
+	}
+	return out
 }
 
-// send makes one request to an API process chosen at random.
+// refund asks for a refund under a new key and retries it with that key,
+// as pay does.
+func (r *run) refund(ctx context.Context, client *http.Client, tenant int, paymentID string, amount int64) answer {
+	key := "lg-refund-" + strings.ToLower(id.New("k")[2:])
+	body := fmt.Sprintf(`{"amount": %d, "reason": "requested_by_customer"}`, amount)
+	backoff := 50 * time.Millisecond
+	for {
+		a := r.post(ctx, client, tenant, "/v1/payments/"+paymentID+"/refunds", key, body, OpRefund, amount, paymentID)
+		if !retryable(a) || ctx.Err() != nil {
+			return a
+		}
+		select {
+		case <-ctx.Done():
+			return a
+		case <-time.After(max(time.Duration(r.intn(int(backoff))+1), 200*time.Millisecond)):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// retryable says whether a client retries the answer with the same key: a
+// 409 only while the key or the payment is busy, not when the operation was
+// refused (a refund of a payment not refundable, or beyond what is left).
+func retryable(a answer) bool {
+	if a.Status == http.StatusConflict {
+		switch a.Problem {
+		case "idempotency-key-in-use", "idempotency-outcome-unknown", "payment-busy":
+			return true
+		}
+		return false
+	}
+	return a.Status == 0 || a.Status == http.StatusTooManyRequests || a.Status >= 500
+}
+
+// send creates a payment, in one request.
 func (r *run) send(ctx context.Context, client *http.Client, tenant int, key string, amount int64, method string, op Op) answer {
-	api := r.stack.APIURLs[r.intn(len(r.stack.APIURLs))]
 	body := fmt.Sprintf(`{"amount": %d, "currency": "usd", "payment_method": %q, "metadata": {"loadgen_key": %q}}`, amount, method, key)
+	return r.post(ctx, client, tenant, "/v1/payments", key, body, op, amount, "")
+}
+
+// post makes one request to an API process chosen at random and records
+// the answer. A refund's answer names the payment it was asked of.
+func (r *run) post(ctx context.Context, client *http.Client, tenant int, path, key, body string, op Op, amount int64, refunded string) answer {
+	api := r.stack.APIURLs[r.intn(len(r.stack.APIURLs))]
 	a := answer{Tenant: tenant, Key: key, Op: op, Amount: amount, API: api, At: time.Now()}
 	defer func() {
 		a.Took = time.Since(a.At)
@@ -186,7 +253,7 @@ func (r *run) send(ctx context.Context, client *http.Client, tenant int, key str
 	// gets its answer, but not the run.
 	reqCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(reqCtx, http.MethodPost, api+"/v1/payments", strings.NewReader(body))
+	req, err := http.NewRequestWithContext(reqCtx, http.MethodPost, api+path, strings.NewReader(body))
 	if err != nil {
 		a.Err = err.Error()
 		return a
@@ -215,9 +282,15 @@ func (r *run) send(ctx context.Context, client *http.Client, tenant int, key str
 	if err := json.Unmarshal(raw, &doc); err == nil {
 		a.PaymentID = cmp.Or(doc.ID, doc.PaymentID)
 		a.Problem = doc.Type[strings.LastIndex(doc.Type, "/")+1:]
+		if strings.HasPrefix(doc.ID, "rfd_") {
+			a.RefundID = doc.ID
+		}
 	}
 	if !strings.HasPrefix(a.PaymentID, "pay_") {
 		a.PaymentID = ""
+	}
+	if op == OpRefund {
+		a.PaymentID = refunded
 	}
 	return a
 }
@@ -307,7 +380,8 @@ func (r *run) awaitSettled(ctx context.Context) error {
 	deadline := time.Now().Add(r.cfg.Settle)
 	for {
 		var open int
-		err := r.pool.QueryRow(ctx, `SELECT count(*) FROM payments WHERE status NOT IN ('succeeded', 'failed')`).Scan(&open)
+		err := r.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM payments WHERE status NOT IN ('succeeded', 'failed'))
+			+ (SELECT count(*) FROM refunds WHERE status NOT IN ('succeeded', 'failed', 'canceled'))`).Scan(&open)
 		if err == nil && open == 0 {
 			return nil
 		}

@@ -57,6 +57,9 @@ type Config struct {
 	// concurrent duplicates, followed by the same key with another amount,
 	// or made with a card that declines.
 	RetryRate, DuplicateRate, MismatchRate, DeclineRate float64
+	// RefundRate is the chance that an operation is followed by two
+	// refunds, with different keys, of an earlier payment.
+	RefundRate float64
 
 	// APIs and Workers are the process counts (chaos defaults to 2 each).
 	APIs, Workers int
@@ -98,7 +101,7 @@ func (c Config) withDefaults() Config {
 	}
 	switch c.Scenario {
 	case Steady, Replay:
-		c.RetryRate, c.DuplicateRate, c.MismatchRate = 0, 0, 0
+		c.RetryRate, c.DuplicateRate, c.MismatchRate, c.RefundRate = 0, 0, 0, 0
 	case Chaos:
 		c.APIs = cmp.Or(c.APIs, 2)
 		c.Workers = cmp.Or(c.Workers, 2)
