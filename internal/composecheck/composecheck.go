@@ -81,3 +81,14 @@ func Publishes(t *testing.T, s types.ServiceConfig, listenAddr string) {
 	}
 	t.Fatalf("service %s listens on %s, a port it does not publish", s.Name, listenAddr)
 }
+
+// ServicesRunning lists the services whose command runs binary.
+func ServicesRunning(p *types.Project, binary string) []string {
+	var running []string
+	for name, s := range p.AllServices() {
+		if len(s.Command) > 0 && s.Command[0] == binary {
+			running = append(running, name)
+		}
+	}
+	return running
+}
