@@ -199,14 +199,7 @@ func (w *ChargeWorker) work(ctx context.Context, job *river.Job[outbox.ChargePay
 		return w.finish(ctx, job, p, out)
 	case provider.Pending:
 		if age <= w.cfg.MaxPollDuration {
-			err := pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
-				locked, err := lockForOutcome(ctx, tx, w.keys, p.TenantID, p.ID)
-				if err != nil {
-					return err
-				}
-				return notePending(ctx, tx, w.keys, locked, out)
-			})
-			if err != nil {
+			if err := w.notePending(ctx, p, out); err != nil {
 				return err
 			}
 			log.InfoContext(ctx, "payment pending at the provider; polling", slog.String("intent_status", string(out.Intent.Status)))
@@ -241,6 +234,22 @@ func (w *ChargeWorker) work(ctx context.Context, job *river.Job[outbox.ChargePay
 
 // retryLater fails the attempt so River retries it with the same key. On
 // the last attempt, Work hands the payment to reconciliation instead.
+// notePending records a pending answer. Only the poll at which the payment
+// starts waiting for its customer takes the locks (payment row, then key)
+// to refresh the key's stored 202; every other poll is one UPDATE.
+func (w *ChargeWorker) notePending(ctx context.Context, p Payment, out provider.Outcome) error {
+	if out.Intent == nil || out.Intent.Status != stripe.PaymentIntentStatusRequiresAction || p.Status == StatusRequiresAction {
+		return recordPending(ctx, w.pool, p.ID, out)
+	}
+	return pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
+		locked, err := lockForOutcome(ctx, tx, w.keys, p.TenantID, p.ID)
+		if err != nil {
+			return err
+		}
+		return notePending(ctx, tx, w.keys, locked, out)
+	})
+}
+
 func retryLater(ctx context.Context, p Payment, log *slog.Logger, err error) error {
 	log.WarnContext(ctx, "provider outcome undetermined; will retry with the same key", slog.Any("error", err))
 	return fmt.Errorf("charge payment %s: the provider's answer proves nothing: %w", p.ID, err)
