@@ -171,15 +171,22 @@ func (r *run) operation(ctx context.Context, client *http.Client, c, n int, past
 // to (transport errors, 409, 429, 5xx), with full-jitter backoff, until it
 // is answered for good or ctx ends.
 func (r *run) pay(ctx context.Context, client *http.Client, tenant int, key string, amount int64, method string, op Op) answer {
+	return r.retry(ctx, func() answer { return r.send(ctx, client, tenant, key, amount, method, op) })
+}
+
+// retry sends until the answer is one a client keeps (see retryable), with
+// full-jitter backoff from 50 ms to 2 s and a short Retry-After floor for
+// 409, 429 and 503, which keeps the run fast; or until ctx ends.
+func (r *run) retry(ctx context.Context, send func() answer) answer {
 	backoff := 50 * time.Millisecond
 	for {
-		a := r.send(ctx, client, tenant, key, amount, method, op)
+		a := send()
 		if !retryable(a) || ctx.Err() != nil {
 			return a
 		}
 		wait := time.Duration(r.intn(int(backoff)) + 1)
 		if a.Status == http.StatusConflict || a.Status == http.StatusTooManyRequests || a.Status == http.StatusServiceUnavailable {
-			wait = max(wait, 200*time.Millisecond) // a short Retry-After floor keeps the run fast
+			wait = max(wait, 200*time.Millisecond)
 		}
 		select {
 		case <-ctx.Done():
@@ -205,19 +212,9 @@ func refundable(past []pastOp) []pastOp {
 func (r *run) refund(ctx context.Context, client *http.Client, tenant int, paymentID string, amount int64) answer {
 	key := "lg-refund-" + strings.ToLower(id.New("k")[2:])
 	body := fmt.Sprintf(`{"amount": %d, "reason": "requested_by_customer"}`, amount)
-	backoff := 50 * time.Millisecond
-	for {
-		a := r.post(ctx, client, tenant, "/v1/payments/"+paymentID+"/refunds", key, body, OpRefund, amount, paymentID)
-		if !retryable(a) || ctx.Err() != nil {
-			return a
-		}
-		select {
-		case <-ctx.Done():
-			return a
-		case <-time.After(max(time.Duration(r.intn(int(backoff))+1), 200*time.Millisecond)):
-		}
-		backoff = min(2*backoff, 2*time.Second)
-	}
+	return r.retry(ctx, func() answer {
+		return r.post(ctx, client, tenant, "/v1/payments/"+paymentID+"/refunds", key, body, OpRefund, amount, paymentID)
+	})
 }
 
 // retryable says whether a client retries the answer with the same key: a
