@@ -49,10 +49,7 @@ func NewHandler(d Deps) http.Handler {
 	// GetHead answers HEAD with the GET handler wherever no HEAD route is
 	// defined (RFC 9110 §9.3.2: a GET resource supports HEAD), so that
 	// HEAD /healthz is 200, not 405.
-	r.Use(middleware.RequestID, recoverer(d.Logger), accessLog(d.Logger), middleware.GetHead)
-	if d.Metrics != nil {
-		r.Use(d.Metrics.HTTP)
-	}
+	r.Use(middleware.RequestID, recoverer(d.Logger), accessLog(d.Logger, d.Metrics), middleware.GetHead)
 	notFound := func(w http.ResponseWriter, req *http.Request) {
 		problem.Write(w, req, d.Logger, problem.New(problem.NotFound, "No route for %s.", req.URL.Path))
 	}
@@ -137,17 +134,29 @@ func recoverer(logger *slog.Logger) func(http.Handler) http.Handler {
 	}
 }
 
-func accessLog(logger *slog.Logger) func(http.Handler) http.Handler {
+// accessLog logs every answer and, with m set, counts and times it by its
+// chi route pattern (never the raw path, whose ids would make a series per
+// payment): one wrapped writer serves both.
+func accessLog(logger *slog.Logger, m *metrics.Metrics) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			start := time.Now()
 			ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
 			next.ServeHTTP(ww, r)
+			took := time.Since(start)
+			status := cmp.Or(ww.Status(), http.StatusOK)
 			logger.InfoContext(r.Context(), "http request",
 				slog.String("request_id", middleware.GetReqID(r.Context())),
 				slog.String("method", r.Method), slog.String("path", r.URL.Path),
-				slog.Int("status", ww.Status()), slog.Duration("took", time.Since(start)),
+				slog.Int("status", status), slog.Duration("took", took),
 				slog.Bool("replayed", ww.Header().Get(idempotency.ReplayedHeader) == "true"))
+			if m != nil {
+				route := "unmatched"
+				if rc := chi.RouteContext(r.Context()); rc != nil && rc.RoutePattern() != "" {
+					route = rc.RoutePattern()
+				}
+				m.ObserveHTTP(route, r.Method, status, took)
+			}
 		})
 	}
 }
