@@ -17,8 +17,9 @@
 //     off, one attempt timing out (WithAttemptTimeout). The request may have
 //     been processed; the key makes the retry return that result. A server
 //     certificate the client does not trust is not retried;
-//   - 409 idempotency-key-in-use (a request with the key is still running)
-//     and 409 idempotency-outcome-unknown (its outcome is being reconciled);
+//   - 409 idempotency-key-in-use (a request with the key is still running),
+//     409 idempotency-outcome-unknown (its outcome is being reconciled) and
+//     409 payment-busy (the payment a refund is asked of is being recorded);
 //   - 429 and 503 (including idempotency-retry-needed);
 //   - 500, 502 and 504. The API never stores a server error under a key, so
 //     the retry runs the request again if it did not commit and replays it

@@ -63,7 +63,9 @@ func sleep(ctx context.Context, d time.Duration) error {
 func retryableStatus(status int, slug string) bool {
 	switch status {
 	case http.StatusConflict:
-		return slug == ProblemIdempotencyKeyInUse || slug == ProblemIdempotencyOutcomeUnknown
+		// Busy, not refused: the key, or the payment a refund is asked of,
+		// is held by another request for now.
+		return slug == ProblemIdempotencyKeyInUse || slug == ProblemIdempotencyOutcomeUnknown || slug == ProblemPaymentBusy
 	case http.StatusTooManyRequests, http.StatusServiceUnavailable,
 		http.StatusInternalServerError, http.StatusBadGateway, http.StatusGatewayTimeout:
 		return true

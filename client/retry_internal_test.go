@@ -83,6 +83,9 @@ func TestRetryableStatus(t *testing.T) {
 	}{
 		{http.StatusConflict, ProblemIdempotencyKeyInUse, true},
 		{http.StatusConflict, ProblemIdempotencyOutcomeUnknown, true},
+		{http.StatusConflict, ProblemPaymentBusy, true},
+		{http.StatusConflict, ProblemPaymentNotRefundable, false},
+		{http.StatusConflict, ProblemRefundExceedsRemaining, false},
 		{http.StatusConflict, "", false},
 		{http.StatusTooManyRequests, "", true},
 		{http.StatusServiceUnavailable, ProblemIdempotencyRetryNeeded, true},
