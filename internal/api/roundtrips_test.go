@@ -1,0 +1,125 @@
+package api_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncepay/oncepay/internal/api"
+	"github.com/oncepay/oncepay/internal/id"
+	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/outbox"
+	"github.com/oncepay/oncepay/internal/payments"
+	"github.com/oncepay/oncepay/internal/pgtest"
+	"github.com/oncepay/oncepay/internal/ratelimit"
+	"github.com/oncepay/oncepay/internal/tenant"
+)
+
+// statementLog records what a pool sends to the server, one entry per round
+// trip: a query, an Exec (BEGIN and COMMIT included) or a whole batch.
+type statementLog struct {
+	mu   sync.Mutex
+	sent []string
+}
+
+func (l *statementLog) add(s string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.sent = append(l.sent, strings.Join(strings.Fields(s), " "))
+}
+
+func (l *statementLog) take() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := l.sent
+	l.sent = nil
+	return out
+}
+
+func (l *statementLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	l.add(data.SQL)
+	return ctx
+}
+
+func (l *statementLog) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (l *statementLog) TraceBatchStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
+	var parts []string
+	for _, q := range data.Batch.QueuedQueries {
+		parts = append(parts, q.SQL)
+	}
+	l.add("batch: " + strings.Join(parts, " | "))
+	return ctx
+}
+
+func (l *statementLog) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (l *statementLog) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+// TestRoundTrips pins how many times the hot paths talk to the database:
+// the server's work per statement is small, so on a busy machine the
+// round trips (each a wake-up of both processes) are what a request costs.
+// A change that adds one fails here and must say why.
+func TestRoundTrips(t *testing.T) {
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(pgtest.SharedDatabase(t))
+	require.NoError(t, err)
+	log := &statementLog{}
+	cfg.ConnConfig.Tracer = log
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	jobs, err := outbox.NewInsertOnly(pool, logger)
+	require.NoError(t, err)
+	keys := idempotency.NewStore(idempotency.Config{})
+	handler := api.NewHandler(api.Deps{
+		Pool: pool, Keys: keys, Logger: logger,
+		Payments: &payments.Service{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger},
+		// The limits as deployed: they must not cost a round trip of their own.
+		Limits: ratelimit.New(pool, keys, logger, ratelimit.Config{Rate: 1000, Window: time.Second, MaxPending: 1000}),
+	})
+	srv := httptest.NewServer(handler)
+	t.Cleanup(srv.Close)
+	who, err := tenant.Create(ctx, pool, t.Name()+id.New("t"))
+	require.NoError(t, err)
+
+	post := func(key string) *http.Response {
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/payments",
+			strings.NewReader(`{"amount": 2000, "currency": "usd", "payment_method": "pm_card_visa"}`))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+who.APIKey)
+		req.Header.Set("Idempotency-Key", key)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+
+	// Warm up: the first request of a connection prepares its statements.
+	require.Equal(t, http.StatusAccepted, post(id.New("key")).StatusCode)
+	log.take()
+
+	key := id.New("key")
+	require.Equal(t, http.StatusAccepted, post(key).StatusCode)
+	newKey := log.take()
+	require.Equal(t, http.StatusAccepted, post(key).StatusCode)
+	replay := log.take()
+
+	t.Logf("new key, %d round trips:\n  %s", len(newKey), strings.Join(newKey, "\n  "))
+	t.Logf("replay, %d round trips:\n  %s", len(replay), strings.Join(replay, "\n  "))
+	require.LessOrEqual(t, len(newKey), 8, "new-key POST round trips")
+	require.LessOrEqual(t, len(replay), 6, "replay round trips")
+}
