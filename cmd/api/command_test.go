@@ -80,8 +80,9 @@ func TestTenantNamesAreUnique(t *testing.T) {
 	pool, err := pgxpool.New(context.Background(), dbURL)
 	require.NoError(t, err)
 	defer pool.Close()
+	auth := tenant.NewAuthenticator(pool, tenant.AuthConfig{})
 	for _, c := range []tenant.Created{first, again, fresh} {
-		got, err := tenant.Authenticate(context.Background(), pool, c.APIKey)
+		got, err := auth.Authenticate(context.Background(), c.APIKey)
 		require.NoError(t, err)
 		require.Equal(t, c.TenantID, got)
 	}

@@ -114,7 +114,10 @@ func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.
 	defer stopNotifier()
 
 	m := metrics.New()
+	limits := ratelimit.New(ratelimit.Config{Rate: cfg.TenantRate, Window: cfg.TenantRateWindow,
+		MaxPending: cfg.TenantMaxPending, OnLimited: m.RateLimited})
 	keys := idempotency.NewStore(idempotency.Config{
+		Admit:              limits.Admit,
 		Observe:            func(tenantID string, kind idempotency.Kind) { m.Decision(tenantID, kind.String()) },
 		Retention:          cfg.IdempotencyRetention,
 		TombstoneRetention: cfg.IdempotencyTombstoneRetention,
@@ -125,15 +128,14 @@ func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.
 		MaxWaiters:         cfg.MaxWaiters,
 	})
 	handler := api.NewHandler(api.Deps{
-		Pool:     pool,
-		Keys:     keys,
-		Payments: &payments.Service{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger, ReadTimeout: cfg.RequestDBTimeout},
-		Refunds:  &refunds.Service{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger, ReadTimeout: cfg.RequestDBTimeout},
-		Logger:   logger,
-		Metrics:  m,
-		Limits: ratelimit.New(pool, keys, logger, ratelimit.Config{Rate: cfg.TenantRate, Window: cfg.TenantRateWindow,
-			MaxPending: cfg.TenantMaxPending, OnLimited: m.RateLimited}),
+		Pool:      pool,
+		Keys:      keys,
+		Payments:  &payments.Service{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger, ReadTimeout: cfg.RequestDBTimeout},
+		Refunds:   &refunds.Service{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger, ReadTimeout: cfg.RequestDBTimeout},
+		Logger:    logger,
+		Metrics:   m,
 		DBTimeout: cfg.RequestDBTimeout,
+		Auth:      tenant.NewAuthenticator(pool, tenant.AuthConfig{CacheTTL: cfg.AuthCacheTTL, Timeout: cfg.RequestDBTimeout}),
 		Webhooks: &webhooks.Handler{Pool: pool, Jobs: outbox.New(jobs), Logger: logger, Secret: cfg.StripeWebhookSecret,
 			Timeout: cfg.RequestDBTimeout},
 	})

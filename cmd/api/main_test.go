@@ -149,7 +149,7 @@ func TestMigrateIsIdempotentAndTenantsCreate(t *testing.T) {
 	var stored []byte
 	require.NoError(t, pool.QueryRow(context.Background(), "SELECT secret_hash FROM api_keys WHERE tenant_id = $1", created.TenantID).Scan(&stored))
 	require.NotContains(t, created.APIKey, fmt.Sprintf("%x", stored), "only a hash is stored")
-	got, err := tenant.Authenticate(context.Background(), pool, created.APIKey)
+	got, err := tenant.NewAuthenticator(pool, tenant.AuthConfig{}).Authenticate(context.Background(), created.APIKey)
 	require.NoError(t, err)
 	require.Equal(t, created.TenantID, got)
 }

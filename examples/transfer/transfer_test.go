@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/stretchr/testify/require"
@@ -35,7 +34,7 @@ func TestTransferEndpointIsIdempotent(t *testing.T) {
 
 	logger := slog.New(slog.DiscardHandler)
 	r := chi.NewRouter()
-	r.Use(tenant.Middleware(pool, logger, 5*time.Second))
+	r.Use(tenant.NewAuthenticator(pool, tenant.AuthConfig{}).Middleware(logger))
 	r.Method(http.MethodPost, "/v1/transfers", transfer.Handler(pool, idempotency.NewStore(idempotency.Config{}), logger))
 	srv := httptest.NewServer(r)
 	defer srv.Close()

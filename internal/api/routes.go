@@ -18,7 +18,6 @@ import (
 	"github.com/oncepay/oncepay/internal/metrics"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/problem"
-	"github.com/oncepay/oncepay/internal/ratelimit"
 	"github.com/oncepay/oncepay/internal/refunds"
 	"github.com/oncepay/oncepay/internal/serve"
 	"github.com/oncepay/oncepay/internal/tenant"
@@ -30,12 +29,13 @@ type Deps struct {
 	Keys     *idempotency.Store
 	Payments *payments.Service
 	Logger   *slog.Logger
-	// Limits bound each tenant's new operations; nil means none.
-	Limits *ratelimit.Limits
 	// Metrics, if set, counts and times every request.
 	Metrics *metrics.Metrics
 	// DBTimeout bounds the database work of authentication. Defaults to 5s.
 	DBTimeout time.Duration
+	// Auth authenticates API keys; nil reads every key from Pool on every
+	// request (no cache).
+	Auth *tenant.Authenticator
 	// Webhooks serves the provider's events, if set.
 	Webhooks http.Handler
 	// Refunds serves the refund routes, if set: cmd/api always sets it,
@@ -80,14 +80,16 @@ func NewHandler(d Deps) http.Handler {
 		r.Method(http.MethodPost, "/v1/webhooks/stripe", d.Webhooks)
 	}
 	r.Route("/v1", func(r chi.Router) {
-		r.Use(tenant.Middleware(d.Pool, d.Logger, cmp.Or(d.DBTimeout, 5*time.Second)))
-		// Every state-changing route goes through the tenant's limits.
-		limited := r.With(d.Limits.Middleware)
-		limited.Method(http.MethodPost, "/payments", d.Payments.HandleCreate())
+		auth := d.Auth
+		if auth == nil {
+			auth = tenant.NewAuthenticator(d.Pool, tenant.AuthConfig{Timeout: cmp.Or(d.DBTimeout, 5*time.Second)})
+		}
+		r.Use(auth.Middleware(d.Logger))
+		r.Method(http.MethodPost, "/payments", d.Payments.HandleCreate())
 		r.Get("/payments", d.Payments.HandleList())
 		r.Get("/payments/{id}", d.Payments.HandleGet())
 		if d.Refunds != nil {
-			limited.Method(http.MethodPost, "/payments/{id}/refunds", d.Refunds.HandleCreate())
+			r.Method(http.MethodPost, "/payments/{id}/refunds", d.Refunds.HandleCreate())
 			r.Get("/payments/{id}/refunds", d.Refunds.HandleList())
 			r.Get("/refunds/{id}", d.Refunds.HandleGet())
 		}

@@ -169,6 +169,13 @@ type Config struct {
 	// Observe, if set, is told every decision an Endpoint makes, with the
 	// tenant (for metrics). It must not block.
 	Observe func(tenantID string, kind Kind)
+	// Admit, if set, is asked before an operation runs under a new (or
+	// re-acquired) key, inside the key's transaction. An error refuses the
+	// request: the transaction rolls back, the key with it, so a later
+	// request with the same key runs. Replays, duplicates in progress and
+	// mismatches never reach it, so tenant limits hung here count only new
+	// operations, at no cost to the requests they let through.
+	Admit func(ctx context.Context, tx pgx.Tx, tenantID string) error
 }
 
 // WithDefaults returns the configuration with zero values defaulted.
@@ -410,6 +417,11 @@ func (s *Store) Run(ctx context.Context, db TxBeginner, req Request, op Operatio
 		res = Result{Kind: dec.Kind, Record: dec.Record, Replayed: dec.Kind == Replay}
 		if dec.Kind != Execute {
 			return nil
+		}
+		if s.cfg.Admit != nil {
+			if err := s.cfg.Admit(ctx, tx, req.TenantID); err != nil {
+				return err
+			}
 		}
 		out, err := op(ctx, tx, Attempt{Request: req, ResourceID: dec.Record.ResourceID})
 		if err != nil {

@@ -5,17 +5,18 @@ import (
 	"fmt"
 )
 
-// Usage reads, in one round trip, whether tenantID has used key before and
-// how many of its keys are processing, counted up to pendingCap (the
-// partial index on processing keys keeps that to the rows it concerns).
-// Rate limits use it to count only new operations.
-func (s *Store) Usage(ctx context.Context, db DB, tenantID, key string, pendingCap int) (known bool, pending int, err error) {
-	err = db.QueryRow(ctx, `
-		SELECT EXISTS (SELECT 1 FROM idempotency_keys WHERE tenant_id = $1 AND idempotency_key = $2),
-			(SELECT count(*) FROM (SELECT 1 FROM idempotency_keys WHERE tenant_id = $1 AND status = 'processing' LIMIT $3) p)`,
-		tenantID, key, max(pendingCap, 0)).Scan(&known, &pending)
+// CountProcessing counts tenantID's keys that are processing, up to limit
+// (the partial index on processing keys keeps that to the rows it
+// concerns). Inside a transaction that has just reserved a key, that key
+// is counted too. Admission checks use it to cap a tenant's operations in
+// flight.
+func CountProcessing(ctx context.Context, db Querier, tenantID string, limit int) (int, error) {
+	var n int
+	err := db.QueryRow(ctx, `
+		SELECT count(*) FROM (SELECT 1 FROM idempotency_keys WHERE tenant_id = $1 AND status = 'processing' LIMIT $2) p`,
+		tenantID, max(limit, 0)).Scan(&n)
 	if err != nil {
-		return false, 0, fmt.Errorf("read key usage: %w", err)
+		return 0, fmt.Errorf("count processing keys: %w", err)
 	}
-	return known, pending, nil
+	return n, nil
 }

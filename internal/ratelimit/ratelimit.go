@@ -1,28 +1,29 @@
 // Package ratelimit keeps one tenant from starving the others: a limit on
 // how fast it starts new operations, and a cap on how many it has in flight.
-// Only requests with a key the tenant has not used count: a retry, a replay
-// or a duplicate of a known key is always let through to be answered, so
-// that a limited client can still learn every outcome.
+// Only new operations count: the limits are the idempotency Store's
+// admission check, asked only when a key is new, so a retry, a replay or a
+// duplicate of a known key is always answered, and a limited client can
+// still learn every outcome.
 //
 // The rate is counted per API process (httprate's in-memory counter): with
 // N processes behind a load balancer a tenant gets up to N times the rate.
-// The in-flight cap is read from the database, so it holds across processes.
+// The in-flight cap is read from the database, so it holds across processes
+// (below half the cap, from a count up to a second old).
 package ratelimit
 
 import (
 	"cmp"
 	"context"
-	"log/slog"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/go-chi/httprate"
-	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/problem"
-	"github.com/oncepay/oncepay/internal/tenant"
 )
 
 // Config sets the limits. A zero Rate or MaxPending disables that limit.
@@ -35,6 +36,9 @@ type Config struct {
 	// PendingRetryAfter is the Retry-After of a too-many-pending answer.
 	// Defaults to 5s.
 	PendingRetryAfter time.Duration
+	// PendingRecount is how old a tenant's count of operations in flight
+	// may be while it is below half of MaxPending. Defaults to 1s.
+	PendingRecount time.Duration
 	// OnLimited, if set, is told which limit refused a request (metrics).
 	OnLimited func(limit string)
 }
@@ -42,69 +46,95 @@ type Config struct {
 // Limits enforces a Config.
 type Limits struct {
 	cfg     Config
-	pool    *pgxpool.Pool
-	keys    *idempotency.Store
-	logger  *slog.Logger
 	limiter *httprate.RateLimiter
+
+	mu      sync.Mutex
+	pending map[string]pendingCount
 }
 
-// New returns Limits reading key usage through keys and pool.
-func New(pool *pgxpool.Pool, keys *idempotency.Store, logger *slog.Logger, cfg Config) *Limits {
+// pendingCount is a tenant's processing keys as last counted.
+type pendingCount struct {
+	n  int
+	at time.Time
+}
+
+// New returns Limits enforcing cfg.
+func New(cfg Config) *Limits {
 	cfg.Window = cmp.Or(cfg.Window, time.Second)
 	cfg.PendingRetryAfter = cmp.Or(cfg.PendingRetryAfter, 5*time.Second)
-	l := &Limits{cfg: cfg, pool: pool, keys: keys, logger: logger}
+	cfg.PendingRecount = cmp.Or(cfg.PendingRecount, time.Second)
+	l := &Limits{cfg: cfg, pending: map[string]pendingCount{}}
 	if cfg.Rate > 0 {
-		// Only the Retry-After header: the answer is a problem document
-		// written here, not httprate's plain-text one.
-		l.limiter = httprate.NewRateLimiter(cfg.Rate, cfg.Window,
-			httprate.WithResponseHeaders(httprate.ResponseHeaders{RetryAfter: "Retry-After"}))
+		l.limiter = httprate.NewRateLimiter(cfg.Rate, cfg.Window)
 	}
 	return l
 }
 
-// Middleware applies the limits (none on a nil *Limits) to the state-changing requests it wraps.
-// It runs after authentication (it needs the tenant) and before the
-// endpoint; a request it cannot judge (no valid key) passes, for the
-// endpoint to answer.
-func (l *Limits) Middleware(next http.Handler) http.Handler {
-	if l == nil || l.limiter == nil && l.cfg.MaxPending <= 0 {
-		return next
+// Admit is the idempotency Store's admission check (idempotency.Config.Admit):
+// it runs only for a new operation, inside its key's transaction, and
+// refuses it with a 429 problem when the tenant is past a limit.
+func (l *Limits) Admit(ctx context.Context, tx pgx.Tx, tenantID string) error {
+	if l == nil {
+		return nil
 	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tenantID := tenant.IDFromRequest(r)
-		key, err := idempotency.ParseKey(r.Header)
-		if err != nil || tenantID == "" {
-			next.ServeHTTP(w, r)
-			return
-		}
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		known, pending, err := l.keys.Usage(ctx, l.pool, tenantID, key, l.cfg.MaxPending)
-		cancel()
-		if err != nil {
-			problem.Write(w, r, l.logger, err)
-			return
-		}
-		if known {
-			next.ServeHTTP(w, r)
-			return
-		}
-		if l.cfg.MaxPending > 0 && pending >= l.cfg.MaxPending {
-			l.refused("pending")
-			problem.Write(w, r, l.logger, &problem.Error{Type: problem.TooManyPending, RetryAfter: l.cfg.PendingRetryAfter,
-				Detail:     "Your account has " + strconv.Itoa(pending) + " operations in flight, its limit; nothing was done for this request.",
-				Extensions: map[string]any{"limit": l.cfg.MaxPending}})
-			return
-		}
-		if l.limiter != nil && l.limiter.OnLimit(w, r, tenantID) {
-			l.refused("rate")
-			retryAfter, _ := strconv.Atoi(w.Header().Get("Retry-After"))
-			problem.Write(w, r, l.logger, &problem.Error{Type: problem.RateLimited, RetryAfter: time.Duration(max(retryAfter, 1)) * time.Second,
-				Detail:     "Your account started more than " + strconv.Itoa(l.cfg.Rate) + " new operations per " + l.cfg.Window.String() + "; nothing was done for this request.",
-				Extensions: map[string]any{"limit": l.cfg.Rate, "window_seconds": l.cfg.Window.Seconds()}})
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
+	if l.limiter != nil && l.overRate(ctx, tenantID) {
+		l.refused("rate")
+		return &problem.Error{Type: problem.RateLimited, RetryAfter: l.cfg.Window,
+			Detail:     "Your account started more than " + strconv.Itoa(l.cfg.Rate) + " new operations per " + l.cfg.Window.String() + "; nothing was done for this request.",
+			Extensions: map[string]any{"limit": l.cfg.Rate, "window_seconds": l.cfg.Window.Seconds()}}
+	}
+	if l.cfg.MaxPending <= 0 {
+		return nil
+	}
+	pending, err := l.countPending(ctx, tx, tenantID)
+	if err != nil {
+		return err
+	}
+	// The count includes the key this transaction has just reserved.
+	if pending > l.cfg.MaxPending {
+		l.refused("pending")
+		return &problem.Error{Type: problem.TooManyPending, RetryAfter: l.cfg.PendingRetryAfter,
+			Detail:     "Your account has " + strconv.Itoa(pending-1) + " operations in flight, its limit; nothing was done for this request.",
+			Extensions: map[string]any{"limit": l.cfg.MaxPending}}
+	}
+	return nil
+}
+
+// overRate counts one new operation against the tenant's rate, unless that
+// would take it past the limit. httprate keeps the counts and the sliding
+// window; its middleware cannot be used as such (it would count replays
+// too), so its check runs here, where only new operations arrive. It
+// reports through response headers, which are not needed: a sink takes them.
+func (l *Limits) overRate(ctx context.Context, tenantID string) bool {
+	req := (&http.Request{Method: http.MethodPost}).WithContext(ctx)
+	return l.limiter.OnLimit(headerSink{}, req, tenantID)
+}
+
+// headerSink is a ResponseWriter that keeps nothing.
+type headerSink struct{}
+
+func (headerSink) Header() http.Header         { return http.Header{} }
+func (headerSink) Write(b []byte) (int, error) { return len(b), nil }
+func (headerSink) WriteHeader(int)             {}
+
+// countPending returns the tenant's operations in flight. Far below the
+// cap a count up to PendingRecount old is used, so most new operations
+// cost no query; from half the cap on it is counted afresh every time.
+func (l *Limits) countPending(ctx context.Context, tx pgx.Tx, tenantID string) (int, error) {
+	l.mu.Lock()
+	last, ok := l.pending[tenantID]
+	l.mu.Unlock()
+	if ok && last.n < l.cfg.MaxPending/2 && time.Since(last.at) < l.cfg.PendingRecount {
+		return last.n, nil
+	}
+	n, err := idempotency.CountProcessing(ctx, tx, tenantID, l.cfg.MaxPending+1)
+	if err != nil {
+		return 0, err
+	}
+	l.mu.Lock()
+	l.pending[tenantID] = pendingCount{n: n, at: time.Now()}
+	l.mu.Unlock()
+	return n, nil
 }
 
 func (l *Limits) refused(limit string) {

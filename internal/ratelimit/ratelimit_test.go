@@ -33,11 +33,10 @@ type server struct {
 func start(t *testing.T, cfg ratelimit.Config) (*server, func(name string) tenant.Created) {
 	pool, _ := pgtest.NewPool(t)
 	logger := slog.New(slog.DiscardHandler)
-	keys := idempotency.NewStore(idempotency.Config{})
+	keys := idempotency.NewStore(idempotency.Config{Admit: ratelimit.New(cfg).Admit})
 	jobs, err := outbox.NewInsertOnly(pool, logger)
 	require.NoError(t, err)
 	srv := httptest.NewServer(api.NewHandler(api.Deps{Pool: pool, Keys: keys, Logger: logger,
-		Limits:   ratelimit.New(pool, keys, logger, cfg),
 		Payments: &payments.Service{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger}}))
 	t.Cleanup(srv.Close)
 	return &server{t: t, url: srv.URL}, func(name string) tenant.Created {

@@ -7,20 +7,16 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/oncepay/oncepay/internal/id"
-	"github.com/oncepay/oncepay/internal/problem"
 )
 
 // DB runs queries: a pool, a connection or a transaction.
@@ -108,43 +104,6 @@ func insertAPIKey(ctx context.Context, db DB, tenantID string) (string, error) {
 	return apiKeyPrefix + keyID + "_" + secretText, nil
 }
 
-// Authenticate returns the tenant an API key belongs to. The key's id part
-// is looked up by index and only its secret part is compared, as SHA-256
-// hashes in constant time, so response timing reveals nothing about how
-// much of a guessed secret was right. A plain hash suffices: the secret is
-// 256 random bits, not a password.
-func Authenticate(ctx context.Context, db DB, apiKey string) (string, error) {
-	rest, ok := strings.CutPrefix(apiKey, apiKeyPrefix)
-	if !ok {
-		return "", ErrUnauthorized
-	}
-	keyID, secret, ok := strings.Cut(rest, "_")
-	if !ok || keyID == "" || len(keyID) > 32 || secret == "" || len(secret) > 64 {
-		return "", ErrUnauthorized
-	}
-	var (
-		tenantID string
-		stored   []byte
-	)
-	// Read on every request, never cached: a revoked key is refused from
-	// the next request on, a rotated one from the end of its grace period,
-	// both by the database's clock.
-	err := db.QueryRow(ctx, `
-		SELECT tenant_id, secret_hash FROM api_keys
-		WHERE id = $1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())`, keyID).Scan(&tenantID, &stored)
-	if errors.Is(err, pgx.ErrNoRows) {
-		// Hash anyway, so an unknown id costs the same as a wrong secret.
-		stored = make([]byte, sha256.Size)
-	} else if err != nil {
-		return "", fmt.Errorf("look up api key: %w", err)
-	}
-	got := sha256.Sum256([]byte(secret))
-	if subtle.ConstantTimeCompare(got[:], stored) != 1 || tenantID == "" {
-		return "", ErrUnauthorized
-	}
-	return tenantID, nil
-}
-
 type contextKey struct{}
 
 // IDFromContext returns the authenticated tenant, or "" outside Middleware.
@@ -159,34 +118,4 @@ func IDFromRequest(r *http.Request) string { return IDFromContext(r.Context()) }
 // WithID returns ctx carrying tenantID.
 func WithID(ctx context.Context, tenantID string) context.Context {
 	return context.WithValue(ctx, contextKey{}, tenantID)
-}
-
-// Middleware authenticates "Authorization: Bearer <api key>" and puts the
-// tenant in the request context; anything else is 401. The lookup is bounded
-// by timeout, and a database error is answered 503 by problem.Write:
-// authentication fails closed, and promptly.
-func Middleware(db DB, logger *slog.Logger, timeout time.Duration) func(http.Handler) http.Handler {
-	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-			if !strings.EqualFold(scheme, "Bearer") || token == "" {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="oncepay"`)
-				problem.Write(w, r, logger, problem.New(problem.Unauthorized, "Send Authorization: Bearer <api key>."))
-				return
-			}
-			ctx, cancel := context.WithTimeout(r.Context(), timeout)
-			tenantID, err := Authenticate(ctx, db, strings.TrimSpace(token))
-			cancel()
-			if errors.Is(err, ErrUnauthorized) {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="oncepay", error="invalid_token"`)
-				problem.Write(w, r, logger, problem.New(problem.Unauthorized, "The API key is not valid."))
-				return
-			}
-			if err != nil {
-				problem.Write(w, r, logger, err)
-				return
-			}
-			next.ServeHTTP(w, r.WithContext(WithID(r.Context(), tenantID)))
-		})
-	}
 }
