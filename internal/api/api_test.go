@@ -183,6 +183,21 @@ func TestCreatePayment(t *testing.T) {
 		require.Equal(t, payments.ProviderIdempotencyKey(b.tenant.TenantID, key, p["id"].(string), 1), providerKey)
 	})
 
+	// The 202 is built before the payment's row is written (they go to the
+	// database together): it must read exactly as the row does.
+	t.Run("AcceptedBodyIsThePaymentAsStored", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, options{})
+		for _, body := range []string{visa2000, `{"amount": 1, "currency": "eur", "payment_method": "pm_card_visa"}`,
+			`{"amount": 99999999, "currency": "jpy", "payment_method": "pm_card_visa", "customer": "cus_1", "description": "été ☕ <b>"}`} {
+			r := b.pay(newKey(), body)
+			require.Equal(t, http.StatusAccepted, r.status, "body: %s", r.body)
+			got := b.do(http.MethodGet, r.header.Get("Location"), b.tenant.APIKey, nil, "")
+			require.Equal(t, http.StatusOK, got.status)
+			require.Equal(t, strings.TrimSpace(string(got.body)), strings.TrimSpace(string(r.body)))
+		}
+	})
+
 	t.Run("ProcessingKeyReplays202", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, options{})

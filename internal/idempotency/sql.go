@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 const recordColumns = `tenant_id, idempotency_key, request_method, request_path, request_fingerprint, status,
@@ -57,23 +58,45 @@ func collectOne(rows pgx.Rows, err error) (Record, bool, error) {
 	return row.record(), true, nil
 }
 
-// insertKey reserves the key. The row's values are selected from a
-// subquery that first sets the transaction's lock_timeout, so the bound on
-// waiting for a concurrent holder of the key is in force before the insert
-// can wait, without a round trip of its own on every request.
-func insertKey(ctx context.Context, tx pgx.Tx, req Request, retention time.Duration, lockTimeout string) (Record, bool, error) {
-	rec, ok, err := collectOne(tx.Query(ctx, `
-		INSERT INTO idempotency_keys
-			(tenant_id, idempotency_key, request_method, request_path, request_fingerprint, status, expires_at)
-		SELECT $1, $2, $3, $4, $5, 'processing', now() + $6 * interval '1 microsecond'
-		FROM (SELECT set_config('lock_timeout', $7, true)) AS bounded_wait
-		ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
-		RETURNING `+recordColumns,
-		req.TenantID, req.Key, req.Method, req.Path, req.Fingerprint[:], retention.Microseconds(), lockTimeout))
+// reserveKey reserves the key, or reads the row that holds it, in one
+// statement. The row's values are selected from a CTE that first sets the
+// transaction's lock_timeout, so the bound on waiting for a concurrent
+// holder of the key is in force before the insert can wait, without a round
+// trip of its own. found is false when the insert waited for a concurrent
+// holder that then committed: that row is newer than the statement's
+// snapshot, so the caller must read it with a statement of its own.
+func reserveKey(ctx context.Context, tx pgx.Tx, req Request, retention time.Duration, lockTimeout string) (rec Record, inserted, found bool, err error) {
+	rows, err := tx.Query(ctx, `
+		WITH bounded_wait AS (SELECT set_config('lock_timeout', $7, true)),
+		reserved AS (
+			INSERT INTO idempotency_keys
+				(tenant_id, idempotency_key, request_method, request_path, request_fingerprint, status, expires_at)
+			SELECT $1, $2, $3, $4, $5, 'processing', now() + $6 * interval '1 microsecond'
+			FROM bounded_wait
+			ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
+			RETURNING `+recordColumns+`
+		)
+		SELECT *, true AS inserted FROM reserved
+		UNION ALL
+		SELECT `+recordColumns+`, false FROM idempotency_keys
+		WHERE tenant_id = $1 AND idempotency_key = $2 AND NOT EXISTS (SELECT FROM reserved)`,
+		req.TenantID, req.Key, req.Method, req.Path, req.Fingerprint[:], retention.Microseconds(), lockTimeout)
 	if err != nil {
-		return Record{}, false, fmt.Errorf("reserve idempotency key: %w", err)
+		return Record{}, false, false, fmt.Errorf("reserve idempotency key: %w", err)
 	}
-	return rec, ok, nil
+	row, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[reservedRow])
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Record{}, false, false, nil
+	}
+	if err != nil {
+		return Record{}, false, false, fmt.Errorf("reserve idempotency key: %w", err)
+	}
+	return row.record(), row.Inserted, true, nil
+}
+
+type reservedRow struct {
+	recordRow
+	Inserted bool `db:"inserted"`
 }
 
 func getKey(ctx context.Context, db Querier, tenantID, key string) (Record, error) {
@@ -125,6 +148,19 @@ func deleteExpiredKey(ctx context.Context, tx pgx.Tx, tenantID, key string) erro
 // last transition, so a key is replayable for the full window after its
 // final answer, however long the operation took.
 func transition(ctx context.Context, tx pgx.Tx, tenantID, key string, from []Status, to Status, resourceID string, resp *Response, retention time.Duration) error {
+	batch := &pgx.Batch{}
+	queueTransition(batch, tenantID, key, from, to, resourceID, resp, retention)
+	err := tx.SendBatch(ctx, batch).Close()
+	if err != nil && !errors.Is(err, ErrTransition) {
+		return fmt.Errorf("move idempotency key to %s: %w", to, err)
+	}
+	return err
+}
+
+// queueTransition queues transition's statements: the UPDATE and, when the
+// key leaves processing, the notification (delivered at commit) that wakes
+// the requests waiting for it.
+func queueTransition(batch *pgx.Batch, tenantID, key string, from []Status, to Status, resourceID string, resp *Response, retention time.Duration) {
 	// NULL parameters leave the stored response untouched.
 	var code, headers, body any
 	if resp != nil {
@@ -140,7 +176,7 @@ func transition(ctx context.Context, tx pgx.Tx, tenantID, key string, from []Sta
 	for i, f := range from {
 		fromText[i] = string(f)
 	}
-	tag, err := tx.Exec(ctx, `
+	batch.Queue(`
 		UPDATE idempotency_keys
 		SET status = $4,
 			resource_id = coalesce(nullif($5, ''), resource_id),
@@ -150,18 +186,14 @@ func transition(ctx context.Context, tx pgx.Tx, tenantID, key string, from []Sta
 			updated_at = now(),
 			expires_at = now() + $9 * interval '1 microsecond'
 		WHERE tenant_id = $1 AND idempotency_key = $2 AND status = ANY($3)`,
-		tenantID, key, fromText, string(to), resourceID, code, headers, body, retention.Microseconds())
-	if err != nil {
-		return fmt.Errorf("move idempotency key to %s: %w", to, err)
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("move idempotency key to %s: %w", to, ErrTransition)
-	}
-	if to != StatusProcessing {
-		// Delivered at commit, to the requests waiting for this key.
-		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, NotifyChannel, notifyPayload(tenantID, key)); err != nil {
-			return fmt.Errorf("notify idempotency key %s: %w", to, err)
+		tenantID, key, fromText, string(to), resourceID, code, headers, body, retention.Microseconds(),
+	).Exec(func(tag pgconn.CommandTag) error {
+		if tag.RowsAffected() == 0 {
+			return fmt.Errorf("move idempotency key to %s: %w", to, ErrTransition)
 		}
+		return nil
+	})
+	if to != StatusProcessing {
+		batch.Queue(`SELECT pg_notify($1, $2)`, NotifyChannel, notifyPayload(tenantID, key)).Exec(func(pgconn.CommandTag) error { return nil })
 	}
-	return nil
 }

@@ -222,13 +222,15 @@ var ErrTransition = errors.New("idempotency key not in a state that allows this 
 // transaction inserted the same key and has not committed, Postgres makes
 // this insert wait for it (up to lock_timeout) and then either inserts (the
 // other rolled back) or returns nothing (it committed). There is no window
-// between a check and an insert, and no unique violation to catch.
+// between a check and an insert, and no unique violation to catch. The
+// same statement reads the row when it was already there, so a replay
+// costs one statement.
 func (s *Store) Reserve(ctx context.Context, tx pgx.Tx, req Request) (Decision, error) {
 	lockTimeout := fmt.Sprintf("%dms", max(s.cfg.LockWait.Milliseconds(), 1))
 	// Bounded: each pass either decides or removes one expired row or loses
 	// one re-acquisition race, after which the row is no longer retryable.
 	for range 3 {
-		rec, inserted, err := insertKey(ctx, tx, req, s.cfg.Retention, lockTimeout)
+		rec, inserted, found, err := reserveKey(ctx, tx, req, s.cfg.Retention, lockTimeout)
 		if isLockTimeout(err) {
 			return Decision{}, fmt.Errorf("%w: %w", errKeyHeld, err)
 		}
@@ -238,12 +240,14 @@ func (s *Store) Reserve(ctx context.Context, tx pgx.Tx, req Request) (Decision, 
 		if inserted {
 			return Decision{Kind: Execute, Record: rec}, nil
 		}
-		rec, err = getKey(ctx, tx, req.TenantID, req.Key)
-		if errors.Is(err, ErrKeyNotFound) {
-			continue // reaped between the insert and the read: insert again
-		}
-		if err != nil {
-			return Decision{}, err
+		if !found {
+			rec, err = getKey(ctx, tx, req.TenantID, req.Key)
+			if errors.Is(err, ErrKeyNotFound) {
+				continue // reaped since the insert: insert again
+			}
+			if err != nil {
+				return Decision{}, err
+			}
 		}
 		// A tombstone past its own retention is forgotten, whatever the new
 		// request is: delete it and reserve afresh. Expiry is judged by the
@@ -323,6 +327,12 @@ type Outcome struct {
 	ResourceID string
 	// Response is the answer to store and replay. A 5xx is never stored.
 	Response Response
+	// Writes, if set, are the operation's last statements, which Save sends
+	// in one round trip with the stored response: for an operation that
+	// knows the rows it writes without reading them back (stamped with
+	// Attempt.Now). Each statement's error, or one for a statement that
+	// changes no row, rolls everything back.
+	Writes *pgx.Batch
 }
 
 // Save records an Execute decision's outcome in tx.
@@ -333,7 +343,25 @@ func (s *Store) Save(ctx context.Context, tx pgx.Tx, req Request, out Outcome) e
 	if out.Status != StatusProcessing && out.Status != StatusCompleted {
 		return fmt.Errorf("an operation's outcome must be processing or completed, not %q", out.Status)
 	}
-	return transition(ctx, tx, req.TenantID, req.Key, []Status{StatusProcessing}, out.Status, out.ResourceID, &out.Response, s.cfg.Retention)
+	if out.Writes == nil {
+		return transition(ctx, tx, req.TenantID, req.Key, []Status{StatusProcessing}, out.Status, out.ResourceID, &out.Response, s.cfg.Retention)
+	}
+	batch := out.Writes
+	for _, q := range batch.QueuedQueries {
+		if q.Fn == nil {
+			q.Exec(func(tag pgconn.CommandTag) error {
+				if tag.RowsAffected() == 0 {
+					return fmt.Errorf("operation write changed no row: %s", q.SQL)
+				}
+				return nil
+			})
+		}
+	}
+	queueTransition(batch, req.TenantID, req.Key, []Status{StatusProcessing}, out.Status, out.ResourceID, &out.Response, s.cfg.Retention)
+	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+		return fmt.Errorf("save outcome: %w", err)
+	}
+	return nil
 }
 
 // Complete records the final response of an operation whose key is
@@ -383,6 +411,10 @@ type Attempt struct {
 	// the earlier attempt when a failed_retryable key was re-acquired: the
 	// operation must resume that resource, not create another.
 	ResourceID string
+	// Now is the transaction's now(), as the database stamped the key: rows
+	// the operation stamps with it read exactly as if the database had
+	// stamped them itself.
+	Now time.Time
 }
 
 // Operation does an endpoint's writes inside the Store's transaction. A
@@ -423,7 +455,7 @@ func (s *Store) Run(ctx context.Context, db TxBeginner, req Request, op Operatio
 				return err
 			}
 		}
-		out, err := op(ctx, tx, Attempt{Request: req, ResourceID: dec.Record.ResourceID})
+		out, err := op(ctx, tx, Attempt{Request: req, ResourceID: dec.Record.ResourceID, Now: dec.Record.UpdatedAt})
 		if err != nil {
 			return err
 		}

@@ -38,20 +38,36 @@ func (s *Service) readContext(ctx context.Context) (context.Context, context.Can
 // wrote) and inserts the job that will charge it, and answers 202.
 func (s *Service) create(ctx context.Context, tx pgx.Tx, attempt idempotency.Attempt, req CreateRequest) (idempotency.Outcome, error) {
 	tenantID := attempt.Request.TenantID
-	var (
-		p   Payment
-		err error
-	)
 	if attempt.ResourceID != "" {
-		// The key was re-acquired: the payment was proven never to have
-		// reached the provider. Its lock is usually held already (see
-		// LockPayment); taking it again is free.
-		p, err = lockPayment(ctx, tx, tenantID, attempt.ResourceID)
-		if err == nil {
-			p, err = resumePayment(ctx, tx, p)
-		}
-	} else {
-		p, err = insertPayment(ctx, tx, newPayment(tenantID, attempt.Request.Key, req))
+		return s.resume(ctx, tx, attempt)
+	}
+	// A new payment is known in full before it is written (its time is the
+	// transaction's, as the key's), so its row and the stored 202 go to the
+	// database together, after the job: one round trip fewer per payment.
+	p := newPayment(tenantID, attempt.Request.Key, req)
+	p.CreatedAt, p.UpdatedAt = attempt.Now, attempt.Now
+	if _, err := s.Outbox.InsertTx(ctx, tx, outbox.ChargePaymentArgs{TenantID: tenantID, PaymentID: p.ID}); err != nil {
+		return idempotency.Outcome{}, err
+	}
+	resp, err := s.accepted(p)
+	if err != nil {
+		return idempotency.Outcome{}, err
+	}
+	writes := &pgx.Batch{}
+	queueInsertPayment(writes, p)
+	s.Logger.InfoContext(ctx, "payment accepted", slog.String("tenant_id", tenantID), slog.String("payment_id", p.ID), slog.Bool("resumed", false))
+	return idempotency.Outcome{Status: idempotency.StatusProcessing, ResourceID: p.ID, Response: resp, Writes: writes}, nil
+}
+
+// resume takes up the payment of a re-acquired key, proven never to have
+// reached the provider, under its next provider key generation.
+func (s *Service) resume(ctx context.Context, tx pgx.Tx, attempt idempotency.Attempt) (idempotency.Outcome, error) {
+	tenantID := attempt.Request.TenantID
+	// Its lock is usually held already (see LockPayment); taking it again
+	// is free.
+	p, err := lockPayment(ctx, tx, tenantID, attempt.ResourceID)
+	if err == nil {
+		p, err = resumePayment(ctx, tx, p)
 	}
 	if err != nil {
 		return idempotency.Outcome{}, err
@@ -63,13 +79,16 @@ func (s *Service) create(ctx context.Context, tx pgx.Tx, attempt idempotency.Att
 	if err != nil {
 		return idempotency.Outcome{}, err
 	}
-	s.Logger.InfoContext(ctx, "payment accepted", slog.String("tenant_id", tenantID), slog.String("payment_id", p.ID),
-		slog.Bool("resumed", attempt.ResourceID != ""))
+	s.Logger.InfoContext(ctx, "payment accepted", slog.String("tenant_id", tenantID), slog.String("payment_id", p.ID), slog.Bool("resumed", true))
 	return idempotency.Outcome{Status: idempotency.StatusProcessing, ResourceID: p.ID, Response: resp}, nil
 }
 
 func newPayment(tenantID, clientKey string, req CreateRequest) Payment {
 	paymentID := id.New("pay")
+	metadata := req.Metadata
+	if metadata == nil {
+		metadata = map[string]string{}
+	}
 	return Payment{
 		ID:                     paymentID,
 		TenantID:               tenantID,
@@ -79,7 +98,7 @@ func newPayment(tenantID, clientKey string, req CreateRequest) Payment {
 		PaymentMethod:          req.PaymentMethod,
 		Customer:               nonEmpty(req.Customer),
 		Description:            nonEmpty(req.Description),
-		Metadata:               req.Metadata,
+		Metadata:               metadata,
 		Status:                 StatusProcessing,
 		ProviderKeyGeneration:  1,
 		ProviderIdempotencyKey: ProviderIdempotencyKey(tenantID, clientKey, paymentID, 1),

@@ -28,19 +28,15 @@ const paymentColumns = `id, tenant_id, idempotency_key, amount, currency, paymen
 	failure_message, provider_key_generation, first_provider_attempt_at, last_provider_attempt_at,
 	reconcile_after, reconcile_attempts, amount_refunded, created_at, updated_at, provider_next_action`
 
-func insertPayment(ctx context.Context, tx pgx.Tx, p Payment) (Payment, error) {
-	metadata := p.Metadata
-	if metadata == nil {
-		metadata = map[string]string{}
-	}
-	rows, err := tx.Query(ctx, `
+// queueInsertPayment queues the insert of a new payment known in full,
+// stamped by the caller, for a batch that does not read it back.
+func queueInsertPayment(batch *pgx.Batch, p Payment) {
+	batch.Queue(`
 		INSERT INTO payments (id, tenant_id, idempotency_key, amount, currency, payment_method, customer,
-			description, metadata, status, provider_idempotency_key)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-		RETURNING `+paymentColumns,
+			description, metadata, status, provider_idempotency_key, provider_key_generation, created_at, updated_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
 		p.ID, p.TenantID, p.IdempotencyKey, p.Amount, p.Currency, p.PaymentMethod, p.Customer,
-		p.Description, metadata, p.Status, p.ProviderIdempotencyKey)
-	return collectPayment(rows, err, "insert payment")
+		p.Description, p.Metadata, p.Status, p.ProviderIdempotencyKey, p.ProviderKeyGeneration, p.CreatedAt, p.UpdatedAt)
 }
 
 // GetPayment reads a tenant's payment. Another tenant's payment is
