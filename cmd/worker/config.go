@@ -20,7 +20,7 @@ type config struct {
 	// (the simulator, stripe-mock). Empty means Stripe's real API.
 	StripeAPIBase string
 	// Concurrency (WORKER_CONCURRENCY) is how many payments are charged at
-	// once. Defaults to 10.
+	// once. Defaults to 100.
 	Concurrency int
 	// JobTimeout (WORKER_JOB_TIMEOUT) bounds one provider attempt. Defaults
 	// to 30s.
@@ -85,8 +85,9 @@ type config struct {
 	IdempotencyRetention time.Duration
 	// DatabaseConnectTimeout (DATABASE_CONNECT_TIMEOUT): as for the API.
 	DatabaseConnectTimeout time.Duration
-	// DatabaseMaxConns (DATABASE_MAX_CONNS) caps the pool. Defaults to
-	// WORKER_CONCURRENCY + 5 (River's own connections need room).
+	// DatabaseMaxConns (DATABASE_MAX_CONNS) caps the pool. Defaults to 20:
+	// a job holds a connection only for its short transactions, never
+	// across a provider call, so the pool need not grow with concurrency.
 	DatabaseMaxConns int
 	// WebhookRecoverInterval (WEBHOOK_RECOVER_INTERVAL) is how often the
 	// provider's events are listed to find those whose webhook never
@@ -111,7 +112,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		DatabaseURL:            env.String("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/oncepay?sslmode=disable"),
 		StripeSecretKey:        env.Required("STRIPE_SECRET_KEY", "a Stripe secret key (sk_test_… for test mode or the simulator)"),
 		StripeAPIBase:          env.URL("STRIPE_API_BASE"),
-		Concurrency:            env.Int("WORKER_CONCURRENCY", 10, 1, 1000),
+		Concurrency:            env.Int("WORKER_CONCURRENCY", 100, 1, 1000),
 		JobTimeout:             env.Duration("WORKER_JOB_TIMEOUT", 30*time.Second, 100*time.Millisecond, 10*time.Minute),
 		RescueStuckAfter:       env.Duration("WORKER_RESCUE_STUCK_AFTER", 5*time.Minute, time.Second, 24*time.Hour),
 		AdminAddr:              env.String("WORKER_ADMIN_ADDR", "127.0.0.1:8081"),
@@ -139,7 +140,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		LedgerCheckWindow:      env.Duration("LEDGER_CHECK_WINDOW", 26*time.Hour, time.Minute, 30*24*time.Hour),
 		LogLevel:               env.OneOf("LOG_LEVEL", "info", "debug", "info", "warn", "error"),
 	}
-	cfg.DatabaseMaxConns = env.Int("DATABASE_MAX_CONNS", cfg.Concurrency+5, 2, 2000)
+	cfg.DatabaseMaxConns = env.Int("DATABASE_MAX_CONNS", 20, 4, 2000)
 	// A job's attempt may outlive its timeout by the window in which it
 	// records what the provider said; rescuing it before then would run a
 	// second attempt beside the first.

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -119,7 +120,11 @@ func TestRoundTrips(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, post(key).StatusCode)
 	replay := log.take()
 
-	t.Logf("new key, %d round trips:\n  %s", len(newKey), strings.Join(newKey, "\n  "))
+	// River notifies the workers of an inserted job at most once per
+	// outbox.FetchCooldown per process: under load, few requests pay for
+	// it; these, sent further apart, each do.
+	newKey = slices.DeleteFunc(newKey, func(s string) bool { return strings.Contains(s, "name: PGNotifyMany") })
+	t.Logf("new key, %d round trips (River's insert notification aside):\n  %s", len(newKey), strings.Join(newKey, "\n  "))
 	t.Logf("replay, %d round trips:\n  %s", len(replay), strings.Join(replay, "\n  "))
 	require.LessOrEqual(t, len(newKey), 5, "new-key POST round trips")
 	require.LessOrEqual(t, len(replay), 3, "replay round trips")

@@ -23,7 +23,7 @@ const ChargeMaxAttempts = 20
 type WorkerConfig struct {
 	// Workers are the job workers to run. Required.
 	Workers *river.Workers
-	// Concurrency is how many payment jobs run at once. Defaults to 10.
+	// Concurrency is how many payment jobs run at once. Defaults to 100.
 	Concurrency int
 	// JobTimeout is River's default per-job timeout (workers may set their
 	// own). Defaults to 30s.
@@ -53,7 +53,7 @@ func NewWorkerClient(pool *pgxpool.Pool, cfg WorkerConfig) (*Client, error) {
 	}
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		Queues: map[string]river.QueueConfig{
-			QueuePayments: {MaxWorkers: cmp.Or(cfg.Concurrency, 10)},
+			QueuePayments: {MaxWorkers: cmp.Or(cfg.Concurrency, 100)},
 			// One slot per periodic job kind (payments' and refunds'
 			// reconciler and sweeper, the key reaper, the webhook
 			// recovery), so a long reconciliation run never holds up the
@@ -66,7 +66,7 @@ func NewWorkerClient(pool *pgxpool.Pool, cfg WorkerConfig) (*Client, error) {
 		RescueStuckJobsAfter: rescueAfter,
 		RetryPolicy:          cfg.Retry,
 		FetchPollInterval:    cmp.Or(cfg.FetchPollInterval, 200*time.Millisecond),
-		FetchCooldown:        50 * time.Millisecond,
+		FetchCooldown:        FetchCooldown,
 		PeriodicJobs:         cfg.PeriodicJobs,
 		Logger:               cfg.Logger,
 	})

@@ -142,7 +142,7 @@ func isJobControl(err error) bool {
 }
 
 func (w *ChargeWorker) work(ctx context.Context, job *river.Job[outbox.ChargePaymentArgs], log *slog.Logger) error {
-	p, err := GetPayment(ctx, w.pool, job.Args.TenantID, job.Args.PaymentID)
+	p, age, ok, err := startProviderAttempt(ctx, w.pool, job.Args.TenantID, job.Args.PaymentID)
 	if errors.Is(err, ErrNotFound) {
 		log.ErrorContext(ctx, "charge job for a payment that does not exist")
 		return river.JobCancel(err)
@@ -150,20 +150,11 @@ func (w *ChargeWorker) work(ctx context.Context, job *river.Job[outbox.ChargePay
 	if err != nil {
 		return err
 	}
-	if p.Status.Terminal() {
+	if !ok {
 		log.InfoContext(ctx, "payment already final; nothing to do", slog.String("status", string(p.Status)))
 		return nil
 	}
 	log = log.With(slog.Int("generation", p.ProviderKeyGeneration))
-
-	age, ok, err := startProviderAttempt(ctx, w.pool, p)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		log.InfoContext(ctx, "payment changed meanwhile; nothing to do")
-		return nil
-	}
 	if age > w.cfg.ProviderKeyMargin {
 		log.WarnContext(ctx, "provider idempotency window nearly over; not calling the provider", slog.Duration("since_first_attempt", age))
 		return w.reconcileLater(ctx, job, p, "the provider's idempotency window for this payment has passed")
@@ -260,9 +251,9 @@ func retryLater(ctx context.Context, p Payment, log *slog.Logger, err error) err
 // one transaction, so none of them is ever seen without the others.
 func (w *ChargeWorker) finish(ctx context.Context, job *river.Job[outbox.ChargePaymentArgs], p Payment, out provider.Outcome) error {
 	return pgx.BeginTxFunc(ctx, w.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
-		if _, err := lockForOutcome(ctx, tx, w.keys, p.TenantID, p.ID); err != nil {
-			return err
-		}
+		// No lockForOutcome first: recordOutcome's UPDATE of the payment
+		// (conditional on its state) takes the payment's lock, then its
+		// UPDATE of the key the key's, in the one lock order.
 		if err := recordOutcome(ctx, tx, w.keys, p, []Status{StatusProcessing, StatusRequiresAction}, out); err != nil {
 			return err
 		}

@@ -131,31 +131,39 @@ func collectPayment(rows pgx.Rows, err error, op string) (Payment, error) {
 	return p, nil
 }
 
-// startProviderAttempt records, before a provider call, when the provider
-// was first and last called for the payment's current generation, and
-// returns how long ago the first call was. It commits on its own, before the
-// call: a crash right after the call must not lose the clock that guards the
-// provider's idempotency window, nor the bound of the window in which the
-// provider may have created an intent. The age is computed by the database,
-// whose clock set the time, not by this process's. ok is false when the
-// payment left processing or changed generation meanwhile.
-func startProviderAttempt(ctx context.Context, db Querier, p Payment) (age time.Duration, ok bool, err error) {
+// startProviderAttempt reads a payment the charge job may call the
+// provider for and records, in the same statement, when the provider was
+// first and last called for its current generation, returning how long ago
+// the first call was. It commits on its own, before the call: a crash right
+// after the call must not lose the clock that guards the provider's
+// idempotency window, nor the bound of the window in which the provider may
+// have created an intent. The age is computed by the database, whose clock
+// set the time, not by this process's. ok is false, and the payment is
+// read as it is, when it is not processing or requires_action.
+func startProviderAttempt(ctx context.Context, db Querier, tenantID, paymentID string) (p Payment, age time.Duration, ok bool, err error) {
 	rows, err := db.Query(ctx, `
 		UPDATE payments SET first_provider_attempt_at = coalesce(first_provider_attempt_at, now()),
 			last_provider_attempt_at = now()
-		WHERE id = $1 AND provider_key_generation = $2 AND status IN ('processing', 'requires_action')
-		RETURNING (extract(epoch FROM now() - first_provider_attempt_at) * 1000000)::bigint`, p.ID, p.ProviderKeyGeneration)
+		WHERE tenant_id = $1 AND id = $2 AND status IN ('processing', 'requires_action')
+		RETURNING `+paymentColumns+`, (extract(epoch FROM now() - first_provider_attempt_at) * 1000000)::bigint AS age_micros`,
+		tenantID, paymentID)
 	if err != nil {
-		return 0, false, fmt.Errorf("start provider attempt: %w", err)
+		return Payment{}, 0, false, fmt.Errorf("start provider attempt: %w", err)
 	}
-	micros, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[int64])
+	started, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[startedPayment])
 	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, false, nil
+		p, err := GetPayment(ctx, db, tenantID, paymentID)
+		return p, 0, false, err
 	}
 	if err != nil {
-		return 0, false, fmt.Errorf("start provider attempt: %w", err)
+		return Payment{}, 0, false, fmt.Errorf("start provider attempt: %w", err)
 	}
-	return time.Duration(micros) * time.Microsecond, true, nil
+	return started.Payment, time.Duration(started.AgeMicros) * time.Microsecond, true, nil
+}
+
+type startedPayment struct {
+	Payment
+	AgeMicros int64 `db:"age_micros"`
 }
 
 // recordPending notes the provider's intent and its non-final state, so
