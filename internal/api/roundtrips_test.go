@@ -8,12 +8,9 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncepay/oncepay/internal/api"
@@ -26,65 +23,19 @@ import (
 	"github.com/oncepay/oncepay/internal/tenant"
 )
 
-// statementLog records what a pool sends to the server, one entry per round
-// trip: a query, an Exec (BEGIN and COMMIT included) or a whole batch.
-type statementLog struct {
-	mu   sync.Mutex
-	sent []string
-}
-
-func (l *statementLog) add(s string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.sent = append(l.sent, strings.Join(strings.Fields(s), " "))
-}
-
-func (l *statementLog) take() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	out := l.sent
-	l.sent = nil
-	return out
-}
-
-func (l *statementLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
-	l.add(data.SQL)
-	return ctx
-}
-
-func (l *statementLog) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-
-func (l *statementLog) TraceBatchStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
-	var parts []string
-	for _, q := range data.Batch.QueuedQueries {
-		parts = append(parts, q.SQL)
-	}
-	l.add("batch: " + strings.Join(parts, " | "))
-	return ctx
-}
-
-func (l *statementLog) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-func (l *statementLog) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
-
 // TestRoundTrips pins how many times the hot paths talk to the database:
 // the server's work per statement is small, so on a busy machine the
 // round trips (each a wake-up of both processes) are what a request costs.
 // A change that adds one fails here and must say why.
 func TestRoundTrips(t *testing.T) {
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(pgtest.SharedDatabase(t))
-	require.NoError(t, err)
-	log := &statementLog{}
-	cfg.ConnConfig.Tracer = log
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool, log := pgtest.TracedPool(t, pgtest.SharedDatabase(t))
 
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	jobs, err := outbox.NewInsertOnly(pool, logger)
 	require.NoError(t, err)
 	// The limits as deployed: they must not cost a round trip of their own.
-	limits := ratelimit.New(ratelimit.Config{Rate: 1000, Window: time.Second, MaxPending: 1000})
+	limits := ratelimit.New(ratelimit.Config{Rate: 1000, Window: time.Second, MaxPending: 1000, PendingRecount: time.Minute})
 	keys := idempotency.NewStore(idempotency.Config{Admit: limits.Admit})
 	handler := api.NewHandler(api.Deps{
 		Pool: pool, Keys: keys, Logger: logger,
@@ -112,13 +63,13 @@ func TestRoundTrips(t *testing.T) {
 
 	// Warm up: the first request of a connection prepares its statements.
 	require.Equal(t, http.StatusAccepted, post(id.New("key")).StatusCode)
-	log.take()
+	log.Take()
 
 	key := id.New("key")
 	require.Equal(t, http.StatusAccepted, post(key).StatusCode)
-	newKey := log.take()
+	newKey := log.Take()
 	require.Equal(t, http.StatusAccepted, post(key).StatusCode)
-	replay := log.take()
+	replay := log.Take()
 
 	// River notifies the workers of an inserted job at most once per
 	// outbox.FetchCooldown per process: under load, few requests pay for

@@ -2,12 +2,9 @@ package tenant_test
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncepay/oncepay/internal/id"
@@ -17,42 +14,21 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// countingPool is a pool that counts the queries it sends.
-func countingPool(t *testing.T) (*pgxpool.Pool, *atomic.Int64) {
-	t.Helper()
-	cfg, err := pgxpool.ParseConfig(pgtest.SharedDatabase(t))
-	require.NoError(t, err)
-	var n atomic.Int64
-	cfg.ConnConfig.Tracer = queryCounter{&n}
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	return pool, &n
-}
-
-type queryCounter struct{ n *atomic.Int64 }
-
-func (c queryCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	c.n.Add(1)
-	return ctx
-}
-func (queryCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-
 func TestAuthenticateCachesValidKeysOnly(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, queries := countingPool(t)
+	pool, queries := pgtest.TracedPool(t, pgtest.SharedDatabase(t))
 	created, err := tenant.Create(ctx, pool, "auth-"+id.New("t"))
 	require.NoError(t, err)
 	auth := tenant.NewAuthenticator(pool, tenant.AuthConfig{CacheTTL: 300 * time.Millisecond})
 
-	before := queries.Load()
+	queries.Take()
 	for range 5 {
 		got, err := auth.Authenticate(ctx, created.APIKey)
 		require.NoError(t, err)
 		require.Equal(t, created.TenantID, got)
 	}
-	require.Equal(t, int64(1), queries.Load()-before, "one lookup, then the cache")
+	require.Len(t, queries.Take(), 1, "one lookup, then the cache")
 
 	// The cache saves the query, never the secret's check.
 	wrong := created.APIKey[:len(created.APIKey)-4] + "AAAA"
@@ -60,12 +36,12 @@ func TestAuthenticateCachesValidKeysOnly(t *testing.T) {
 	require.ErrorIs(t, err, tenant.ErrUnauthorized)
 
 	// Unknown keys are looked up every time: nothing is cached for them.
-	before = queries.Load()
+	queries.Take()
 	for range 3 {
 		_, err = auth.Authenticate(ctx, "opk_nosuchkey_c2VjcmV0")
 		require.ErrorIs(t, err, tenant.ErrUnauthorized)
 	}
-	require.Equal(t, int64(3), queries.Load()-before)
+	require.Len(t, queries.Take(), 3)
 
 	// Revoked: still known to the cache for at most its TTL, then refused.
 	_, err = tenant.RevokeKey(ctx, pool, created.TenantID, created.APIKey)
@@ -83,7 +59,7 @@ func TestAuthenticateCachesValidKeysOnly(t *testing.T) {
 func TestAuthenticateWithoutCacheRefusesRevokedKeyAtOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, _ := countingPool(t)
+	pool, _ := pgtest.TracedPool(t, pgtest.SharedDatabase(t))
 	created, err := tenant.Create(ctx, pool, "auth-"+id.New("t"))
 	require.NoError(t, err)
 	auth := tenant.NewAuthenticator(pool, tenant.AuthConfig{})
@@ -100,7 +76,7 @@ func TestAuthenticateWithoutCacheRefusesRevokedKeyAtOnce(t *testing.T) {
 func TestAuthenticateHonoursGraceEndWhenCached(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, _ := countingPool(t)
+	pool, _ := pgtest.TracedPool(t, pgtest.SharedDatabase(t))
 	created, err := tenant.Create(ctx, pool, "auth-"+id.New("t"))
 	require.NoError(t, err)
 	auth := tenant.NewAuthenticator(pool, tenant.AuthConfig{CacheTTL: time.Minute})
