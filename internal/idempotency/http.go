@@ -63,12 +63,18 @@ func (e *Endpoint[T]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	tenantID := e.TenantID(r)
 	ireq := Request{TenantID: tenantID, Key: key, Method: r.Method, Path: r.URL.Path, Fingerprint: fingerprint, LockResource: e.LockResource}
-	res, err := e.Store.Run(r.Context(), e.DB, ireq, func(ctx context.Context, tx pgx.Tx, a Attempt) (Outcome, error) {
-		return e.Execute(ctx, tx, a, req)
-	})
-	if err != nil {
-		problem.Write(w, r, e.Logger, err)
-		return
+	res, ok := e.Store.replayCommitted(r.Context(), e.DB, ireq)
+	if !ok {
+		res, err = e.Store.Run(r.Context(), e.DB, ireq, func(ctx context.Context, tx pgx.Tx, a Attempt) (Outcome, error) {
+			return e.Execute(ctx, tx, a, req)
+		})
+		if err != nil {
+			problem.Write(w, r, e.Logger, err)
+			return
+		}
+	}
+	if res.Kind == Execute || res.Kind == Replay {
+		e.Store.recent.add(tenantID, key)
 	}
 	e.Logger.DebugContext(r.Context(), "idempotency decision", slog.String("tenant_id", tenantID), slog.String("decision", res.Kind.String()))
 	if e.Store.cfg.Observe != nil {

@@ -176,6 +176,11 @@ type Config struct {
 	// mismatches never reach it, so tenant limits hung here count only new
 	// operations, at no cost to the requests they let through.
 	Admit func(ctx context.Context, tx pgx.Tx, tenantID string) error
+	// RecentKeys is how many keys an Endpoint remembers having reserved
+	// or replayed, so that a retry of one is tried as a single read before
+	// the transaction a new key needs (a new key pays nothing for this).
+	// Defaults to 100000 (a few MB); negative disables it.
+	RecentKeys int
 }
 
 // WithDefaults returns the configuration with zero values defaulted.
@@ -188,6 +193,7 @@ func (c Config) WithDefaults() Config {
 	c.Timeout = cmp.Or(c.Timeout, c.LockWait+5*time.Second)
 	c.AwaitPoll = cmp.Or(c.AwaitPoll, time.Second)
 	c.MaxWaiters = cmp.Or(c.MaxWaiters, 1000)
+	c.RecentKeys = cmp.Or(c.RecentKeys, 100000)
 	return c
 }
 
@@ -195,11 +201,13 @@ func (c Config) WithDefaults() Config {
 type Store struct {
 	cfg     Config
 	waiting atomic.Int64
+	recent  *recentKeys
 }
 
 // NewStore returns a Store.
 func NewStore(cfg Config) *Store {
-	return &Store{cfg: cfg.WithDefaults()}
+	cfg = cfg.WithDefaults()
+	return &Store{cfg: cfg, recent: newRecentKeys(cfg.RecentKeys)}
 }
 
 // Config returns the Store's configuration, defaults applied.
