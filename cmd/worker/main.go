@@ -74,7 +74,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	m.RegisterDatabase(pool)
 	keys := idempotency.NewStore(idempotency.Config{Retention: cfg.IdempotencyRetention, TombstoneRetention: cfg.TombstoneRetention})
 	providerClient := provider.New(provider.Config{SecretKey: cfg.StripeSecretKey, APIBase: cfg.StripeAPIBase,
-		HTTPClient: &http.Client{Transport: m.ProviderTransport(nil)}})
+		HTTPClient: &http.Client{Transport: m.ProviderTransport(provider.Transport(cfg.Concurrency + 10))}})
 	chargeCfg := cfg.chargeConfig()
 	workers := river.NewWorkers()
 	if err := river.AddWorkerSafely(workers, payments.NewChargeWorker(pool, keys, providerClient, logger, chargeCfg)); err != nil {

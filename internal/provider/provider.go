@@ -55,6 +55,17 @@ func New(cfg Config) *Client {
 	return &Client{api: client.New(cfg.SecretKey, stripe.NewBackendsWithConfig(backendCfg))}
 }
 
+// Transport returns an HTTP transport for up to concurrency calls at once
+// to the provider. Go's default keeps two idle connections per host: with
+// more calls in flight, every call beyond two would end by closing its
+// connection and the next would open (and TLS-handshake) a new one.
+func Transport(concurrency int) *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = max(concurrency, 2)
+	t.MaxIdleConns = max(concurrency, t.MaxIdleConns)
+	return t
+}
+
 // replayObserver records, for calls whose context carries a *callRecord,
 // whether the answer was replayed from the provider's idempotency store.
 // stripe-go does not expose response headers on errors, and a replayed 5xx
