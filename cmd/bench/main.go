@@ -51,6 +51,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	flags.IntVar(&cfg.Backlog, "backlog", 5000, "payments accepted before the slow-provider phase's worker starts")
 	flags.IntVar(&cfg.SlowWorkerConcurrency, "slow-worker-concurrency", 200, "WORKER_CONCURRENCY of the slow-provider phase's worker")
 	flags.StringVar(&cfg.DatabaseName, "database-name", "oncepay_bench", "the database created (and dropped) on DATABASE_URL's server")
+	flags.BoolVar(&cfg.AllowNoFsync, "allow-no-fsync", false, "run on a server with fsync or synchronous_commit off (tests only: the ratios then mean little)")
 	flags.StringVar(&cfg.BinDir, "bin", "bin", "where the api, worker and stripesim binaries are")
 	flags.StringVar(&cfg.StateDir, "state", ".run/bench", "where the processes' logs go")
 	flags.StringVar(&cfg.ScriptDir, "scripts", "bench/pgbench", "where the pgbench scripts are")

@@ -191,6 +191,9 @@ func openLoop(ctx context.Context, client *http.Client, rate float64, d time.Dur
 			overflow.fail(fmt.Sprintf("more than %d requests outstanding", maxInFlight))
 		}
 	}
+	sent := time.Since(start)
 	wg.Wait()
-	return merge(append(recs, &overflow), time.Since(start))
+	// The rate is over the sending, not over the wait for the last
+	// answers (a Prefer: wait one can take seconds).
+	return merge(append(recs, &overflow), sent)
 }
