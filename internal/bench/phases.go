@@ -402,6 +402,10 @@ type SlowProvider struct {
 	// 50 ms from pg_stat_activity).
 	PeakConns  int `json:"peak_conns"`
 	PeakActive int `json:"peak_active"`
+	// WaitsAtPeak counts the worker's busy connections by state and wait
+	// event (pg_stat_activity) at the sample with the most of them: what
+	// an exhausted pool was waiting for.
+	WaitsAtPeak map[string]int `json:"waits_at_peak,omitempty"`
 }
 
 // workerAppName marks the slow-provider worker's connections in
@@ -442,7 +446,7 @@ func (r *run) slowProvider(ctx context.Context) (*PhaseResult, error) {
 	sampled.Add(1)
 	go func() {
 		defer sampled.Done()
-		r.sampleConns(sampleCtx, &sp.PeakConns, &sp.PeakActive)
+		r.sampleConns(sampleCtx, &sp)
 	}()
 	start := time.Now()
 	err := r.restartWorker(ctx, []string{
@@ -468,8 +472,8 @@ func (r *run) slowProvider(ctx context.Context) (*PhaseResult, error) {
 		sp.DrainSeconds = time.Since(start).Seconds()
 	}
 	sp.SettledPerSec = float64(sp.Accept.Statuses["202"]) / sp.DrainSeconds
-	r.printf("drained %d payments in %.1fs: %.0f/s; worker connections: at most %d open, %d active, of %d",
-		sp.Accept.Statuses["202"], sp.DrainSeconds, sp.SettledPerSec, sp.PeakConns, sp.PeakActive, sp.PoolMax)
+	r.printf("drained %d payments in %.1fs: %.0f/s; worker connections: at most %d open, %d busy, of %d; busy at the peak: %v",
+		sp.Accept.Statuses["202"], sp.DrainSeconds, sp.SettledPerSec, sp.PeakConns, sp.PeakActive, sp.PoolMax, sp.WaitsAtPeak)
 	// Back to the default worker for what follows.
 	if err := r.restartWorker(ctx, nil); err != nil {
 		return nil, err
@@ -486,16 +490,36 @@ func (r *run) slowProvider(ctx context.Context) (*PhaseResult, error) {
 }
 
 // sampleConns records the most connections the worker has open, and
-// running a statement, until ctx ends.
-func (r *run) sampleConns(ctx context.Context, peakConns, peakActive *int) {
+// running a statement, until ctx ends, and what the running ones waited
+// for at the peak. A connection idle after a LISTEN or a ping is a
+// listener's, held outside the pool, and not counted.
+func (r *run) sampleConns(ctx context.Context, sp *SlowProvider) {
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		var open, active int
-		err := r.pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE state <> 'idle') FROM pg_stat_activity
-			WHERE datname = current_database() AND application_name = $1`, workerAppName).Scan(&open, &active)
+		rows, err := r.pool.Query(ctx, `SELECT state, coalesce(wait_event_type || ':' || wait_event, 'running'), count(*)
+			FROM pg_stat_activity
+			WHERE datname = current_database() AND application_name = $1
+				AND NOT (state = 'idle' AND (query ILIKE 'LISTEN%' OR query = '-- ping'))
+			GROUP BY 1, 2`, workerAppName)
 		if err == nil {
-			*peakConns, *peakActive = max(*peakConns, open), max(*peakActive, active)
+			open, active, waits := 0, 0, map[string]int{}
+			for rows.Next() {
+				var state, wait string
+				var n int
+				if rows.Scan(&state, &wait, &n) == nil {
+					open += n
+					if state != "idle" {
+						active += n
+						waits[state+" "+wait] += n
+					}
+				}
+			}
+			rows.Close()
+			sp.PeakConns = max(sp.PeakConns, open)
+			if active > sp.PeakActive {
+				sp.PeakActive, sp.WaitsAtPeak = active, waits
+			}
 		}
 		select {
 		case <-ctx.Done():
