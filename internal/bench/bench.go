@@ -326,9 +326,14 @@ func (r *run) setup(ctx context.Context) error {
 		FROM generate_series(1, $2::int) i`,
 		`ANALYZE`,
 	} {
-		args := []any{r.cfg.Tenants, n}
-		if !strings.Contains(sql, "$2") {
-			args = args[:strings.Count(sql, "$1")]
+		// Every statement but ANALYZE takes the tenant count, most also
+		// the set size.
+		var args []any
+		if strings.Contains(sql, "$1") {
+			args = append(args, r.cfg.Tenants)
+		}
+		if strings.Contains(sql, "$2") {
+			args = append(args, n)
 		}
 		if _, err := r.pool.Exec(ctx, sql, args...); err != nil {
 			return fmt.Errorf("pgbench's rows: %w", err)
@@ -341,8 +346,8 @@ func (r *run) setup(ctx context.Context) error {
 // from: large enough that 8 clients seldom pick the same row at once.
 const pgbenchRows = 20000
 
-// env returns the environment of a process with more variables at the end
-// (the later of two settings wins).
+// withEnv is a process's environment with more variables at the end (the
+// later of two settings of a variable wins).
 func withEnv(env []string, more ...string) []string {
 	return append(slices.Clip(env), more...)
 }
