@@ -10,7 +10,7 @@ STATICCHECK_VERSION ?= v0.8.2
 
 export DATABASE_URL STRIPE_SECRET_KEY STRIPE_API_BASE
 
-.PHONY: run up down demo chaos build db migrate test fuzz bench lint pg-stop
+.PHONY: run up down demo chaos build db migrate test fuzz bench bench-go lint pg-stop
 
 ## run: the simulator, the worker and the API in the foreground (Ctrl-C stops all three); logs in .run/logs/
 run: build
@@ -59,6 +59,8 @@ fuzz:
 	go test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/jsonbody
 	go test -run '^$$' -fuzz '^FuzzInteger$$' -fuzztime $(FUZZTIME) ./internal/jsonbody
 	go test -run '^$$' -fuzz '^FuzzValidateCreate$$' -fuzztime $(FUZZTIME) ./internal/payments
+	go test -run '^$$' -fuzz '^FuzzParseTPS$$' -fuzztime $(FUZZTIME) ./internal/bench
+	go test -run '^$$' -fuzz '^FuzzParseLog$$' -fuzztime $(FUZZTIME) ./internal/bench
 
 ## lint: gofmt, go vet and staticcheck
 lint:
@@ -72,8 +74,13 @@ pg-stop:
 		if [ "$$(id -u)" = 0 ]; then runuser -u postgres -- $$(ls -d /usr/lib/postgresql/*/bin | tail -1)/pg_ctl -D "$$d" stop; \
 		else pg_ctl -D "$$d" stop; fi; fi
 
-## bench: benchmarks, each reporting ratios to a baseline measured in the same run
-bench:
+## bench: the real stack against pgbench on the same server, in alternating rounds; a table, and JSON in bench/results/ (BENCH_FLAGS="-only newkey -rounds 1")
+BENCH_FLAGS ?=
+bench: build
+	@bin/bench $(BENCH_FLAGS)
+
+## bench-go: Go micro-benchmarks, each reporting ratios to a baseline measured in the same run
+bench-go:
 	go test -run '^$$' -bench . -benchtime 2s ./internal/...
 
 # --- containers: Dockerfile, docker-compose.yml, deploy/ ---------------------
