@@ -19,10 +19,11 @@ import (
 // notification is sent in the transaction that moves the key, so it is
 // delivered when, and only if, that transaction commits.
 //
-// Only transitions out of processing notify: they are what a waiting
-// request waits for, and they are rare next to reservations. A transaction
-// that has notified serialises its commit with every other such transaction
-// on a database-wide lock, which the hot path of new keys must not take.
+// Only transitions out of processing notify, and only for a key a request
+// waits for (Store.Await marks it awaited): a transaction that has notified
+// serialises its commit, WAL flush included, with every other such
+// transaction on a database-wide lock, which neither new keys nor the
+// workers' completions may take on every operation.
 const NotifyChannel = "idempotency_keys"
 
 func notifyPayload(tenantID, key string) string { return tenantID + ":" + key }

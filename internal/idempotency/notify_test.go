@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -130,6 +131,47 @@ func TestAwait(t *testing.T) {
 		}
 		b.complete(t, other)
 		require.Equal(t, idempotency.StatusCompleted, (<-bystander).rec.Status)
+	})
+
+	// A key nobody waits for leaves processing without a notification (a
+	// notifying commit serialises with every other one); one a request
+	// waits for is announced.
+	t.Run("OnlyAwaitedKeysNotify", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, idempotency.Config{})
+		conn, err := b.pool.Acquire(b.ctx)
+		require.NoError(t, err)
+		defer conn.Release()
+		_, err = conn.Exec(b.ctx, "LISTEN "+idempotency.NotifyChannel)
+		require.NoError(t, err)
+		mine := func() []string {
+			var got []string
+			for {
+				ctx, cancel := context.WithTimeout(b.ctx, 300*time.Millisecond)
+				n, err := conn.Conn().WaitForNotification(ctx)
+				cancel()
+				if err != nil {
+					return got
+				}
+				if strings.HasPrefix(n.Payload, b.tenant+":") {
+					got = append(got, n.Payload)
+				}
+			}
+		}
+
+		quiet := "key-0000000000000410"
+		b.processingKey(t, quiet)
+		b.complete(t, quiet)
+		require.Empty(t, mine(), "no request waited for it")
+
+		b.store = idempotency.NewStore(idempotency.Config{AwaitPoll: longPoll, Notifier: startNotifier(t, b, &pidLog{})})
+		awaited := "key-0000000000000411"
+		b.processingKey(t, awaited)
+		waiter := b.await(awaited, 15*time.Second)
+		time.Sleep(300 * time.Millisecond) // marked and past its first read
+		b.complete(t, awaited)
+		require.Equal(t, idempotency.StatusCompleted, (<-waiter).rec.Status)
+		require.Equal(t, []string{b.tenant + ":" + awaited}, mine())
 	})
 
 	t.Run("WithoutNotifierPolls", func(t *testing.T) {

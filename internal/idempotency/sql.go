@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 const recordColumns = `tenant_id, idempotency_key, request_method, request_path, request_fingerprint, status,
@@ -157,9 +156,10 @@ func transition(ctx context.Context, tx pgx.Tx, tenantID, key string, from []Sta
 	return err
 }
 
-// queueTransition queues transition's statements: the UPDATE and, when the
-// key leaves processing, the notification (delivered at commit) that wakes
-// the requests waiting for it.
+// queueTransition queues transition's statement: the UPDATE and, when the
+// key leaves processing while a request waits for it (awaited), the
+// notification that wakes that request, delivered at commit. Keys nobody
+// waits for are moved without one: see migration 00015.
 func queueTransition(batch *pgx.Batch, tenantID, key string, from []Status, to Status, resourceID string, resp *Response, retention time.Duration) {
 	// NULL parameters leave the stored response untouched.
 	var code, headers, body any
@@ -177,23 +177,43 @@ func queueTransition(batch *pgx.Batch, tenantID, key string, from []Status, to S
 		fromText[i] = string(f)
 	}
 	batch.Queue(`
-		UPDATE idempotency_keys
-		SET status = $4,
-			resource_id = coalesce(nullif($5, ''), resource_id),
-			response_status = coalesce($6, response_status),
-			response_headers = coalesce($7, response_headers),
-			response_body = coalesce($8, response_body),
-			updated_at = now(),
-			expires_at = now() + $9 * interval '1 microsecond'
-		WHERE tenant_id = $1 AND idempotency_key = $2 AND status = ANY($3)`,
+		WITH moved AS (
+			UPDATE idempotency_keys
+			SET status = $4,
+				resource_id = coalesce(nullif($5, ''), resource_id),
+				response_status = coalesce($6, response_status),
+				response_headers = coalesce($7, response_headers),
+				response_body = coalesce($8, response_body),
+				updated_at = now(),
+				expires_at = now() + $9 * interval '1 microsecond'
+			WHERE tenant_id = $1 AND idempotency_key = $2 AND status = ANY($3)
+			RETURNING awaited
+		),
+		notified AS (SELECT pg_notify($10, $11) FROM moved WHERE awaited AND $4 <> 'processing')
+		SELECT (SELECT count(*) FROM moved), (SELECT count(*) FROM notified)`,
 		tenantID, key, fromText, string(to), resourceID, code, headers, body, retention.Microseconds(),
-	).Exec(func(tag pgconn.CommandTag) error {
-		if tag.RowsAffected() == 0 {
+		NotifyChannel, notifyPayload(tenantID, key),
+	).QueryRow(func(row pgx.Row) error {
+		var moved, notified int
+		if err := row.Scan(&moved, &notified); err != nil {
+			return err
+		}
+		if moved == 0 {
 			return fmt.Errorf("move idempotency key to %s: %w", to, ErrTransition)
 		}
 		return nil
 	})
-	if to != StatusProcessing {
-		batch.Queue(`SELECT pg_notify($1, $2)`, NotifyChannel, notifyPayload(tenantID, key)).Exec(func(pgconn.CommandTag) error { return nil })
+}
+
+// markAwaited records that a request waits for the key, so that the
+// transaction that moves it out of processing notifies. A key that already
+// left processing is left alone: the waiter reads it next.
+func markAwaited(ctx context.Context, db Querier, tenantID, key string) error {
+	_, err := db.Exec(ctx, `
+		UPDATE idempotency_keys SET awaited = true
+		WHERE tenant_id = $1 AND idempotency_key = $2 AND status = 'processing' AND NOT awaited`, tenantID, key)
+	if err != nil {
+		return fmt.Errorf("mark idempotency key awaited: %w", err)
 	}
+	return nil
 }

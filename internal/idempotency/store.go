@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -518,6 +519,15 @@ func (s *Store) Await(ctx context.Context, db Querier, tenantID, key string, unt
 		ch, unsubscribe := s.cfg.Notifier.subscribe(tenantID, key)
 		defer unsubscribe()
 		wake = ch
+		// Then marked, so the move out of processing notifies; a key moved
+		// before the mark committed is seen by the first read. Without the
+		// mark the wait still ends, by the poll.
+		markCtx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+		err := markAwaited(markCtx, db, tenantID, key)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			s.cfg.Notifier.cfg.Logger.WarnContext(ctx, "waiting without notification", slog.Any("error", err))
+		}
 	}
 	for {
 		rec, err := read()
