@@ -256,12 +256,19 @@ func Run(ctx context.Context, cfg Config) (_ *Results, path string, err error) {
 // stackEnv is every process's configuration: the abuse limits high enough
 // that they run their code on every request but never refuse one, and the
 // sweeper's grace long enough that it never picks up pgbench's rows (which
-// are never charged).
+// are never charged). The ledger check and the webhook recovery run when a
+// worker starts, and the bench starts one for each phase: their windows are
+// kept to the last minute, so they compare what a minute holds, not every
+// payment of the run (pgbench's rows, made two hours "ago", fall outside).
 func stackEnv() []string {
 	return []string{
 		"API_TENANT_RATE=1000000",
 		"API_TENANT_MAX_PENDING=1000000",
 		"SWEEP_GRACE=24h",
+		"LEDGER_CHECK_INTERVAL=24h",
+		"LEDGER_CHECK_WINDOW=1m",
+		"WEBHOOK_RECOVER_INTERVAL=24h",
+		"WEBHOOK_RECOVER_LOOKBACK=1m",
 		"LOG_LEVEL=info",
 	}
 }
@@ -308,9 +315,9 @@ func (r *run) setup(ctx context.Context) error {
 			convert_to(repeat('x', 419), 'UTF8'), now() + interval '24 hours'
 		FROM generate_series(1, $2::int) i`,
 		// Accepted payments, their keys and their jobs for complete.sql.
-		`INSERT INTO payments (id, tenant_id, idempotency_key, amount, currency, payment_method, status, provider_idempotency_key)
+		`INSERT INTO payments (id, tenant_id, idempotency_key, amount, currency, payment_method, status, provider_idempotency_key, created_at)
 		SELECT 'pay_pgbench_open_' || i, 'ten_pgbench_' || (i % $1 + 1), 'pgbench-open-key-' || i, 2000, 'usd', 'pm_card_visa', 'processing',
-			'oncepay-pay_pgbench_open_' || i || '-' || md5(i::text)
+			'oncepay-pay_pgbench_open_' || i || '-' || md5(i::text), now() - interval '2 hours'
 		FROM generate_series(1, $2::int) i`,
 		`INSERT INTO idempotency_keys (tenant_id, idempotency_key, request_method, request_path, request_fingerprint, status,
 			resource_id, response_status, response_headers, response_body, expires_at)
