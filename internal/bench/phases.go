@@ -389,6 +389,9 @@ func sampledP(res LoadResult, p int) float64 {
 	return res.Sampled.P99MS
 }
 
+// workerDefaultPool is the worker's DATABASE_MAX_CONNS default.
+const workerDefaultPool = 20
+
 // SlowProvider is phase 5's one run.
 type SlowProvider struct {
 	Backlog           int        `json:"backlog"`
@@ -438,9 +441,9 @@ func (r *run) slowProvider(ctx context.Context) (*PhaseResult, error) {
 	if err := checkErrors("accepting the backlog", sp.Accept); err != nil {
 		return nil, err
 	}
-	// The worker's pool defaults to its concurrency plus 5; within what
-	// the server allows beside the API's pool and the bench's own.
-	sp.PoolMax = min(sp.WorkerConcurrency+5, r.maxConnections-30)
+	// The worker's default pool (DATABASE_MAX_CONNS), however many charges
+	// run at once: a charge in flight at the provider must hold none.
+	sp.PoolMax = workerDefaultPool
 	sampleCtx, stopSampling := context.WithCancel(ctx)
 	var sampled sync.WaitGroup
 	sampled.Add(1)
@@ -451,7 +454,6 @@ func (r *run) slowProvider(ctx context.Context) (*PhaseResult, error) {
 	start := time.Now()
 	err := r.restartWorker(ctx, []string{
 		"WORKER_CONCURRENCY=" + strconv.Itoa(sp.WorkerConcurrency),
-		"DATABASE_MAX_CONNS=" + strconv.Itoa(sp.PoolMax),
 		"PGAPPNAME=" + workerAppName,
 	})
 	if err == nil {
