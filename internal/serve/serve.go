@@ -13,14 +13,18 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/oncepay/oncepay/internal/logctx"
 )
 
 // NewLogger returns a JSON logger on w at level ("debug", "info", "warn",
 // "error"; anything else is info). Binaries validate the level beforehand.
+// Its lines carry the attributes of their context (logctx.With): the
+// request id in the API, the job id and kind in the worker.
 func NewLogger(w io.Writer, level string) *slog.Logger {
 	var l slog.Level
 	_ = l.UnmarshalText([]byte(level))
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
+	return slog.New(logctx.NewHandler(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})))
 }
 
 // Default server timeouts, which SetTimeouts gives the fields left zero.
