@@ -72,7 +72,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 
 	m := metrics.New()
 	m.RegisterDatabase(pool)
-	keys := idempotency.NewStore(idempotency.Config{Retention: cfg.IdempotencyRetention, TombstoneRetention: cfg.TombstoneRetention})
+	keys := idempotency.NewStore(idempotency.Config{Retention: cfg.IdempotencyRetention, TombstoneRetention: cfg.TombstoneRetention,
+		ObserveReap: func(r idempotency.ReapResult) { m.KeysReaped(r.Tombstoned, r.Deleted) }})
 	providerClient := provider.New(provider.Config{SecretKey: cfg.StripeSecretKey, APIBase: cfg.StripeAPIBase,
 		HTTPClient: &http.Client{Transport: m.ProviderTransport(nil)}})
 	chargeCfg := cfg.chargeConfig()
@@ -92,7 +93,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err := river.AddWorkerSafely(workers, &payments.ReconcileWorker{Reconciler: reconciler, Observe: observeReconciliation(m)}); err != nil {
 		return fmt.Errorf("register reconciler: %w", err)
 	}
-	sweepCfg := payments.SweepConfig{Grace: cfg.SweepGrace}
+	sweepCfg := payments.SweepConfig{Grace: cfg.SweepGrace, OnSwept: func() { m.KeySwept("payment") }}
 	sweeper := payments.NewSweeper(pool, keys, logger, sweepCfg)
 	if err := river.AddWorkerSafely(workers, &payments.SweepWorker{Sweeper: sweeper}); err != nil {
 		return fmt.Errorf("register sweeper: %w", err)
@@ -104,7 +105,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err := river.AddWorkerSafely(workers, &refunds.ReconcileWorker{Reconciler: refundReconciler}); err != nil {
 		return fmt.Errorf("register refund reconciler: %w", err)
 	}
-	refundSweeper := refunds.NewSweeper(pool, keys, logger, sweepCfg)
+	refundSweepCfg := sweepCfg
+	refundSweepCfg.OnSwept = func() { m.KeySwept("refund") }
+	refundSweeper := refunds.NewSweeper(pool, keys, logger, refundSweepCfg)
 	if err := river.AddWorkerSafely(workers, &refunds.SweepWorker{Sweeper: refundSweeper}); err != nil {
 		return fmt.Errorf("register refund sweeper: %w", err)
 	}

@@ -169,6 +169,9 @@ type Config struct {
 	// Observe, if set, is told every decision an Endpoint makes, with the
 	// tenant (for metrics). It must not block.
 	Observe func(tenantID string, kind Kind)
+	// ObserveReap, if set, is told what each committed batch of Reap did
+	// (for metrics), when it changed any row. It must not block.
+	ObserveReap func(ReapResult)
 }
 
 // WithDefaults returns the configuration with zero values defaulted.
