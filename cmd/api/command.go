@@ -58,6 +58,10 @@ type spec struct {
 var commands = []spec{
 	{name: "serve", summary: "serve HTTP on LISTEN_ADDR (the default command)", help: `Serves the HTTP API on LISTEN_ADDR until SIGINT or SIGTERM, then drains
 in-flight requests for up to SHUTDOWN_TIMEOUT.`},
+	{name: "healthcheck", summary: "exit 0 if the API on LISTEN_ADDR is ready, 1 if not", help: `Asks the API serving on LISTEN_ADDR (this machine's, for a wildcard address
+such as 0.0.0.0) for /readyz and exits 0 if it answers 200 within 3s, 1 if not:
+the health check of an image without curl. It opens no database connection
+of its own; /readyz answers whether the server's pool reaches the database.`},
 	{name: "migrate", summary: "apply all migrations (River's and oncepay's) and exit", help: `Applies River's and oncepay's migrations to DATABASE_URL and exits. Safe to run
 again: a database that is up to date is left as it is.`},
 	{name: "tenants create", args: []string{"NAME"}, summary: "create a tenant and print its API key once, as JSON", help: `Creates a tenant named NAME (1 to 200 characters, unique) with one API key, and

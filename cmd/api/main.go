@@ -2,6 +2,7 @@
 // operator's tool:
 //
 //	api [serve]              serve HTTP on LISTEN_ADDR
+//	api healthcheck          exit 0 if the API on LISTEN_ADDR is ready, 1 if not
 //	api migrate              apply all migrations (River's and oncepay's) and exit
 //	api tenants create NAME  create a tenant and print its API key once, as JSON
 //	api tenants ensure NAME  the same, or a new key for an existing tenant
@@ -68,6 +69,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	cfg, err := loadConfig(getenv)
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
+	}
+	if cmd.name == "healthcheck" {
+		return serve.Healthcheck(ctx, cfg.ListenAddr, serve.HealthcheckTimeout)
 	}
 	logger := serve.NewLogger(stdout, cfg.LogLevel)
 

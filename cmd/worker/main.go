@@ -47,12 +47,15 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	if len(args) > 1 && args[1] == "healthcheck" {
+		return healthcheck(ctx, args[1:], getenv, stdout)
+	}
 	help, err := serve.ParseNoArgs(args)
 	if err != nil {
 		return err
 	}
 	if help {
-		_, err := fmt.Fprintf(stdout, "usage: %s\n\n%s\n\nConfigured by these environment variables (the README's configuration table\ndescribes each):\n  %s\n", "worker", "Runs the charge and refund workers and the periodic lifecycle jobs\n(reconcilers, sweepers, key reaper, webhook recovery) until SIGINT or\nSIGTERM, and serves /healthz and /readyz on WORKER_ADMIN_ADDR.", strings.Join(envconfig.Names(loadConfig), "\n  "))
+		_, err := fmt.Fprintf(stdout, "usage: %s\n       worker healthcheck\n\n%s\n\nConfigured by these environment variables (the README's configuration table\ndescribes each):\n  %s\n", "worker", "Runs the charge and refund workers and the periodic lifecycle jobs\n(reconcilers, sweepers, key reaper, webhook recovery) until SIGINT or\nSIGTERM, and serves /healthz and /readyz on WORKER_ADMIN_ADDR.", strings.Join(envconfig.Names(loadConfig), "\n  "))
 		return err
 	}
 	cfg, err := loadConfig(getenv)
@@ -168,6 +171,30 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 
 	<-ctx.Done()
 	return shutdown(client, cfg.ShutdownGrace, logger)
+}
+
+// healthcheck is "worker healthcheck": it asks the worker's admin server
+// for /readyz, for images that have no curl.
+func healthcheck(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	help, err := serve.ParseNoArgs(args)
+	if err != nil {
+		return fmt.Errorf("healthcheck: %w", err)
+	}
+	if help {
+		_, err := fmt.Fprint(stdout, `usage: worker healthcheck
+
+Asks the worker's admin server on WORKER_ADMIN_ADDR (this machine's, for a
+wildcard address such as 0.0.0.0) for /readyz and exits 0 if it answers 200
+within 3s, 1 if not: the health check of an image without curl. It reads the
+worker's environment, and opens no database connection of its own.
+`)
+		return err
+	}
+	cfg, err := loadConfig(getenv)
+	if err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	return serve.Healthcheck(ctx, cfg.AdminAddr, serve.HealthcheckTimeout)
 }
 
 // shutdown stops fetching new jobs and lets running ones finish within the

@@ -135,3 +135,42 @@ func ParseNoArgs(args []string) (help bool, err error) {
 	}
 	return false, nil
 }
+
+// HealthcheckTimeout bounds the healthcheck commands' one request: well
+// under the interval of any orchestrator's probe.
+const HealthcheckTimeout = 3 * time.Second
+
+// Healthcheck asks the server listening on addr (a listen address as
+// configured; an unspecified host such as 0.0.0.0 means this machine) for
+// /readyz, and returns nil if it answers 200 within timeout. It is the
+// healthcheck command of images that have no curl.
+func Healthcheck(ctx context.Context, addr string, timeout time.Duration) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("healthcheck: address %q: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		// A server on every interface is on the loopback one too (an IPv6
+		// wildcard listener takes IPv4 as well).
+		host = "127.0.0.1"
+	}
+	url := "http://" + net.JoinHostPort(host, port) + "/readyz"
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return fmt.Errorf("healthcheck: %w", err)
+	}
+	// No proxy from the environment: the server is on this machine.
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("healthcheck: %w", err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("healthcheck: GET %s answered %s", url, resp.Status)
+	}
+	return nil
+}
