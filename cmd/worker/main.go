@@ -125,12 +125,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err := river.AddWorkerSafely(workers, &webhooks.RecoverWorker{Recoverer: recoverer}); err != nil {
 		return fmt.Errorf("register webhook recovery: %w", err)
 	}
-	checker := payments.NewLedgerChecker(pool, providerClient, logger, payments.LedgerCheckConfig{Window: cfg.LedgerCheckWindow})
+	ledgerCfg := payments.LedgerCheckConfig{Window: cfg.LedgerCheckWindow}
+	checker := payments.NewLedgerChecker(pool, providerClient, logger, ledgerCfg)
 	if err := river.AddWorkerSafely(workers, &payments.LedgerCheckWorker{Checker: checker}); err != nil {
 		return fmt.Errorf("register ledger check: %w", err)
 	}
+	refundChecker := refunds.NewLedgerChecker(pool, providerClient, logger, ledgerCfg)
+	if err := river.AddWorkerSafely(workers, &refunds.LedgerCheckWorker{Checker: refundChecker}); err != nil {
+		return fmt.Errorf("register ledger check of refunds: %w", err)
+	}
 	periodic := []*river.PeriodicJob{
 		periodicJob(cfg.LedgerCheckInterval, payments.LedgerCheckArgs{}),
+		periodicJob(cfg.LedgerCheckInterval, refunds.LedgerCheckArgs{}),
 		outbox.RecoverWebhookEventsPeriodicJob(cfg.WebhookRecoverInterval),
 		outbox.ReapKeysPeriodicJob(cfg.ReapInterval),
 		periodicJob(cfg.ReconcileInterval, payments.ReconcilePaymentsArgs{}),

@@ -58,10 +58,10 @@ func NewWorkerClient(pool *pgxpool.Pool, cfg WorkerConfig) (*Client, error) {
 		Queues: map[string]river.QueueConfig{
 			QueuePayments: {MaxWorkers: cmp.Or(cfg.Concurrency, 10)},
 			// One slot per periodic job kind (payments' and refunds'
-			// reconciler and sweeper, the key reaper, the webhook
-			// recovery), so a long reconciliation run never holds up the
-			// others.
-			QueueMaintenance:   {MaxWorkers: 6},
+			// reconciler, sweeper and ledger check, the key reaper, the
+			// webhook recovery), so a long reconciliation run never holds
+			// up the others.
+			QueueMaintenance:   {MaxWorkers: 8},
 			river.QueueDefault: {MaxWorkers: 2},
 		},
 		Workers:              cfg.Workers,
