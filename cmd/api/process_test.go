@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"errors"
+	"log/slog"
 	"net"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,7 +16,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncepay/oncepay/internal/bintest"
+	"github.com/oncepay/oncepay/internal/id"
+	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/pgtest"
+	"github.com/oncepay/oncepay/internal/provider"
+	"github.com/oncepay/oncepay/internal/stripesim"
 )
 
 // binRoot holds bin/api, built once by TestMain for the tests that run the
@@ -93,4 +99,43 @@ func TestHealthcheck(t *testing.T) {
 	out, code = runBinary(t, nil, "healthcheck", "--help")
 	require.Equal(t, 0, code, out)
 	require.Contains(t, out, "usage: api healthcheck")
+}
+
+// TestLedgerCheckExitStatus runs the real "api ledger check": 0 when the
+// books agree, 3 when it finds a disagreement (and again while the finding
+// is open), 1 when it cannot check.
+func TestLedgerCheckExitStatus(t *testing.T) {
+	t.Parallel()
+	sim := httptest.NewServer(stripesim.New(stripesim.Config{Logger: slog.New(slog.DiscardHandler)}))
+	defer sim.Close()
+	vars := map[string]string{"DATABASE_URL": pgtest.NewDatabase(t), "STRIPE_SECRET_KEY": "sk_test_oncepay", "STRIPE_API_BASE": sim.URL}
+
+	out, code := runBinary(t, vars, "ledger", "check", "--since", "1h")
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "0 intents listed, 0 succeeded payments looked for, 0 disagreements")
+
+	pc := provider.New(provider.Config{SecretKey: "sk_test_oncepay", APIBase: sim.URL})
+	charged := pc.CreateIntent(t.Context(), provider.Charge{IdempotencyKey: id.New("k"), Amount: 700, Currency: "usd", PaymentMethod: "pm_card_visa"})
+	require.Equal(t, provider.Succeeded, charged.Kind, "%v", charged.Err)
+	for range 2 {
+		out, code = runBinary(t, vars, "ledger", "check", "--since", "1h")
+		require.Equal(t, exitFindings, code, out)
+		require.Contains(t, out, ledger.KindUnknownIntent)
+		require.Contains(t, out, "1 disagreements with the provider")
+	}
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	vars["STRIPE_API_BASE"] = "http://" + ln.Addr().String()
+	ln.Close()
+	out, code = runBinary(t, vars, "ledger", "check", "--since", "1h")
+	require.Equal(t, 1, code, "the provider is unreachable: %s", out)
+	delete(vars, "STRIPE_SECRET_KEY")
+	out, code = runBinary(t, vars, "ledger", "check")
+	require.Equal(t, 1, code, out)
+	require.Contains(t, out, "STRIPE_SECRET_KEY")
+
+	out, code = runBinary(t, nil, "ledger", "check", "--help")
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "3 when it found disagreements")
 }
