@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncepay/oncepay/internal/api"
+	"github.com/oncepay/oncepay/internal/bintest"
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/metrics"
@@ -25,7 +26,13 @@ import (
 	"github.com/oncepay/oncepay/internal/tenant"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+// binRoot holds bin/api, bin/worker and bin/stripesim, built once by
+// TestMain for the test that runs the real stack.
+var binRoot string
+
+func TestMain(m *testing.M) {
+	bintest.Main(m, &binRoot, "../../cmd/api", "../../cmd/worker", "../../cmd/stripesim")
+}
 
 // value reads one series from the registry: 0 when it does not exist.
 func value(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
