@@ -28,10 +28,15 @@ func Attrs(ctx context.Context) []slog.Attr {
 }
 
 // Handler adds the context's attributes (With) to every record it passes
-// on, except those whose key the record already has: code that names the
-// id itself keeps its line without a duplicate key.
+// on, except those whose key the line already has (on the record, or from
+// Logger.With): code that names the id itself keeps its line without a
+// duplicate key.
 type Handler struct {
 	next slog.Handler
+	// named are the keys Logger.With gave outside any group; grouped is
+	// whether a group is open, where the context's attributes go.
+	named   map[string]bool
+	grouped bool
 }
 
 // NewHandler wraps next.
@@ -55,7 +60,7 @@ func (h *Handler) Handle(ctx context.Context, r slog.Record) error {
 	})
 	r = r.Clone()
 	for _, a := range attrs {
-		if !have[a.Key] {
+		if !have[a.Key] && (h.grouped || !h.named[a.Key]) {
 			r.AddAttrs(a)
 		}
 	}
@@ -64,11 +69,21 @@ func (h *Handler) Handle(ctx context.Context, r slog.Record) error {
 
 // WithAttrs returns a Handler whose next has attrs.
 func (h *Handler) WithAttrs(attrs []slog.Attr) slog.Handler {
-	return &Handler{next: h.next.WithAttrs(attrs)}
+	named := h.named
+	if !h.grouped {
+		named = make(map[string]bool, len(h.named)+len(attrs))
+		for k := range h.named {
+			named[k] = true
+		}
+		for _, a := range attrs {
+			named[a.Key] = true
+		}
+	}
+	return &Handler{next: h.next.WithAttrs(attrs), named: named, grouped: h.grouped}
 }
 
 // WithGroup returns a Handler whose next opens a group; the context's
 // attributes then go inside it.
 func (h *Handler) WithGroup(name string) slog.Handler {
-	return &Handler{next: h.next.WithGroup(name)}
+	return &Handler{next: h.next.WithGroup(name), named: h.named, grouped: true}
 }

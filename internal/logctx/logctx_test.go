@@ -38,6 +38,11 @@ func TestContextAttributesReachEveryLine(t *testing.T) {
 	require.Equal(t, "own", got["request_id"], "a line that names the key keeps its value")
 	require.Equal(t, 1, bytes.Count(buf.Bytes(), []byte(`"request_id"`)), "and has it once: %s", buf.String())
 
+	got = line(func() { logger.With(slog.Int64("job_id", 9)).InfoContext(child, "named by With") })
+	require.Equal(t, 9.0, got["job_id"], "a key the logger was given keeps its value")
+	require.Equal(t, 1, bytes.Count(buf.Bytes(), []byte(`"job_id"`)), "and is there once: %s", buf.String())
+	require.Equal(t, "req-1", got["request_id"])
+
 	got = line(func() { logger.Info("no context") })
 	require.NotContains(t, got, "request_id")
 }
