@@ -169,8 +169,26 @@ exited() {
 	fail "$1 did not exit within 60s"
 }
 
+# healthy SERVICE: waits up to a minute for the service's container to pass
+# its health check: the binary's own healthcheck command, the image having
+# no curl.
+healthy() {
+	local id status
+	id=$(compose ps -q "$1")
+	[ -n "$id" ] || fail "no container for $1"
+	for _ in $(seq 1 60); do
+		status=$("$DOCKER" inspect -f '{{if .State.Health}}{{.State.Health.Status}}{{end}}' "$id")
+		[ "$status" = healthy ] && return
+		sleep 1
+	done
+	fail "$1 is not healthy after 60s: $("$DOCKER" inspect -f '{{json .State.Health}}' "$id")"
+}
+
 # --- story ---------------------------------------------------------------------
 phase "story"
+healthy api
+healthy worker
+say "api and worker healthy by their own healthcheck command"
 [ "$(exited migrate)" = 0 ] || fail "migrate failed"
 [ "$(exited demo-tenant)" = 0 ] || fail "demo-tenant failed"
 api_keys() { compose logs --no-color --no-log-prefix demo-tenant | grep -o '"api_key":"[^"]*"' | cut -d'"' -f4; }

@@ -19,6 +19,7 @@ import (
 	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/provider"
+	"github.com/oncepay/oncepay/internal/refunds"
 	"github.com/oncepay/oncepay/internal/tenant"
 )
 
@@ -457,40 +458,59 @@ func (a admin) ledgerCheck(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	checker := payments.NewLedgerChecker(a.pool, pc, slog.New(slog.DiscardHandler), payments.LedgerCheckConfig{})
-	res, err := checker.Check(ctx, a.cmd.opts.since, a.cmd.opts.until)
+	logger := slog.New(slog.DiscardHandler)
+	since, until := a.cmd.opts.since, a.cmd.opts.until
+	res, err := payments.NewLedgerChecker(a.pool, pc, logger, payments.LedgerCheckConfig{}).Check(ctx, since, until)
 	if err != nil {
 		return err
 	}
-	if res.Disagreements == nil {
-		res.Disagreements = []payments.Disagreement{}
+	refundRes, err := refunds.NewLedgerChecker(a.pool, pc, logger, payments.LedgerCheckConfig{}).Check(ctx, since, until)
+	if err != nil {
+		return err
 	}
+	all := append(append([]payments.Disagreement{}, res.Disagreements...), refundRes.Disagreements...)
+	if err := a.ledgerCheckReport(res, refundRes, all); err != nil {
+		return err
+	}
+	if len(all) > 0 {
+		return &exitError{code: exitFindings, err: fmt.Errorf("%d disagreements with the provider", len(all))}
+	}
+	return nil
+}
+
+func (a admin) ledgerCheckReport(res payments.LedgerCheckResult, refundRes refunds.LedgerCheckResult, all []payments.Disagreement) error {
 	if a.cmd.opts.json {
 		return a.writeJSON(map[string]any{"from": res.From.UTC(), "to": res.To.UTC(), "intents": res.Intents,
-			"payments": res.Payments, "unchecked": res.Unchecked, "disagreements": res.Disagreements})
+			"payments": res.Payments, "unchecked": res.Unchecked + refundRes.Unchecked,
+			"provider_refunds": refundRes.Listed, "refunds": refundRes.Succeeded, "disagreements": all})
 	}
 	fmt.Fprintf(a.out, "window %s to %s: %d intents listed, %d succeeded payments looked for, %d disagreements",
 		ts(res.From), ts(res.To), res.Intents, res.Payments, len(res.Disagreements))
 	if res.Unchecked > 0 {
 		fmt.Fprintf(a.out, ", %d payments not checked (provider errors: run again)", res.Unchecked)
 	}
+	fmt.Fprintf(a.out, "\n%d provider refunds listed, %d succeeded refunds looked for, %d disagreements",
+		refundRes.Listed, refundRes.Succeeded, len(refundRes.Disagreements))
+	if refundRes.Unchecked > 0 {
+		fmt.Fprintf(a.out, ", %d refunds not checked (provider errors: run again)", refundRes.Unchecked)
+	}
 	fmt.Fprintln(a.out)
-	if len(res.Disagreements) == 0 {
+	if len(all) == 0 {
 		return nil
 	}
 	var rows [][]string
-	for _, d := range res.Disagreements {
+	for _, d := range all {
 		finding := "already open"
 		if d.New {
 			finding = "new"
 		}
-		rows = append(rows, []string{d.Kind, orDash(d.PaymentID), orDash(d.IntentID), finding, d.Reason})
+		rows = append(rows, []string{d.Kind, orDash(d.PaymentID), orDash(d.RefundID), orDash(d.IntentID + d.ProviderRefundID), finding, d.Reason})
 	}
 	fmt.Fprintln(a.out)
-	if err := a.table("KIND\tPAYMENT\tINTENT\tFINDING\tREASON", rows); err != nil {
+	if err := a.table("KIND\tPAYMENT\tREFUND\tPROVIDER OBJECT\tFINDING\tREASON", rows); err != nil {
 		return err
 	}
-	_, err = fmt.Fprintln(a.out, "\n\"api findings list --open\" lists the findings; \"api payments show ID\" tells more of a payment.")
+	_, err := fmt.Fprintln(a.out, "\n\"api findings list --open\" lists the findings; \"api payments show ID\" tells more of a payment.")
 	return err
 }
 
@@ -526,9 +546,9 @@ func (a admin) findingsTable(list []ledger.Finding) error {
 		if f.ResolvedAt != nil {
 			state = fmt.Sprintf("resolved %s by %s: %s", tsp(f.ResolvedAt), str(f.ResolvedBy), str(f.ResolutionNote))
 		}
-		rows = append(rows, []string{f.ID, f.Kind, str(f.PaymentID), str(f.ProviderObjectID), ts(f.CreatedAt), orDash(ev.Reason), state})
+		rows = append(rows, []string{f.ID, f.Kind, str(f.PaymentID), str(f.RefundID), str(f.ProviderObjectID), ts(f.CreatedAt), orDash(ev.Reason), state})
 	}
-	return a.table("FINDING\tKIND\tPAYMENT\tINTENT\tCREATED\tREASON\tSTATE", rows)
+	return a.table("FINDING\tKIND\tPAYMENT\tREFUND\tPROVIDER OBJECT\tCREATED\tREASON\tSTATE", rows)
 }
 
 func (a admin) findingsResolve(ctx context.Context) error {

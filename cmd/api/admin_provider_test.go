@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http/httptest"
@@ -15,6 +16,7 @@ import (
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/payments"
+	"github.com/oncepay/oncepay/internal/refunds"
 	"github.com/oncepay/oncepay/internal/stripesim"
 )
 
@@ -179,7 +181,7 @@ func TestLedgerCheck(t *testing.T) {
 			Payments      int                     `json:"payments"`
 			Disagreements []payments.Disagreement `json:"disagreements"`
 		}
-		b.cliJSON(&res, "ledger", "check", "--since", "1h")
+		require.Equal(t, exitFindings, b.ledgerCheckJSON(&res, "--since", "1h"), "round %d", round)
 		require.Equal(t, 7, res.Intents, "round %d", round)
 		require.Equal(t, 4, res.Payments, "round %d: the succeeded payments", round)
 		var got []finding
@@ -208,8 +210,139 @@ func TestLedgerCheck(t *testing.T) {
 	out, err := b.cli("ledger", "check", "--since", "2000-01-01", "--until", "2000-01-02")
 	require.NoError(t, err, out)
 	require.Contains(t, out, "0 intents listed, 0 succeeded payments looked for, 0 disagreements")
+	require.Contains(t, out, "0 provider refunds listed, 0 succeeded refunds looked for, 0 disagreements")
 	out, err = b.cli("ledger", "check")
-	require.NoError(t, err, out)
+	require.Equal(t, exitFindings, exitStatus(err), "%v: %s", err, out)
 	require.Contains(t, out, "already open")
 	require.Contains(t, out, ledger.KindMissingIntent)
+}
+
+// ledgerCheckJSON runs "ledger check" with args and --json, decodes its
+// answer and returns the exit status main gives for its error.
+func (b *opsBundle) ledgerCheckJSON(v any, args ...string) int {
+	b.t.Helper()
+	out, err := b.cli(append(append([]string{"ledger", "check"}, args...), "--json")...)
+	require.NoError(b.t, json.Unmarshal([]byte(out), v), "%v: %s", err, out)
+	return exitStatus(err)
+}
+
+// exitStatus is the status main exits with for run's error.
+func exitStatus(err error) int {
+	var exit *exitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &exit):
+		return exit.code
+	}
+	return 1
+}
+
+// refundRow stores a refund of paymentID as a refund worker would have
+// left it: status, the provider refund it recorded, and its first provider
+// attempt a minute ago.
+func (b *opsBundle) refundRow(paymentID string, amount int64, status, providerRefundID string) string {
+	b.t.Helper()
+	refundID := id.New("rfd")
+	b.exec(`INSERT INTO refunds (id, tenant_id, payment_id, idempotency_key, amount, currency, status, provider_idempotency_key,
+			provider_refund_id, failure_code, first_provider_attempt_at, last_provider_attempt_at)
+		VALUES ($1, $2, $3, $4, $5, 'usd', $6, $7, nullif($8, ''), CASE WHEN $6 = 'failed' THEN 'expired_or_canceled_card' END,
+			now() - interval '1 minute', now() - interval '1 minute')`,
+		refundID, b.tenant.TenantID, paymentID, id.New("key"), amount, status, id.New("pk"), providerRefundID)
+	return refundID
+}
+
+// providerRefund refunds amount of intentID at the simulator; refundID, if
+// set, names our refund in its metadata as the refund worker would.
+func (b *opsBundle) providerRefund(api *client.API, intentID string, amount int64, paymentID, refundID string) *stripe.Refund {
+	b.t.Helper()
+	params := &stripe.RefundParams{PaymentIntent: stripe.String(intentID), Amount: stripe.Int64(amount)}
+	if refundID != "" {
+		params.Metadata = map[string]string{refunds.MetadataRefundID: refundID, refunds.MetadataPaymentID: paymentID,
+			refunds.MetadataTenantID: b.tenant.TenantID, refunds.MetadataGeneration: "1"}
+	}
+	re, err := api.Refunds.New(params)
+	require.NoError(b.t, err)
+	return re
+}
+
+// TestLedgerCheckRefunds makes each kind of disagreement between the
+// provider's refunds and ours, and finds each, once.
+func TestLedgerCheckRefunds(t *testing.T) {
+	t.Parallel()
+	b := setupOps(t)
+	api, sim := b.withSimulator()
+	paymentID := b.pay(id.New("key"))
+	intent := b.intent(api, 2000, "pm_card_visa", paymentID)
+	b.settleRow(paymentID, "succeeded", intent.ID)
+
+	type finding struct{ kind, payment, refund, providerRefund string }
+	var want []finding
+
+	okID := b.refundRow(paymentID, 500, "succeeded", "")
+	okRefund := b.providerRefund(api, intent.ID, 500, paymentID, okID)
+	b.exec(`UPDATE refunds SET provider_refund_id = $2 WHERE id = $1`, okID, okRefund.ID)
+
+	// Refunded at the provider by someone else: filed under the payment
+	// whose intent it refunded.
+	unknown := b.providerRefund(api, intent.ID, 300, "", "")
+	want = append(want, finding{ledger.KindUnknownRefund, paymentID, "", unknown.ID})
+
+	amountID := b.refundRow(paymentID, 400, "succeeded", "")
+	amountRefund := b.providerRefund(api, intent.ID, 450, paymentID, amountID)
+	b.exec(`UPDATE refunds SET provider_refund_id = $2 WHERE id = $1`, amountID, amountRefund.ID)
+	want = append(want, finding{ledger.KindRefundAmountMismatch, paymentID, amountID, amountRefund.ID})
+
+	failedID := b.refundRow(paymentID, 200, "failed", "")
+	failedRefund := b.providerRefund(api, intent.ID, 200, paymentID, failedID)
+	want = append(want, finding{ledger.KindRefundStatusMismatch, paymentID, failedID, failedRefund.ID})
+
+	// Succeeded at the provider, and the reconciler gave up on it.
+	abandonedID := b.refundRow(paymentID, 200, "requires_reconciliation", "")
+	abandonedRefund := b.providerRefund(api, intent.ID, 200, paymentID, abandonedID)
+	want = append(want, finding{ledger.KindRefundStatusMismatch, paymentID, abandonedID, abandonedRefund.ID})
+	// Still in the reconciler's hands: not a finding yet.
+	inHandID := b.refundRow(paymentID, 200, "requires_reconciliation", "")
+	b.exec(`UPDATE refunds SET reconcile_after = now() + interval '1 minute' WHERE id = $1`, inHandID)
+	b.providerRefund(api, intent.ID, 200, paymentID, inHandID)
+
+	ghostID := b.refundRow(paymentID, 100, "succeeded", "re_never_created")
+	want = append(want, finding{ledger.KindMissingRefund, paymentID, ghostID, "re_never_created"})
+	noProviderID := b.refundRow(paymentID, 100, "succeeded", "")
+	want = append(want, finding{ledger.KindMissingRefund, paymentID, noProviderID, ""})
+
+	before, err := sim.Ledger(b.ctx)
+	require.NoError(t, err)
+	for round, isNew := range []bool{true, false} {
+		var res struct {
+			ProviderRefunds int                     `json:"provider_refunds"`
+			Refunds         int                     `json:"refunds"`
+			Disagreements   []payments.Disagreement `json:"disagreements"`
+		}
+		require.Equal(t, exitFindings, b.ledgerCheckJSON(&res, "--since", "1h"), "round %d", round)
+		require.Equal(t, 6, res.ProviderRefunds, "round %d", round)
+		require.Equal(t, 4, res.Refunds, "round %d: the succeeded refunds", round)
+		var got []finding
+		for _, d := range res.Disagreements {
+			got = append(got, finding{d.Kind, d.PaymentID, d.RefundID, d.ProviderRefundID})
+			require.Equal(t, isNew, d.New, "round %d: %+v", round, d)
+		}
+		require.ElementsMatch(t, want, got, "round %d", round)
+	}
+	open, err := ledger.Open(b.ctx, b.pool)
+	require.NoError(t, err)
+	require.Len(t, open, len(want), "one open finding per disagreement")
+	for _, f := range open {
+		if f.Kind == ledger.KindRefundAmountMismatch {
+			require.Equal(t, amountID, *f.RefundID)
+			var evidence map[string]any
+			require.NoError(t, json.Unmarshal(f.Evidence, &evidence))
+			require.Contains(t, evidence["reason"], "is 450 usd")
+			require.Contains(t, evidence, "provider_refund")
+			require.Contains(t, evidence, "refund")
+		}
+	}
+	after, err := sim.Ledger(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, before.Objects, after.Objects, "the check refunded and canceled nothing")
 }

@@ -58,6 +58,10 @@ type spec struct {
 var commands = []spec{
 	{name: "serve", summary: "serve HTTP on LISTEN_ADDR (the default command)", help: `Serves the HTTP API on LISTEN_ADDR until SIGINT or SIGTERM, then drains
 in-flight requests for up to SHUTDOWN_TIMEOUT.`},
+	{name: "healthcheck", summary: "exit 0 if the API on LISTEN_ADDR is ready, 1 if not", help: `Asks the API serving on LISTEN_ADDR (this machine's, for a wildcard address
+such as 0.0.0.0) for /readyz and exits 0 if it answers 200 within 3s, 1 if not:
+the health check of an image without curl. It opens no database connection
+of its own; /readyz answers whether the server's pool reaches the database.`},
 	{name: "migrate", summary: "apply all migrations (River's and oncepay's) and exit", help: `Applies River's and oncepay's migrations to DATABASE_URL and exits. Safe to run
 again: a database that is up to date is left as it is.`},
 	{name: "tenants create", args: []string{"NAME"}, summary: "create a tenant and print its API key once, as JSON", help: `Creates a tenant named NAME (1 to 200 characters, unique) with one API key, and
@@ -131,13 +135,17 @@ Refused for a key in any other state, and for a payment that records an intent
 		fs.StringVar(&o.reason, "reason", "", "why, with what you checked (required)")
 		fs.StringVar(&o.operator, "operator", "", "who releases it (required)")
 	}, check: requireFlags("reason", "operator")},
-	{name: "ledger check", summary: "compare the provider's intents with our payments", help: `Lists the provider's payment intents created in a window and compares them
-with our payments; every disagreement is recorded as a ledger finding (one
-open finding per disagreement) and printed. It only reads at the provider:
-it never charges, refunds or cancels. The worker runs the same check every
-LEDGER_CHECK_INTERVAL over LEDGER_CHECK_WINDOW.
+	{name: "ledger check", summary: "compare the provider's intents and refunds with ours", help: `Lists the provider's payment intents and refunds created in a window and
+compares them with our payments and refunds; every disagreement is recorded as
+a ledger finding (one open finding per disagreement) and printed. It only
+reads at the provider: it never charges, refunds or cancels. The worker runs
+the same check every LEDGER_CHECK_INTERVAL over LEDGER_CHECK_WINDOW.
 
-Needs STRIPE_SECRET_KEY and STRIPE_API_BASE as the worker has them.`, flags: func(fs *flag.FlagSet, o *options) {
+Needs STRIPE_SECRET_KEY and STRIPE_API_BASE as the worker has them.
+
+Exit status: 0 when the books agree, 3 when it found disagreements (new or
+already open), 1 when the check could not be made (configuration, database,
+provider).`, flags: func(fs *flag.FlagSet, o *options) {
 		jsonFlag(fs, o)
 		fs.Func("since", "start of the window: a duration back from now or a time (default 26h)", timeFlag(&o.since))
 		fs.Func("until", "end of the window: a duration back from now or a time (default now)", timeFlag(&o.until))
@@ -153,8 +161,8 @@ Needs STRIPE_SECRET_KEY and STRIPE_API_BASE as the worker has them.`, flags: fun
 		}
 		return nil
 	}},
-	{name: "findings list", summary: "list ledger findings, newest first", help: `Lists ledger findings (disagreements between our payments and the provider),
-newest first, with their evidence in --json.`, flags: func(fs *flag.FlagSet, o *options) {
+	{name: "findings list", summary: "list ledger findings, newest first", help: `Lists ledger findings (disagreements between our payments or refunds and the
+provider's), newest first, with their evidence in --json.`, flags: func(fs *flag.FlagSet, o *options) {
 		jsonFlag(fs, o)
 		fs.BoolVar(&o.open, "open", false, "only findings not yet resolved")
 		fs.IntVar(&o.limit, "limit", 100, "at most this many findings (1 to 1000)")

@@ -3,11 +3,13 @@ package main
 import (
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncepay/oncepay/internal/composecheck"
+	"github.com/oncepay/oncepay/internal/serve"
 )
 
 // The services of docker-compose.yml that run this binary, checked against
@@ -67,6 +69,23 @@ func TestCompose(t *testing.T) {
 			require.NoError(t, err)
 			composecheck.Config(t, s, "api", loadConfig)
 		}
+	})
+
+	// The image has no curl: the health check is the binary's own
+	// command, run with the service's environment.
+	t.Run("HealthcheckIsTheBinarys", func(t *testing.T) {
+		t.Parallel()
+		s, err := project.GetService("api")
+		require.NoError(t, err)
+		require.NotNil(t, s.HealthCheck, "api has no health check")
+		require.False(t, s.HealthCheck.Disable)
+		test := []string(s.HealthCheck.Test)
+		require.Equal(t, []string{"CMD", "api", "healthcheck"}, test)
+		cmd, err := parseCommand(test[1:])
+		require.NoError(t, err)
+		require.Equal(t, "healthcheck", cmd.name)
+		require.NotNil(t, s.HealthCheck.Timeout)
+		require.Greater(t, time.Duration(*s.HealthCheck.Timeout), serve.HealthcheckTimeout, "compose must not kill the check before it times out itself")
 	})
 
 	t.Run("APIIsPublished", func(t *testing.T) {

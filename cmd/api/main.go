@@ -2,6 +2,7 @@
 // operator's tool:
 //
 //	api [serve]              serve HTTP on LISTEN_ADDR
+//	api healthcheck          exit 0 if the API on LISTEN_ADDR is ready, 1 if not
 //	api migrate              apply all migrations (River's and oncepay's) and exit
 //	api tenants create NAME  create a tenant and print its API key once, as JSON
 //	api tenants ensure NAME  the same, or a new key for an existing tenant
@@ -9,7 +10,7 @@
 //	api payments list | show ID
 //	api reconcile ID         look a payment up at the provider now, never charging
 //	api keys release TENANT KEY --reason … --operator …
-//	api ledger check         compare the provider's intents with our payments
+//	api ledger check         compare the provider's intents and refunds with ours (exit 3: findings)
 //	api findings list | resolve ID
 //
 // "api --help" and "api COMMAND --help" describe each command.
@@ -51,9 +52,29 @@ func main() {
 	defer stop()
 	if err := run(ctx, os.Args, os.Getenv, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "api:", err)
-		os.Exit(1)
+		code := 1
+		var exit *exitError
+		if errors.As(err, &exit) {
+			code = exit.code
+		}
+		os.Exit(code)
 	}
 }
+
+// exitFindings is the exit status of "ledger check" when it found
+// disagreements with the provider: the command worked, the books do not
+// agree, and a script or a cron job must be able to tell that from a
+// failure (1).
+const exitFindings = 3
+
+// exitError is an error that asks main for an exit status other than 1.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
 	cmd, err := parseCommand(args)
@@ -68,6 +89,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	cfg, err := loadConfig(getenv)
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
+	}
+	if cmd.name == "healthcheck" {
+		return serve.Healthcheck(ctx, cfg.ListenAddr, serve.HealthcheckTimeout)
 	}
 	logger := serve.NewLogger(stdout, cfg.LogLevel)
 

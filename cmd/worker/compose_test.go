@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/url"
 	"testing"
+	"time"
 
 	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/stretchr/testify/require"
@@ -36,6 +37,17 @@ func TestCompose(t *testing.T) {
 		help, err := serve.ParseNoArgs(worker.Command)
 		require.NoError(t, err, "command %q", worker.Command)
 		require.False(t, help, "command %q prints help and exits", worker.Command)
+	})
+
+	// The image has no curl: the health check is the binary's own
+	// command, run with the service's environment.
+	t.Run("HealthcheckIsTheBinarys", func(t *testing.T) {
+		t.Parallel()
+		require.NotNil(t, worker.HealthCheck, "worker has no health check")
+		require.False(t, worker.HealthCheck.Disable)
+		require.Equal(t, []string{"CMD", "worker", "healthcheck"}, []string(worker.HealthCheck.Test))
+		require.NotNil(t, worker.HealthCheck.Timeout)
+		require.Greater(t, time.Duration(*worker.HealthCheck.Timeout), serve.HealthcheckTimeout, "compose must not kill the check before it times out itself")
 	})
 
 	t.Run("EnvironmentIsReadAndValid", func(t *testing.T) {

@@ -97,7 +97,8 @@ type config struct {
 	// first listing reaches. Defaults to 24h.
 	WebhookRecoverLookback time.Duration
 	// LedgerCheckInterval (LEDGER_CHECK_INTERVAL) is how often the
-	// provider's intents are compared with our payments. Defaults to 1h.
+	// provider's intents and refunds are compared with our payments and
+	// refunds. Defaults to 1h.
 	LedgerCheckInterval time.Duration
 	// LedgerCheckWindow (LEDGER_CHECK_WINDOW) is how far back each ledger
 	// check looks. Defaults to 26h: a day, with margin for a late run.

@@ -47,12 +47,15 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	if len(args) > 1 && args[1] == "healthcheck" {
+		return healthcheck(ctx, args[1:], getenv, stdout)
+	}
 	help, err := serve.ParseNoArgs(args)
 	if err != nil {
 		return err
 	}
 	if help {
-		_, err := fmt.Fprintf(stdout, "usage: %s\n\n%s\n\nConfigured by these environment variables (the README's configuration table\ndescribes each):\n  %s\n", "worker", "Runs the charge and refund workers and the periodic lifecycle jobs\n(reconcilers, sweepers, key reaper, webhook recovery) until SIGINT or\nSIGTERM, and serves /healthz and /readyz on WORKER_ADMIN_ADDR.", strings.Join(envconfig.Names(loadConfig), "\n  "))
+		_, err := fmt.Fprintf(stdout, "usage: %s\n       worker healthcheck\n\n%s\n\nConfigured by these environment variables (the README's configuration table\ndescribes each):\n  %s\n", "worker", "Runs the charge and refund workers and the periodic lifecycle jobs\n(reconcilers, sweepers, key reaper, webhook recovery) until SIGINT or\nSIGTERM, and serves /healthz and /readyz on WORKER_ADMIN_ADDR.", strings.Join(envconfig.Names(loadConfig), "\n  "))
 		return err
 	}
 	cfg, err := loadConfig(getenv)
@@ -72,7 +75,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 
 	m := metrics.New()
 	m.RegisterDatabase(pool)
-	keys := idempotency.NewStore(idempotency.Config{Retention: cfg.IdempotencyRetention, TombstoneRetention: cfg.TombstoneRetention})
+	keys := idempotency.NewStore(idempotency.Config{Retention: cfg.IdempotencyRetention, TombstoneRetention: cfg.TombstoneRetention,
+		ObserveReap: func(r idempotency.ReapResult) { m.KeysReaped(r.Tombstoned, r.Deleted) }})
 	providerClient := provider.New(provider.Config{SecretKey: cfg.StripeSecretKey, APIBase: cfg.StripeAPIBase,
 		HTTPClient: &http.Client{Transport: m.ProviderTransport(provider.Transport(cfg.Concurrency + 10))}})
 	chargeCfg := cfg.chargeConfig()
@@ -92,7 +96,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err := river.AddWorkerSafely(workers, &payments.ReconcileWorker{Reconciler: reconciler, Observe: observeReconciliation(m)}); err != nil {
 		return fmt.Errorf("register reconciler: %w", err)
 	}
-	sweepCfg := payments.SweepConfig{Grace: cfg.SweepGrace}
+	sweepCfg := payments.SweepConfig{Grace: cfg.SweepGrace, OnSwept: func() { m.KeySwept("payment") }}
 	sweeper := payments.NewSweeper(pool, keys, logger, sweepCfg)
 	if err := river.AddWorkerSafely(workers, &payments.SweepWorker{Sweeper: sweeper}); err != nil {
 		return fmt.Errorf("register sweeper: %w", err)
@@ -104,7 +108,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err := river.AddWorkerSafely(workers, &refunds.ReconcileWorker{Reconciler: refundReconciler}); err != nil {
 		return fmt.Errorf("register refund reconciler: %w", err)
 	}
-	refundSweeper := refunds.NewSweeper(pool, keys, logger, sweepCfg)
+	refundSweepCfg := sweepCfg
+	refundSweepCfg.OnSwept = func() { m.KeySwept("refund") }
+	refundSweeper := refunds.NewSweeper(pool, keys, logger, refundSweepCfg)
 	if err := river.AddWorkerSafely(workers, &refunds.SweepWorker{Sweeper: refundSweeper}); err != nil {
 		return fmt.Errorf("register refund sweeper: %w", err)
 	}
@@ -119,12 +125,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err := river.AddWorkerSafely(workers, &webhooks.RecoverWorker{Recoverer: recoverer}); err != nil {
 		return fmt.Errorf("register webhook recovery: %w", err)
 	}
-	checker := payments.NewLedgerChecker(pool, providerClient, logger, payments.LedgerCheckConfig{Window: cfg.LedgerCheckWindow})
+	ledgerCfg := payments.LedgerCheckConfig{Window: cfg.LedgerCheckWindow}
+	checker := payments.NewLedgerChecker(pool, providerClient, logger, ledgerCfg)
 	if err := river.AddWorkerSafely(workers, &payments.LedgerCheckWorker{Checker: checker}); err != nil {
 		return fmt.Errorf("register ledger check: %w", err)
 	}
+	refundChecker := refunds.NewLedgerChecker(pool, providerClient, logger, ledgerCfg)
+	if err := river.AddWorkerSafely(workers, &refunds.LedgerCheckWorker{Checker: refundChecker}); err != nil {
+		return fmt.Errorf("register ledger check of refunds: %w", err)
+	}
 	periodic := []*river.PeriodicJob{
 		periodicJob(cfg.LedgerCheckInterval, payments.LedgerCheckArgs{}),
+		periodicJob(cfg.LedgerCheckInterval, refunds.LedgerCheckArgs{}),
 		outbox.RecoverWebhookEventsPeriodicJob(cfg.WebhookRecoverInterval),
 		outbox.ReapKeysPeriodicJob(cfg.ReapInterval),
 		periodicJob(cfg.ReconcileInterval, payments.ReconcilePaymentsArgs{}),
@@ -165,6 +177,30 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 
 	<-ctx.Done()
 	return shutdown(client, cfg.ShutdownGrace, logger)
+}
+
+// healthcheck is "worker healthcheck": it asks the worker's admin server
+// for /readyz, for images that have no curl.
+func healthcheck(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	help, err := serve.ParseNoArgs(args)
+	if err != nil {
+		return fmt.Errorf("healthcheck: %w", err)
+	}
+	if help {
+		_, err := fmt.Fprint(stdout, `usage: worker healthcheck
+
+Asks the worker's admin server on WORKER_ADMIN_ADDR (this machine's, for a
+wildcard address such as 0.0.0.0) for /readyz and exits 0 if it answers 200
+within 3s, 1 if not: the health check of an image without curl. It reads the
+worker's environment, and opens no database connection of its own.
+`)
+		return err
+	}
+	cfg, err := loadConfig(getenv)
+	if err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	return serve.Healthcheck(ctx, cfg.AdminAddr, serve.HealthcheckTimeout)
 }
 
 // shutdown stops fetching new jobs and lets running ones finish within the

@@ -447,3 +447,40 @@ func TestLiveKeyIsAnnounced(t *testing.T) {
 	warnIfLive(serve.NewLogger(&out, "info"), config{StripeSecretKey: "sk_test_abc", StripeAPIBase: "http://127.0.0.1:12111"})
 	require.Empty(t, out.String(), "the simulator needs no announcement")
 }
+
+// TestHealthcheck runs "worker healthcheck" as the container's health check
+// would: 0 while the worker process's admin server is ready, 1 once the
+// process is gone; its help needs nothing.
+func TestHealthcheck(t *testing.T) {
+	t.Parallel()
+	p := newPipeline(t)
+	w := p.startWorker()
+	addr := w.out.field("worker started", "admin_addr")
+	check := func(args ...string) (string, int) {
+		cmd := exec.Command(workerBinary, args...)
+		cmd.Env = []string{"STRIPE_SECRET_KEY=sk_test_oncepay", "WORKER_ADMIN_ADDR=" + addr,
+			"DATABASE_URL=postgres://postgres@127.0.0.1:1/none?sslmode=disable"}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			var exit *exec.ExitError
+			require.ErrorAs(t, err, &exit, "%s", out)
+			return string(out), exit.ExitCode()
+		}
+		return string(out), 0
+	}
+	out, code := check("healthcheck")
+	require.Equal(t, 0, code, out)
+
+	require.NoError(t, w.cmd.Process.Signal(syscall.SIGTERM))
+	<-w.exited
+	out, code = check("healthcheck")
+	require.Equal(t, 1, code, out)
+	require.Contains(t, out, "connection refused")
+
+	out, code = check("healthcheck", "--help")
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "usage: worker healthcheck")
+	out, code = check("healthcheck", "now")
+	require.Equal(t, 1, code, out)
+	require.Contains(t, out, `"now"`)
+}

@@ -15,6 +15,7 @@ import (
 
 	apispec "github.com/oncepay/oncepay/api"
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/logctx"
 	"github.com/oncepay/oncepay/internal/metrics"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/problem"
@@ -49,7 +50,7 @@ func NewHandler(d Deps) http.Handler {
 	// GetHead answers HEAD with the GET handler wherever no HEAD route is
 	// defined (RFC 9110 §9.3.2: a GET resource supports HEAD), so that
 	// HEAD /healthz is 200, not 405.
-	r.Use(middleware.RequestID, recoverer(d.Logger), accessLog(d.Logger, d.Metrics), middleware.GetHead)
+	r.Use(middleware.RequestID, logRequestID, recoverer(d.Logger), accessLog(d.Logger, d.Metrics), middleware.GetHead)
 	notFound := func(w http.ResponseWriter, req *http.Request) {
 		problem.Write(w, req, d.Logger, problem.New(problem.NotFound, "No route for %s.", req.URL.Path))
 	}
@@ -114,6 +115,16 @@ func allowedMethods(routes chi.Routes, req *http.Request) []string {
 		}
 	}
 	return allowed
+}
+
+// logRequestID puts the request id on every line logged with the request's
+// context (the logger's handler reads it, logctx.NewHandler), so that a
+// line written deep in a service names its request.
+func logRequestID(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx := logctx.With(r.Context(), slog.String("request_id", middleware.GetReqID(r.Context())))
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
 }
 
 // recoverer turns a panic into a logged 500 problem. Nothing was stored

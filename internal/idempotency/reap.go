@@ -45,10 +45,11 @@ func (s *Store) Reap(ctx context.Context, db TxBeginner, batch int) (ReapResult,
 		name  string
 		sql   string
 		args  []any
-		count *int64
+		count func(r *ReapResult) *int64
 	}{
-		{"delete expired tombstones", deleteTombstonesSQL, []any{batch}, &res.Deleted},
-		{"tombstone expired keys", tombstoneKeysSQL, []any{batch, s.cfg.TombstoneRetention.Microseconds()}, &res.Tombstoned},
+		{"delete expired tombstones", deleteTombstonesSQL, []any{batch}, func(r *ReapResult) *int64 { return &r.Deleted }},
+		{"tombstone expired keys", tombstoneKeysSQL, []any{batch, s.cfg.TombstoneRetention.Microseconds()},
+			func(r *ReapResult) *int64 { return &r.Tombstoned }},
 	}
 	for _, step := range steps {
 		for {
@@ -56,9 +57,16 @@ func (s *Store) Reap(ctx context.Context, db TxBeginner, batch int) (ReapResult,
 				return res, fmt.Errorf("reap idempotency keys: %w", err)
 			}
 			n, err := s.reapBatch(ctx, db, step.sql, step.args...)
-			*step.count += n
+			*step.count(&res) += n
 			if err != nil {
 				return res, fmt.Errorf("reap idempotency keys: %s: %w", step.name, err)
+			}
+			// Told per committed batch, not per run: a run cut short by
+			// its budget or an error still counts what it did.
+			if n > 0 && s.cfg.ObserveReap != nil {
+				var done ReapResult
+				*step.count(&done) = n
+				s.cfg.ObserveReap(done)
 			}
 			if n < int64(batch) {
 				break

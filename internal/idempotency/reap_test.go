@@ -76,7 +76,19 @@ func (b bundle) count(t *testing.T, sql string, args ...any) int {
 
 func TestReap(t *testing.T) {
 	t.Parallel()
-	b := reapSetup(t, idempotency.Config{TombstoneRetention: time.Hour})
+	var observedMu sync.Mutex
+	var observed idempotency.ReapResult
+	b := reapSetup(t, idempotency.Config{TombstoneRetention: time.Hour, ObserveReap: func(r idempotency.ReapResult) {
+		observedMu.Lock()
+		defer observedMu.Unlock()
+		observed.Tombstoned += r.Tombstoned
+		observed.Deleted += r.Deleted
+	}})
+	observedTotal := func() idempotency.ReapResult {
+		observedMu.Lock()
+		defer observedMu.Unlock()
+		return observed
+	}
 
 	// Live keys, past their expiry or not: none may change.
 	live := b.newTenant(t)
@@ -94,6 +106,7 @@ func TestReap(t *testing.T) {
 	res, err := b.store.Reap(b.ctx, b.pool, 2)
 	require.NoError(t, err)
 	require.Equal(t, idempotency.ReapResult{Tombstoned: 7, Deleted: 4}, res, "batches of 2 until one comes back short")
+	require.Equal(t, res, observedTotal(), "every batch observed")
 	require.Equal(t, before, b.rows(t, live), "live keys untouched")
 
 	rec, err := b.store.Get(b.ctx, b.pool, b.tenant, "key-completed-00000001")
@@ -126,6 +139,7 @@ func TestReap(t *testing.T) {
 	res, err = b.store.Reap(b.ctx, b.pool, 0)
 	require.NoError(t, err)
 	require.Equal(t, idempotency.ReapResult{Deleted: 7}, res)
+	require.Equal(t, idempotency.ReapResult{Tombstoned: 7, Deleted: 11}, observedTotal())
 	require.Zero(t, b.count(t, "SELECT count(*) FROM idempotency_keys WHERE tenant_id = $1", b.tenant))
 	require.Equal(t, before, b.rows(t, live), "live keys untouched")
 	r, err = b.store.Run(b.ctx, b.pool, req, operation(&runs, &mu))

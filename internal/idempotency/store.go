@@ -182,6 +182,9 @@ type Config struct {
 	// the transaction a new key needs (a new key pays nothing for this).
 	// Defaults to 100000 (a few MB); negative disables it.
 	RecentKeys int
+	// ObserveReap, if set, is told what each committed batch of Reap did
+	// (for metrics), when it changed any row. It must not block.
+	ObserveReap func(ReapResult)
 }
 
 // WithDefaults returns the configuration with zero values defaulted.

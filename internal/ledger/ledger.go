@@ -38,13 +38,30 @@ const (
 	// KindMissingIntent: a payment recorded succeeded has no intent at the
 	// provider (none recorded, or the one recorded does not exist).
 	KindMissingIntent = "missing_intent"
+	// KindUnknownRefund: the provider has a refund that returned money (or
+	// still may) and names no refund of ours.
+	KindUnknownRefund = "unknown_refund"
+	// KindRefundAmountMismatch: a provider refund of one of our refunds
+	// returns another amount or currency than the refund records.
+	KindRefundAmountMismatch = "refund_amount_mismatch"
+	// KindRefundStatusMismatch: the provider's refund contradicts our
+	// refund's state (recorded failed or canceled but it succeeded, or the
+	// other way round; another provider refund than the one recorded
+	// succeeded), or it succeeded long ago for a refund still not final that
+	// nothing is going to settle.
+	KindRefundStatusMismatch = "refund_status_mismatch"
+	// KindMissingRefund: a refund recorded succeeded has no refund at the
+	// provider (none recorded, or the one recorded does not exist).
+	KindMissingRefund = "missing_refund"
 )
 
 // Finding is one disagreement.
 type Finding struct {
-	ID               string          `db:"id" json:"id"`
-	Kind             string          `db:"kind" json:"kind"`
-	PaymentID        *string         `db:"payment_id" json:"payment_id"`
+	ID        string  `db:"id" json:"id"`
+	Kind      string  `db:"kind" json:"kind"`
+	PaymentID *string `db:"payment_id" json:"payment_id"`
+	// RefundID names the refund of a refund's finding.
+	RefundID         *string         `db:"refund_id" json:"refund_id"`
 	ProviderObjectID *string         `db:"provider_object_id" json:"provider_object_id"`
 	Evidence         json.RawMessage `db:"evidence" json:"evidence"`
 	CreatedAt        time.Time       `db:"created_at" json:"created_at"`
@@ -67,15 +84,23 @@ type Querier interface {
 // provider object) is already open, and reports whether it was new: the
 // same contradiction seen by several events is one finding.
 func Record(ctx context.Context, db Execer, kind, paymentID, providerObjectID string, evidence any) (bool, error) {
+	return RecordRefund(ctx, db, kind, paymentID, "", providerObjectID, evidence)
+}
+
+// RecordRefund is Record for a finding about a refund of ours (refundID,
+// of payment paymentID), or about a provider refund that names none
+// (refundID empty).
+func RecordRefund(ctx context.Context, db Execer, kind, paymentID, refundID, providerObjectID string, evidence any) (bool, error) {
 	raw, err := json.Marshal(evidence)
 	if err != nil {
 		return false, fmt.Errorf("encode finding evidence: %w", err)
 	}
 	tag, err := db.Exec(ctx, `
-		INSERT INTO ledger_findings (id, kind, payment_id, provider_object_id, evidence)
-		VALUES ($1, $2, nullif($3, ''), nullif($4, ''), $5)
-		ON CONFLICT (kind, coalesce(payment_id, ''), coalesce(provider_object_id, '')) WHERE resolved_at IS NULL DO NOTHING`,
-		id.New("lf"), kind, paymentID, providerObjectID, raw)
+		INSERT INTO ledger_findings (id, kind, payment_id, refund_id, provider_object_id, evidence)
+		VALUES ($1, $2, nullif($3, ''), nullif($4, ''), nullif($5, ''), $6)
+		ON CONFLICT (kind, coalesce(payment_id, ''), coalesce(refund_id, ''), coalesce(provider_object_id, ''))
+			WHERE resolved_at IS NULL DO NOTHING`,
+		id.New("lf"), kind, paymentID, refundID, providerObjectID, raw)
 	if err != nil {
 		return false, fmt.Errorf("record ledger finding: %w", err)
 	}

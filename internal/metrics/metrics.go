@@ -35,6 +35,9 @@ type Metrics struct {
 	providerDuration *prometheus.HistogramVec
 	reconciliations  *prometheus.CounterVec
 	rateLimited      *prometheus.CounterVec
+	keysSwept        *prometheus.CounterVec
+	keysTombstoned   prometheus.Counter
+	keysReaped       prometheus.Counter
 
 	tenantsMu sync.Mutex
 	tenants   map[string]bool
@@ -76,9 +79,23 @@ func New() *Metrics {
 		rateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "oncepay_rate_limited_total", Help: "Requests refused by a per-tenant limit, by limit (rate, pending).",
 		}, []string{"limit"}),
+		keysSwept: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "oncepay_idempotency_keys_swept_total",
+			Help: "Processing keys the sweeper moved to unknown, their payment or refund having no job left (handed to reconciliation), by resource (payment, refund).",
+		}, []string{"resource"}),
+		keysTombstoned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "oncepay_idempotency_keys_tombstoned_total", Help: "Finished keys past their retention that the reaper made tombstones.",
+		}),
+		keysReaped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "oncepay_idempotency_keys_reaped_total", Help: "Tombstones past their own retention that the reaper deleted.",
+		}),
 	}
+	// Both resources from the start, so that a rate over them is 0, not
+	// absent, until the first sweep.
+	m.keysSwept.WithLabelValues("payment")
+	m.keysSwept.WithLabelValues("refund")
 	m.registry.MustRegister(m.httpRequests, m.httpDuration, m.decisions, m.duplicates, m.providerCalls, m.providerDuration,
-		m.reconciliations, m.rateLimited,
+		m.reconciliations, m.rateLimited, m.keysSwept, m.keysTombstoned, m.keysReaped,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -122,6 +139,17 @@ func (m *Metrics) tenantLabel(tenantID string) string {
 // Reconciliations counts n reconciler looks that ended in result.
 func (m *Metrics) Reconciliations(result string, n int) {
 	m.reconciliations.WithLabelValues(result).Add(float64(n))
+}
+
+// KeySwept counts one key whose resource ("payment", "refund") the sweeper
+// handed to reconciliation.
+func (m *Metrics) KeySwept(resource string) { m.keysSwept.WithLabelValues(resource).Inc() }
+
+// KeysReaped counts keys the reaper made tombstones and tombstones it
+// deleted.
+func (m *Metrics) KeysReaped(tombstoned, deleted int64) {
+	m.keysTombstoned.Add(float64(tombstoned))
+	m.keysReaped.Add(float64(deleted))
 }
 
 // RateLimited counts one request refused by the named limit.

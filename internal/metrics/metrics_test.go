@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncepay/oncepay/internal/api"
+	"github.com/oncepay/oncepay/internal/bintest"
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/metrics"
@@ -25,7 +26,13 @@ import (
 	"github.com/oncepay/oncepay/internal/tenant"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+// binRoot holds bin/api, bin/worker and bin/stripesim, built once by
+// TestMain for the test that runs the real stack.
+var binRoot string
+
+func TestMain(m *testing.M) {
+	bintest.Main(m, &binRoot, "../../cmd/api", "../../cmd/worker", "../../cmd/stripesim")
+}
 
 // value reads one series from the registry: 0 when it does not exist.
 func value(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
@@ -205,4 +212,25 @@ func TestDatabaseGauges(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1.0, value(t, reg, "oncepay_payments_awaiting_operator", nil))
 	require.Equal(t, 1.0, value(t, reg, "oncepay_database_scrape_ok", nil))
+}
+
+// TestKeyLifecycleCounters: the sweeper's and the reaper's events are
+// counters, the swept ones by resource from zero.
+func TestKeyLifecycleCounters(t *testing.T) {
+	t.Parallel()
+	m := metrics.New()
+	reg := m.Registry()
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	require.Contains(t, rec.Body.String(), `oncepay_idempotency_keys_swept_total{resource="refund"} 0`, "exported before the first sweep")
+
+	m.KeySwept("payment")
+	m.KeySwept("payment")
+	m.KeySwept("refund")
+	m.KeysReaped(5, 0)
+	m.KeysReaped(2, 3)
+	require.Equal(t, 2.0, value(t, reg, "oncepay_idempotency_keys_swept_total", map[string]string{"resource": "payment"}))
+	require.Equal(t, 1.0, value(t, reg, "oncepay_idempotency_keys_swept_total", map[string]string{"resource": "refund"}))
+	require.Equal(t, 7.0, value(t, reg, "oncepay_idempotency_keys_tombstoned_total", nil))
+	require.Equal(t, 3.0, value(t, reg, "oncepay_idempotency_keys_reaped_total", nil))
 }

@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -11,6 +12,8 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
+
+	"github.com/oncepay/oncepay/internal/logctx"
 )
 
 // ChargeMaxAttempts is how many times a charge job runs before its payment
@@ -55,10 +58,10 @@ func NewWorkerClient(pool *pgxpool.Pool, cfg WorkerConfig) (*Client, error) {
 		Queues: map[string]river.QueueConfig{
 			QueuePayments: {MaxWorkers: cmp.Or(cfg.Concurrency, 100)},
 			// One slot per periodic job kind (payments' and refunds'
-			// reconciler and sweeper, the key reaper, the webhook
-			// recovery), so a long reconciliation run never holds up the
-			// others.
-			QueueMaintenance:   {MaxWorkers: 6},
+			// reconciler, sweeper and ledger check, the key reaper, the
+			// webhook recovery), so a long reconciliation run never holds
+			// up the others.
+			QueueMaintenance:   {MaxWorkers: 8},
 			river.QueueDefault: {MaxWorkers: 2},
 		},
 		Workers:              cfg.Workers,
@@ -69,11 +72,19 @@ func NewWorkerClient(pool *pgxpool.Pool, cfg WorkerConfig) (*Client, error) {
 		FetchCooldown:        FetchCooldown,
 		PeriodicJobs:         cfg.PeriodicJobs,
 		Logger:               cfg.Logger,
+		Middleware:           []rivertype.Middleware{river.WorkerMiddlewareFunc(logJob)},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create river worker client: %w", err)
 	}
 	return client, nil
+}
+
+// logJob puts the job's id and kind on every line logged with the job's
+// context while it runs (the logger's handler reads them,
+// logctx.NewHandler).
+func logJob(ctx context.Context, job *rivertype.JobRow, work func(context.Context) error) error {
+	return work(logctx.With(ctx, slog.Int64("job_id", job.ID), slog.String("job_kind", job.Kind)))
 }
 
 // RetryPolicy is exponential backoff with a cap and ±10% jitter, so jobs

@@ -71,7 +71,11 @@ type Disagreement struct {
 	Kind      string `json:"kind"`
 	PaymentID string `json:"payment_id,omitempty"`
 	IntentID  string `json:"intent_id,omitempty"`
-	Reason    string `json:"reason"`
+	// RefundID and ProviderRefundID name the refunds of a refund's
+	// disagreement (refunds.LedgerChecker).
+	RefundID         string `json:"refund_id,omitempty"`
+	ProviderRefundID string `json:"provider_refund_id,omitempty"`
+	Reason           string `json:"reason"`
 	// New is false when the same disagreement was already an open finding.
 	New bool `json:"new"`
 }

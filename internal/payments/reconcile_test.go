@@ -3,6 +3,7 @@ package payments_test
 import (
 	"errors"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -103,7 +104,9 @@ func TestStrandedPaymentIsReconciled(t *testing.T) {
 
 	t.Run("SweptWhenTheJobIsGone", func(t *testing.T) {
 		t.Parallel()
-		b := setupCharge(t, chargeOptions{deferWorker: true, reconcile: true})
+		var swept atomic.Int32
+		b := setupCharge(t, chargeOptions{deferWorker: true, reconcile: true,
+			sweepCfg: payments.SweepConfig{OnSwept: func() { swept.Add(1) }}})
 		key := id.New("key")
 		paymentID := b.pay(key, "pm_card_visa").PaymentID()
 		// The charge job discarded without a word (as after a crash while
@@ -121,6 +124,7 @@ func TestStrandedPaymentIsReconciled(t *testing.T) {
 		require.Equal(t, idempotency.StatusFailedRetryable, b.keyRecord(key).Status)
 		require.Empty(t, b.executions(paymentID))
 		require.Equal(t, payments.StatusSucceeded, b.waitStatus(live, payments.StatusSucceeded).Status, "a payment with a live job is left alone")
+		require.Equal(t, int32(1), swept.Load(), "the sweep was observed once, for the stranded payment alone")
 
 		r := b.pay(key, "pm_card_visa", "Prefer", "wait=10")
 		require.Equal(t, http.StatusCreated, r.Status, "body: %s", r.Raw)

@@ -24,6 +24,10 @@ type SweepConfig struct {
 	Grace time.Duration
 	// Batch caps the payments handed over per run. Defaults to 500.
 	Batch int
+	// OnSwept, if set, is called once for each payment (or refund) handed
+	// to reconciliation, after its transaction committed (for metrics). It
+	// must not block.
+	OnSwept func()
 }
 
 // WithDefaults returns the configuration with zero values defaulted.
@@ -84,6 +88,9 @@ func (s *Sweeper) Run(ctx context.Context) (int, error) {
 		}
 		if moved {
 			swept++
+			if s.cfg.OnSwept != nil {
+				s.cfg.OnSwept()
+			}
 			s.logger.WarnContext(ctx, "payment had no charge job left; handed to reconciliation",
 				slog.String("tenant_id", c.TenantID), slog.String("payment_id", c.ID))
 		}

@@ -68,3 +68,52 @@ func (c *Client) ListIntents(ctx context.Context, w ListWindow, fn func([]*Inten
 	}
 	return flush()
 }
+
+// ListRefundsCreated calls fn with the refunds created in w, of every
+// intent, a page (at most 100) at a time, newest first, through the
+// consistent list endpoint: what the ledger check compares with our
+// refunds. It only reads. Errors and w.MaxPages work as for ListIntents.
+func (c *Client) ListRefundsCreated(ctx context.Context, w ListWindow, fn func([]*Refund) error) error {
+	if w.CreatedFrom.IsZero() || w.CreatedTo.IsZero() || w.CreatedTo.Before(w.CreatedFrom) {
+		return errors.New("provider: listing refunds needs a creation window")
+	}
+	maxPages := w.MaxPages
+	if maxPages <= 0 {
+		maxPages = 500
+	}
+	params := &stripe.RefundListParams{
+		CreatedRange: &stripe.RangeQueryParams{
+			GreaterThanOrEqual: w.CreatedFrom.Unix(),
+			LesserThanOrEqual:  w.CreatedTo.Unix() + 1,
+		},
+	}
+	params.Limit = stripe.Int64(100)
+	params.Context = ctx
+	it := c.api.Refunds.List(params)
+	page := make([]*Refund, 0, 100)
+	pages := 0
+	flush := func() error {
+		if len(page) == 0 {
+			return nil
+		}
+		pages++
+		err := fn(page)
+		page = make([]*Refund, 0, 100)
+		return err
+	}
+	for it.Next() {
+		if pages >= maxPages {
+			return ErrScanTooLarge
+		}
+		page = append(page, RefundOf(it.Refund()))
+		if len(page) == 100 {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("list refunds: %w", err)
+	}
+	return flush()
+}

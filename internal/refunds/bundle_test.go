@@ -51,6 +51,8 @@ type options struct {
 	// on short timers.
 	lifecycle    bool
 	reconcileCfg payments.ReconcileConfig
+	// onSwept is the sweeper's observer.
+	onSwept func()
 }
 
 func setup(t *testing.T, opts options) *bundle {
@@ -72,7 +74,7 @@ func setup(t *testing.T, opts options) *bundle {
 	var periodic []*river.PeriodicJob
 	if opts.lifecycle {
 		river.AddWorker(workers, &refunds.ReconcileWorker{Reconciler: b.reconciler(opts.reconcileCfg)})
-		river.AddWorker(workers, &refunds.SweepWorker{Sweeper: refunds.NewSweeper(pool, b.keys, logger, payments.SweepConfig{Grace: time.Second})})
+		river.AddWorker(workers, &refunds.SweepWorker{Sweeper: refunds.NewSweeper(pool, b.keys, logger, payments.SweepConfig{Grace: time.Second, OnSwept: opts.onSwept})})
 		periodic = []*river.PeriodicJob{
 			river.NewPeriodicJob(river.PeriodicInterval(200*time.Millisecond),
 				func() (river.JobArgs, *river.InsertOpts) { return refunds.ReconcileRefundsArgs{}, nil }, nil),

@@ -59,6 +59,9 @@ func (s *Sweeper) Run(ctx context.Context) (int, error) {
 		}
 		if moved {
 			swept++
+			if s.cfg.OnSwept != nil {
+				s.cfg.OnSwept()
+			}
 			s.logger.WarnContext(ctx, "refund had no refund job left; handed to reconciliation",
 				slog.String("tenant_id", c.TenantID), slog.String("refund_id", c.ID))
 		}

@@ -3,6 +3,7 @@ package refunds_test
 import (
 	"errors"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -132,7 +133,8 @@ func TestStrandedRefunds(t *testing.T) {
 	// The other's retry is refused: its amount no longer fits.
 	t.Run("SweptNeverSentAndResumedByTheClient", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, options{deferWorker: true, lifecycle: true})
+		var swept atomic.Int32
+		b := setup(t, options{deferWorker: true, lifecycle: true, onSwept: func() { swept.Add(1) }})
 		p, q := b.succeededPayment(2000), b.succeededPayment(2000)
 		key, body := id.New("key"), `{"amount": 1500}`
 		refundID := b.api.Refund(t, p.ID, key, body).Body["id"].(string)
@@ -148,6 +150,7 @@ func TestStrandedRefunds(t *testing.T) {
 		}
 		require.Equal(t, idempotency.StatusFailedRetryable, b.keyRecord(key).Status)
 		require.Empty(t, b.providerRefunds(p))
+		require.Equal(t, int32(2), swept.Load(), "each sweep observed once")
 
 		resumed := b.api.Refund(t, p.ID, key, body)
 		require.Equal(t, http.StatusAccepted, resumed.Status, resumed.Raw)

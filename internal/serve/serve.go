@@ -13,14 +13,18 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/oncepay/oncepay/internal/logctx"
 )
 
 // NewLogger returns a JSON logger on w at level ("debug", "info", "warn",
 // "error"; anything else is info). Binaries validate the level beforehand.
+// Its lines carry the attributes of their context (logctx.With): the
+// request id in the API, the job id and kind in the worker.
 func NewLogger(w io.Writer, level string) *slog.Logger {
 	var l slog.Level
 	_ = l.UnmarshalText([]byte(level))
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
+	return slog.New(logctx.NewHandler(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})))
 }
 
 // Default server timeouts, which SetTimeouts gives the fields left zero.
@@ -130,4 +134,43 @@ func ParseNoArgs(args []string) (help bool, err error) {
 		}
 	}
 	return false, nil
+}
+
+// HealthcheckTimeout bounds the healthcheck commands' one request: well
+// under the interval of any orchestrator's probe.
+const HealthcheckTimeout = 3 * time.Second
+
+// Healthcheck asks the server listening on addr (a listen address as
+// configured; an unspecified host such as 0.0.0.0 means this machine) for
+// /readyz, and returns nil if it answers 200 within timeout. It is the
+// healthcheck command of images that have no curl.
+func Healthcheck(ctx context.Context, addr string, timeout time.Duration) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("healthcheck: address %q: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		// A server on every interface is on the loopback one too (an IPv6
+		// wildcard listener takes IPv4 as well).
+		host = "127.0.0.1"
+	}
+	url := "http://" + net.JoinHostPort(host, port) + "/readyz"
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return fmt.Errorf("healthcheck: %w", err)
+	}
+	// No proxy from the environment: the server is on this machine.
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("healthcheck: %w", err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("healthcheck: GET %s answered %s", url, resp.Status)
+	}
+	return nil
 }

@@ -8,7 +8,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -151,4 +153,37 @@ func TestParseNoArgs(t *testing.T) {
 	}
 	_, err := serve.ParseNoArgs([]string{"worker", "--port=1"})
 	require.ErrorContains(t, err, `"--port=1"`)
+}
+
+// TestHealthcheck: 200 from /readyz is healthy; another status, or nothing
+// listening, is not; a wildcard listen address is asked on the loopback.
+func TestHealthcheck(t *testing.T) {
+	t.Parallel()
+	ready := true
+	var mu sync.Mutex
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		if r.URL.Path != "/readyz" || !ready {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	}))
+	defer srv.Close()
+	_, port, err := net.SplitHostPort(srv.Listener.Addr().String())
+	require.NoError(t, err)
+	ctx := context.Background()
+	for _, addr := range []string{srv.Listener.Addr().String(), "0.0.0.0:" + port, ":" + port, "[::]:" + port} {
+		require.NoError(t, serve.Healthcheck(ctx, addr, time.Second), addr)
+	}
+	mu.Lock()
+	ready = false
+	mu.Unlock()
+	require.ErrorContains(t, serve.Healthcheck(ctx, srv.Listener.Addr().String(), time.Second), "503")
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	free := ln.Addr().String()
+	ln.Close()
+	require.ErrorContains(t, serve.Healthcheck(ctx, free, time.Second), "connection refused")
+	require.ErrorContains(t, serve.Healthcheck(ctx, "no-port", time.Second), "no-port")
 }
