@@ -137,8 +137,9 @@ type run struct {
 	apiKeys, tenantIDs []string
 	// seq numbers the new keys of the whole run.
 	seq atomic.Int64
-	// newKeyRate is phase 1's median throughput, which phase 4 halves.
-	newKeyRate float64
+	// sustainedRate is phase 3's median settled rate: what the whole
+	// stack keeps up with, which phase 4 halves.
+	sustainedRate float64
 	// maxConnections is the server's max_connections.
 	maxConnections int
 }
