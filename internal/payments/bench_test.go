@@ -22,7 +22,8 @@ import (
 //   - baseline: one transaction that inserts the payment and its job, the
 //     write set of a POST without idempotency;
 //   - create: the same through Store.Run (reserve, insert, job, stored 202);
-//   - replay: a retry of an existing key (one insert that conflicts, one read).
+//   - replay: a retry of an existing key, through the transaction (one
+//     statement that finds the row).
 func BenchmarkIdempotencyOverhead(b *testing.B) {
 	ctx := context.Background()
 	pool, _ := pgtest.NewPool(b)
