@@ -31,6 +31,9 @@ var tpsLine = regexp.MustCompile(`(?m)^tps = ([0-9]+(?:\.[0-9]*)?) \(without ini
 func ParseTPS(out string) (float64, error) {
 	m := tpsLine.FindStringSubmatch(out)
 	if m == nil {
+		if strings.Contains(out, "number of transactions actually processed: 0") {
+			return 0, errors.New("pgbench completed no transaction in its round: the machine is too busy for rounds this short (-round)")
+		}
 		return 0, errors.New(`no "tps = … (without initial connection time)" line in pgbench's output`)
 	}
 	tps, err := strconv.ParseFloat(m[1], 64)
