@@ -2,7 +2,6 @@ package provider
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -24,49 +23,15 @@ type ListWindow struct {
 // and is returned; a window with more than w.MaxPages pages is
 // ErrScanTooLarge after fn has seen those pages.
 func (c *Client) ListIntents(ctx context.Context, w ListWindow, fn func([]*Intent) error) error {
-	if w.CreatedFrom.IsZero() || w.CreatedTo.IsZero() || w.CreatedTo.Before(w.CreatedFrom) {
-		return errors.New("provider: listing intents needs a creation window")
-	}
-	maxPages := w.MaxPages
-	if maxPages <= 0 {
-		maxPages = 500
-	}
-	params := &stripe.PaymentIntentListParams{
-		// created is whole seconds: widen to whole seconds on both sides.
-		CreatedRange: &stripe.RangeQueryParams{
-			GreaterThanOrEqual: w.CreatedFrom.Unix(),
-			LesserThanOrEqual:  w.CreatedTo.Unix() + 1,
-		},
-	}
-	params.Limit = stripe.Int64(100)
-	params.Context = ctx
-	it := c.api.PaymentIntents.List(params)
-	page := make([]*Intent, 0, 100)
-	pages := 0
-	flush := func() error {
-		if len(page) == 0 {
-			return nil
-		}
-		pages++
-		err := fn(page)
-		page = make([]*Intent, 0, 100)
+	created, maxPages, err := w.bounds("intents")
+	if err != nil {
 		return err
 	}
-	for it.Next() {
-		if pages >= maxPages {
-			return ErrScanTooLarge
-		}
-		page = append(page, intentOf(it.PaymentIntent()))
-		if len(page) == 100 {
-			if err := flush(); err != nil {
-				return err
-			}
-		}
-	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("list payment intents: %w", err)
-	}
-	return flush()
+	params := &stripe.PaymentIntentListParams{CreatedRange: created}
+	params.Limit = stripe.Int64(listPageSize)
+	params.Context = ctx
+	it := c.api.PaymentIntents.List(params)
+	return inPages("payment intents", it.Next, func() *Intent { return intentOf(it.PaymentIntent()) }, it.Err, maxPages, fn)
 }
 
 // ListRefundsCreated calls fn with the refunds created in w, of every
@@ -74,23 +39,42 @@ func (c *Client) ListIntents(ctx context.Context, w ListWindow, fn func([]*Inten
 // consistent list endpoint: what the ledger check compares with our
 // refunds. It only reads. Errors and w.MaxPages work as for ListIntents.
 func (c *Client) ListRefundsCreated(ctx context.Context, w ListWindow, fn func([]*Refund) error) error {
+	created, maxPages, err := w.bounds("refunds")
+	if err != nil {
+		return err
+	}
+	params := &stripe.RefundListParams{CreatedRange: created}
+	params.Limit = stripe.Int64(listPageSize)
+	params.Context = ctx
+	it := c.api.Refunds.List(params)
+	return inPages("refunds", it.Next, func() *Refund { return RefundOf(it.Refund()) }, it.Err, maxPages, fn)
+}
+
+// listPageSize is the most the list endpoints return at once.
+const listPageSize = 100
+
+// bounds checks the window and returns it as a creation range (created is
+// whole seconds: widened to whole seconds on both sides) and its page cap.
+func (w ListWindow) bounds(what string) (*stripe.RangeQueryParams, int, error) {
 	if w.CreatedFrom.IsZero() || w.CreatedTo.IsZero() || w.CreatedTo.Before(w.CreatedFrom) {
-		return errors.New("provider: listing refunds needs a creation window")
+		return nil, 0, fmt.Errorf("provider: listing %s needs a creation window", what)
 	}
 	maxPages := w.MaxPages
 	if maxPages <= 0 {
 		maxPages = 500
 	}
-	params := &stripe.RefundListParams{
-		CreatedRange: &stripe.RangeQueryParams{
-			GreaterThanOrEqual: w.CreatedFrom.Unix(),
-			LesserThanOrEqual:  w.CreatedTo.Unix() + 1,
-		},
-	}
-	params.Limit = stripe.Int64(100)
-	params.Context = ctx
-	it := c.api.Refunds.List(params)
-	page := make([]*Refund, 0, 100)
+	return &stripe.RangeQueryParams{
+		GreaterThanOrEqual: w.CreatedFrom.Unix(),
+		LesserThanOrEqual:  w.CreatedTo.Unix() + 1,
+	}, maxPages, nil
+}
+
+// inPages hands what a stripe-go iterator yields (next, current) to fn in
+// pages of listPageSize, at most maxPages of them: beyond, ErrScanTooLarge.
+// An error from fn stops it and is returned as it is; the iterator's own
+// error (iterErr) is returned before the last page is handed over.
+func inPages[T any](what string, next func() bool, current func() T, iterErr func() error, maxPages int, fn func([]T) error) error {
+	page := make([]T, 0, listPageSize)
 	pages := 0
 	flush := func() error {
 		if len(page) == 0 {
@@ -98,22 +82,22 @@ func (c *Client) ListRefundsCreated(ctx context.Context, w ListWindow, fn func([
 		}
 		pages++
 		err := fn(page)
-		page = make([]*Refund, 0, 100)
+		page = make([]T, 0, listPageSize)
 		return err
 	}
-	for it.Next() {
+	for next() {
 		if pages >= maxPages {
 			return ErrScanTooLarge
 		}
-		page = append(page, RefundOf(it.Refund()))
-		if len(page) == 100 {
+		page = append(page, current())
+		if len(page) == listPageSize {
 			if err := flush(); err != nil {
 				return err
 			}
 		}
 	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("list refunds: %w", err)
+	if err := iterErr(); err != nil {
+		return fmt.Errorf("list %s: %w", what, err)
 	}
 	return flush()
 }
