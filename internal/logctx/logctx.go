@@ -53,18 +53,24 @@ func (h *Handler) Handle(ctx context.Context, r slog.Record) error {
 	if len(attrs) == 0 {
 		return h.next.Handle(ctx, r)
 	}
-	have := map[string]bool{}
-	r.Attrs(func(a slog.Attr) bool {
-		have[a.Key] = true
-		return true
-	})
-	r = r.Clone()
+	// A line carries a handful of attributes and the context one or two:
+	// scanning them costs less than a map on every log line.
+	out := r.Clone()
 	for _, a := range attrs {
-		if !have[a.Key] && (h.grouped || !h.named[a.Key]) {
-			r.AddAttrs(a)
+		if (h.grouped || !h.named[a.Key]) && !hasKey(r, a.Key) {
+			out.AddAttrs(a)
 		}
 	}
-	return h.next.Handle(ctx, r)
+	return h.next.Handle(ctx, out)
+}
+
+func hasKey(r slog.Record, key string) bool {
+	found := false
+	r.Attrs(func(a slog.Attr) bool {
+		found = a.Key == key
+		return !found
+	})
+	return found
 }
 
 // WithAttrs returns a Handler whose next has attrs.
