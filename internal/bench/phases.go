@@ -280,26 +280,29 @@ func (r *run) settledBetween(ctx context.Context, start, end time.Time) (settled
 }
 
 // awaitSettled waits until none of the bench tenants' payments is waiting
-// for its charge.
+// for its charge. It asks whether one is, not how many, and polls more and
+// more seldom (a small backlog is seen gone promptly): a count every 50 ms
+// read every pending row each time, a quarter of a core taken from the
+// stack it measures while a backlog of thousands drained.
 func (r *run) awaitSettled(ctx context.Context, within time.Duration) error {
 	deadline := time.Now().Add(within)
-	for {
-		var pending int
-		err := r.pool.QueryRow(ctx, `SELECT count(*) FROM payments WHERE tenant_id = ANY($1) AND status IN ('processing', 'requires_action')`,
+	for poll := 10 * time.Millisecond; ; poll = min(2*poll, 250*time.Millisecond) {
+		var pending bool
+		err := r.pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM payments WHERE tenant_id = ANY($1) AND status IN ('processing', 'requires_action'))`,
 			r.tenantIDs).Scan(&pending)
 		if err != nil {
-			return fmt.Errorf("count pending payments: %w", err)
+			return fmt.Errorf("look for pending payments: %w", err)
 		}
-		if pending == 0 {
+		if !pending {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%d payments still pending after %s (see the worker's log in %s/logs)", pending, within, r.cfg.StateDir)
+			return fmt.Errorf("payments still pending after %s (see the worker's log in %s/logs)", within, r.cfg.StateDir)
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
+		case <-time.After(poll):
 		}
 	}
 }
