@@ -29,6 +29,10 @@ type config struct {
 	// remembers a valid API key: the bound on how long a revoked key keeps
 	// working. Defaults to 2s; 0 reads the key on every request.
 	AuthCacheTTL time.Duration
+	// ReplayCacheTTL (API_REPLAY_CACHE_TTL) is how long an API process
+	// answers retries of a completed key from memory after reading its
+	// row. Defaults to 1m; 0 reads the row every time.
+	ReplayCacheTTL time.Duration
 	// MetricsAddr (METRICS_ADDR) is where /metrics is served, apart from
 	// the public listener. Defaults to 127.0.0.1:9080; "off" disables it.
 	MetricsAddr string
@@ -97,6 +101,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		TenantRateWindow:              env.Duration("API_TENANT_RATE_WINDOW", time.Second, time.Second, time.Hour),
 		TenantMaxPending:              env.Int("API_TENANT_MAX_PENDING", 1000, 0, 10_000_000),
 		AuthCacheTTL:                  env.Duration("API_AUTH_CACHE_TTL", 2*time.Second, 0, time.Minute),
+		ReplayCacheTTL:                env.Duration("API_REPLAY_CACHE_TTL", time.Minute, 0, time.Hour),
 		IdempotencyRetention:          env.Duration("IDEMPOTENCY_RETENTION", 24*time.Hour, 24*time.Hour, 90*24*time.Hour),
 		IdempotencyLockWait:           env.Duration("IDEMPOTENCY_LOCK_WAIT", 2*time.Second, time.Millisecond, 30*time.Second),
 		IdempotencyTombstoneRetention: env.Duration("IDEMPOTENCY_TOMBSTONE_RETENTION", 30*24*time.Hour, time.Hour, 10*365*24*time.Hour),

@@ -17,6 +17,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -150,6 +151,7 @@ func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.
 		Notifier:           notifier,
 		AwaitPoll:          cfg.WaitPoll,
 		MaxWaiters:         cfg.MaxWaiters,
+		ReplayCacheTTL:     cmp.Or(cfg.ReplayCacheTTL, -1), // 0 turns it off here, and means the default there
 	})
 	handler := api.NewHandler(api.Deps{
 		Pool:      pool,

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncepay/oncepay/internal/api"
@@ -80,6 +81,23 @@ func TestRoundTrips(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, post(second, key).StatusCode)
 	coldReplay := log.Take()
 
+	// Once the key is completed (as the worker does), the first retry on a
+	// process reads the row, and the retries after it are answered from
+	// that process's memory.
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		return idempotency.NewStore(idempotency.Config{}).Complete(ctx, tx, who.TenantID, key,
+			idempotency.Response{StatusCode: http.StatusCreated, Header: map[string]string{"Content-Type": "application/json"}, Body: []byte(`{}`)})
+	}))
+	log.Take()
+	require.Equal(t, http.StatusCreated, post(first, key).StatusCode)
+	finishedReplay := log.Take()
+	require.Equal(t, http.StatusCreated, post(first, key).StatusCode)
+	fromMemory := log.Take()
+	require.Equal(t, http.StatusCreated, post(second, key).StatusCode)
+	log.Take()
+	require.Equal(t, http.StatusCreated, post(second, key).StatusCode)
+	fromMemory = append(fromMemory, log.Take()...)
+
 	// River notifies the workers of an inserted job at most once per
 	// outbox.FetchCooldown per process: under load, few requests pay for
 	// it; these, sent further apart, each do.
@@ -90,4 +108,6 @@ func TestRoundTrips(t *testing.T) {
 	require.LessOrEqual(t, len(newKey), 5, "new-key POST round trips")
 	require.LessOrEqual(t, len(replay), 1, "replay round trips")
 	require.LessOrEqual(t, len(coldReplay), 3, "replay round trips on a process that has not seen the key")
+	require.LessOrEqual(t, len(finishedReplay), 1, "first replay of a completed key")
+	require.Empty(t, fromMemory, "later replays of a completed key, on either process")
 }

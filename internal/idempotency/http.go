@@ -63,14 +63,23 @@ func (e *Endpoint[T]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	tenantID := e.TenantID(r)
 	ireq := Request{TenantID: tenantID, Key: key, Method: r.Method, Path: r.URL.Path, Fingerprint: fingerprint, LockResource: e.LockResource}
-	res, ok := e.Store.replayCommitted(r.Context(), e.DB, ireq)
+	// Cheapest first: a completed response in memory, then a committed row
+	// read outside a transaction, then the transaction. Each answers only
+	// what the next would.
+	res, ok := e.Store.replays.replay(ireq)
 	if !ok {
-		res, err = e.Store.Run(r.Context(), e.DB, ireq, func(ctx context.Context, tx pgx.Tx, a Attempt) (Outcome, error) {
-			return e.Execute(ctx, tx, a, req)
-		})
-		if err != nil {
-			problem.Write(w, r, e.Logger, err)
-			return
+		res, ok = e.Store.replayCommitted(r.Context(), e.DB, ireq)
+		if !ok {
+			res, err = e.Store.Run(r.Context(), e.DB, ireq, func(ctx context.Context, tx pgx.Tx, a Attempt) (Outcome, error) {
+				return e.Execute(ctx, tx, a, req)
+			})
+			if err != nil {
+				problem.Write(w, r, e.Logger, err)
+				return
+			}
+		}
+		if res.Kind == Replay {
+			e.Store.replays.remember(res.Record)
 		}
 	}
 	if res.Kind == Execute || res.Kind == Replay {

@@ -3,8 +3,10 @@ package idempotency
 import (
 	"context"
 	"hash/maphash"
+	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/hashicorp/golang-lru/v2/expirable"
 )
 
 // recentKeys remembers, by hash, the keys this process has recently
@@ -65,6 +67,62 @@ func (s *Store) replayCommitted(ctx context.Context, db Querier, req Request) (R
 	rec, err := getKey(ctx, db, req.TenantID, req.Key)
 	if err != nil || rec.Expired || rec.Response == nil || !sameRequest(rec, req) ||
 		(rec.Status != StatusProcessing && rec.Status != StatusCompleted) {
+		return Result{}, false
+	}
+	return Result{Kind: Replay, Record: rec, Replayed: true}, true
+}
+
+// finishedReplays keeps the stored responses of completed keys that this
+// process answered from a committed row, for the Store's ReplayCacheTTL,
+// so that further retries of one are answered with no database work at all
+// (a client retrying in a loop, a retry storm after a timeout).
+//
+// Serving them from memory gives the answer the database would. A completed
+// key is final: transitions move keys into completed, none out of it, and
+// its response is written once. The only change left to it is the reaper's
+// tombstone once its retention has ended, and a key whose retention ends
+// within twice the TTL is not cached, so a cached answer is always given
+// before that end (the clocks of this process and the database would have
+// to disagree by more than the TTL for it not to be). A matching fingerprint
+// is still required; anything else takes the database path. An entry lives
+// for the TTL after the read that cached it, however often it is served, so
+// even a row changed by hand, outside the service, is seen within the TTL.
+type finishedReplays struct {
+	ttl   time.Duration
+	cache *expirable.LRU[replayKey, Record]
+}
+
+type replayKey struct{ tenantID, key string }
+
+// maxCachedReplayBody keeps unusually large responses out of memory: a
+// payment's is under a kilobyte.
+const maxCachedReplayBody = 16 << 10
+
+func newFinishedReplays(size int, ttl time.Duration) *finishedReplays {
+	if size <= 0 || ttl <= 0 {
+		return nil
+	}
+	return &finishedReplays{ttl: ttl, cache: expirable.NewLRU[replayKey, Record](size, nil, ttl)}
+}
+
+// remember caches rec, a committed row just replayed, if it is final and
+// far enough from the end of its retention.
+func (f *finishedReplays) remember(rec Record) {
+	if f == nil || rec.Status != StatusCompleted || rec.Expired || rec.Response == nil ||
+		len(rec.Response.Body) > maxCachedReplayBody || time.Until(rec.ExpiresAt) < 2*f.ttl {
+		return
+	}
+	f.cache.Add(replayKey{rec.TenantID, rec.Key}, rec)
+}
+
+// replay answers req from memory when its key's completed response is
+// cached and req is the request that key was first used with.
+func (f *finishedReplays) replay(req Request) (Result, bool) {
+	if f == nil {
+		return Result{}, false
+	}
+	rec, ok := f.cache.Get(replayKey{req.TenantID, req.Key})
+	if !ok || !sameRequest(rec, req) {
 		return Result{}, false
 	}
 	return Result{Kind: Replay, Record: rec, Replayed: true}, true

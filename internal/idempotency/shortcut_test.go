@@ -2,11 +2,13 @@ package idempotency_test
 
 import (
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncepay/oncepay/internal/id"
@@ -88,7 +90,10 @@ func TestReplayShortcut(t *testing.T) {
 
 	t.Run("ExpiredKeyIsStillATombstone", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, idempotency.Config{})
+		// Without the memory of completed responses: this key's retention
+		// ends abruptly, which only a hand-made change does (see
+		// TestFinishedReplays for that memory near a real end).
+		b := setup(t, idempotency.Config{ReplayCacheTTL: -1})
 		var runs atomic.Int32
 		h := b.endpoint(&runs)
 		key := id.New("key")
@@ -100,5 +105,134 @@ func TestReplayShortcut(t *testing.T) {
 		b.expire(t, key)
 		problemBody(t, post(t, h, key, `{"n": 1}`), problem.IdempotencyKeyExpired)
 		require.Equal(t, int32(1), runs.Load())
+	})
+}
+
+// A retry of a completed key is answered from memory once this process has
+// answered it from the database; these are the cases where memory must not
+// be the answer, and the bounds on how long it is.
+func TestFinishedReplays(t *testing.T) {
+	t.Parallel()
+
+	// complete records the key's final 201, as a worker does.
+	complete := func(t *testing.T, b bundle, key string) {
+		t.Helper()
+		require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+			return b.store.Complete(b.ctx, tx, b.tenant, key, idempotency.Response{
+				StatusCode: http.StatusCreated, Header: map[string]string{"Location": "/v1/things/thing_1"}, Body: []byte(`{"id":"thing_1","done":true}`)})
+		}))
+	}
+
+	t.Run("AnsweredWithoutTheDatabase", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, idempotency.Config{})
+		// The endpoint's own pool, closed below: any query after that fails.
+		pool, err := pgxpool.New(b.ctx, b.pool.Config().ConnString())
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
+		var runs atomic.Int32
+		h := b.endpoint(&runs)
+		h.DB = pool
+		key := id.New("key")
+		require.Equal(t, http.StatusAccepted, post(t, h, key, `{"n": 1}`).Code)
+		complete(t, b, key)
+		fromRow := post(t, h, key, `{"n": 1}`)
+		require.Equal(t, http.StatusCreated, fromRow.Code)
+
+		pool.Close()
+		fromMemory := post(t, h, key, `{"n": 1}`)
+		require.Equal(t, http.StatusCreated, fromMemory.Code, "body: %s", fromMemory.Body)
+		require.Equal(t, "true", fromMemory.Header().Get(idempotency.ReplayedHeader))
+		require.Equal(t, "/v1/things/thing_1", fromMemory.Header().Get("Location"))
+		require.Equal(t, fromRow.Body.String(), fromMemory.Body.String())
+		require.Equal(t, int32(1), runs.Load())
+	})
+
+	t.Run("AnotherRequestIsStillRefused", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, idempotency.Config{})
+		var runs atomic.Int32
+		h := b.endpoint(&runs)
+		key := id.New("key")
+		require.Equal(t, http.StatusAccepted, post(t, h, key, `{"n": 1}`).Code)
+		complete(t, b, key)
+		require.Equal(t, http.StatusCreated, post(t, h, key, `{"n": 1}`).Code)
+		problemBody(t, post(t, h, key, `{"n": 2}`), problem.IdempotencyKeyMismatch)
+		require.Equal(t, http.StatusCreated, post(t, h, key, `{"n": 1}`).Code)
+	})
+
+	t.Run("AnotherTenantsKeyIsItsOwn", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, idempotency.Config{})
+		other := setup(t, idempotency.Config{})
+		other.store = b.store // one process: one Store, two tenants
+		var runs atomic.Int32
+		h, otherH := b.endpoint(&runs), other.endpoint(&runs)
+		key := id.New("key")
+		require.Equal(t, http.StatusAccepted, post(t, h, key, `{"n": 1}`).Code)
+		complete(t, b, key)
+		require.Equal(t, http.StatusCreated, post(t, h, key, `{"n": 1}`).Code)
+		theirs := post(t, otherH, key, `{"n": 1}`)
+		require.Equal(t, http.StatusAccepted, theirs.Code)
+		require.Empty(t, theirs.Header().Get(idempotency.ReplayedHeader))
+		require.Equal(t, int32(2), runs.Load())
+	})
+
+	// A key whose retention ends within twice the TTL is read from its row
+	// every time, so its end is seen when it comes.
+	t.Run("NotKeptNearTheEndOfRetention", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, idempotency.Config{Retention: time.Minute, ReplayCacheTTL: time.Minute})
+		var runs atomic.Int32
+		h := b.endpoint(&runs)
+		key := id.New("key")
+		require.Equal(t, http.StatusAccepted, post(t, h, key, `{"n": 1}`).Code)
+		complete(t, b, key)
+		require.Equal(t, http.StatusCreated, post(t, h, key, `{"n": 1}`).Code)
+		b.expire(t, key)
+		problemBody(t, post(t, h, key, `{"n": 1}`), problem.IdempotencyKeyExpired)
+	})
+
+	// An entry lives for the TTL after the read that cached it, however
+	// often it is served: a row deleted by hand is seen within the TTL.
+	t.Run("KeptForTheTTLAfterItsRead", func(t *testing.T) {
+		t.Parallel()
+		const ttl = 300 * time.Millisecond
+		b := setup(t, idempotency.Config{ReplayCacheTTL: ttl})
+		var runs atomic.Int32
+		h := b.endpoint(&runs)
+		key := id.New("key")
+		require.Equal(t, http.StatusAccepted, post(t, h, key, `{"n": 1}`).Code)
+		complete(t, b, key)
+		require.Equal(t, http.StatusCreated, post(t, h, key, `{"n": 1}`).Code)
+		cached := time.Now()
+		_, err := b.pool.Exec(b.ctx, `DELETE FROM idempotency_keys WHERE tenant_id = $1 AND idempotency_key = $2`, b.tenant, key)
+		require.NoError(t, err)
+		for time.Since(cached) < ttl/2 {
+			require.Equal(t, http.StatusCreated, post(t, h, key, `{"n": 1}`).Code, "served from memory within the TTL")
+			time.Sleep(10 * time.Millisecond)
+		}
+		require.Eventually(t, func() bool {
+			return post(t, h, key, `{"n": 1}`).Code == http.StatusAccepted
+		}, 5*ttl, 20*time.Millisecond, "after the TTL the row's absence is seen: the key is new again")
+		require.Equal(t, int32(2), runs.Load())
+		require.LessOrEqual(t, time.Since(cached), 5*ttl)
+	})
+
+	t.Run("ALargeResponseIsNotKept", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, idempotency.Config{})
+		var runs atomic.Int32
+		h := b.endpoint(&runs)
+		key := id.New("key")
+		require.Equal(t, http.StatusAccepted, post(t, h, key, `{"n": 1}`).Code)
+		require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+			return b.store.Complete(b.ctx, tx, b.tenant, key, idempotency.Response{
+				StatusCode: http.StatusCreated, Body: []byte(`"` + strings.Repeat("x", 17<<10) + `"`)})
+		}))
+		require.Equal(t, http.StatusCreated, post(t, h, key, `{"n": 1}`).Code)
+		_, err := b.pool.Exec(b.ctx, `DELETE FROM idempotency_keys WHERE tenant_id = $1 AND idempotency_key = $2`, b.tenant, key)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusAccepted, post(t, h, key, `{"n": 1}`).Code, "read from the database again")
 	})
 }

@@ -183,6 +183,15 @@ type Config struct {
 	// Defaults to 20000 (under 2 MB: at 1,000 new keys a second, the last
 	// 20 seconds, when most retries come); negative disables it.
 	RecentKeys int
+	// ReplayCacheTTL is how long an Endpoint answers a retry of a completed
+	// key from memory, with no database work, after it last answered one
+	// from a committed row: a completed key's stored response never changes
+	// before its retention ends, and a key within twice this of that end is
+	// never cached (see finishedReplays). Defaults to 1m; negative disables.
+	ReplayCacheTTL time.Duration
+	// ReplayCacheSize bounds how many completed responses are kept for
+	// ReplayCacheTTL. Defaults to 10000.
+	ReplayCacheSize int
 	// ObserveReap, if set, is told what each committed batch of Reap did
 	// (for metrics), when it changed any row. It must not block.
 	ObserveReap func(ReapResult)
@@ -199,6 +208,8 @@ func (c Config) WithDefaults() Config {
 	c.AwaitPoll = cmp.Or(c.AwaitPoll, time.Second)
 	c.MaxWaiters = cmp.Or(c.MaxWaiters, 1000)
 	c.RecentKeys = cmp.Or(c.RecentKeys, 20000)
+	c.ReplayCacheTTL = cmp.Or(c.ReplayCacheTTL, time.Minute)
+	c.ReplayCacheSize = cmp.Or(c.ReplayCacheSize, 10000)
 	return c
 }
 
@@ -207,12 +218,13 @@ type Store struct {
 	cfg     Config
 	waiting atomic.Int64
 	recent  *recentKeys
+	replays *finishedReplays
 }
 
 // NewStore returns a Store.
 func NewStore(cfg Config) *Store {
 	cfg = cfg.WithDefaults()
-	return &Store{cfg: cfg, recent: newRecentKeys(cfg.RecentKeys)}
+	return &Store{cfg: cfg, recent: newRecentKeys(cfg.RecentKeys), replays: newFinishedReplays(cfg.ReplayCacheSize, cfg.ReplayCacheTTL)}
 }
 
 // Config returns the Store's configuration, defaults applied.

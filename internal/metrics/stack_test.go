@@ -123,6 +123,9 @@ func startStack(t *testing.T) *stackBundle {
 			"SWEEP_INTERVAL=500ms", "SWEEP_GRACE=1s", "RECONCILE_INTERVAL=200ms", "RECONCILE_SETTLE=0s",
 			"IDEMPOTENCY_REAP_INTERVAL=1s", "LEDGER_CHECK_INTERVAL=1s", "LEDGER_CHECK_WINDOW=1h",
 			"IDEMPOTENCY_LOCK_WAIT=200ms",
+			// Retention is ended by hand below, abruptly; a replayed key's
+			// completed response would be answered from memory meanwhile.
+			"API_REPLAY_CACHE_TTL=0",
 		},
 	})
 	require.NoError(t, err)
