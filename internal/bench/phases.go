@@ -205,11 +205,18 @@ type SettledRound struct {
 	Load LoadResult `json:"load"`
 	// Accepted and Settled are per second of the load window; Backlog is
 	// what was not final at its end, DrainSeconds how long it took to be.
-	AcceptedPerSec float64       `json:"accepted_per_sec"`
-	SettledPerSec  float64       `json:"settled_per_sec"`
-	Backlog        int           `json:"backlog"`
-	DrainSeconds   float64       `json:"drain_seconds"`
-	Pgbench        PgbenchResult `json:"pgbench"`
+	AcceptedPerSec float64 `json:"accepted_per_sec"`
+	SettledPerSec  float64 `json:"settled_per_sec"`
+	Backlog        int     `json:"backlog"`
+	DrainSeconds   float64 `json:"drain_seconds"`
+	// BacklogGrowthSeconds is how much the mean number of payments not
+	// yet final grew from the first half of the load window to the second
+	// (reckoned from the rows afterwards), in seconds' worth of accepted
+	// payments. A worker that keeps up has as many in flight in both
+	// halves; one that does not, a backlog growing with time. Means, not
+	// two moments: the payments in flight at a moment vary by dozens.
+	BacklogGrowthSeconds float64       `json:"backlog_growth_seconds"`
+	Pgbench              PgbenchResult `json:"pgbench"`
 	// PgbenchPaymentsPerSec is half pgbench's tps: each payment is one
 	// golden.sql and one complete.sql transaction.
 	PgbenchPaymentsPerSec float64 `json:"pgbench_payments_per_sec"`
@@ -235,11 +242,14 @@ func (r *run) settled(ctx context.Context) (*PhaseResult, error) {
 		}
 		secs := end.Sub(start).Seconds()
 		rd.AcceptedPerSec = float64(rd.Load.Statuses["202"]) / secs
-		settled, backlog, err := r.settledBetween(ctx, start, end)
+		counts, err := r.settledBetween(ctx, start, end)
 		if err != nil {
 			return nil, err
 		}
-		rd.SettledPerSec, rd.Backlog = float64(settled)/secs, backlog
+		rd.SettledPerSec, rd.Backlog = float64(counts.settled)/secs, counts.backlog
+		if rd.AcceptedPerSec > 0 {
+			rd.BacklogGrowthSeconds = (counts.pendingSecondHalf - counts.pendingFirstHalf) / rd.AcceptedPerSec
+		}
 		drainStart := time.Now()
 		if err := r.awaitSettled(ctx, 5*time.Minute); err != nil {
 			return nil, err
@@ -249,34 +259,65 @@ func (r *run) settled(ctx context.Context) (*PhaseResult, error) {
 			return nil, err
 		}
 		rd.PgbenchPaymentsPerSec = rd.Pgbench.TPS / 2
-		r.printf("round %d: accepted %.0f/s settled %.0f/s, backlog %d drained in %.1fs | golden.sql+complete.sql %.0f payments/s", i+1,
-			rd.AcceptedPerSec, rd.SettledPerSec, rd.Backlog, rd.DrainSeconds, rd.PgbenchPaymentsPerSec)
+		r.printf("round %d: accepted %.0f/s settled %.0f/s, backlog %d (grew %+.2f s of load in the second half) drained in %.1fs | golden.sql+complete.sql %.0f payments/s", i+1,
+			rd.AcceptedPerSec, rd.SettledPerSec, rd.Backlog, rd.BacklogGrowthSeconds, rd.DrainSeconds, rd.PgbenchPaymentsPerSec)
 		rounds = append(rounds, rd)
 	}
 	r.sustainedRate = medianOf(rounds, func(rd SettledRound) float64 { return rd.SettledPerSec })
 	pr.Rounds = rounds
 	pr.Rows = []Row{
 		compared("settled/s vs both write sets", "/s", rounds, func(rd SettledRound) (float64, float64) { return rd.SettledPerSec, rd.PgbenchPaymentsPerSec }, atLeast(0.70)),
-		compared("settled/s vs accepted/s", "/s", rounds, func(rd SettledRound) (float64, float64) { return rd.SettledPerSec, rd.AcceptedPerSec }, atLeast(1)),
+		compared("settled/s vs accepted/s", "/s", rounds, func(rd SettledRound) (float64, float64) { return rd.SettledPerSec, rd.AcceptedPerSec }, nil),
+		single("backlog growth, halfway to end of load", "s of load", medianOf(rounds, func(rd SettledRound) float64 { return rd.BacklogGrowthSeconds }), atMostValue(0.1)),
 		single("backlog at end of load", "payments", medianOf(rounds, func(rd SettledRound) float64 { return float64(rd.Backlog) }), nil),
 		single("backlog drain", "s", medianOf(rounds, func(rd SettledRound) float64 { return rd.DrainSeconds }), nil),
 	}
 	return pr, nil
 }
 
+// settledCounts are settledBetween's counts.
+type settledCounts struct {
+	// settled became final in the window; backlog is not final now.
+	settled, backlog int
+	// pendingFirstHalf and pendingSecondHalf are the mean numbers of
+	// payments accepted and not yet final over each half of the window.
+	pendingFirstHalf, pendingSecondHalf float64
+}
+
 // settledBetween counts the bench tenants' payments that became final in
-// [start, end], and those not final now. A final payment's updated_at is
-// when it became final: nothing changes a payment after that but a refund,
-// which the bench never asks for.
-func (r *run) settledBetween(ctx context.Context, start, end time.Time) (settled, backlog int, err error) {
-	err = r.pool.QueryRow(ctx, `
+// [start, end] and those not final now, and averages those pending over
+// each half of the window. A payment that left processing has updated_at set
+// to when it did: nothing changes a payment after that but a refund, which
+// the bench never asks for, so the past can be read from the rows
+// afterwards, without a query during the load.
+func (r *run) settledBetween(ctx context.Context, start, end time.Time) (settledCounts, error) {
+	var c settledCounts
+	err := r.pool.QueryRow(ctx, `
 		SELECT count(*) FILTER (WHERE status IN ('succeeded', 'failed') AND updated_at BETWEEN $2 AND $3),
 		       count(*) FILTER (WHERE status NOT IN ('succeeded', 'failed', 'requires_reconciliation'))
-		FROM payments WHERE tenant_id = ANY($1)`, r.tenantIDs, start, end).Scan(&settled, &backlog)
+		FROM payments WHERE tenant_id = ANY($1)`, r.tenantIDs, start, end).Scan(&c.settled, &c.backlog)
 	if err != nil {
-		return 0, 0, fmt.Errorf("count settled payments: %w", err)
+		return settledCounts{}, fmt.Errorf("count settled payments: %w", err)
 	}
-	return settled, backlog, nil
+	// Each payment is pending from created_at until it left processing
+	// (updated_at), or still; the seconds it was pending in each half,
+	// summed and divided by the half's length, are the half's mean.
+	half := end.Sub(start) / 2
+	var first, second float64
+	err = r.pool.QueryRow(ctx, `
+		WITH pending AS (
+			SELECT created_at AS since,
+			       CASE WHEN status IN ('succeeded', 'failed', 'requires_reconciliation') THEN updated_at ELSE 'infinity' END AS until
+			FROM payments WHERE tenant_id = ANY($1) AND created_at <= $3
+		)
+		SELECT coalesce(sum(greatest(0, extract(epoch FROM least(until, $4) - greatest(since, $2)))), 0)::float8,
+		       coalesce(sum(greatest(0, extract(epoch FROM least(until, $3) - greatest(since, $4)))), 0)::float8
+		FROM pending`, r.tenantIDs, start, end, start.Add(half)).Scan(&first, &second)
+	if err != nil {
+		return settledCounts{}, fmt.Errorf("average pending payments: %w", err)
+	}
+	c.pendingFirstHalf, c.pendingSecondHalf = first/half.Seconds(), second/half.Seconds()
+	return c, nil
 }
 
 // awaitSettled waits until none of the bench tenants' payments is waiting
