@@ -90,11 +90,14 @@ type ChargeWorker struct {
 	provider *provider.Client
 	logger   *slog.Logger
 	cfg      ChargeConfig
+	recorder *outcomeRecorder
 }
 
 // NewChargeWorker returns a worker.
 func NewChargeWorker(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, logger *slog.Logger, cfg ChargeConfig) *ChargeWorker {
-	return &ChargeWorker{pool: pool, keys: keys, provider: pc, logger: logger, cfg: cfg.WithDefaults()}
+	cfg = cfg.WithDefaults()
+	return &ChargeWorker{pool: pool, keys: keys, provider: pc, logger: logger, cfg: cfg,
+		recorder: newOutcomeRecorder(pool, keys, cfg.RecordTimeout)}
 }
 
 // Timeout bounds one attempt; the provider call carries this deadline.
@@ -248,17 +251,10 @@ func retryLater(ctx context.Context, p Payment, log *slog.Logger, err error) err
 
 // finish records a final outcome: the payment's state, the response that
 // retries of the client's request will replay, and the job's completion, in
-// one transaction, so none of them is ever seen without the others.
+// one transaction, so none of them is ever seen without the others (with
+// other charges' outcomes finishing at the same moment: outcomeRecorder).
 func (w *ChargeWorker) finish(ctx context.Context, job *river.Job[outbox.ChargePaymentArgs], p Payment, out provider.Outcome) error {
-	return pgx.BeginTxFunc(ctx, w.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
-		// No lockForOutcome first: recordOutcome's UPDATE of the payment
-		// (conditional on its state) takes the payment's lock, then its
-		// UPDATE of the key the key's, in the one lock order.
-		if err := recordOutcome(ctx, tx, w.keys, p, []Status{StatusProcessing, StatusRequiresAction}, out); err != nil {
-			return err
-		}
-		return completeJob(ctx, tx, job)
-	})
+	return w.recorder.record(ctx, job, p, out)
 }
 
 // recordOutcome records a final provider outcome for p (a payment in one of

@@ -1,0 +1,199 @@
+package payments
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertest"
+	"github.com/stretchr/testify/require"
+	"github.com/stripe/stripe-go/v76"
+
+	"github.com/oncepay/oncepay/internal/id"
+	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/outbox"
+	"github.com/oncepay/oncepay/internal/pgtest"
+	"github.com/oncepay/oncepay/internal/provider"
+)
+
+// recorderBundle makes charges whose provider call has answered: a payment
+// processing under its key, its job running (as River hands it to a worker),
+// and a success to record.
+type recorderBundle struct {
+	ctx    context.Context // a worker's context: it carries the River client
+	pool   *pgxpool.Pool
+	dbURL  string
+	keys   *idempotency.Store
+	svc    *Service
+	jobs   *outbox.Client
+	tenant string
+}
+
+func newRecorderBundle(t *testing.T) recorderBundle {
+	t.Helper()
+	pool, dbURL := pgtest.NewPool(t)
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	jobs, err := outbox.NewInsertOnly(pool, logger)
+	require.NoError(t, err)
+	keys := idempotency.NewStore(idempotency.Config{})
+	b := recorderBundle{
+		ctx: rivertest.WorkContext(context.Background(), jobs), pool: pool, dbURL: dbURL, keys: keys, jobs: jobs,
+		svc: &Service{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger}, tenant: id.New("ten"),
+	}
+	_, err = pool.Exec(b.ctx, "INSERT INTO tenants (id, name) VALUES ($1, $1)", b.tenant)
+	require.NoError(t, err)
+	return b
+}
+
+func (b recorderBundle) charge(t *testing.T) *finishing {
+	t.Helper()
+	req := CreateRequest{Amount: 2000, Currency: "usd", PaymentMethod: "pm_card_visa"}
+	fingerprint, err := idempotency.Fingerprint("POST", "/v1/payments", req)
+	require.NoError(t, err)
+	res, err := b.keys.Run(b.ctx, b.pool, idempotency.Request{TenantID: b.tenant, Key: id.New("key"), Method: "POST", Path: "/v1/payments", Fingerprint: fingerprint},
+		func(ctx context.Context, tx pgx.Tx, a idempotency.Attempt) (idempotency.Outcome, error) {
+			return b.svc.create(ctx, tx, a, req)
+		})
+	require.NoError(t, err)
+	require.Equal(t, idempotency.Execute, res.Kind)
+	p, err := GetPayment(b.ctx, b.pool, b.tenant, res.Record.ResourceID)
+	require.NoError(t, err)
+	var jobID int64
+	require.NoError(t, b.pool.QueryRow(b.ctx, `
+		UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now()
+		WHERE kind = 'charge_payment' AND args->>'payment_id' = $1 RETURNING id`, p.ID).Scan(&jobID))
+	row, err := b.jobs.JobGet(b.ctx, jobID)
+	require.NoError(t, err)
+	return &finishing{
+		ctx: b.ctx, p: p, done: make(chan error, 1),
+		job: &river.Job[outbox.ChargePaymentArgs]{JobRow: row, Args: outbox.ChargePaymentArgs{TenantID: b.tenant, PaymentID: p.ID}},
+		out: provider.Outcome{Kind: provider.Succeeded, Intent: &provider.Intent{ID: "pi_" + p.ID, Status: stripe.PaymentIntentStatusSucceeded}},
+	}
+}
+
+// recorded asserts that f's payment succeeded, its key stores the 201 and
+// its job is completed: all three, or (want false) none.
+func (b recorderBundle) recorded(t *testing.T, f *finishing, want bool) {
+	t.Helper()
+	var status, keyStatus, jobState string
+	require.NoError(t, b.pool.QueryRow(b.ctx, `
+		SELECT p.status, k.status, j.state
+		FROM payments p
+		JOIN idempotency_keys k ON k.tenant_id = p.tenant_id AND k.idempotency_key = p.idempotency_key
+		JOIN river_job j ON j.id = $2
+		WHERE p.id = $1`, f.p.ID, f.job.ID).Scan(&status, &keyStatus, &jobState))
+	if want {
+		require.Equal(t, []string{"succeeded", "completed", "completed"}, []string{status, keyStatus, jobState}, "payment %s", f.p.ID)
+	} else {
+		require.Equal(t, []string{"processing", "processing", "running"}, []string{status, keyStatus, jobState}, "payment %s", f.p.ID)
+	}
+}
+
+func countBegins(sent []string) int {
+	n := 0
+	for _, s := range sent {
+		if strings.HasPrefix(strings.ToLower(s), "begin") {
+			n++
+		}
+	}
+	return n
+}
+
+func TestOutcomeRecorder(t *testing.T) {
+	t.Parallel()
+
+	t.Run("AGroupIsOneTransaction", func(t *testing.T) {
+		t.Parallel()
+		b := newRecorderBundle(t)
+		traced, log := pgtest.TracedPool(t, b.dbURL)
+		r := newOutcomeRecorder(traced, b.keys, 5*time.Second)
+		var group []*finishing
+		for range 5 {
+			group = append(group, b.charge(t))
+		}
+		log.Take()
+		r.write(group)
+		for _, f := range group {
+			require.NoError(t, <-f.done)
+			b.recorded(t, f, true)
+		}
+		require.Equal(t, 1, countBegins(log.Take()), "one transaction for the group")
+	})
+
+	// One charge of a group cannot be recorded (its payment's row is
+	// locked past its deadline): the group is recorded one by one, and
+	// only that charge fails; recorded later, it succeeds.
+	t.Run("AFailureIsOnlyItsOwn", func(t *testing.T) {
+		t.Parallel()
+		b := newRecorderBundle(t)
+		r := newOutcomeRecorder(b.pool, b.keys, 5*time.Second)
+		var group []*finishing
+		for range 4 {
+			group = append(group, b.charge(t))
+		}
+		stuck := group[2]
+		holder, err := b.pool.Begin(b.ctx)
+		require.NoError(t, err)
+		_, err = holder.Exec(b.ctx, `SELECT FROM payments WHERE id = $1 FOR UPDATE`, stuck.p.ID)
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(b.ctx, 300*time.Millisecond)
+		defer cancel()
+		stuck.ctx = ctx
+
+		r.write(group)
+		for _, f := range group {
+			err := <-f.done
+			if f == stuck {
+				require.Error(t, err)
+				continue
+			}
+			require.NoError(t, err)
+			b.recorded(t, f, true)
+		}
+		require.NoError(t, holder.Rollback(b.ctx))
+		b.recorded(t, stuck, false)
+
+		require.NoError(t, r.record(b.ctx, stuck.job, stuck.p, stuck.out))
+		b.recorded(t, stuck, true)
+	})
+
+	// Charges finishing at once are grouped (fewer transactions than
+	// charges), and every one is recorded.
+	t.Run("ConcurrentChargesAreGrouped", func(t *testing.T) {
+		t.Parallel()
+		b := newRecorderBundle(t)
+		traced, log := pgtest.TracedPool(t, b.dbURL)
+		r := newOutcomeRecorder(traced, b.keys, 5*time.Second)
+		const n = 40
+		var charges []*finishing
+		for range n {
+			charges = append(charges, b.charge(t))
+		}
+		log.Take()
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		errs := make([]error, n)
+		for i, f := range charges {
+			wg.Go(func() {
+				<-start
+				errs[i] = r.record(f.ctx, f.job, f.p, f.out)
+			})
+		}
+		close(start)
+		wg.Wait()
+		for i, f := range charges {
+			require.NoError(t, errs[i])
+			b.recorded(t, f, true)
+		}
+		begins := countBegins(log.Take())
+		t.Logf("%d charges recorded in %d transactions", n, begins)
+		require.Less(t, begins, n)
+	})
+}
