@@ -93,7 +93,7 @@ func (r *outcomeRecorder) record(ctx context.Context, job *river.Job[outbox.Char
 // returns a channel closed when a writer leaves charges pending.
 func (r *outcomeRecorder) writeWhilePending(own *finishing) <-chan struct{} {
 	r.mu.Lock()
-	defer r.mu.Unlock()
+	defer r.mu.Unlock() // write, run without the lock, never panics
 	if r.writers >= maxWriters {
 		if r.wake == nil {
 			r.wake = make(chan struct{})
@@ -118,8 +118,21 @@ func (r *outcomeRecorder) writeWhilePending(own *finishing) <-chan struct{} {
 	return nil
 }
 
-// write records a group and tells each charge its result.
+// write records a group and tells each charge its result. A panic while
+// recording is each charge's error (River retries the attempt), not the
+// end of the goroutine that happened to be writing.
 func (r *outcomeRecorder) write(group []*finishing) {
+	defer func() {
+		if v := recover(); v != nil {
+			err := fmt.Errorf("recording the outcome panicked: %v", v)
+			for _, f := range group {
+				select {
+				case f.done <- err:
+				default: // already told
+				}
+			}
+		}
+	}()
 	if len(group) > 1 {
 		// One order for every group's row locks, so that two groups
 		// cannot each wait for the other.

@@ -164,6 +164,24 @@ func TestOutcomeRecorder(t *testing.T) {
 		b.recorded(t, stuck, true)
 	})
 
+	// A panic while recording (here a charge without its job) is the
+	// group's error, delivered to every charge: the writer's goroutine, a
+	// River job of its own, goes on, and so does the recorder.
+	t.Run("APanicIsAnError", func(t *testing.T) {
+		t.Parallel()
+		b := newRecorderBundle(t)
+		r := newOutcomeRecorder(b.pool, b.keys, 5*time.Second)
+		good, broken := b.charge(t), b.charge(t)
+		broken.job = nil
+		r.write([]*finishing{good, broken})
+		require.ErrorContains(t, <-good.done, "panicked")
+		require.ErrorContains(t, <-broken.done, "panicked")
+		b.recorded(t, good, false)
+
+		require.NoError(t, r.record(good.ctx, good.job, good.p, good.out))
+		b.recorded(t, good, true)
+	})
+
 	// Charges finishing at once are grouped (fewer transactions than
 	// charges), and every one is recorded.
 	t.Run("ConcurrentChargesAreGrouped", func(t *testing.T) {
