@@ -124,7 +124,32 @@ func TestOutcomeRecorder(t *testing.T) {
 			require.NoError(t, <-f.done)
 			b.recorded(t, f, true)
 		}
-		require.Equal(t, 1, countBegins(log.Take()), "one transaction for the group")
+		sent := log.Take()
+		require.Equal(t, 1, countBegins(sent), "one transaction for the group")
+		// BEGIN, then each charge's payment, key and job, then COMMIT.
+		require.Len(t, sent, 2+3*len(group), "round trips:\n  %s", strings.Join(sent, "\n  "))
+	})
+
+	// A charge another run already recorded (its job ran twice) changes
+	// nothing in a group, and the others are recorded.
+	t.Run("AnAlreadyRecordedChargeIsLeftAlone", func(t *testing.T) {
+		t.Parallel()
+		b := newRecorderBundle(t)
+		r := newOutcomeRecorder(b.pool, b.keys, 5*time.Second)
+		first, other := b.charge(t), b.charge(t)
+		require.NoError(t, r.record(first.ctx, first.job, first.p, first.out))
+		var updated time.Time
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT updated_at FROM payments WHERE id = $1`, first.p.ID).Scan(&updated))
+
+		again := &finishing{ctx: first.ctx, job: first.job, p: first.p, out: first.out, done: make(chan error, 1)}
+		r.write([]*finishing{again, other})
+		require.NoError(t, <-again.done)
+		require.NoError(t, <-other.done)
+		b.recorded(t, first, true)
+		b.recorded(t, other, true)
+		var after time.Time
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT updated_at FROM payments WHERE id = $1`, first.p.ID).Scan(&after))
+		require.Equal(t, updated, after, "the recorded payment was not written again")
 	})
 
 	// One charge of a group cannot be recorded (its payment's row is
