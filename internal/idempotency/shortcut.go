@@ -3,6 +3,8 @@ package idempotency
 import (
 	"context"
 	"hash/maphash"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
@@ -88,8 +90,13 @@ func (s *Store) replayCommitted(ctx context.Context, db Querier, req Request) (R
 // for the TTL after the read that cached it, however often it is served, so
 // even a row changed by hand, outside the service, is seen within the TTL.
 type finishedReplays struct {
-	ttl   time.Duration
-	cache *expirable.LRU[replayKey, Record]
+	ttl  time.Duration
+	size int
+	// The cache is made by the first remember: an expirable LRU runs a
+	// goroutine for the life of the process, which a Store that never
+	// replays (the worker's) need not have.
+	made  sync.Once
+	cache atomic.Pointer[expirable.LRU[replayKey, Record]]
 }
 
 type replayKey struct{ tenantID, key string }
@@ -102,7 +109,7 @@ func newFinishedReplays(size int, ttl time.Duration) *finishedReplays {
 	if size <= 0 || ttl <= 0 {
 		return nil
 	}
-	return &finishedReplays{ttl: ttl, cache: expirable.NewLRU[replayKey, Record](size, nil, ttl)}
+	return &finishedReplays{ttl: ttl, size: size}
 }
 
 // remember caches rec, a committed row just replayed, if it is final and
@@ -112,16 +119,17 @@ func (f *finishedReplays) remember(rec Record) {
 		len(rec.Response.Body) > maxCachedReplayBody || time.Until(rec.ExpiresAt) < 2*f.ttl {
 		return
 	}
-	f.cache.Add(replayKey{rec.TenantID, rec.Key}, rec)
+	f.made.Do(func() { f.cache.Store(expirable.NewLRU[replayKey, Record](f.size, nil, f.ttl)) })
+	f.cache.Load().Add(replayKey{rec.TenantID, rec.Key}, rec)
 }
 
 // replay answers req from memory when its key's completed response is
 // cached and req is the request that key was first used with.
 func (f *finishedReplays) replay(req Request) (Result, bool) {
-	if f == nil {
+	if f == nil || f.cache.Load() == nil {
 		return Result{}, false
 	}
-	rec, ok := f.cache.Get(replayKey{req.TenantID, req.Key})
+	rec, ok := f.cache.Load().Get(replayKey{req.TenantID, req.Key})
 	if !ok || !sameRequest(rec, req) {
 		return Result{}, false
 	}
