@@ -2,6 +2,7 @@ package idempotency_test
 
 import (
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -16,6 +17,42 @@ import (
 	"github.com/oncepay/oncepay/internal/problem"
 )
 
+// acceptedKey is a key whose first request an endpoint has answered 202.
+type acceptedKey struct {
+	bundle
+	h     *idempotency.Endpoint[thing]
+	runs  *atomic.Int32
+	key   string
+	first *httptest.ResponseRecorder
+}
+
+// acceptKey sends a new key's first request, {"n": 1}, to a fresh endpoint.
+func acceptKey(t *testing.T, cfg idempotency.Config) acceptedKey {
+	t.Helper()
+	a := acceptedKey{bundle: setup(t, cfg), runs: &atomic.Int32{}, key: id.New("key")}
+	a.h = a.endpoint(a.runs)
+	a.first = post(t, a.h, a.key, `{"n": 1}`)
+	require.Equal(t, http.StatusAccepted, a.first.Code)
+	return a
+}
+
+// complete records the key's final 201 with body, as a worker does.
+func (a acceptedKey) complete(t *testing.T, body string) {
+	t.Helper()
+	require.NoError(t, pgx.BeginFunc(a.ctx, a.pool, func(tx pgx.Tx) error {
+		return a.store.Complete(a.ctx, tx, a.tenant, a.key, idempotency.Response{
+			StatusCode: http.StatusCreated, Header: map[string]string{"Location": "/v1/things/thing_1"}, Body: []byte(body)})
+	}))
+}
+
+// forget deletes the key's row, as the reaper does past retention or a
+// hand-made change at any time.
+func (a acceptedKey) forget(t *testing.T) {
+	t.Helper()
+	_, err := a.pool.Exec(a.ctx, `DELETE FROM idempotency_keys WHERE tenant_id = $1 AND idempotency_key = $2`, a.tenant, a.key)
+	require.NoError(t, err)
+}
+
 // A retry of a key the process has seen is tried as one read outside any
 // transaction. These are the cases where that read must not be the answer.
 func TestReplayShortcut(t *testing.T) {
@@ -23,17 +60,12 @@ func TestReplayShortcut(t *testing.T) {
 
 	t.Run("ReplaysWhatTheTransactionWould", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, idempotency.Config{})
-		var runs atomic.Int32
-		h := b.endpoint(&runs)
-		key := id.New("key")
-		first := post(t, h, key, `{"n": 1}`)
-		require.Equal(t, http.StatusAccepted, first.Code)
-		again := post(t, h, key, `{"n": 1}`)
+		a := acceptKey(t, idempotency.Config{})
+		again := post(t, a.h, a.key, `{"n": 1}`)
 		require.Equal(t, http.StatusAccepted, again.Code)
 		require.Equal(t, "true", again.Header().Get(idempotency.ReplayedHeader))
-		require.Equal(t, first.Body.String(), again.Body.String())
-		require.Equal(t, int32(1), runs.Load())
+		require.Equal(t, a.first.Body.String(), again.Body.String())
+		require.Equal(t, int32(1), a.runs.Load())
 	})
 
 	// The key was forgotten (reaped) and taken again by a request whose
@@ -41,51 +73,38 @@ func TestReplayShortcut(t *testing.T) {
 	// retry must wait for that transaction and get 409, not run a second time.
 	t.Run("UncommittedReservationStillWaits", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, idempotency.Config{LockWait: 200 * time.Millisecond})
-		var runs atomic.Int32
-		h := b.endpoint(&runs)
-		key := id.New("key")
-		require.Equal(t, http.StatusAccepted, post(t, h, key, `{"n": 1}`).Code)
-		_, err := b.pool.Exec(b.ctx, `DELETE FROM idempotency_keys WHERE tenant_id = $1 AND idempotency_key = $2`, b.tenant, key)
-		require.NoError(t, err)
+		a := acceptKey(t, idempotency.Config{LockWait: 200 * time.Millisecond})
+		a.forget(t)
 
-		tx, err := b.pool.BeginTx(b.ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+		tx, err := a.pool.BeginTx(a.ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 		require.NoError(t, err)
-		defer tx.Rollback(b.ctx) //nolint:errcheck // the test's end
-		dec, err := b.store.Reserve(b.ctx, tx, b.request(key, map[string]any{"n": 1}))
+		defer tx.Rollback(a.ctx) //nolint:errcheck // the test's end
+		dec, err := a.store.Reserve(a.ctx, tx, a.request(a.key, map[string]any{"n": 1}))
 		require.NoError(t, err)
 		require.Equal(t, idempotency.Execute, dec.Kind)
 
 		start := time.Now()
-		problemBody(t, post(t, h, key, `{"n": 1}`), problem.IdempotencyKeyInUse)
+		problemBody(t, post(t, a.h, a.key, `{"n": 1}`), problem.IdempotencyKeyInUse)
 		require.GreaterOrEqual(t, time.Since(start), 200*time.Millisecond, "it waited for the open transaction")
-		require.Equal(t, int32(1), runs.Load())
+		require.Equal(t, int32(1), a.runs.Load())
 	})
 
 	t.Run("AnotherRequestIsStillRefused", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, idempotency.Config{})
-		var runs atomic.Int32
-		h := b.endpoint(&runs)
-		key := id.New("key")
-		require.Equal(t, http.StatusAccepted, post(t, h, key, `{"n": 1}`).Code)
-		problemBody(t, post(t, h, key, `{"n": 2}`), problem.IdempotencyKeyMismatch)
+		a := acceptKey(t, idempotency.Config{})
+		problemBody(t, post(t, a.h, a.key, `{"n": 2}`), problem.IdempotencyKeyMismatch)
 	})
 
 	t.Run("RetryableKeyStillRunsAgain", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, idempotency.Config{})
-		var runs atomic.Int32
-		h := b.endpoint(&runs)
-		key := id.New("key")
-		require.Equal(t, http.StatusAccepted, post(t, h, key, `{"n": 1}`).Code)
-		require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
-			return b.store.MarkFailedRetryable(b.ctx, tx, b.tenant, key)
+		a := acceptKey(t, idempotency.Config{})
+		require.NoError(t, pgx.BeginFunc(a.ctx, a.pool, func(tx pgx.Tx) error {
+			return a.store.MarkFailedRetryable(a.ctx, tx, a.tenant, a.key)
 		}))
-		again := post(t, h, key, `{"n": 1}`)
+		again := post(t, a.h, a.key, `{"n": 1}`)
 		require.Equal(t, http.StatusAccepted, again.Code)
 		require.Empty(t, again.Header().Get(idempotency.ReplayedHeader))
-		require.Equal(t, int32(2), runs.Load(), "re-acquired and resumed")
+		require.Equal(t, int32(2), a.runs.Load(), "re-acquired and resumed")
 	})
 
 	t.Run("ExpiredKeyIsStillATombstone", func(t *testing.T) {
@@ -93,18 +112,12 @@ func TestReplayShortcut(t *testing.T) {
 		// Without the memory of completed responses: this key's retention
 		// ends abruptly, which only a hand-made change does (see
 		// TestFinishedReplays for that memory near a real end).
-		b := setup(t, idempotency.Config{ReplayCacheTTL: -1})
-		var runs atomic.Int32
-		h := b.endpoint(&runs)
-		key := id.New("key")
-		require.Equal(t, http.StatusAccepted, post(t, h, key, `{"n": 1}`).Code)
-		require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
-			return b.store.Complete(b.ctx, tx, b.tenant, key, idempotency.Response{StatusCode: http.StatusCreated, Body: []byte(`{}`)})
-		}))
-		require.Equal(t, http.StatusCreated, post(t, h, key, `{"n": 1}`).Code)
-		b.expire(t, key)
-		problemBody(t, post(t, h, key, `{"n": 1}`), problem.IdempotencyKeyExpired)
-		require.Equal(t, int32(1), runs.Load())
+		a := acceptKey(t, idempotency.Config{ReplayCacheTTL: -1})
+		a.complete(t, `{}`)
+		require.Equal(t, http.StatusCreated, post(t, a.h, a.key, `{"n": 1}`).Code)
+		a.expire(t, a.key)
+		problemBody(t, post(t, a.h, a.key, `{"n": 1}`), problem.IdempotencyKeyExpired)
+		require.Equal(t, int32(1), a.runs.Load())
 	})
 }
 
@@ -114,87 +127,64 @@ func TestReplayShortcut(t *testing.T) {
 func TestFinishedReplays(t *testing.T) {
 	t.Parallel()
 
-	type replayed struct {
-		bundle
-		h    *idempotency.Endpoint[thing]
-		runs *atomic.Int32
-		key  string
-	}
-	// replayOnce accepts a key, completes it with the given body (as a
-	// worker does) and replays it once, from its row.
-	replayOnce := func(t *testing.T, cfg idempotency.Config, body string) replayed {
+	// replayOnce accepts a key, completes it with body and replays it
+	// once, from its row.
+	replayOnce := func(t *testing.T, cfg idempotency.Config, body string) acceptedKey {
 		t.Helper()
-		r := replayed{bundle: setup(t, cfg), runs: &atomic.Int32{}, key: id.New("key")}
-		r.h = r.endpoint(r.runs)
-		require.Equal(t, http.StatusAccepted, post(t, r.h, r.key, `{"n": 1}`).Code)
-		require.NoError(t, pgx.BeginFunc(r.ctx, r.pool, func(tx pgx.Tx) error {
-			return r.store.Complete(r.ctx, tx, r.tenant, r.key, idempotency.Response{
-				StatusCode: http.StatusCreated, Header: map[string]string{"Location": "/v1/things/thing_1"}, Body: []byte(body)})
-		}))
-		require.Equal(t, http.StatusCreated, post(t, r.h, r.key, `{"n": 1}`).Code, "the replay that reads the row")
-		return r
+		a := acceptKey(t, cfg)
+		a.complete(t, body)
+		require.Equal(t, http.StatusCreated, post(t, a.h, a.key, `{"n": 1}`).Code, "the replay that reads the row")
+		return a
 	}
 	const doneBody = `{"id":"thing_1","done":true}`
-	// forget deletes the key's row, as only a hand-made change would.
-	forget := func(t *testing.T, r replayed) {
-		t.Helper()
-		_, err := r.pool.Exec(r.ctx, `DELETE FROM idempotency_keys WHERE tenant_id = $1 AND idempotency_key = $2`, r.tenant, r.key)
-		require.NoError(t, err)
-	}
 
 	t.Run("AnsweredWithoutTheDatabase", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, idempotency.Config{})
-		// The endpoint gets a pool of its own, closed after the first
-		// replay: any query after that fails.
-		pool, err := pgxpool.New(b.ctx, b.pool.Config().ConnString())
+		a := acceptKey(t, idempotency.Config{})
+		a.complete(t, doneBody)
+		// The endpoint reads the row through a pool of its own, closed
+		// after that read: any query after it fails.
+		pool, err := pgxpool.New(a.ctx, a.pool.Config().ConnString())
 		require.NoError(t, err)
 		t.Cleanup(pool.Close)
-		r := replayed{bundle: b, runs: &atomic.Int32{}, key: id.New("key")}
-		r.h = r.endpoint(r.runs)
-		r.h.DB = pool
-		require.Equal(t, http.StatusAccepted, post(t, r.h, r.key, `{"n": 1}`).Code)
-		require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
-			return b.store.Complete(b.ctx, tx, b.tenant, r.key, idempotency.Response{
-				StatusCode: http.StatusCreated, Header: map[string]string{"Location": "/v1/things/thing_1"}, Body: []byte(doneBody)})
-		}))
-		fromRow := post(t, r.h, r.key, `{"n": 1}`)
+		a.h.DB = pool
+		fromRow := post(t, a.h, a.key, `{"n": 1}`)
 		require.Equal(t, http.StatusCreated, fromRow.Code)
 
 		pool.Close()
-		fromMemory := post(t, r.h, r.key, `{"n": 1}`)
+		fromMemory := post(t, a.h, a.key, `{"n": 1}`)
 		require.Equal(t, http.StatusCreated, fromMemory.Code, "body: %s", fromMemory.Body)
 		require.Equal(t, "true", fromMemory.Header().Get(idempotency.ReplayedHeader))
 		require.Equal(t, "/v1/things/thing_1", fromMemory.Header().Get("Location"))
 		require.Equal(t, fromRow.Body.String(), fromMemory.Body.String())
-		require.Equal(t, int32(1), r.runs.Load())
+		require.Equal(t, int32(1), a.runs.Load())
 	})
 
 	t.Run("AnotherRequestIsStillRefused", func(t *testing.T) {
 		t.Parallel()
-		r := replayOnce(t, idempotency.Config{}, doneBody)
-		problemBody(t, post(t, r.h, r.key, `{"n": 2}`), problem.IdempotencyKeyMismatch)
-		require.Equal(t, http.StatusCreated, post(t, r.h, r.key, `{"n": 1}`).Code)
+		a := replayOnce(t, idempotency.Config{}, doneBody)
+		problemBody(t, post(t, a.h, a.key, `{"n": 2}`), problem.IdempotencyKeyMismatch)
+		require.Equal(t, http.StatusCreated, post(t, a.h, a.key, `{"n": 1}`).Code)
 	})
 
 	t.Run("AnotherTenantsKeyIsItsOwn", func(t *testing.T) {
 		t.Parallel()
-		r := replayOnce(t, idempotency.Config{}, doneBody)
+		a := replayOnce(t, idempotency.Config{}, doneBody)
 		other := setup(t, idempotency.Config{})
-		other.store = r.store // one process: one Store, two tenants
-		theirs := post(t, other.endpoint(r.runs), r.key, `{"n": 1}`)
+		other.store = a.store // one process: one Store, two tenants
+		theirs := post(t, other.endpoint(a.runs), a.key, `{"n": 1}`)
 		require.Equal(t, http.StatusAccepted, theirs.Code)
 		require.Empty(t, theirs.Header().Get(idempotency.ReplayedHeader))
-		require.Equal(t, int32(2), r.runs.Load())
+		require.Equal(t, int32(2), a.runs.Load())
 	})
 
 	// A key whose retention ends within twice the TTL is read from its row
 	// every time, so its end is seen when it comes.
 	t.Run("NotKeptNearTheEndOfRetention", func(t *testing.T) {
 		t.Parallel()
-		r := replayOnce(t, idempotency.Config{Retention: time.Minute, ReplayCacheTTL: time.Minute}, doneBody)
-		r.expire(t, r.key)
-		problemBody(t, post(t, r.h, r.key, `{"n": 1}`), problem.IdempotencyKeyExpired)
+		a := replayOnce(t, idempotency.Config{Retention: time.Minute, ReplayCacheTTL: time.Minute}, doneBody)
+		a.expire(t, a.key)
+		problemBody(t, post(t, a.h, a.key, `{"n": 1}`), problem.IdempotencyKeyExpired)
 	})
 
 	// An entry lives for the TTL after the read that cached it, however
@@ -202,24 +192,24 @@ func TestFinishedReplays(t *testing.T) {
 	t.Run("KeptForTheTTLAfterItsRead", func(t *testing.T) {
 		t.Parallel()
 		const ttl = 300 * time.Millisecond
-		r := replayOnce(t, idempotency.Config{ReplayCacheTTL: ttl}, doneBody)
+		a := replayOnce(t, idempotency.Config{ReplayCacheTTL: ttl}, doneBody)
 		cached := time.Now()
-		forget(t, r)
+		a.forget(t)
 		for time.Since(cached) < ttl/2 {
-			require.Equal(t, http.StatusCreated, post(t, r.h, r.key, `{"n": 1}`).Code, "served from memory within the TTL")
+			require.Equal(t, http.StatusCreated, post(t, a.h, a.key, `{"n": 1}`).Code, "served from memory within the TTL")
 			time.Sleep(10 * time.Millisecond)
 		}
 		require.Eventually(t, func() bool {
-			return post(t, r.h, r.key, `{"n": 1}`).Code == http.StatusAccepted
+			return post(t, a.h, a.key, `{"n": 1}`).Code == http.StatusAccepted
 		}, 5*ttl, 20*time.Millisecond, "after the TTL the row's absence is seen: the key is new again")
-		require.Equal(t, int32(2), r.runs.Load())
+		require.Equal(t, int32(2), a.runs.Load())
 		require.LessOrEqual(t, time.Since(cached), 5*ttl)
 	})
 
 	t.Run("ALargeResponseIsNotKept", func(t *testing.T) {
 		t.Parallel()
-		r := replayOnce(t, idempotency.Config{}, `"`+strings.Repeat("x", 17<<10)+`"`)
-		forget(t, r)
-		require.Equal(t, http.StatusAccepted, post(t, r.h, r.key, `{"n": 1}`).Code, "read from the database again")
+		a := replayOnce(t, idempotency.Config{}, `"`+strings.Repeat("x", 17<<10)+`"`)
+		a.forget(t)
+		require.Equal(t, http.StatusAccepted, post(t, a.h, a.key, `{"n": 1}`).Code, "read from the database again")
 	})
 }
