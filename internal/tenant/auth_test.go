@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncepay/oncepay/internal/id"
@@ -14,13 +15,31 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
+// authBundle is a new tenant and an Authenticator over a traced pool.
+type authBundle struct {
+	ctx     context.Context
+	pool    *pgxpool.Pool
+	queries *pgtest.StatementLog
+	created tenant.Created
+	auth    *tenant.Authenticator
+}
+
+func newAuthBundle(t *testing.T, cacheTTL time.Duration) authBundle {
+	t.Helper()
+	b := authBundle{ctx: context.Background()}
+	b.pool, b.queries = pgtest.TracedPool(t, pgtest.SharedDatabase(t))
+	var err error
+	b.created, err = tenant.Create(b.ctx, b.pool, "auth-"+id.New("t"))
+	require.NoError(t, err)
+	b.auth = tenant.NewAuthenticator(b.pool, tenant.AuthConfig{CacheTTL: cacheTTL})
+	return b
+}
+
 func TestAuthenticateCachesValidKeysOnly(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	pool, queries := pgtest.TracedPool(t, pgtest.SharedDatabase(t))
-	created, err := tenant.Create(ctx, pool, "auth-"+id.New("t"))
-	require.NoError(t, err)
-	auth := tenant.NewAuthenticator(pool, tenant.AuthConfig{CacheTTL: 300 * time.Millisecond})
+	b := newAuthBundle(t, 300*time.Millisecond)
+	ctx, pool, queries, created, auth := b.ctx, b.pool, b.queries, b.created, b.auth
+	var err error
 
 	queries.Take()
 	for range 5 {
@@ -58,12 +77,9 @@ func TestAuthenticateCachesValidKeysOnly(t *testing.T) {
 
 func TestAuthenticateWithoutCacheRefusesRevokedKeyAtOnce(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	pool, _ := pgtest.TracedPool(t, pgtest.SharedDatabase(t))
-	created, err := tenant.Create(ctx, pool, "auth-"+id.New("t"))
-	require.NoError(t, err)
-	auth := tenant.NewAuthenticator(pool, tenant.AuthConfig{})
-	_, err = auth.Authenticate(ctx, created.APIKey)
+	b := newAuthBundle(t, 0)
+	ctx, pool, created, auth := b.ctx, b.pool, b.created, b.auth
+	_, err := auth.Authenticate(ctx, created.APIKey)
 	require.NoError(t, err)
 	_, err = tenant.RevokeKey(ctx, pool, created.TenantID, created.APIKey)
 	require.NoError(t, err)
@@ -75,12 +91,9 @@ func TestAuthenticateWithoutCacheRefusesRevokedKeyAtOnce(t *testing.T) {
 // the cache would otherwise keep it.
 func TestAuthenticateHonoursGraceEndWhenCached(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	pool, _ := pgtest.TracedPool(t, pgtest.SharedDatabase(t))
-	created, err := tenant.Create(ctx, pool, "auth-"+id.New("t"))
-	require.NoError(t, err)
-	auth := tenant.NewAuthenticator(pool, tenant.AuthConfig{CacheTTL: time.Minute})
-	_, err = tenant.RotateKey(ctx, pool, created.TenantID, 500*time.Millisecond)
+	b := newAuthBundle(t, time.Minute)
+	ctx, created, auth := b.ctx, b.created, b.auth
+	_, err := tenant.RotateKey(ctx, b.pool, created.TenantID, 500*time.Millisecond)
 	require.NoError(t, err)
 	_, err = auth.Authenticate(ctx, created.APIKey)
 	require.NoError(t, err, "valid during its grace")
