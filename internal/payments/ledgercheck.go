@@ -14,6 +14,7 @@ import (
 	"github.com/stripe/stripe-go/v76"
 
 	"github.com/oncepay/oncepay/internal/ledger"
+	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
@@ -196,30 +197,19 @@ func (c *LedgerChecker) comparePage(ctx context.Context, page []*provider.Intent
 // a first provider attempt in [from, to]: one the listing did not show is
 // read by id, and one that does not exist is a finding.
 func (c *LedgerChecker) checkSucceeded(ctx context.Context, from, to time.Time, listed map[string]*provider.Intent, res *LedgerCheckResult) error {
-	after := ""
-	for {
-		rows, err := c.pool.Query(ctx, `
-			SELECT `+paymentColumns+` FROM payments
-			WHERE status = 'succeeded' AND first_provider_attempt_at BETWEEN $1 AND $2 AND id > $3
-			ORDER BY id LIMIT 500`, from, to, after)
-		if err != nil {
-			return fmt.Errorf("read succeeded payments: %w", err)
-		}
-		batch, err := pgx.CollectRows(rows, pgx.RowToStructByName[Payment])
-		if err != nil {
-			return fmt.Errorf("read succeeded payments: %w", err)
-		}
-		for _, p := range batch {
+	err := postgres.EachByID(ctx, c.pool, 500, `
+		SELECT `+paymentColumns+` FROM payments
+		WHERE status = 'succeeded' AND first_provider_attempt_at BETWEEN $1 AND $2 AND id > $3
+		ORDER BY id LIMIT 500`,
+		func(p Payment) string { return p.ID },
+		func(p Payment) error {
 			res.Payments++
-			if err := c.checkIntentExists(ctx, p, listed, res); err != nil {
-				return err
-			}
-		}
-		if len(batch) < 500 {
-			return nil
-		}
-		after = batch[len(batch)-1].ID
+			return c.checkIntentExists(ctx, p, listed, res)
+		}, from, to)
+	if err != nil {
+		return fmt.Errorf("check succeeded payments: %w", err)
 	}
+	return nil
 }
 
 func (c *LedgerChecker) checkIntentExists(ctx context.Context, p Payment, listed map[string]*provider.Intent, res *LedgerCheckResult) error {

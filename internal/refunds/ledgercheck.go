@@ -14,6 +14,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/payments"
+	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
@@ -169,30 +170,19 @@ func (c *LedgerChecker) comparePage(ctx context.Context, page []*provider.Refund
 // succeeded with a first provider attempt in [from, to]: one the listing
 // did not show is read by id, and one that does not exist is a finding.
 func (c *LedgerChecker) checkSucceeded(ctx context.Context, from, to time.Time, listed map[string]*provider.Refund, res *LedgerCheckResult) error {
-	after := ""
-	for {
-		rows, err := c.pool.Query(ctx, `
-			SELECT `+refundColumns+` FROM refunds
-			WHERE status = 'succeeded' AND first_provider_attempt_at BETWEEN $1 AND $2 AND id > $3
-			ORDER BY id LIMIT 500`, from, to, after)
-		if err != nil {
-			return fmt.Errorf("read succeeded refunds: %w", err)
-		}
-		batch, err := pgx.CollectRows(rows, pgx.RowToStructByName[Refund])
-		if err != nil {
-			return fmt.Errorf("read succeeded refunds: %w", err)
-		}
-		for _, r := range batch {
+	err := postgres.EachByID(ctx, c.pool, 500, `
+		SELECT `+refundColumns+` FROM refunds
+		WHERE status = 'succeeded' AND first_provider_attempt_at BETWEEN $1 AND $2 AND id > $3
+		ORDER BY id LIMIT 500`,
+		func(r Refund) string { return r.ID },
+		func(r Refund) error {
 			res.Succeeded++
-			if err := c.checkProviderRefund(ctx, r, listed, res); err != nil {
-				return err
-			}
-		}
-		if len(batch) < 500 {
-			return nil
-		}
-		after = batch[len(batch)-1].ID
+			return c.checkProviderRefund(ctx, r, listed, res)
+		}, from, to)
+	if err != nil {
+		return fmt.Errorf("check succeeded refunds: %w", err)
 	}
+	return nil
 }
 
 func (c *LedgerChecker) checkProviderRefund(ctx context.Context, r Refund, listed map[string]*provider.Refund, res *LedgerCheckResult) error {
