@@ -81,6 +81,17 @@ type Disagreement struct {
 	New bool `json:"new"`
 }
 
+// NewFindings counts the disagreements that were not already open findings.
+func NewFindings(ds []Disagreement) int {
+	n := 0
+	for _, d := range ds {
+		if d.New {
+			n++
+		}
+	}
+	return n
+}
+
 // LedgerCheckResult is what one check saw and found.
 type LedgerCheckResult struct {
 	From, To time.Time
@@ -306,13 +317,7 @@ func (w *LedgerCheckWorker) Timeout(*river.Job[LedgerCheckArgs]) time.Duration {
 func (w *LedgerCheckWorker) Work(ctx context.Context, _ *river.Job[LedgerCheckArgs]) error {
 	to := time.Now()
 	res, err := w.Checker.Check(ctx, to.Add(-w.Checker.cfg.Window), to)
-	fresh := 0
-	for _, d := range res.Disagreements {
-		if d.New {
-			fresh++
-		}
-	}
 	w.Checker.logger.InfoContext(ctx, "ledger check", slog.Int("intents", res.Intents), slog.Int("payments", res.Payments),
-		slog.Int("disagreements", len(res.Disagreements)), slog.Int("new_findings", fresh), slog.Int("unchecked", res.Unchecked), slog.Any("error", err))
+		slog.Int("disagreements", len(res.Disagreements)), slog.Int("new_findings", NewFindings(res.Disagreements)), slog.Int("unchecked", res.Unchecked), slog.Any("error", err))
 	return err
 }

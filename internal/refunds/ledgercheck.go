@@ -279,13 +279,7 @@ func (w *LedgerCheckWorker) Timeout(*river.Job[LedgerCheckArgs]) time.Duration {
 func (w *LedgerCheckWorker) Work(ctx context.Context, _ *river.Job[LedgerCheckArgs]) error {
 	to := time.Now()
 	res, err := w.Checker.Check(ctx, to.Add(-w.Checker.cfg.Window), to)
-	fresh := 0
-	for _, d := range res.Disagreements {
-		if d.New {
-			fresh++
-		}
-	}
 	w.Checker.logger.InfoContext(ctx, "ledger check of refunds", slog.Int("provider_refunds", res.Listed), slog.Int("succeeded_refunds", res.Succeeded),
-		slog.Int("disagreements", len(res.Disagreements)), slog.Int("new_findings", fresh), slog.Int("unchecked", res.Unchecked), slog.Any("error", err))
+		slog.Int("disagreements", len(res.Disagreements)), slog.Int("new_findings", payments.NewFindings(res.Disagreements)), slog.Int("unchecked", res.Unchecked), slog.Any("error", err))
 	return err
 }
