@@ -385,11 +385,20 @@ func (a admin) paymentsShow(ctx context.Context) error {
 	return nil
 }
 
-func (a admin) reconcile(ctx context.Context) error {
+// reconciler is the worker's reconciler, with its timings, for the
+// commands that look payments up at the provider.
+func (a admin) reconciler(logger *slog.Logger) (*payments.Reconciler, error) {
 	pc, pcfg, err := a.provider()
 	if err != nil {
-		return err
+		return nil, err
 	}
+	return payments.NewReconciler(a.pool, a.keys(), pc, logger, payments.ReconcileConfig{
+		ChargeCallTimeout: payments.ChargeConfig{JobTimeout: pcfg.JobTimeout}.ProviderCallTimeout(),
+		Settle:            pcfg.ReconcileSettle,
+	}), nil
+}
+
+func (a admin) reconcile(ctx context.Context) error {
 	// The reconciler's notes ("a charge request may still be in flight")
 	// are shown with the answer.
 	var logs bytes.Buffer
@@ -401,10 +410,10 @@ func (a admin) reconcile(ctx context.Context) error {
 			return at
 		},
 	}))
-	r := payments.NewReconciler(a.pool, a.keys(), pc, logger, payments.ReconcileConfig{
-		ChargeCallTimeout: payments.ChargeConfig{JobTimeout: pcfg.JobTimeout}.ProviderCallTimeout(),
-		Settle:            pcfg.ReconcileSettle,
-	})
+	r, err := a.reconciler(logger)
+	if err != nil {
+		return err
+	}
 	res, err := r.ReconcilePayment(ctx, a.cmd.args[0])
 	if errors.Is(err, payments.ErrNotFound) {
 		return fmt.Errorf("%w: no payment %q (\"api payments list\" lists them)", err, a.cmd.args[0])
@@ -437,17 +446,34 @@ func (a admin) keysRelease(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	p, rel, err := payments.ReleaseKey(ctx, a.pool, a.keys(), tenantID, a.cmd.args[1], a.cmd.opts.reason, a.cmd.opts.operator)
+	r, err := a.reconciler(slog.New(slog.DiscardHandler))
+	if err != nil {
+		return err
+	}
+	res, err := r.ReleaseKey(ctx, tenantID, a.cmd.args[1], a.cmd.opts.reason, a.cmd.opts.operator)
 	if errors.Is(err, idempotency.ErrKeyNotFound) {
 		return fmt.Errorf("%w (\"api payments show ID\" names a payment's key)", err)
 	}
 	if err != nil {
 		return err
 	}
+	p, rel := res.Payment, res.Release
 	if a.cmd.opts.json {
-		return a.writeJSON(map[string]any{"release": rel, "payment": operatorView(p), "key_status": idempotency.StatusFailedRetryable})
+		out := map[string]any{"verdict": res.Verdict, "payment": operatorView(p)}
+		if res.Verdict == "released" {
+			out["release"], out["key_status"] = rel, idempotency.StatusFailedRetryable
+		} else {
+			out["key_status"] = idempotency.StatusCompleted
+		}
+		return a.writeJSON(out)
 	}
-	return a.fields("released", rel.ID, "payment", fmt.Sprintf("%s is %s (%s)", p.ID, p.Status, str(p.FailureCode)),
+	if res.Verdict == "settled" {
+		return a.fields("verdict", "settled, not released: the provider has this payment's charge",
+			"payment", fmt.Sprintf("%s is %s (intent %s)", p.ID, p.Status, str(p.ProviderPaymentIntentID)),
+			"key", fmt.Sprintf("%s is %s: the client's retry with it replays the payment", p.IdempotencyKey, idempotency.StatusCompleted))
+	}
+	return a.fields("verdict", "released: the provider has no charge for this payment", "released", rel.ID,
+		"payment", fmt.Sprintf("%s is %s (%s)", p.ID, p.Status, str(p.FailureCode)),
 		"key", fmt.Sprintf("%s is %s: the client's retry with it charges the payment under generation %d", rel.Key,
 			idempotency.StatusFailedRetryable, p.ProviderKeyGeneration+1),
 		"by", rel.Operator, "reason", rel.Reason)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"testing"
 
@@ -345,4 +346,94 @@ func TestLedgerCheckRefunds(t *testing.T) {
 	after, err := sim.Ledger(b.ctx)
 	require.NoError(t, err)
 	require.Equal(t, before.Objects, after.Objects, "the check refunded and canceled nothing")
+}
+
+// TestKeysReleaseNeverChargesTwice is the double charge an operator's word
+// once made possible: the charge committed at the provider but answered a
+// stored 500, and the provider's searches and lists failed, so the key
+// ended unknown. A release while the provider cannot be asked is refused
+// (the client's retry still gets 409, nothing is charged again); once the
+// provider answers, the release finds the charge and settles the payment
+// from it instead of releasing the key.
+func TestKeysReleaseNeverChargesTwice(t *testing.T) {
+	t.Parallel()
+	b := setupOps(t)
+	api, sim := b.withSimulator()
+	key := id.New("key")
+	paymentID := b.pay(key)
+	charge := b.intent(api, 2000, "pm_card_visa", paymentID)
+	b.settleRow(paymentID, "requires_reconciliation", "")
+	// The reconciler gave up on it: left to an operator.
+	b.exec(`UPDATE payments SET reconcile_after = NULL, reconcile_attempts = 40 WHERE id = $1`, paymentID)
+	b.exec(`UPDATE idempotency_keys SET status = 'unknown' WHERE idempotency_key = $1`, key)
+	keyStatus := func() string {
+		var s string
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT status FROM idempotency_keys WHERE idempotency_key = $1`, key).Scan(&s))
+		return s
+	}
+	intentsAtProvider := func() int {
+		l, err := sim.Ledger(b.ctx)
+		require.NoError(t, err)
+		return len(l.IntentsWithMetadata(payments.MetadataPaymentID, paymentID))
+	}
+
+	// The provider's searches, lists and reads fail.
+	require.NoError(t, sim.InjectFault(b.ctx, stripesim.Fault{Mode: stripesim.FaultErrorBefore, Path: "GET /v1/payment_intents*"}))
+	out, err := b.cli("keys", "release", b.name, key, "--reason", "dashboard shows nothing", "--operator", "ana")
+	require.Error(t, err, "released on an operator's word while the provider could not be asked: %s", out)
+	require.ErrorIs(t, err, payments.ErrNotReleasable)
+	require.ErrorContains(t, err, "could not")
+	require.Equal(t, "unknown", keyStatus(), "a refused release changes nothing")
+	var releases int
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM idempotency_key_releases`).Scan(&releases))
+	require.Zero(t, releases)
+	code, _, body, err := post(t, http.DefaultClient, b.base, b.tenant.APIKey, key, visa)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusConflict, code, "the retry must not charge again: %s", body)
+
+	// The provider answers again: the release finds the charge and settles
+	// the payment from it; the key is completed, not released.
+	require.NoError(t, sim.ClearFaults(b.ctx))
+	var res struct {
+		Verdict string          `json:"verdict"`
+		Payment operatorPayment `json:"payment"`
+	}
+	b.cliJSON(&res, "keys", "release", b.name, key, "--reason", "dashboard shows nothing", "--operator", "ana")
+	require.Equal(t, "settled", res.Verdict)
+	require.Equal(t, payments.StatusSucceeded, res.Payment.Status)
+	require.NotNil(t, res.Payment.Provider.IntentID)
+	require.Equal(t, charge.ID, *res.Payment.Provider.IntentID)
+	require.Equal(t, string(idempotency.StatusCompleted), keyStatus())
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM idempotency_key_releases`).Scan(&releases))
+	require.Zero(t, releases, "nothing was released")
+
+	code, _, body, err = post(t, http.DefaultClient, b.base, b.tenant.APIKey, key, visa)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, code, "the retry replays the charge: %s", body)
+	require.Equal(t, 1, intentsAtProvider(), "one charge at the provider")
+}
+
+// TestKeysReleaseWaitsForTheAttemptWindow: no intent at the provider is no
+// proof while a charge request may still be in flight; the release is
+// refused until the window has settled, as the reconciler would be.
+func TestKeysReleaseWaitsForTheAttemptWindow(t *testing.T) {
+	t.Parallel()
+	b := setupOps(t)
+	b.withSimulator()
+	key := id.New("key")
+	paymentID := b.pay(key)
+	b.settleRow(paymentID, "requires_reconciliation", "")
+	b.exec(`UPDATE payments SET reconcile_after = NULL, last_provider_attempt_at = now() WHERE id = $1`, paymentID)
+	b.exec(`UPDATE idempotency_keys SET status = 'unknown' WHERE idempotency_key = $1`, key)
+
+	_, err := b.cli("keys", "release", b.name, key, "--reason", "nothing at the provider", "--operator", "ana")
+	require.ErrorIs(t, err, payments.ErrNotReleasable)
+	require.ErrorContains(t, err, "may still be in flight")
+
+	b.exec(`UPDATE payments SET last_provider_attempt_at = now() - interval '10 minutes' WHERE id = $1`, paymentID)
+	var res struct {
+		Verdict string `json:"verdict"`
+	}
+	b.cliJSON(&res, "keys", "release", b.name, key, "--reason", "nothing at the provider", "--operator", "ana")
+	require.Equal(t, "released", res.Verdict)
 }

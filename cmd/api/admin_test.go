@@ -250,13 +250,17 @@ func TestFindingsListAndResolve(t *testing.T) {
 	require.ErrorIs(t, err, ledger.ErrNotFound)
 }
 
-// TestKeysRelease: a key stuck unknown is released on an operator's word,
-// recorded with who and why; the client's retry with the same key then
-// resumes the same payment under its next generation.
+// TestKeysRelease: a key stuck unknown, whose charge the provider proves
+// never created, is released, recorded with who and why; the client's retry
+// with the same key then resumes the same payment under its next
+// generation.
 func TestKeysRelease(t *testing.T) {
 	t.Parallel()
 	b := setupOps(t)
 	key := id.New("key")
+	_, err := b.cli("keys", "release", b.name, key, "--reason", "r", "--operator", "ana")
+	require.ErrorContains(t, err, "STRIPE_SECRET_KEY", "a release asks the provider first, and names its settings")
+	b.withSimulator()
 	paymentID := b.pay(key)
 	stuck := func(paymentID, key string) {
 		b.exec(`UPDATE payments SET status = 'requires_reconciliation', reconcile_after = NULL,
@@ -275,6 +279,7 @@ func TestKeysRelease(t *testing.T) {
 	out, err := b.cli("keys", "release", b.name, key, "--reason", "no intent at the provider (dashboard, 2h window)", "--operator", "ana")
 	require.NoError(t, err, out)
 	require.Contains(t, out, "failed_retryable")
+	require.Contains(t, out, "the provider has no charge for this payment")
 	var status, failure string
 	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT status, failure_code FROM payments WHERE id = $1`, paymentID).Scan(&status, &failure))
 	require.Equal(t, "failed", status)
@@ -301,7 +306,7 @@ func TestKeysRelease(t *testing.T) {
 	require.Len(t, shown.Releases, 1)
 	require.Len(t, shown.Jobs, 2, "the retry queued a new charge job")
 
-	// A payment that records an intent is refused: reconcile reads it.
+	// A payment that records an intent the provider cannot read is refused.
 	other := id.New("key")
 	otherID := b.pay(other)
 	stuck(otherID, other)
@@ -343,6 +348,7 @@ func TestOperatorHelpNeedsNothing(t *testing.T) {
 func TestKeysReleaseFollowsTheLockOrder(t *testing.T) {
 	t.Parallel()
 	b := setupOps(t)
+	b.withSimulator()
 	key := id.New("key")
 	paymentID := b.pay(key)
 	b.exec(`UPDATE payments SET status = 'requires_reconciliation', reconcile_after = NULL WHERE id = $1`, paymentID)

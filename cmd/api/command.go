@@ -122,15 +122,23 @@ as it is, with a ledger finding.
 Needs STRIPE_SECRET_KEY and STRIPE_API_BASE as the worker has them, and reads
 WORKER_JOB_TIMEOUT and RECONCILE_SETTLE like it: "never charged" is proven only
 once no charge request can still be in flight.`, flags: jsonFlag},
-	{name: "keys release", args: []string{"TENANT", "KEY"}, summary: "release a key stuck unknown (nothing was charged)", help: `Releases idempotency key KEY of TENANT (its id or its name), stuck "unknown",
-once you have checked at the provider that nothing was charged for its payment:
-the payment becomes failed (provider_not_reached) and the key
-failed_retryable, as when the reconciler proves it, and the release is recorded
-with --reason and --operator. Nothing runs now: the client's retry with the
-same key charges the payment under its next generation.
+	{name: "keys release", args: []string{"TENANT", "KEY"}, summary: "release a key stuck unknown, once the provider proves nothing was charged", help: `Releases idempotency key KEY of TENANT (its id or its name), stuck "unknown".
+Your word alone never releases a key: a charge can exist at the provider that
+we never heard of, and a released key lets the client's retry charge again.
+So the payment's charge is first looked up at the provider with the
+reconciler's own lookup:
 
-Refused for a key in any other state, and for a payment that records an intent
-(the intent exists: "api reconcile ID" reads it).`, flags: func(fs *flag.FlagSet, o *options) {
+  - the provider proves no charge was created: the payment becomes failed
+    (provider_not_reached) and the key failed_retryable, and the release is
+    recorded with --reason and --operator; the client's retry with the same
+    key charges the payment under its next generation;
+  - the provider has the charge, final: the payment is settled from it and
+    the key completed (verdict "settled"); nothing is released;
+  - the charge is still pending, or the provider cannot be asked or cannot
+    tell yet: refused, saying why; nothing changes.
+
+Refused for a key in any other state. Needs the provider's settings as for
+"api reconcile".`, flags: func(fs *flag.FlagSet, o *options) {
 		jsonFlag(fs, o)
 		fs.StringVar(&o.reason, "reason", "", "why, with what you checked (required)")
 		fs.StringVar(&o.operator, "operator", "", "who releases it (required)")
