@@ -240,7 +240,7 @@ func newAdminServer(pool *pgxpool.Pool, m *metrics.Metrics) *http.Server {
 	mux.HandleFunc("GET /healthz", serve.Healthz)
 	mux.HandleFunc("GET /readyz", serve.Readyz(pool))
 	mux.Handle("GET /metrics", m.Handler())
-	return serve.SetTimeouts(&http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second})
+	return serve.SetLimits(&http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second})
 }
 
 // observeReconciliation counts each reconciler pass's results.

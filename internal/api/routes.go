@@ -147,6 +147,16 @@ func recoverer(logger *slog.Logger) func(http.Handler) http.Handler {
 	}
 }
 
+// matchedRoute is the pattern of the route that answered r, or "" when
+// none did. A pattern is always one of the router's own (a wildcard stays
+// "*"), so the set of values is closed whatever path was asked for.
+func matchedRoute(r *http.Request) string {
+	if rc := chi.RouteContext(r.Context()); rc != nil {
+		return rc.RoutePattern()
+	}
+	return ""
+}
+
 // accessLog logs every answer and, with m set, counts and times it by its
 // chi route pattern (never the raw path, whose ids would make a series per
 // payment): one wrapped writer serves both.
@@ -164,11 +174,7 @@ func accessLog(logger *slog.Logger, m *metrics.Metrics) func(http.Handler) http.
 				slog.Int("status", status), slog.Duration("took", took),
 				slog.Bool("replayed", ww.Header().Get(idempotency.ReplayedHeader) == "true"))
 			if m != nil {
-				route := "unmatched"
-				if rc := chi.RouteContext(r.Context()); rc != nil && rc.RoutePattern() != "" {
-					route = rc.RoutePattern()
-				}
-				m.ObserveHTTP(route, r.Method, status, took)
+				m.ObserveHTTP(matchedRoute(r), r.Method, status, took)
 			}
 		})
 	}

@@ -5,6 +5,7 @@
 package metrics
 
 import (
+	"cmp"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -108,10 +109,35 @@ func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{ErrorLog: nil, Registry: m.registry})
 }
 
-// ObserveHTTP counts and times one answer by its route pattern.
+// UnmatchedRoute is the route label of a request that matched no route:
+// an unknown path, or a method no route knows.
+const UnmatchedRoute = "unmatched"
+
+// OtherMethod is the method label of any method outside RFC 9110's.
+const OtherMethod = "other"
+
+// ObserveHTTP counts and times one answer by its route pattern, "" for a
+// request that matched no route. Every label comes from a closed set: a
+// route pattern of the router's (never a raw path), one of RFC 9110's
+// methods or OtherMethod, a status our handlers answer. Anyone can send
+// any method or path without a key; a label taken from either would make a
+// series per request, and memory and /metrics would grow without bound.
 func (m *Metrics) ObserveHTTP(route, method string, status int, took time.Duration) {
+	route = cmp.Or(route, UnmatchedRoute)
+	method = MethodLabel(method)
 	m.httpRequests.WithLabelValues(route, method, strconv.Itoa(status)).Inc()
 	m.httpDuration.WithLabelValues(route, method).Observe(took.Seconds())
+}
+
+// MethodLabel is method if it is one of RFC 9110's (case-sensitive, as
+// methods are), else OtherMethod.
+func MethodLabel(method string) string {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace:
+		return method
+	}
+	return OtherMethod
 }
 
 // Decision counts one key-store decision, and a duplicate for its tenant

@@ -27,7 +27,7 @@ func NewLogger(w io.Writer, level string) *slog.Logger {
 	return slog.New(logctx.NewHandler(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})))
 }
 
-// Default server timeouts, which SetTimeouts gives the fields left zero.
+// Default server timeouts, which SetLimits gives the fields left zero.
 // Without them a client that sends its header and then one byte of body, or
 // nothing at all, holds a connection (and a goroutine) forever.
 const (
@@ -49,11 +49,17 @@ const (
 	// idle timeout (60s), so that the balancer, not the server, closes
 	// first and never sends a request down a connection being closed.
 	DefaultIdleTimeout = 2 * time.Minute
+	// DefaultMaxHeaderBytes bounds a request's line and header. net/http's
+	// own bound is 1 MiB, which lets anyone without a key send a 1 MiB
+	// method or path into every log line and problem answer about it; no
+	// request of ours needs more than a few KiB.
+	DefaultMaxHeaderBytes = 64 << 10
 )
 
-// SetTimeouts gives each of srv's timeouts left zero its default, and
-// returns srv.
-func SetTimeouts(srv *http.Server) *http.Server {
+// SetLimits gives each of srv's timeouts and its header limit left zero
+// its default, and returns srv.
+func SetLimits(srv *http.Server) *http.Server {
+	srv.MaxHeaderBytes = cmp.Or(srv.MaxHeaderBytes, DefaultMaxHeaderBytes)
 	srv.ReadHeaderTimeout = cmp.Or(srv.ReadHeaderTimeout, DefaultReadHeaderTimeout)
 	srv.ReadTimeout = cmp.Or(srv.ReadTimeout, DefaultReadTimeout)
 	srv.WriteTimeout = cmp.Or(srv.WriteTimeout, DefaultWriteTimeout)
@@ -63,10 +69,10 @@ func SetTimeouts(srv *http.Server) *http.Server {
 
 // HTTP serves srv on ln until ctx ends, then shuts down, giving in-flight
 // requests up to shutdownTimeout. Timeouts left zero take their defaults
-// (SetTimeouts). It logs "<name> listening" with the bound address (tests
+// (SetLimits). It logs "<name> listening" with the bound address (tests
 // start binaries on port 0 and read it from there).
 func HTTP(ctx context.Context, name string, srv *http.Server, ln net.Listener, shutdownTimeout time.Duration, logger *slog.Logger) error {
-	SetTimeouts(srv)
+	SetLimits(srv)
 	if srv.ErrorLog == nil {
 		srv.ErrorLog = slog.NewLogLogger(logger.Handler(), slog.LevelWarn)
 	}

@@ -128,13 +128,14 @@ func TestTimeouts(t *testing.T) {
 	})
 }
 
-func TestSetTimeoutsDefaults(t *testing.T) {
+func TestSetLimitsDefaults(t *testing.T) {
 	t.Parallel()
-	srv := serve.SetTimeouts(&http.Server{ReadTimeout: time.Second})
+	srv := serve.SetLimits(&http.Server{ReadTimeout: time.Second})
 	require.Equal(t, time.Second, srv.ReadTimeout, "a set timeout is kept")
 	require.Equal(t, serve.DefaultReadHeaderTimeout, srv.ReadHeaderTimeout)
 	require.Equal(t, serve.DefaultWriteTimeout, srv.WriteTimeout)
 	require.Equal(t, serve.DefaultIdleTimeout, srv.IdleTimeout)
+	require.Equal(t, serve.DefaultMaxHeaderBytes, srv.MaxHeaderBytes)
 	require.Greater(t, serve.DefaultWriteTimeout, idempotency.MaxWait+15*time.Second,
 		"a Prefer: wait answer is written after the longest wait and the database work before it")
 }
