@@ -24,7 +24,7 @@ RUN go build -trimpath -ldflags='-s -w' -o /out/stripe-mock github.com/stripe/st
 COPY . .
 # The build cache goes: nothing after this reads it, and every change of
 # the code would otherwise keep another copy of it among the engine's layers.
-RUN go build -trimpath -ldflags='-s -w' -o /out/ ./cmd/api ./cmd/worker ./cmd/stripesim \
+RUN go build -trimpath -ldflags='-s -w' -o /out/ ./cmd/api ./cmd/worker ./tools/stripesim/cmd/stripesim \
  && go clean -cache
 
 FROM ${RUNTIME_IMAGE}

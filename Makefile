@@ -35,7 +35,7 @@ chaos: build
 
 ## build: compile the binaries into bin/
 build:
-	go build -o bin/ ./cmd/...
+	go build -o bin/ ./cmd/... ./tools/...
 
 ## db: create the database DATABASE_URL names, on its server, if it does not exist
 DATABASE_NAME = $(shell echo '$(DATABASE_URL)' | sed -E 's@^[^/]*//[^/]*/([^?]*).*@\1@')
@@ -59,8 +59,8 @@ fuzz:
 	go test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/jsonbody
 	go test -run '^$$' -fuzz '^FuzzInteger$$' -fuzztime $(FUZZTIME) ./internal/jsonbody
 	go test -run '^$$' -fuzz '^FuzzValidateCreate$$' -fuzztime $(FUZZTIME) ./internal/payments
-	go test -run '^$$' -fuzz '^FuzzParseTPS$$' -fuzztime $(FUZZTIME) ./internal/bench
-	go test -run '^$$' -fuzz '^FuzzParseLog$$' -fuzztime $(FUZZTIME) ./internal/bench
+	go test -run '^$$' -fuzz '^FuzzParseTPS$$' -fuzztime $(FUZZTIME) ./tools/bench
+	go test -run '^$$' -fuzz '^FuzzParseLog$$' -fuzztime $(FUZZTIME) ./tools/bench
 
 ## lint: gofmt, go vet and staticcheck
 lint:
@@ -81,7 +81,7 @@ bench: build
 
 ## bench-go: Go micro-benchmarks, each reporting ratios to a baseline measured in the same run
 bench-go:
-	go test -run '^$$' -bench . -benchtime 2s ./internal/...
+	go test -run '^$$' -bench . -benchtime 2s ./internal/... ./tools/...
 
 # --- containers: Dockerfile, docker-compose.yml, deploy/ ---------------------
 .PHONY: compose-test base-images

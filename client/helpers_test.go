@@ -15,8 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncepay/oncepay/client"
-	"github.com/oncepay/oncepay/internal/apitest"
-	"github.com/oncepay/oncepay/internal/pgtest"
+	"github.com/oncepay/oncepay/internal/testkit/apitest"
+	"github.com/oncepay/oncepay/internal/testkit/pgtest"
 )
 
 // TestMain drops the database the examples share (pgtest.SharedDatabaseURL).

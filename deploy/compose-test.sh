@@ -204,7 +204,7 @@ compose up -d >/dev/null 2>&1
 [ "$(api_keys | sort -u | wc -l)" = 2 ] || fail "demo-tenant run again did not print a new key"
 say "a second up: migrate and demo-tenant ran again and succeeded"
 
-go build -o "$tmp/demo" ./cmd/demo
+go build -o "$tmp/demo" ./tools/demo/cmd/demo
 # The crash step kills the worker's container (SIGKILL) and starts it again.
 "$tmp/demo" -api "$API" -sim "$SIM" -settle 90s \
 	-kill-worker "${COMPOSE[*]} -p $PROJECT -f docker-compose.yml -f deploy/compose.test.yml kill -s SIGKILL worker" \

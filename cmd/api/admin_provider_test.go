@@ -18,7 +18,7 @@ import (
 	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/refunds"
-	"github.com/oncepay/oncepay/internal/stripesim"
+	"github.com/oncepay/oncepay/tools/stripesim"
 )
 
 // withSimulator starts the Stripe simulator in-process and points the

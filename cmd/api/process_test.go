@@ -15,12 +15,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/oncepay/oncepay/internal/bintest"
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/ledger"
-	"github.com/oncepay/oncepay/internal/pgtest"
 	"github.com/oncepay/oncepay/internal/provider"
-	"github.com/oncepay/oncepay/internal/stripesim"
+	"github.com/oncepay/oncepay/internal/testkit/bintest"
+	"github.com/oncepay/oncepay/internal/testkit/pgtest"
+	"github.com/oncepay/oncepay/tools/stripesim"
 )
 
 // binRoot holds bin/api, built once by TestMain for the tests that run the

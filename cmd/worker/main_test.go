@@ -22,14 +22,14 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/oncepay/oncepay/internal/apitest"
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/metrics"
 	"github.com/oncepay/oncepay/internal/payments"
-	"github.com/oncepay/oncepay/internal/pgtest"
 	"github.com/oncepay/oncepay/internal/serve"
-	"github.com/oncepay/oncepay/internal/stripesim"
+	"github.com/oncepay/oncepay/internal/testkit/apitest"
+	"github.com/oncepay/oncepay/internal/testkit/pgtest"
+	"github.com/oncepay/oncepay/tools/stripesim"
 )
 
 // workerBinary is built once by TestMain: these tests run the worker as a

@@ -11,8 +11,8 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/oncepay/oncepay/internal/apitest"
-	"github.com/oncepay/oncepay/internal/pgtest"
+	"github.com/oncepay/oncepay/internal/testkit/apitest"
+	"github.com/oncepay/oncepay/internal/testkit/pgtest"
 )
 
 // keyExempt are the state-changing routes that need no Idempotency-Key,

@@ -18,9 +18,9 @@ import (
 	"github.com/oncepay/oncepay/internal/metrics"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
-	"github.com/oncepay/oncepay/internal/pgtest"
 	"github.com/oncepay/oncepay/internal/serve"
 	"github.com/oncepay/oncepay/internal/tenant"
+	"github.com/oncepay/oncepay/internal/testkit/pgtest"
 )
 
 // TestMetricsLabelsAreAClosedSet: requests anyone can send without a key,

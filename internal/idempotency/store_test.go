@@ -15,7 +15,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
-	"github.com/oncepay/oncepay/internal/pgtest"
+	"github.com/oncepay/oncepay/internal/testkit/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

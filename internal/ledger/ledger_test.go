@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncepay/oncepay/internal/ledger"
-	"github.com/oncepay/oncepay/internal/pgtest"
+	"github.com/oncepay/oncepay/internal/testkit/pgtest"
 )
 
 func TestOneOpenFindingPerDisagreement(t *testing.T) {

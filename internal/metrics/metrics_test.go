@@ -14,16 +14,16 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncepay/oncepay/internal/api"
-	"github.com/oncepay/oncepay/internal/bintest"
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/metrics"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
-	"github.com/oncepay/oncepay/internal/pgtest"
 	"github.com/oncepay/oncepay/internal/provider"
-	"github.com/oncepay/oncepay/internal/stripesim"
 	"github.com/oncepay/oncepay/internal/tenant"
+	"github.com/oncepay/oncepay/internal/testkit/bintest"
+	"github.com/oncepay/oncepay/internal/testkit/pgtest"
+	"github.com/oncepay/oncepay/tools/stripesim"
 )
 
 // binRoot holds bin/api, bin/worker and bin/stripesim, built once by
@@ -31,7 +31,7 @@ import (
 var binRoot string
 
 func TestMain(m *testing.M) {
-	bintest.Main(m, &binRoot, "../../cmd/api", "../../cmd/worker", "../../cmd/stripesim")
+	bintest.Main(m, &binRoot, "github.com/oncepay/oncepay/cmd/api", "github.com/oncepay/oncepay/cmd/worker", "github.com/oncepay/oncepay/tools/stripesim/cmd/stripesim")
 }
 
 // value reads one series from the registry: 0 when it does not exist.

@@ -19,14 +19,14 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/oncepay/oncepay/internal/devstack"
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
-	"github.com/oncepay/oncepay/internal/pgtest"
 	"github.com/oncepay/oncepay/internal/problem"
 	"github.com/oncepay/oncepay/internal/provider"
-	"github.com/oncepay/oncepay/internal/stripesim"
 	"github.com/oncepay/oncepay/internal/tenant"
+	"github.com/oncepay/oncepay/internal/testkit/pgtest"
+	"github.com/oncepay/oncepay/tools/devstack"
+	"github.com/oncepay/oncepay/tools/stripesim"
 )
 
 // series is one scrape: every sample by its name and labels.

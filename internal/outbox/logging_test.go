@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncepay/oncepay/internal/outbox"
-	"github.com/oncepay/oncepay/internal/pgtest"
 	"github.com/oncepay/oncepay/internal/serve"
+	"github.com/oncepay/oncepay/internal/testkit/pgtest"
 )
 
 type logArgs struct{}

@@ -12,7 +12,7 @@ import (
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/outbox"
-	"github.com/oncepay/oncepay/internal/pgtest"
+	"github.com/oncepay/oncepay/internal/testkit/pgtest"
 )
 
 // BenchmarkIdempotencyOverhead measures what the idempotency layer costs a

@@ -14,7 +14,7 @@ import (
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/payments"
-	"github.com/oncepay/oncepay/internal/stripesim"
+	"github.com/oncepay/oncepay/tools/stripesim"
 )
 
 // failKeyCompletionOnce installs a trigger that fails the first attempt to

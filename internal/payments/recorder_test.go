@@ -19,8 +19,8 @@ import (
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/outbox"
-	"github.com/oncepay/oncepay/internal/pgtest"
 	"github.com/oncepay/oncepay/internal/provider"
+	"github.com/oncepay/oncepay/internal/testkit/pgtest"
 )
 
 // recorderBundle makes charges whose provider call has answered: a payment

@@ -11,7 +11,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/provider"
-	"github.com/oncepay/oncepay/internal/stripesim"
+	"github.com/oncepay/oncepay/tools/stripesim"
 )
 
 func newClient(t *testing.T, cfg stripesim.Config) (*provider.Client, stripesim.AdminClient) {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/provider"
-	"github.com/oncepay/oncepay/internal/stripesim"
+	"github.com/oncepay/oncepay/tools/stripesim"
 )
 
 func TestRefundOutcomes(t *testing.T) {

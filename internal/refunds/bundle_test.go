@@ -14,15 +14,15 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/oncepay/oncepay/internal/apitest"
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
-	"github.com/oncepay/oncepay/internal/pgtest"
 	"github.com/oncepay/oncepay/internal/provider"
 	"github.com/oncepay/oncepay/internal/refunds"
-	"github.com/oncepay/oncepay/internal/stripesim"
+	"github.com/oncepay/oncepay/internal/testkit/apitest"
+	"github.com/oncepay/oncepay/internal/testkit/pgtest"
+	"github.com/oncepay/oncepay/tools/stripesim"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

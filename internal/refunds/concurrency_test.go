@@ -10,10 +10,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/oncepay/oncepay/internal/apitest"
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/problem"
 	"github.com/oncepay/oncepay/internal/refunds"
+	"github.com/oncepay/oncepay/internal/testkit/apitest"
 )
 
 // TestConcurrentRefundsNeverExceedThePayment sends twenty refunds of 300

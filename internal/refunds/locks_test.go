@@ -10,11 +10,11 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
-	"github.com/oncepay/oncepay/internal/apitest"
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/provider"
 	"github.com/oncepay/oncepay/internal/refunds"
+	"github.com/oncepay/oncepay/internal/testkit/apitest"
 )
 
 // holdRowLocks makes every update of a payment, refund or key hold its row

@@ -15,7 +15,7 @@ import (
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/problem"
 	"github.com/oncepay/oncepay/internal/refunds"
-	"github.com/oncepay/oncepay/internal/stripesim"
+	"github.com/oncepay/oncepay/tools/stripesim"
 )
 
 // TestRefundProviderFaults: whatever the provider does around a refund

@@ -19,18 +19,18 @@ import (
 	"github.com/stripe/stripe-go/v76/webhook"
 
 	"github.com/oncepay/oncepay/internal/api"
-	"github.com/oncepay/oncepay/internal/apitest"
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
-	"github.com/oncepay/oncepay/internal/pgtest"
 	"github.com/oncepay/oncepay/internal/provider"
 	"github.com/oncepay/oncepay/internal/refunds"
-	"github.com/oncepay/oncepay/internal/stripesim"
 	"github.com/oncepay/oncepay/internal/tenant"
+	"github.com/oncepay/oncepay/internal/testkit/apitest"
+	"github.com/oncepay/oncepay/internal/testkit/pgtest"
 	"github.com/oncepay/oncepay/internal/webhooks"
+	"github.com/oncepay/oncepay/tools/stripesim"
 )
 
 const secret = "whsec_oncepay_test"

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncepay/oncepay/internal/testkit/bintest"
+	"github.com/oncepay/oncepay/internal/testkit/pgtest"
+)
+
+var root string
+
+func TestMain(m *testing.M) {
+	bintest.Main(m, &root, "github.com/oncepay/oncepay/cmd/api", "github.com/oncepay/oncepay/cmd/worker", "github.com/oncepay/oncepay/tools/stripesim/cmd/stripesim")
+}
+
+// TestTinyRun runs every phase with the smallest settings: the results
+// file is written with a throughput and a ratio wherever there should be
+// one, and the bench's database is gone afterwards.
+func TestTinyRun(t *testing.T) {
+	t.Parallel()
+	adminURL := pgtest.AdminURL(t)
+	dbName := "oncepay_bench_test_" + rand.Text()[:8]
+	dbName = string(bytes.ToLower([]byte(dbName)))
+	out := t.TempDir()
+	getenv := func(name string) string {
+		if name == "DATABASE_URL" {
+			return adminURL
+		}
+		return os.Getenv(name)
+	}
+	var stdout bytes.Buffer
+	// Rounds of 2 s: in 1 s on a busy machine, pgbench's eight clients may
+	// connect and complete no transaction at all.
+	err := run(context.Background(), []string{"bench", "-rounds", "1", "-round", "2s", "-sustain", "2s",
+		"-replay-keys", "100", "-backlog", "200", "-slow-worker-concurrency", "50", "-database-name", dbName,
+		"-allow-no-fsync", "-out", out, "-bin", filepath.Join(root, "bin"), "-state", filepath.Join(t.TempDir(), "state"),
+		"-scripts", "../../pgbench"}, getenv, &stdout)
+	t.Log(stdout.String())
+	require.NoError(t, err)
+
+	files, err := filepath.Glob(filepath.Join(out, "*.json"))
+	require.NoError(t, err)
+	require.Len(t, files, 1)
+	data, err := os.ReadFile(files[0])
+	require.NoError(t, err)
+	var res struct {
+		Phases []struct {
+			Name string `json:"name"`
+			Rows []struct {
+				Measure  string   `json:"measure"`
+				Oncepay  *float64 `json:"oncepay"`
+				Baseline *float64 `json:"baseline"`
+				Ratio    *float64 `json:"ratio"`
+			} `json:"rows"`
+		} `json:"phases"`
+	}
+	require.NoError(t, json.Unmarshal(data, &res))
+	var names []string
+	for _, p := range res.Phases {
+		names = append(names, p.Name)
+		require.NotEmpty(t, p.Rows, p.Name)
+		first := p.Rows[0]
+		require.NotNil(t, first.Oncepay, "%s: %s", p.Name, first.Measure)
+		require.Positive(t, *first.Oncepay, "%s: %s", p.Name, first.Measure)
+		for _, row := range p.Rows {
+			if row.Baseline != nil {
+				require.NotNil(t, row.Ratio, "%s: %s has a baseline but no ratio", p.Name, row.Measure)
+			}
+		}
+	}
+	require.Equal(t, []string{"newkey", "replay", "settled", "latency", "slowprovider", "rss"}, names)
+
+	conn, err := pgx.Connect(context.Background(), adminURL)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	var exists bool
+	require.NoError(t, conn.QueryRow(context.Background(), "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", dbName).Scan(&exists))
+	require.False(t, exists, fmt.Sprintf("database %s is left behind", dbName))
+}
+
+func TestFlags(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	require.NoError(t, run(context.Background(), []string{"bench", "-help"}, os.Getenv, &out))
+	require.Contains(t, out.String(), "-sustain")
+	require.ErrorContains(t, run(context.Background(), []string{"bench", "-only", "storm"}, os.Getenv, &out), `unknown phase "storm"`)
+}

@@ -1,0 +1,171 @@
+// Command stack runs the whole service locally as separate processes (the
+// Stripe simulator, the worker, the API) from the binaries in bin/:
+//
+//	stack run    start everything, wait for Ctrl-C or SIGTERM, stop everything
+//	stack up     start everything in the background and return once it is ready
+//	stack down   stop what `stack up` started
+//
+// It creates the database DATABASE_URL names if missing and migrates it;
+// when no server answers at a loopback DATABASE_URL it starts a local
+// cluster from the installed PostgreSQL binaries under .run/postgres.
+// Logs go to .run/logs/, one file per process.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/oncepay/oncepay/tools/devstack"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	defer stop()
+	if err := run(ctx, os.Args, os.LookupEnv, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "stack:", err)
+		os.Exit(1)
+	}
+}
+
+const usage = `usage: stack run | up | down
+
+  run    start the simulator, the worker and the API; stop them on Ctrl-C or SIGTERM
+  up     start them in the background; return once every one answers /readyz
+  down   stop what "stack up" started
+
+Environment: DATABASE_URL (default postgres://postgres@127.0.0.1:5432/oncepay?sslmode=disable),
+STRIPE_SECRET_KEY (default sk_test_oncepay_local), STRIPE_API_BASE (default
+http://127.0.0.1:12111, where the simulator is started; set it empty to call
+Stripe itself, with STRIPE_SECRET_KEY a test-mode key), LISTEN_ADDR (the API,
+default 127.0.0.1:8080), METRICS_ADDR (the API's /metrics, default 127.0.0.1:9080),
+WORKER_ADMIN_ADDR (the worker's /readyz and /metrics, default 127.0.0.1:8081).
+Logs: .run/logs/api.log, worker.log, stripesim.log.`
+
+func run(ctx context.Context, args []string, lookup func(string) (string, bool), stdout io.Writer) error {
+	// Read before anything else: by the time the stack is up, the parent
+	// may already be gone, and the process re-parented.
+	parent := os.Getppid()
+	if len(args) != 2 {
+		return errUsage
+	}
+	getenv := func(name, def string) string {
+		if v, ok := lookup(name); ok {
+			return v
+		}
+		return def
+	}
+	cfg := devstack.Config{
+		DatabaseURL:     getenv("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/oncepay?sslmode=disable"),
+		StripeSecretKey: getenv("STRIPE_SECRET_KEY", "sk_test_oncepay_local"),
+		StripeAPIBase:   getenv("STRIPE_API_BASE", "http://127.0.0.1:12111"),
+		APIAddr:         getenv("LISTEN_ADDR", ""),
+		WorkerAdminAddr: getenv("WORKER_ADMIN_ADDR", ""),
+		APIMetricsAddr:  getenv("METRICS_ADDR", "127.0.0.1:9080"),
+		Progress:        stdout,
+	}
+	switch args[1] {
+	case "-h", "--help", "help":
+		_, err := fmt.Fprintln(stdout, usage)
+		return err
+	case "run":
+		return runForeground(ctx, cfg, parent, stdout)
+	case "up":
+		return up(ctx, cfg, stdout)
+	case "down":
+		return down(ctx, stdout)
+	default:
+		return errUsage
+	}
+}
+
+// errUsage answers a command line that is not one of the three commands.
+var errUsage = errors.New("usage: stack run | up | down (stack --help says more)")
+
+func runForeground(ctx context.Context, cfg devstack.Config, parent int, stdout io.Writer) error {
+	s, err := devstack.Start(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	printReady(stdout, s)
+	fmt.Fprintln(stdout, "Ctrl-C stops everything.")
+	select {
+	case <-ctx.Done():
+	case <-parentGone(parent):
+		fmt.Fprintln(stdout, "the program that started this one is gone")
+	case p := <-exited(s):
+		fmt.Fprintf(stdout, "%s exited on its own; see %s\n", p.Name, p.LogPath)
+	}
+	return s.Stop(context.WithoutCancel(ctx))
+}
+
+func up(ctx context.Context, cfg devstack.Config, stdout io.Writer) error {
+	if _, err := devstack.Load(".run", io.Discard); err == nil {
+		return errors.New("a stack is already up (.run/stack.json): `make down` first")
+	}
+	cfg.Detached = true
+	s, err := devstack.Start(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if err := s.Save(); err != nil {
+		return errors.Join(err, s.Stop(context.WithoutCancel(ctx)))
+	}
+	printReady(stdout, s)
+	fmt.Fprintln(stdout, "`make down` stops everything.")
+	return nil
+}
+
+func down(ctx context.Context, stdout io.Writer) error {
+	s, err := devstack.Load(".run", stdout)
+	if errors.Is(err, os.ErrNotExist) {
+		fmt.Fprintln(stdout, "no stack is up")
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if err := s.Stop(ctx); err != nil {
+		return err
+	}
+	return devstack.Forget(".run")
+}
+
+func printReady(w io.Writer, s *devstack.Stack) {
+	fmt.Fprintf(w, "\noncepay is up: API %s", s.APIURL)
+	if s.SimURL != "" {
+		fmt.Fprintf(w, ", Stripe simulator %s", s.SimURL)
+	}
+	fmt.Fprintf(w, "\ndatabase: %s\nlogs: .run/logs/\n", s.DatabaseURL)
+}
+
+// parentGone fires when the process that started this one exits: `make
+// run &` followed by `kill $!` kills make, not its children, and the stack
+// must not outlive it.
+func parentGone(parent int) <-chan struct{} {
+	gone := make(chan struct{})
+	go func() {
+		for os.Getppid() == parent {
+			time.Sleep(500 * time.Millisecond)
+		}
+		close(gone)
+	}()
+	return gone
+}
+
+// exited fires with the first of the stack's processes to exit.
+func exited(s *devstack.Stack) <-chan *devstack.Process {
+	c := make(chan *devstack.Process, len(s.Processes))
+	for _, p := range s.Processes {
+		go func() {
+			<-p.Exited()
+			c <- p
+		}()
+	}
+	return c
+}

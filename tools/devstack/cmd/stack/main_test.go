@@ -1,0 +1,126 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncepay/oncepay/internal/testkit/bintest"
+	"github.com/oncepay/oncepay/internal/testkit/pgtest"
+)
+
+var workDir string
+
+func TestMain(m *testing.M) {
+	bintest.Main(m, &workDir, ".", "github.com/oncepay/oncepay/cmd/api", "github.com/oncepay/oncepay/cmd/worker", "github.com/oncepay/oncepay/tools/stripesim/cmd/stripesim")
+}
+
+// TestStackDiesWithItsParent: `make run &` then `kill $!` kills make, not
+// its children. The stack notices its parent is gone and stops everything
+// it started, rather than leaving three processes holding their ports.
+func TestStackDiesWithItsParent(t *testing.T) {
+	addrs := freeAddrs(t, 3)
+	// A file, not a pipe: Wait must not wait for the stack to close the
+	// parent's output, which it inherits.
+	log, err := os.CreateTemp(t.TempDir(), "stack-log")
+	require.NoError(t, err)
+	defer log.Close()
+	output := func() string { data, _ := os.ReadFile(log.Name()); return string(data) }
+	// sh stands in for make: it starts the stack and waits for it.
+	parent := exec.Command("sh", "-c", "bin/stack run; echo unreachable")
+	parent.Dir = workDir
+	parent.Env = append(os.Environ(),
+		"DATABASE_URL="+pgtest.NewDatabase(t),
+		"STRIPE_API_BASE=http://"+addrs[0],
+		"LISTEN_ADDR="+addrs[1],
+		"WORKER_ADMIN_ADDR="+addrs[2],
+	)
+	parent.Stdout, parent.Stderr = log, log
+	require.NoError(t, parent.Start())
+	t.Cleanup(func() {
+		_ = parent.Process.Kill()
+		_ = parent.Wait()
+		// Should the stack have outlived its parent, end it, so a failed
+		// run leaves nothing behind.
+		for _, pid := range pidsOf(filepath.Join(workDir, "bin", "stack")) {
+			_ = syscall.Kill(pid, syscall.SIGTERM)
+		}
+	})
+
+	require.Eventually(t, func() bool { return answers("http://" + addrs[1] + "/readyz") }, 90*time.Second, 100*time.Millisecond,
+		"the stack did not come up:\n%s", output())
+	apiPID := pidOf(t, filepath.Join(workDir, ".run", "logs", "api.log"))
+
+	require.NoError(t, parent.Process.Signal(syscall.SIGKILL))
+	_ = parent.Wait()
+	require.Eventually(t, func() bool {
+		return !answers("http://"+addrs[1]+"/readyz") && !answers("http://"+addrs[0]+"/_sim/faults") && !answers("http://"+addrs[2]+"/readyz")
+	}, 45*time.Second, 100*time.Millisecond, "the stack outlived its parent:\n%s", output())
+	require.Eventually(t, func() bool { return syscall.Kill(apiPID, 0) != nil }, 10*time.Second, 50*time.Millisecond, "the api process is gone")
+}
+
+func TestUsage(t *testing.T) {
+	var out bytes.Buffer
+	require.NoError(t, run(t.Context(), []string{"stack", "--help"}, func(string) (string, bool) { return "", false }, &out))
+	require.Contains(t, out.String(), "stack run | up | down")
+	require.ErrorContains(t, run(t.Context(), []string{"stack", "sideways"}, func(string) (string, bool) { return "", false }, &out), "usage")
+}
+
+func freeAddrs(t *testing.T, n int) []string {
+	var addrs []string
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		addrs = append(addrs, ln.Addr().String())
+		defer ln.Close()
+	}
+	return addrs
+}
+
+func answers(url string) bool {
+	client := http.Client{Timeout: 500 * time.Millisecond}
+	resp, err := client.Get(url)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// pidOf finds the API process the stack started, by its binary.
+func pidOf(t *testing.T, logPath string) int {
+	t.Helper()
+	want := filepath.Join(workDir, "bin", "api")
+	pids := pidsOf(want)
+	if len(pids) == 0 {
+		t.Fatalf("no process runs %s (log %s)", want, logPath)
+	}
+	return pids[0]
+}
+
+// pidsOf lists the processes running the binary at path.
+func pidsOf(path string) []int {
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range entries {
+		var pid int
+		if _, err := fmt.Sscan(e.Name(), &pid); err != nil {
+			continue
+		}
+		exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe"))
+		if err == nil && strings.TrimSuffix(exe, " (deleted)") == path {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}

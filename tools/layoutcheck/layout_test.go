@@ -1,0 +1,101 @@
+package layoutcheck_test
+
+import (
+	"encoding/json"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// pkg is what `go list -json` says of one package.
+type pkg struct {
+	ImportPath string
+	Name       string
+	Imports    []string
+	Deps       []string
+}
+
+// list runs `go list -json` on patterns in the module's root.
+func list(t *testing.T, root string, args ...string) []pkg {
+	t.Helper()
+	cmd := exec.Command("go", append([]string{"list", "-json"}, args...)...)
+	cmd.Dir = root
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	require.NoError(t, err, "go list %v", args)
+	var pkgs []pkg
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	for {
+		var p pkg
+		err := dec.Decode(&p)
+		if err == io.EOF {
+			break
+		}
+		require.NoError(t, err)
+		pkgs = append(pkgs, p)
+	}
+	return pkgs
+}
+
+// TestLayout enforces the three kinds of code and their places:
+//
+//   - cmd/ holds only what is deployed: cmd/api and cmd/worker;
+//   - every package under internal/, but the test kit, is compiled into
+//     one of them, and nothing of the test kit or of tools/ is;
+//   - the test kit (internal/testkit/...) is imported only by tests, by
+//     the test kit itself and by tools/.
+func TestLayout(t *testing.T) {
+	t.Parallel()
+	root := moduleRoot(t)
+	out, err := exec.Command("go", "list", "-m").Output()
+	require.NoError(t, err)
+	module := strings.TrimSpace(string(out))
+	under := func(path, dir string) bool {
+		return path == module+"/"+dir || strings.HasPrefix(path, module+"/"+dir+"/")
+	}
+
+	entries, err := os.ReadDir(filepath.Join(root, "cmd"))
+	require.NoError(t, err)
+	var deployables []string
+	for _, e := range entries {
+		deployables = append(deployables, e.Name())
+	}
+	require.Equal(t, []string{"api", "worker"}, deployables, "cmd/ holds only what is deployed; a developer program goes under tools/")
+
+	built := map[string]bool{}
+	for _, p := range list(t, root, "-deps", "./cmd/api", "./cmd/worker") {
+		built[p.ImportPath] = true
+		require.False(t, under(p.ImportPath, "internal/testkit") || under(p.ImportPath, "tools"),
+			"%s is compiled into a deployable, but belongs to the test kit or the tools", p.ImportPath)
+	}
+
+	for _, p := range list(t, root, "./...") {
+		switch {
+		case under(p.ImportPath, "internal/testkit"):
+		case under(p.ImportPath, "internal"):
+			require.True(t, built[p.ImportPath], "%s is under internal/ but compiled into neither cmd/api nor cmd/worker: "+
+				"service code belongs there, test helpers under internal/testkit, developer programs under tools/", p.ImportPath)
+		}
+		if under(p.ImportPath, "internal/testkit") || under(p.ImportPath, "tools") {
+			continue
+		}
+		for _, imp := range p.Imports {
+			require.False(t, under(imp, "internal/testkit"), "%s imports the test kit %s outside its tests", p.ImportPath, imp)
+			require.False(t, under(imp, "tools"), "%s imports the tool %s outside its tests", p.ImportPath, imp)
+		}
+	}
+	require.True(t, slices.ContainsFunc(list(t, root, "./internal/testkit/..."), func(p pkg) bool { return p.Name != "" }), "the test kit is where this test looks")
+}
+
+func moduleRoot(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	require.NoError(t, err)
+	return filepath.Dir(strings.TrimSpace(string(out)))
+}

@@ -1,0 +1,150 @@
+package loadgen
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/oncepay/oncepay/tools/stripesim"
+)
+
+// providerFaults are the simulator's faults during a chaos run: each
+// fires on a share of the charge requests, the way a real provider fails
+// now and then.
+func providerFaults() []stripesim.Fault {
+	const charges = "POST /v1/payment_intents"
+	return []stripesim.Fault{
+		{Mode: stripesim.FaultErrorBefore, Status: 500, Probability: 0.04, Path: charges},
+		{Mode: stripesim.FaultErrorBefore, Status: 429, Probability: 0.03, Path: charges},
+		// Charged, then answered 500, which is stored and replayed: only
+		// the reconciler's lookup can settle these.
+		{Mode: stripesim.FaultErrorAfter, Status: 500, Probability: 0.03, Path: charges},
+		{Mode: stripesim.FaultCloseAfter, Probability: 0.03, Path: charges},
+		// Held past the worker's job timeout.
+		{Mode: stripesim.FaultHoldAfter, Probability: 0.01, Path: charges},
+		{Mode: stripesim.FaultLatency, LatencyMS: 300, Probability: 0.05},
+		// Refunds fail the same ways.
+		{Mode: stripesim.FaultErrorBefore, Status: 500, Probability: 0.04, Path: "POST /v1/refunds"},
+		{Mode: stripesim.FaultErrorAfter, Status: 500, Probability: 0.04, Path: "POST /v1/refunds"},
+		{Mode: stripesim.FaultCloseAfter, Probability: 0.03, Path: "POST /v1/refunds"},
+	}
+}
+
+func (r *run) startProviderFaults(ctx context.Context) error {
+	if !r.cfg.ProviderFaults {
+		return nil
+	}
+	for _, f := range providerFaults() {
+		if err := r.sim.InjectFault(ctx, f); err != nil {
+			return fmt.Errorf("inject %s fault: %w", f.Mode, err)
+		}
+	}
+	return nil
+}
+
+// startChaos kills processes and cuts the database on their schedules
+// until ctx ends. One goroutine does all of it, so the stack's process
+// list is never changed by two at once.
+func (r *run) startChaos(ctx context.Context, wg *sync.WaitGroup) {
+	tick := func(every time.Duration) <-chan time.Time {
+		if every <= 0 {
+			return nil
+		}
+		return time.NewTicker(every).C
+	}
+	workerKills, apiKills, cuts := tick(r.cfg.KillWorkerEvery), tick(r.cfg.KillAPIEvery), tick(r.cfg.CutDBEvery)
+	supervise := tick(time.Second)
+	wg.Go(func() {
+		for {
+			select {
+			case <-ctx.Done():
+				r.revive(context.WithoutCancel(ctx))
+				return
+			case <-supervise:
+				r.revive(ctx)
+			case <-workerKills:
+				r.killAndRestart(ctx, "worker", r.cfg.Workers)
+			case <-apiKills:
+				r.killAndRestart(ctx, "api", r.cfg.APIs)
+			case <-cuts:
+				r.cutDatabase()
+			}
+		}
+	})
+}
+
+// revive restarts every process that exited on its own, as a supervisor
+// would: a worker started while the database is cut exits at once.
+func (r *run) revive(ctx context.Context) {
+	for _, p := range slices.Clone(r.stack.Processes) {
+		select {
+		case <-p.Exited():
+			r.restart(ctx, p.Name)
+		default:
+		}
+	}
+}
+
+// killAndRestart SIGKILLs one process of the binary and starts it again.
+// For an API, the window from the kill until it serves again (plus a
+// second for answers in flight) excuses its failures.
+func (r *run) killAndRestart(ctx context.Context, binary string, count int) {
+	name := binary
+	if n := r.intn(count); n > 0 {
+		name = fmt.Sprintf("%s-%d", binary, n+1)
+	}
+	p := r.stack.Process(name)
+	if p == nil {
+		return
+	}
+	apiURL := ""
+	if binary == "api" {
+		apiURL = "http://" + strings.TrimSuffix(strings.TrimPrefix(p.Ready, "http://"), "/readyz")
+	}
+	start := time.Now()
+	if err := r.stack.Kill(name); err != nil {
+		// It died on its own: revive restarts it.
+		return
+	}
+	if binary == "api" {
+		r.kills.apis.Add(1)
+	} else {
+		r.kills.workers.Add(1)
+	}
+	// A moment down, as after a real crash, before the restart.
+	select {
+	case <-ctx.Done():
+	case <-time.After(300 * time.Millisecond):
+	}
+	r.restart(ctx, name)
+	if apiURL != "" {
+		r.addWindow(window{target: apiURL, start: start, end: time.Now().Add(time.Second), what: "kill " + name})
+	}
+}
+
+// restart starts the named process again. One that starts while the
+// database is cut exits; like a supervisor, try again.
+func (r *run) restart(ctx context.Context, name string) {
+	var err error
+	for range 10 {
+		if err = r.stack.Restart(name); err == nil || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	if err != nil {
+		fmt.Fprintf(r.cfg.Out, "\nrestart %s: %v\n", name, err)
+	}
+}
+
+// cutDatabase cuts every process's database connections for CutDBFor. Any
+// process may answer 503 meanwhile, and a little after (a pool noticing its
+// dead connections).
+func (r *run) cutDatabase() {
+	start := time.Now()
+	r.proxy.CutFor(r.cfg.CutDBFor)
+	r.addWindow(window{start: start, end: time.Now().Add(2 * time.Second), what: "database cut"})
+}

@@ -1,0 +1,447 @@
+package loadgen
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/oncepay/oncepay/tools/stripesim"
+)
+
+// Report is what a run did and whether its invariants held.
+type Report struct {
+	Scenario     Scenario
+	Load, Settle time.Duration
+	Requests     int
+	ByStatus     map[int]int
+	P50, P99     time.Duration
+	Operations   int
+	Payments     int
+	Kills        struct{ Workers, APIs int }
+	DatabaseCuts int
+	Invariants   []Invariant
+}
+
+// Invariant is one property checked at the end, with what it counted.
+type Invariant struct {
+	Name       string
+	Checked    int
+	Violations []string
+}
+
+// OK reports whether every invariant held.
+func (r *Report) OK() bool {
+	for _, inv := range r.Invariants {
+		if len(inv.Violations) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// Print writes the report.
+func (r *Report) Print(w io.Writer) {
+	fmt.Fprintf(w, "\n%s run: %s of load, settled in %s\n", r.Scenario, r.Load.Round(time.Second), r.Settle.Round(100*time.Millisecond))
+	fmt.Fprintf(w, "  %d requests (%.0f/s), p50 %s, p99 %s; %d operations, %d payments\n",
+		r.Requests, float64(r.Requests)/max(r.Load.Seconds(), 0.001), r.P50, r.P99, r.Operations, r.Payments)
+	var codes []int
+	for code := range r.ByStatus {
+		codes = append(codes, code)
+	}
+	slices.Sort(codes)
+	var parts []string
+	for _, code := range codes {
+		label := fmt.Sprint(code)
+		if code == 0 {
+			label = "transport error"
+		}
+		parts = append(parts, fmt.Sprintf("%s: %d", label, r.ByStatus[code]))
+	}
+	fmt.Fprintf(w, "  answers: %s\n", strings.Join(parts, ", "))
+	fmt.Fprintf(w, "  faults: %d worker kills, %d API kills, %d database cuts\n", r.Kills.Workers, r.Kills.APIs, r.DatabaseCuts)
+	fmt.Fprintln(w, "  invariants:")
+	for _, inv := range r.Invariants {
+		mark := "ok  "
+		if len(inv.Violations) > 0 {
+			mark = "FAIL"
+		}
+		fmt.Fprintf(w, "    %s %-74s checked %d, violations %d\n", mark, inv.Name, inv.Checked, len(inv.Violations))
+		for i, v := range inv.Violations {
+			if i == 10 {
+				fmt.Fprintf(w, "         … and %d more\n", len(inv.Violations)-10)
+				break
+			}
+			fmt.Fprintf(w, "         %s\n", v)
+		}
+	}
+}
+
+// commitSlack bounds how long a completing transaction may take between
+// its start (the row's updated_at) and its commit.
+const commitSlack = 5 * time.Second
+
+// dbPayment is a payment row as the checks need it.
+type dbPayment struct {
+	ID, TenantID, Key, Status string
+	Amount                    int64
+	IntentID                  *string
+	FailureCode               *string
+	UpdatedAt                 time.Time
+}
+
+func (r *run) check(ctx context.Context) (*Report, error) {
+	answers := r.record.snapshot()
+	rows, err := r.pool.Query(ctx, `SELECT id, tenant_id, idempotency_key, status, amount, provider_payment_intent_id, failure_code, updated_at FROM payments`)
+	if err != nil {
+		return nil, err
+	}
+	list, err := pgx.CollectRows(rows, pgx.RowToStructByPos[dbPayment])
+	if err != nil {
+		return nil, err
+	}
+	byID := map[string]dbPayment{}
+	type tenantKeyPair struct{ tenant, key string }
+	byKey := map[tenantKeyPair][]dbPayment{}
+	for _, p := range list {
+		byID[p.ID] = p
+		byKey[tenantKeyPair{p.TenantID, p.Key}] = append(byKey[tenantKeyPair{p.TenantID, p.Key}], p)
+	}
+	ledger, err := r.sim.Ledger(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read the simulator's ledger: %w", err)
+	}
+
+	s := summarize(answers, 1)
+	report := &Report{Scenario: r.cfg.Scenario, Requests: len(answers), ByStatus: map[int]int{}, P50: s.p50, P99: s.p99, Payments: len(list)}
+	operations := map[string]bool{}
+	for _, a := range answers {
+		report.ByStatus[a.Status]++
+		operations[a.Key] = true
+	}
+	report.Operations = len(operations)
+	tenantOf := func(i int) string { return r.tenants[i].ID }
+
+	// 1. Acknowledged payments exist, are readable by their tenant, final.
+	acked := Invariant{Name: "1 every acknowledged payment exists, is readable by its tenant, and is final"}
+	ackedIDs := map[string]int{}
+	for _, a := range answers {
+		if a.acknowledged() {
+			ackedIDs[a.PaymentID] = a.Tenant
+		}
+	}
+	for pid, tenant := range ackedIDs {
+		acked.Checked++
+		p, ok := byID[pid]
+		switch {
+		case !ok:
+			acked.Violations = append(acked.Violations, pid+" was acknowledged but does not exist")
+		case p.Status != "succeeded" && p.Status != "failed":
+			acked.Violations = append(acked.Violations, fmt.Sprintf("%s is %s, not final", pid, p.Status))
+		case p.TenantID != tenantOf(tenant):
+			acked.Violations = append(acked.Violations, pid+" belongs to another tenant than the one it was acknowledged to")
+		}
+	}
+	readErrs := r.readAll(ctx, ackedIDs, byID)
+	acked.Violations = append(acked.Violations, readErrs...)
+
+	// 2. One payment per (tenant, key); every answer for a key named one payment.
+	oneEach := Invariant{Name: "2 one payment per (tenant, key), and every answer for a key named it"}
+	for k, ps := range byKey {
+		oneEach.Checked++
+		if len(ps) > 1 {
+			oneEach.Violations = append(oneEach.Violations, fmt.Sprintf("key %s of %s has %d payments", k.key, k.tenant, len(ps)))
+		}
+	}
+	named := map[string]map[string]bool{}
+	for _, a := range answers {
+		if a.PaymentID == "" {
+			continue
+		}
+		if named[a.Key] == nil {
+			named[a.Key] = map[string]bool{}
+		}
+		named[a.Key][a.PaymentID] = true
+	}
+	for key, ids := range named {
+		if len(ids) > 1 {
+			oneEach.Violations = append(oneEach.Violations, fmt.Sprintf("answers for key %s named %d payments", key, len(ids)))
+		}
+	}
+
+	// 3. The provider's side.
+	provider := Invariant{Name: "3 at most one provider execution per payment, one per succeeded, none unknown or keyless"}
+	intents := map[string][]stripesim.LedgerObject{}
+	for _, o := range ledger.Objects {
+		if o.Object != "payment_intent" {
+			continue
+		}
+		provider.Checked++
+		pid := o.Metadata["payment_id"]
+		if _, ok := byID[pid]; !ok {
+			provider.Violations = append(provider.Violations, fmt.Sprintf("intent %s names payment %q, which we do not know", o.ID, pid))
+		}
+		if o.IdempotencyKey == "" {
+			provider.Violations = append(provider.Violations, fmt.Sprintf("intent %s was created without an idempotency key", o.ID))
+		} else if k, ok := ledger.Key(o.IdempotencyKey); ok && k.Executions > 1 {
+			provider.Violations = append(provider.Violations, fmt.Sprintf("key of intent %s executed %d times", o.ID, k.Executions))
+		}
+		intents[pid] = append(intents[pid], o)
+	}
+	for _, p := range list {
+		charged := 0
+		for _, in := range intents[p.ID] {
+			for _, ch := range ledger.ChargesFor(in.ID) {
+				if ch.Status == "succeeded" {
+					charged++
+				}
+			}
+		}
+		switch {
+		case len(intents[p.ID]) > 1:
+			provider.Violations = append(provider.Violations, fmt.Sprintf("%s has %d intents at the provider", p.ID, len(intents[p.ID])))
+		case p.Status == "succeeded" && charged != 1:
+			provider.Violations = append(provider.Violations, fmt.Sprintf("%s succeeded with %d successful charges at the provider", p.ID, charged))
+		case p.Status == "failed" && charged != 0:
+			provider.Violations = append(provider.Violations, fmt.Sprintf("%s failed but the provider charged it", p.ID))
+		}
+	}
+
+	// 4. Replays after completion carry the final answer. updated_at is
+	// the completing transaction's start, not its commit: only replays
+	// sent well after it are sure to come after the commit.
+	replays := Invariant{Name: "4 every replay after completion carried the recorded final answer"}
+	for _, a := range answers {
+		p, ok := byID[a.PaymentID]
+		if !a.Replayed || !ok || !a.At.After(p.UpdatedAt.Add(commitSlack)) {
+			continue
+		}
+		replays.Checked++
+		want := map[string]int{"succeeded": http.StatusCreated, "failed": http.StatusPaymentRequired}[p.Status]
+		if p.Status == "failed" && (p.FailureCode == nil || *p.FailureCode != "card_declined") {
+			want = a.Status // a provider rejection answers its own 4xx; only declines are checked
+		}
+		if a.Status != want {
+			replays.Violations = append(replays.Violations, fmt.Sprintf("replay for %s answered %d; the payment is %s", a.PaymentID, a.Status, p.Status))
+		}
+	}
+
+	// 5. Mismatched payloads: 422, nothing created.
+	mismatch := Invariant{Name: "5 every mismatched payload got 422 and created nothing"}
+	for _, a := range answers {
+		if a.Op != OpMismatch {
+			continue
+		}
+		mismatch.Checked++
+		if a.Status != http.StatusUnprocessableEntity && a.Status != 0 && !(a.Status >= 500 && r.excused(a.API, a.At, a.end())) {
+			mismatch.Violations = append(mismatch.Violations, fmt.Sprintf("key %s with another amount answered %d", a.Key, a.Status))
+		}
+		for _, p := range byKey[tenantKeyPair{tenantOf(a.Tenant), a.Key}] {
+			if p.Amount == a.Amount {
+				mismatch.Violations = append(mismatch.Violations, fmt.Sprintf("key %s: a payment was made for the mismatched amount", a.Key))
+			}
+		}
+	}
+
+	// 6. Tenant isolation.
+	isolation := Invariant{Name: "6 no answer named another tenant's payment; other tenants read 404"}
+	for _, a := range answers {
+		if p, ok := byID[a.PaymentID]; ok {
+			isolation.Checked++
+			if p.TenantID != tenantOf(a.Tenant) {
+				isolation.Violations = append(isolation.Violations, fmt.Sprintf("tenant %d was answered with %s of %s", a.Tenant, p.ID, p.TenantID))
+			}
+		}
+	}
+	if len(r.tenants) > 1 {
+		n := 0
+		for pid, tenant := range ackedIDs {
+			if n == 100 {
+				break
+			}
+			n++
+			isolation.Checked++
+			other := (tenant + 1) % len(r.tenants)
+			status, err := r.get(ctx, other, pid)
+			if err != nil || status != http.StatusNotFound {
+				isolation.Violations = append(isolation.Violations, fmt.Sprintf("tenant %d reading %s of tenant %d: %d %v", other, pid, tenant, status, err))
+			}
+		}
+	}
+
+	// 7. No 5xx, and no transport error, outside the fault windows; a 500
+	// is never excused (a fault is answered 503).
+	failures := Invariant{Name: "7 no 5xx or dropped request outside a kill or cut window; never a 500"}
+	for _, a := range answers {
+		failures.Checked++
+		switch {
+		case a.Status == http.StatusInternalServerError:
+			failures.Violations = append(failures.Violations, fmt.Sprintf("%s answered 500 at %s (key %s)", a.API, a.At.Format("15:04:05.000"), a.Key))
+		case (a.Status == 0 || a.Status >= 500) && !r.excused(a.API, a.At, a.end()):
+			failures.Violations = append(failures.Violations, fmt.Sprintf("%s answered %d %s%s from %s to %s, outside any fault window (key %s)",
+				a.API, a.Status, a.Problem, a.Err, a.At.Format("15:04:05.000"), a.end().Format("15:04:05.000"), a.Key))
+		}
+	}
+	refunds, err := r.checkRefunds(ctx, answers, ledger)
+	if err != nil {
+		return nil, err
+	}
+	report.Invariants = []Invariant{acked, oneEach, provider, replays, mismatch, isolation, failures, refunds}
+	return report, nil
+}
+
+// checkRefunds is invariant 8: refunds never exceed their payment, each
+// refund key made one refund, every acknowledged refund is final, and the
+// provider refunded each succeeded refund exactly once and nothing else.
+func (r *run) checkRefunds(ctx context.Context, answers []answer, ledger stripesim.Ledger) (Invariant, error) {
+	inv := Invariant{Name: "8 refunds: never beyond the payment, one per key, final, one provider refund each"}
+	type refundRow struct {
+		ID, TenantID, PaymentID, Key, Status string
+		Amount                               int64
+	}
+	rows, err := r.pool.Query(ctx, `SELECT id, tenant_id, payment_id, idempotency_key, status, amount FROM refunds`)
+	if err != nil {
+		return inv, err
+	}
+	list, err := pgx.CollectRows(rows, pgx.RowToStructByPos[refundRow])
+	if err != nil {
+		return inv, err
+	}
+	rows, err = r.pool.Query(ctx, `SELECT id, amount, amount_refunded FROM payments WHERE amount_refunded > 0 OR id IN (SELECT payment_id FROM refunds)`)
+	if err != nil {
+		return inv, err
+	}
+	type paid struct {
+		ID               string
+		Amount, Refunded int64
+	}
+	payments, err := pgx.CollectRows(rows, pgx.RowToStructByPos[paid])
+	if err != nil {
+		return inv, err
+	}
+	byID := map[string]refundRow{}
+	keys := map[string]int{}
+	held, succeeded := map[string]int64{}, map[string]int64{}
+	for _, rf := range list {
+		byID[rf.ID] = rf
+		keys[rf.TenantID+" "+rf.Key]++
+		switch rf.Status {
+		case "succeeded":
+			succeeded[rf.PaymentID] += rf.Amount
+			held[rf.PaymentID] += rf.Amount
+		case "pending", "requires_reconciliation":
+			held[rf.PaymentID] += rf.Amount
+		}
+	}
+	for _, p := range payments {
+		inv.Checked++
+		if held[p.ID] > p.Amount {
+			inv.Violations = append(inv.Violations, fmt.Sprintf("%s: refunds of %d for a payment of %d", p.ID, held[p.ID], p.Amount))
+		}
+		if p.Refunded != succeeded[p.ID] {
+			inv.Violations = append(inv.Violations, fmt.Sprintf("%s: amount_refunded %d, succeeded refunds %d", p.ID, p.Refunded, succeeded[p.ID]))
+		}
+	}
+	for key, n := range keys {
+		if n > 1 {
+			inv.Violations = append(inv.Violations, fmt.Sprintf("refund key %s made %d refunds", key, n))
+		}
+	}
+	named := map[string]map[string]bool{}
+	for _, a := range answers {
+		if a.Op != OpRefund || a.RefundID == "" {
+			continue
+		}
+		inv.Checked++
+		if named[a.Key] == nil {
+			named[a.Key] = map[string]bool{}
+		}
+		named[a.Key][a.RefundID] = true
+		rf, ok := byID[a.RefundID]
+		switch {
+		case !ok:
+			inv.Violations = append(inv.Violations, a.RefundID+" was acknowledged but does not exist")
+		case rf.PaymentID != a.PaymentID || rf.TenantID != r.tenants[a.Tenant].ID:
+			inv.Violations = append(inv.Violations, a.RefundID+" belongs to another payment or tenant than the request")
+		case rf.Status != "succeeded" && rf.Status != "failed" && rf.Status != "canceled":
+			inv.Violations = append(inv.Violations, fmt.Sprintf("%s is %s, not final", rf.ID, rf.Status))
+		}
+	}
+	for key, ids := range named {
+		if len(ids) > 1 {
+			inv.Violations = append(inv.Violations, fmt.Sprintf("answers for refund key %s named %d refunds", key, len(ids)))
+		}
+	}
+	atProvider := map[string]int{}
+	for _, o := range ledger.Objects {
+		if o.Object != "refund" {
+			continue
+		}
+		refundID := o.Metadata["refund_id"]
+		if _, ok := byID[refundID]; !ok {
+			inv.Violations = append(inv.Violations, fmt.Sprintf("provider refund %s names refund %q, which we do not know", o.ID, refundID))
+		}
+		if o.Status == "succeeded" {
+			atProvider[refundID]++
+		}
+	}
+	for _, rf := range list {
+		switch n := atProvider[rf.ID]; {
+		case n > 1:
+			inv.Violations = append(inv.Violations, fmt.Sprintf("%s was refunded %d times at the provider", rf.ID, n))
+		case rf.Status == "succeeded" && n != 1:
+			inv.Violations = append(inv.Violations, fmt.Sprintf("%s succeeded with %d provider refunds", rf.ID, n))
+		case rf.Status != "succeeded" && n != 0:
+			inv.Violations = append(inv.Violations, fmt.Sprintf("%s is %s but the provider refunded it", rf.ID, rf.Status))
+		}
+	}
+	return inv, nil
+}
+
+// readAll reads every acknowledged payment through the API as its tenant.
+func (r *run) readAll(ctx context.Context, acked map[string]int, byID map[string]dbPayment) []string {
+	var (
+		mu         sync.Mutex
+		violations []string
+		wg         sync.WaitGroup
+		sem        = make(chan struct{}, 8)
+	)
+	for pid, tenant := range acked {
+		if _, ok := byID[pid]; !ok {
+			continue
+		}
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			status, err := r.get(ctx, tenant, pid)
+			if err != nil || status != http.StatusOK {
+				mu.Lock()
+				violations = append(violations, fmt.Sprintf("%s is not readable by its tenant: %d %v", pid, status, err))
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return violations
+}
+
+func (r *run) get(ctx context.Context, tenant int, paymentID string) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.stack.APIURLs[0]+"/v1/payments/"+paymentID, nil)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Authorization", "Bearer "+r.tenants[tenant].APIKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, nil
+}
