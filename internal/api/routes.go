@@ -20,6 +20,7 @@ import (
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/problem"
 	"github.com/oncepay/oncepay/internal/refunds"
+	"github.com/oncepay/oncepay/internal/respond"
 	"github.com/oncepay/oncepay/internal/serve"
 	"github.com/oncepay/oncepay/internal/tenant"
 )
@@ -52,7 +53,7 @@ func NewHandler(d Deps) http.Handler {
 	// HEAD /healthz is 200, not 405.
 	r.Use(middleware.RequestID, logRequestID, recoverer(d.Logger), accessLog(d.Logger, d.Metrics), middleware.GetHead)
 	notFound := func(w http.ResponseWriter, req *http.Request) {
-		problem.Write(w, req, d.Logger, problem.New(problem.NotFound, "No route for %s.", req.URL.Path))
+		respond.Problem(w, req, d.Logger, problem.New(problem.NotFound, "No route for %s.", req.URL.Path))
 	}
 	r.NotFound(notFound)
 	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
@@ -65,7 +66,7 @@ func NewHandler(d Deps) http.Handler {
 		}
 		list := strings.Join(allowed, ", ")
 		w.Header().Set("Allow", list)
-		problem.Write(w, req, d.Logger, problem.New(problem.MethodNotAllowed, "%s is not supported on %s; allowed: %s.", req.Method, req.URL.Path, list))
+		respond.Problem(w, req, d.Logger, problem.New(problem.MethodNotAllowed, "%s is not supported on %s; allowed: %s.", req.Method, req.URL.Path, list))
 	})
 
 	r.Get("/healthz", serve.Healthz)
@@ -139,7 +140,7 @@ func recoverer(logger *slog.Logger) func(http.Handler) http.Handler {
 						panic(v)
 					}
 					logger.ErrorContext(r.Context(), "panic", slog.Any("panic", v), slog.String("stack", string(debug.Stack())))
-					problem.Write(w, r, logger, problem.New(problem.Internal, "An unexpected error occurred."))
+					respond.Problem(w, r, logger, problem.New(problem.Internal, "An unexpected error occurred."))
 				}
 			}()
 			next.ServeHTTP(w, r)

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/respond"
 )
 
 // ReplayedHeader marks an answer that repeats a stored response.
@@ -48,17 +49,17 @@ type Endpoint[T any] struct {
 func (e *Endpoint[T]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	key, err := ParseKey(r.Header)
 	if err != nil {
-		problem.Write(w, r, e.Logger, err)
+		respond.Problem(w, r, e.Logger, err)
 		return
 	}
 	req, err := e.Decode(w, r)
 	if err != nil {
-		problem.Write(w, r, e.Logger, err)
+		respond.Problem(w, r, e.Logger, err)
 		return
 	}
 	fingerprint, err := Fingerprint(r.Method, r.URL.Path, req)
 	if err != nil {
-		problem.Write(w, r, e.Logger, err)
+		respond.Problem(w, r, e.Logger, err)
 		return
 	}
 	tenantID := e.TenantID(r)
@@ -74,7 +75,7 @@ func (e *Endpoint[T]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				return e.Execute(ctx, tx, a, req)
 			})
 			if err != nil {
-				problem.Write(w, r, e.Logger, err)
+				respond.Problem(w, r, e.Logger, err)
 				return
 			}
 		}
@@ -94,13 +95,13 @@ func (e *Endpoint[T]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case Execute, Replay:
 		e.answer(w, r, res, PreferredWait(r.Header))
 	case InProgress:
-		problem.Write(w, r, e.Logger, &problem.Error{
+		respond.Problem(w, r, e.Logger, &problem.Error{
 			Type:       problem.IdempotencyKeyInUse,
 			Detail:     "Another request with this Idempotency-Key is still being processed.",
 			RetryAfter: e.Store.cfg.InProgressRetryAfter,
 		})
 	case Mismatch:
-		problem.Write(w, r, e.Logger, problem.New(problem.IdempotencyKeyMismatch,
+		respond.Problem(w, r, e.Logger, problem.New(problem.IdempotencyKeyMismatch,
 			"This Idempotency-Key was first used with a different request to %s %s; nothing was done for this one.",
 			res.Record.Method, res.Record.Path))
 	case Unresolved:
@@ -121,11 +122,11 @@ func (e *Endpoint[T]) writeExpired(w http.ResponseWriter, r *http.Request, rec R
 	if rec.ResourceID != "" {
 		pe.Extensions = map[string]any{"resource_id": rec.ResourceID}
 	}
-	problem.Write(w, r, e.Logger, pe)
+	respond.Problem(w, r, e.Logger, pe)
 }
 
 func (e *Endpoint[T]) writeUnresolved(w http.ResponseWriter, r *http.Request) {
-	problem.Write(w, r, e.Logger, &problem.Error{
+	respond.Problem(w, r, e.Logger, &problem.Error{
 		Type:       problem.IdempotencyOutcomeUnknown,
 		Detail:     "The outcome of the operation started with this Idempotency-Key is being reconciled with the provider.",
 		RetryAfter: e.Store.cfg.UnknownRetryAfter,
@@ -152,7 +153,7 @@ func (e *Endpoint[T]) answer(w http.ResponseWriter, r *http.Request, res Result,
 			// The stored 202 no longer holds: the operation stopped without
 			// taking effect, and waiting longer will not change that. Only a
 			// new request with the key resumes it.
-			problem.Write(w, r, e.Logger, &problem.Error{
+			respond.Problem(w, r, e.Logger, &problem.Error{
 				Type: problem.IdempotencyRetryNeeded,
 				Detail: "The operation started with this Idempotency-Key provably never took effect downstream. " +
 					"Send the same request with the same key again: it will run again, and still at most once.",
@@ -166,7 +167,7 @@ func (e *Endpoint[T]) answer(w http.ResponseWriter, r *http.Request, res Result,
 	if rec.Response == nil {
 		// Cannot happen: a key is saved with its response in the
 		// transaction that reserved it. Answer as in progress, not 500.
-		problem.Write(w, r, e.Logger, &problem.Error{Type: problem.IdempotencyKeyInUse, RetryAfter: e.Store.cfg.InProgressRetryAfter})
+		respond.Problem(w, r, e.Logger, &problem.Error{Type: problem.IdempotencyKeyInUse, RetryAfter: e.Store.cfg.InProgressRetryAfter})
 		return
 	}
 	WriteResponse(w, *rec.Response, replayed)

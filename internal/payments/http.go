@@ -1,7 +1,6 @@
 package payments
 
 import (
-	"encoding/json"
 	"errors"
 	"maps"
 	"net/http"
@@ -15,6 +14,7 @@ import (
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/respond"
 	"github.com/oncepay/oncepay/internal/tenant"
 )
 
@@ -36,26 +36,26 @@ func (s *Service) HandleCreate() http.Handler {
 func (s *Service) HandleGet() http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if fields := queryErrors(r); len(fields) > 0 {
-			problem.Write(w, r, s.Logger, &problem.Error{Type: problem.InvalidRequest, Detail: "Invalid query parameters.", Fields: fields})
+			respond.Problem(w, r, s.Logger, &problem.Error{Type: problem.InvalidRequest, Detail: "Invalid query parameters.", Fields: fields})
 			return
 		}
 		paymentID := chi.URLParam(r, "id")
 		if !id.Valid("pay", paymentID) {
-			problem.Write(w, r, s.Logger, problem.New(problem.NotFound, "No payment %q.", paymentID))
+			respond.Problem(w, r, s.Logger, problem.New(problem.NotFound, "No payment %q.", paymentID))
 			return
 		}
 		ctx, cancel := s.readContext(r.Context())
 		defer cancel()
 		p, err := GetPayment(ctx, s.DB, tenant.IDFromRequest(r), paymentID)
 		if errors.Is(err, ErrNotFound) {
-			problem.Write(w, r, s.Logger, problem.New(problem.NotFound, "No payment %q.", paymentID))
+			respond.Problem(w, r, s.Logger, problem.New(problem.NotFound, "No payment %q.", paymentID))
 			return
 		}
 		if err != nil {
-			problem.Write(w, r, s.Logger, err)
+			respond.Problem(w, r, s.Logger, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, p)
+		respond.JSON(w, http.StatusOK, p)
 	}
 }
 
@@ -90,7 +90,7 @@ func (s *Service) HandleList() http.HandlerFunc {
 			fields = append(fields, problem.FieldError{Field: "starting_after", Detail: "must be a payment id"})
 		}
 		if len(fields) > 0 {
-			problem.Write(w, r, s.Logger, &problem.Error{Type: problem.InvalidRequest, Detail: "Invalid query parameters.", Fields: fields})
+			respond.Problem(w, r, s.Logger, &problem.Error{Type: problem.InvalidRequest, Detail: "Invalid query parameters.", Fields: fields})
 			return
 		}
 		// One extra row tells whether another page exists.
@@ -98,7 +98,7 @@ func (s *Service) HandleList() http.HandlerFunc {
 		defer cancel()
 		list, err := listPayments(ctx, s.DB, tenant.IDFromRequest(r), after, limit+1)
 		if err != nil {
-			problem.Write(w, r, s.Logger, err)
+			respond.Problem(w, r, s.Logger, err)
 			return
 		}
 		page := listPage{Object: "list", Data: list, HasMore: len(list) > limit}
@@ -108,7 +108,7 @@ func (s *Service) HandleList() http.HandlerFunc {
 		if page.Data == nil {
 			page.Data = []Payment{}
 		}
-		writeJSON(w, http.StatusOK, page)
+		respond.JSON(w, http.StatusOK, page)
 	}
 }
 
@@ -141,12 +141,4 @@ func queryErrors(r *http.Request, known ...string) []problem.FieldError {
 // list is as strict about its query string.
 func QueryErrors(r *http.Request, known ...string) []problem.FieldError {
 	return queryErrors(r, known...)
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false) // JSON, not HTML: see marshalJSON
-	_ = enc.Encode(v)
 }

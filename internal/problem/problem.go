@@ -6,19 +6,12 @@ package problem
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"sort"
 	"strconv"
 	"time"
-
-	"github.com/go-chi/chi/v5/middleware"
-
-	"github.com/oncepay/oncepay/internal/postgres"
 )
 
 // DocsPath is where the problem type pages are served; a type's URI is
@@ -47,7 +40,7 @@ type FieldError struct {
 }
 
 // Error is an error that has a problem type. Code anywhere below the HTTP
-// boundary returns it; Write turns it into a response.
+// boundary returns it; respond.Problem turns it into a response.
 type Error struct {
 	Type   Type
 	Detail string
@@ -125,45 +118,15 @@ func marshal(v any) ([]byte, error) {
 // ContentType is the media type of problem documents.
 const ContentType = "application/problem+json"
 
-// Write answers err as a problem. A *Error is answered as itself; a database
-// that cannot be reached is 503 with Retry-After (safe to retry: nothing
-// committed, or a retry with the same key replays what did); anything else
-// is an unexpected error: logged with the request's context and answered 500
-// without internals.
-func Write(w http.ResponseWriter, r *http.Request, logger *slog.Logger, err error) {
-	var pe *Error
-	switch {
-	case errors.As(err, &pe):
-	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
-		// The client went away; nobody reads this answer and nothing is wrong.
-		logger.DebugContext(r.Context(), "request cancelled by the client", requestAttrs(r))
-		pe = &Error{Type: ServiceUnavailable, Detail: "The request was cancelled."}
-	case postgres.IsUnavailable(err):
-		logger.WarnContext(r.Context(), "database unavailable", requestAttrs(r), slog.Any("error", err))
-		pe = &Error{Type: ServiceUnavailable, RetryAfter: 2 * time.Second, Detail: "The database could not be reached. Retry after Retry-After."}
-		if keyed(r) {
-			pe.Detail = "The database could not be reached. Retry with the same Idempotency-Key: it runs the request if it was not processed, and returns its result if it was."
-		}
-	default:
-		logger.ErrorContext(r.Context(), "unexpected error", requestAttrs(r), slog.Any("error", err))
-		pe = &Error{Type: Internal, Detail: "An unexpected error occurred."}
-		if keyed(r) {
-			pe.Detail = "An unexpected error occurred. Retry with the same Idempotency-Key."
-		}
-	}
-	if pe.RetryAfter > 0 {
-		w.Header().Set("Retry-After", RetryAfterValue(pe.RetryAfter))
+// WriteTo answers e: its status, Retry-After when set, and the problem
+// document.
+func (e *Error) WriteTo(w http.ResponseWriter) {
+	if e.RetryAfter > 0 {
+		w.Header().Set("Retry-After", RetryAfterValue(e.RetryAfter))
 	}
 	w.Header().Set("Content-Type", ContentType)
-	w.WriteHeader(pe.Type.Status)
-	_, _ = w.Write(pe.Marshal())
-}
-
-// keyed reports whether r is a POST that carries an Idempotency-Key
-// (idempotency.HeaderName, which imports this package): only then does
-// advice about retrying with the same key apply.
-func keyed(r *http.Request) bool {
-	return r.Method == http.MethodPost && r.Header.Get("Idempotency-Key") != ""
+	w.WriteHeader(e.Type.Status)
+	_, _ = w.Write(e.Marshal())
 }
 
 // RetryAfterValue renders a duration as Retry-After delay-seconds, rounded up
@@ -171,9 +134,4 @@ func keyed(r *http.Request) bool {
 func RetryAfterValue(d time.Duration) string {
 	secs := int64((d + time.Second - 1) / time.Second)
 	return strconv.FormatInt(max(secs, 1), 10)
-}
-
-func requestAttrs(r *http.Request) slog.Attr {
-	return slog.Group("request", slog.String("id", middleware.GetReqID(r.Context())),
-		slog.String("method", r.Method), slog.String("path", r.URL.Path))
 }

@@ -3,7 +3,6 @@ package refunds
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
@@ -14,6 +13,7 @@ import (
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/respond"
 	"github.com/oncepay/oncepay/internal/tenant"
 )
 
@@ -25,26 +25,26 @@ func (s *Service) readContext(ctx context.Context) (context.Context, context.Can
 func (s *Service) HandleGet() http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if fields := payments.QueryErrors(r); len(fields) > 0 {
-			problem.Write(w, r, s.Logger, &problem.Error{Type: problem.InvalidRequest, Detail: "Invalid query parameters.", Fields: fields})
+			respond.Problem(w, r, s.Logger, &problem.Error{Type: problem.InvalidRequest, Detail: "Invalid query parameters.", Fields: fields})
 			return
 		}
 		refundID := chi.URLParam(r, "id")
 		if !id.Valid(IDPrefix, refundID) {
-			problem.Write(w, r, s.Logger, problem.New(problem.NotFound, "No refund %q.", refundID))
+			respond.Problem(w, r, s.Logger, problem.New(problem.NotFound, "No refund %q.", refundID))
 			return
 		}
 		ctx, cancel := s.readContext(r.Context())
 		defer cancel()
 		ref, err := GetRefund(ctx, s.DB, tenant.IDFromRequest(r), refundID)
 		if errors.Is(err, ErrNotFound) {
-			problem.Write(w, r, s.Logger, problem.New(problem.NotFound, "No refund %q.", refundID))
+			respond.Problem(w, r, s.Logger, problem.New(problem.NotFound, "No refund %q.", refundID))
 			return
 		}
 		if err != nil {
-			problem.Write(w, r, s.Logger, err)
+			respond.Problem(w, r, s.Logger, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, ref)
+		respond.JSON(w, http.StatusOK, ref)
 	}
 }
 
@@ -74,13 +74,13 @@ func (s *Service) HandleList() http.HandlerFunc {
 			fields = append(fields, problem.FieldError{Field: "starting_after", Detail: "must be a refund id"})
 		}
 		if len(fields) > 0 {
-			problem.Write(w, r, s.Logger, &problem.Error{Type: problem.InvalidRequest, Detail: "Invalid query parameters.", Fields: fields})
+			respond.Problem(w, r, s.Logger, &problem.Error{Type: problem.InvalidRequest, Detail: "Invalid query parameters.", Fields: fields})
 			return
 		}
 		paymentID := chi.URLParam(r, "id")
 		notFound := problem.New(problem.NotFound, "No payment %q.", paymentID)
 		if !id.Valid("pay", paymentID) {
-			problem.Write(w, r, s.Logger, notFound)
+			respond.Problem(w, r, s.Logger, notFound)
 			return
 		}
 		ctx, cancel := s.readContext(r.Context())
@@ -92,13 +92,13 @@ func (s *Service) HandleList() http.HandlerFunc {
 			if errors.Is(err, payments.ErrNotFound) {
 				err = notFound
 			}
-			problem.Write(w, r, s.Logger, err)
+			respond.Problem(w, r, s.Logger, err)
 			return
 		}
 		// One extra row tells whether another page exists.
 		list, err := listRefunds(ctx, s.DB, tenantID, paymentID, after, limit+1)
 		if err != nil {
-			problem.Write(w, r, s.Logger, err)
+			respond.Problem(w, r, s.Logger, err)
 			return
 		}
 		page := listPage{Object: "list", Data: list, HasMore: len(list) > limit}
@@ -108,14 +108,6 @@ func (s *Service) HandleList() http.HandlerFunc {
 		if page.Data == nil {
 			page.Data = []Refund{}
 		}
-		writeJSON(w, http.StatusOK, page)
+		respond.JSON(w, http.StatusOK, page)
 	}
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false) // JSON, not HTML
-	_ = enc.Encode(v)
 }

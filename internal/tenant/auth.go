@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/respond"
 )
 
 // AuthConfig tunes an Authenticator.
@@ -133,17 +134,17 @@ func (a *Authenticator) Middleware(logger *slog.Logger) func(http.Handler) http.
 			scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
 			if !strings.EqualFold(scheme, "Bearer") || token == "" {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="oncepay"`)
-				problem.Write(w, r, logger, problem.New(problem.Unauthorized, "Send Authorization: Bearer <api key>."))
+				respond.Problem(w, r, logger, problem.New(problem.Unauthorized, "Send Authorization: Bearer <api key>."))
 				return
 			}
 			tenantID, err := a.Authenticate(r.Context(), strings.TrimSpace(token))
 			if errors.Is(err, ErrUnauthorized) {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="oncepay", error="invalid_token"`)
-				problem.Write(w, r, logger, problem.New(problem.Unauthorized, "The API key is not valid."))
+				respond.Problem(w, r, logger, problem.New(problem.Unauthorized, "The API key is not valid."))
 				return
 			}
 			if err != nil {
-				problem.Write(w, r, logger, err)
+				respond.Problem(w, r, logger, err)
 				return
 			}
 			next.ServeHTTP(w, r.WithContext(WithID(r.Context(), tenantID)))

@@ -3,7 +3,6 @@ package webhooks
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/problem"
 	"github.com/oncepay/oncepay/internal/provider"
+	"github.com/oncepay/oncepay/internal/respond"
 )
 
 // MaxBodyBytes bounds an event's body. Stripe's events are a few kilobytes;
@@ -55,18 +55,18 @@ type receipt struct {
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.Secret == "" {
-		problem.Write(w, r, h.Logger, &problem.Error{Type: problem.ServiceUnavailable, RetryAfter: time.Minute,
+		respond.Problem(w, r, h.Logger, &problem.Error{Type: problem.ServiceUnavailable, RetryAfter: time.Minute,
 			Detail: "Webhooks are not configured on this server (STRIPE_WEBHOOK_SECRET is unset)."})
 		return
 	}
 	payload, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 	var tooLarge *http.MaxBytesError
 	if errors.As(err, &tooLarge) {
-		problem.Write(w, r, h.Logger, problem.New(problem.RequestTooLarge, "An event body is at most %d bytes.", MaxBodyBytes))
+		respond.Problem(w, r, h.Logger, problem.New(problem.RequestTooLarge, "An event body is at most %d bytes.", MaxBodyBytes))
 		return
 	}
 	if err != nil {
-		problem.Write(w, r, h.Logger, badField("body", "could not be read"))
+		respond.Problem(w, r, h.Logger, badField("body", "could not be read"))
 		return
 	}
 	// The API version is not enforced: an event only says which object to
@@ -80,11 +80,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// not to whoever is probing the endpoint.
 		h.Logger.WarnContext(r.Context(), "webhook refused: signature not verified", slog.String("request_id", middleware.GetReqID(r.Context())),
 			slog.Any("error", err))
-		problem.Write(w, r, h.Logger, badField("Stripe-Signature", "is missing, malformed, wrong or too old"))
+		respond.Problem(w, r, h.Logger, badField("Stripe-Signature", "is missing, malformed, wrong or too old"))
 		return
 	}
 	if stripeEvent.ID == "" || stripeEvent.Type == "" {
-		problem.Write(w, r, h.Logger, badField("body", "is an event without an id or a type"))
+		respond.Problem(w, r, h.Logger, badField("body", "is an event without an id or a type"))
 		return
 	}
 	log := h.Logger.With(slog.String("event_id", stripeEvent.ID), slog.String("event_type", string(stripeEvent.Type)))
@@ -94,7 +94,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ev, err := provider.EventOf(&stripeEvent)
 	if err != nil {
-		problem.Write(w, r, h.Logger, err)
+		respond.Problem(w, r, h.Logger, err)
 		return
 	}
 	ev.Payload = payload // the record keeps what was signed
@@ -103,7 +103,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	stored, err := Ingest(ctx, h.Pool, h.Jobs, ev, SourceWebhook)
 	if err != nil {
 		// 503 or 500: the provider retries the delivery.
-		problem.Write(w, r, h.Logger, err)
+		respond.Problem(w, r, h.Logger, err)
 		return
 	}
 	if stored {
@@ -111,11 +111,5 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	} else {
 		log.DebugContext(ctx, "event already stored; delivery acknowledged")
 	}
-	writeJSON(w, receipt{ID: ev.ID, Duplicate: !stored})
-}
-
-func writeJSON(w http.ResponseWriter, v receipt) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusOK)
-	_ = json.NewEncoder(w).Encode(v) // the provider may be gone; it retries then
+	respond.JSON(w, http.StatusOK, receipt{ID: ev.ID, Duplicate: !stored})
 }

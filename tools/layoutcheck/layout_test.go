@@ -49,7 +49,8 @@ func list(t *testing.T, root string, args ...string) []pkg {
 //   - every package under internal/, but the test kit, is compiled into
 //     one of them, and nothing of the test kit or of tools/ is;
 //   - the test kit (internal/testkit/...) is imported only by tests, by
-//     the test kit itself and by tools/.
+//     the test kit itself and by tools/;
+//   - errors (internal/problem) know nothing of storage.
 func TestLayout(t *testing.T) {
 	t.Parallel()
 	root := moduleRoot(t)
@@ -89,6 +90,12 @@ func TestLayout(t *testing.T) {
 			require.False(t, under(imp, "internal/testkit"), "%s imports the test kit %s outside its tests", p.ImportPath, imp)
 			require.False(t, under(imp, "tools"), "%s imports the tool %s outside its tests", p.ImportPath, imp)
 		}
+	}
+	// Errors say what a client may be told; which storage failures are
+	// worth a retry is storage's business (internal/respond joins the two).
+	for _, p := range list(t, root, "-deps", "./internal/problem") {
+		require.False(t, under(p.ImportPath, "internal/postgres") || strings.HasPrefix(p.ImportPath, "github.com/jackc/"),
+			"internal/problem depends on the database through %s", p.ImportPath)
 	}
 	require.True(t, slices.ContainsFunc(list(t, root, "./internal/testkit/..."), func(p pkg) bool { return p.Name != "" }), "the test kit is where this test looks")
 }
