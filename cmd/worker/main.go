@@ -137,7 +137,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	periodic := []*river.PeriodicJob{
 		periodicJob(cfg.LedgerCheckInterval, payments.LedgerCheckArgs{}),
 		periodicJob(cfg.LedgerCheckInterval, refunds.LedgerCheckArgs{}),
-		outbox.RecoverWebhookEventsPeriodicJob(cfg.WebhookRecoverInterval),
+		webhooks.RecoverWebhookEventsPeriodicJob(cfg.WebhookRecoverInterval),
 		outbox.ReapKeysPeriodicJob(cfg.ReapInterval),
 		periodicJob(cfg.ReconcileInterval, payments.ReconcilePaymentsArgs{}),
 		periodicJob(cfg.SweepInterval, payments.SweepPaymentsArgs{}),

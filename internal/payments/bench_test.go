@@ -62,7 +62,7 @@ func BenchmarkIdempotencyOverhead(b *testing.B) {
 			err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 				p := newPayment(tenantID, id.New("key"), req)
 				p.CreatedAt, p.UpdatedAt = time.Now(), time.Now()
-				if _, err := svc.Outbox.InsertTx(ctx, tx, outbox.ChargePaymentArgs{TenantID: tenantID, PaymentID: p.ID}); err != nil {
+				if _, err := svc.Outbox.InsertTx(ctx, tx, ChargePaymentArgs{TenantID: tenantID, PaymentID: p.ID}); err != nil {
 					return err
 				}
 				batch := &pgx.Batch{}

@@ -17,7 +17,6 @@ import (
 	"github.com/stripe/stripe-go/v76"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
-	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/problem"
 	"github.com/oncepay/oncepay/internal/provider"
 )
@@ -83,7 +82,7 @@ func (c ChargeConfig) WithDefaults() ChargeConfig {
 // replays a stored 5xx, attempts are exhausted, the key's window is ending),
 // the payment goes to the Reconciler, which looks the charge up instead.
 type ChargeWorker struct {
-	river.WorkerDefaults[outbox.ChargePaymentArgs]
+	river.WorkerDefaults[ChargePaymentArgs]
 
 	pool     *pgxpool.Pool
 	keys     *idempotency.Store
@@ -101,7 +100,7 @@ func NewChargeWorker(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.C
 }
 
 // Timeout bounds one attempt; the provider call carries this deadline.
-func (w *ChargeWorker) Timeout(*river.Job[outbox.ChargePaymentArgs]) time.Duration {
+func (w *ChargeWorker) Timeout(*river.Job[ChargePaymentArgs]) time.Duration {
 	return w.cfg.JobTimeout
 }
 
@@ -110,7 +109,7 @@ func (w *ChargeWorker) Timeout(*river.Job[outbox.ChargePaymentArgs]) time.Durati
 // hands the payment to reconciliation: River discards a job whose last
 // attempt fails, and a discarded job would leave its payment processing
 // with nothing looking at it again.
-func (w *ChargeWorker) Work(ctx context.Context, job *river.Job[outbox.ChargePaymentArgs]) (err error) {
+func (w *ChargeWorker) Work(ctx context.Context, job *river.Job[ChargePaymentArgs]) (err error) {
 	log := w.logger.With(slog.String("tenant_id", job.Args.TenantID), slog.String("payment_id", job.Args.PaymentID),
 		slog.Int64("job_id", job.ID), slog.Int("attempt", job.Attempt))
 	if job.Attempt >= job.MaxAttempts {
@@ -144,7 +143,7 @@ func isJobControl(err error) bool {
 	return errors.As(err, &snooze) || errors.As(err, &cancel)
 }
 
-func (w *ChargeWorker) work(ctx context.Context, job *river.Job[outbox.ChargePaymentArgs], log *slog.Logger) error {
+func (w *ChargeWorker) work(ctx context.Context, job *river.Job[ChargePaymentArgs], log *slog.Logger) error {
 	p, age, ok, err := startProviderAttempt(ctx, w.pool, job.Args.TenantID, job.Args.PaymentID)
 	if errors.Is(err, ErrNotFound) {
 		log.ErrorContext(ctx, "charge job for a payment that does not exist")
@@ -253,7 +252,7 @@ func retryLater(ctx context.Context, p Payment, log *slog.Logger, err error) err
 // retries of the client's request will replay, and the job's completion, in
 // one transaction, so none of them is ever seen without the others (with
 // other charges' outcomes finishing at the same moment: outcomeRecorder).
-func (w *ChargeWorker) finish(ctx context.Context, job *river.Job[outbox.ChargePaymentArgs], p Payment, out provider.Outcome) error {
+func (w *ChargeWorker) finish(ctx context.Context, job *river.Job[ChargePaymentArgs], p Payment, out provider.Outcome) error {
 	return w.recorder.record(ctx, job, p, out)
 }
 
@@ -283,7 +282,7 @@ func recordOutcome(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, p Pa
 // reconcileLater gives up on determining the outcome by retrying: the
 // payment goes to the Reconciler and the client's key answers 409 until it
 // is settled.
-func (w *ChargeWorker) reconcileLater(ctx context.Context, job *river.Job[outbox.ChargePaymentArgs], p Payment, reason string) error {
+func (w *ChargeWorker) reconcileLater(ctx context.Context, job *river.Job[ChargePaymentArgs], p Payment, reason string) error {
 	return pgx.BeginTxFunc(ctx, w.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
 		if _, err := lockForOutcome(ctx, tx, w.keys, p.TenantID, p.ID); err != nil {
 			return err
@@ -297,7 +296,7 @@ func (w *ChargeWorker) reconcileLater(ctx context.Context, job *river.Job[outbox
 
 // reconcileJobPayment is reconcileLater for a job whose payment was not
 // read (the failure may have been reading it).
-func (w *ChargeWorker) reconcileJobPayment(ctx context.Context, job *river.Job[outbox.ChargePaymentArgs], reason string) error {
+func (w *ChargeWorker) reconcileJobPayment(ctx context.Context, job *river.Job[ChargePaymentArgs], reason string) error {
 	return pgx.BeginTxFunc(ctx, w.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
 		p, err := lockForOutcome(ctx, tx, w.keys, job.Args.TenantID, job.Args.PaymentID)
 		if err != nil {
@@ -324,7 +323,7 @@ func handToReconciliation(ctx context.Context, tx pgx.Tx, keys *idempotency.Stor
 	return nil
 }
 
-func completeJob(ctx context.Context, tx pgx.Tx, job *river.Job[outbox.ChargePaymentArgs]) error {
+func completeJob(ctx context.Context, tx pgx.Tx, job *river.Job[ChargePaymentArgs]) error {
 	if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
 		return fmt.Errorf("complete job: %w", err)
 	}

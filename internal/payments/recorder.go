@@ -13,7 +13,6 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
-	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
@@ -57,7 +56,7 @@ const (
 // finishing is one charge waiting for its outcome to be recorded.
 type finishing struct {
 	ctx  context.Context // carries River's client, which completing the job needs
-	job  *river.Job[outbox.ChargePaymentArgs]
+	job  *river.Job[ChargePaymentArgs]
 	p    Payment
 	out  provider.Outcome
 	done chan error // receives the charge's result, once
@@ -73,7 +72,7 @@ func newOutcomeRecorder(pool *pgxpool.Pool, keys *idempotency.Store, timeout tim
 // while its own charge waits, and leaves once its charge is recorded (so no
 // job is held up writing others' outcomes for long). A writer that leaves
 // with charges still pending wakes their callers to take its slot.
-func (r *outcomeRecorder) record(ctx context.Context, job *river.Job[outbox.ChargePaymentArgs], p Payment, out provider.Outcome) error {
+func (r *outcomeRecorder) record(ctx context.Context, job *river.Job[ChargePaymentArgs], p Payment, out provider.Outcome) error {
 	f := &finishing{ctx: ctx, job: job, p: p, out: out, done: make(chan error, 1)}
 	r.mu.Lock()
 	r.pending = append(r.pending, f)

@@ -73,7 +73,7 @@ func (b recorderBundle) charge(t *testing.T) *finishing {
 	require.NoError(t, err)
 	return &finishing{
 		ctx: b.ctx, p: p, done: make(chan error, 1),
-		job: &river.Job[outbox.ChargePaymentArgs]{JobRow: row, Args: outbox.ChargePaymentArgs{TenantID: b.tenant, PaymentID: p.ID}},
+		job: &river.Job[ChargePaymentArgs]{JobRow: row, Args: ChargePaymentArgs{TenantID: b.tenant, PaymentID: p.ID}},
 		out: provider.Outcome{Kind: provider.Succeeded, Intent: &provider.Intent{ID: "pi_" + p.ID, Status: stripe.PaymentIntentStatusSucceeded}},
 	}
 }

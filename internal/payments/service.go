@@ -46,7 +46,7 @@ func (s *Service) create(ctx context.Context, tx pgx.Tx, attempt idempotency.Att
 	// database together, after the job: one round trip fewer per payment.
 	p := newPayment(tenantID, attempt.Request.Key, req)
 	p.CreatedAt, p.UpdatedAt = attempt.Now, attempt.Now
-	if _, err := s.Outbox.InsertTx(ctx, tx, outbox.ChargePaymentArgs{TenantID: tenantID, PaymentID: p.ID}); err != nil {
+	if _, err := s.Outbox.InsertTx(ctx, tx, ChargePaymentArgs{TenantID: tenantID, PaymentID: p.ID}); err != nil {
 		return idempotency.Outcome{}, err
 	}
 	resp, err := s.accepted(p)
@@ -72,7 +72,7 @@ func (s *Service) resume(ctx context.Context, tx pgx.Tx, attempt idempotency.Att
 	if err != nil {
 		return idempotency.Outcome{}, err
 	}
-	if _, err := s.Outbox.InsertTx(ctx, tx, outbox.ChargePaymentArgs{TenantID: tenantID, PaymentID: p.ID}); err != nil {
+	if _, err := s.Outbox.InsertTx(ctx, tx, ChargePaymentArgs{TenantID: tenantID, PaymentID: p.ID}); err != nil {
 		return idempotency.Outcome{}, err
 	}
 	resp, err := s.accepted(p)

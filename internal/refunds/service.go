@@ -69,7 +69,7 @@ func (s *Service) create(ctx context.Context, tx pgx.Tx, attempt idempotency.Att
 	if err != nil {
 		return idempotency.Outcome{}, err
 	}
-	if _, err := s.Outbox.InsertTx(ctx, tx, outbox.RefundPaymentArgs{TenantID: tenantID, RefundID: r.ID}); err != nil {
+	if _, err := s.Outbox.InsertTx(ctx, tx, RefundPaymentArgs{TenantID: tenantID, RefundID: r.ID}); err != nil {
 		return idempotency.Outcome{}, err
 	}
 	resp, err := s.accepted(r)

@@ -13,7 +13,6 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
-	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/provider"
 )
@@ -26,7 +25,7 @@ import (
 // replayed 5xx, the last attempt, the key's window ending) the refund goes
 // to the Reconciler. It shares the charge worker's timers.
 type Worker struct {
-	river.WorkerDefaults[outbox.RefundPaymentArgs]
+	river.WorkerDefaults[RefundPaymentArgs]
 
 	pool     *pgxpool.Pool
 	keys     *idempotency.Store
@@ -41,7 +40,7 @@ func NewWorker(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client,
 }
 
 // Timeout bounds one attempt; the provider call carries this deadline.
-func (w *Worker) Timeout(*river.Job[outbox.RefundPaymentArgs]) time.Duration {
+func (w *Worker) Timeout(*river.Job[RefundPaymentArgs]) time.Duration {
 	return w.cfg.JobTimeout
 }
 
@@ -49,7 +48,7 @@ func (w *Worker) Timeout(*river.Job[outbox.RefundPaymentArgs]) time.Duration {
 // database error while recording, a panic) hands the refund to
 // reconciliation: a discarded job would leave it pending with nothing
 // looking at it but the sweeper.
-func (w *Worker) Work(ctx context.Context, job *river.Job[outbox.RefundPaymentArgs]) (err error) {
+func (w *Worker) Work(ctx context.Context, job *river.Job[RefundPaymentArgs]) (err error) {
 	log := w.logger.With(slog.String("tenant_id", job.Args.TenantID), slog.String("refund_id", job.Args.RefundID),
 		slog.Int64("job_id", job.ID), slog.Int("attempt", job.Attempt))
 	if job.Attempt >= job.MaxAttempts {
@@ -80,7 +79,7 @@ func isJobControl(err error) bool {
 	return errors.As(err, &snooze) || errors.As(err, &cancel)
 }
 
-func (w *Worker) work(ctx context.Context, job *river.Job[outbox.RefundPaymentArgs], log *slog.Logger) error {
+func (w *Worker) work(ctx context.Context, job *river.Job[RefundPaymentArgs], log *slog.Logger) error {
 	r, err := GetRefund(ctx, w.pool, job.Args.TenantID, job.Args.RefundID)
 	if errors.Is(err, ErrNotFound) {
 		log.ErrorContext(ctx, "refund job for a refund that does not exist")
@@ -161,7 +160,7 @@ func (w *Worker) work(ctx context.Context, job *river.Job[outbox.RefundPaymentAr
 // finish records a final outcome, the key's final response and the job's
 // completion in one transaction, under the payment's lock, then the
 // refund's, then the key's.
-func (w *Worker) finish(ctx context.Context, job *river.Job[outbox.RefundPaymentArgs], r Refund, out provider.RefundOutcome) error {
+func (w *Worker) finish(ctx context.Context, job *river.Job[RefundPaymentArgs], r Refund, out provider.RefundOutcome) error {
 	return pgx.BeginTxFunc(ctx, w.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
 		if _, err := lockForOutcome(ctx, tx, w.keys, r.TenantID, r.ID); err != nil {
 			return err
@@ -175,7 +174,7 @@ func (w *Worker) finish(ctx context.Context, job *river.Job[outbox.RefundPayment
 
 // reconcileLater hands the job's refund to the Reconciler (if still
 // pending) and completes the job, in one transaction.
-func (w *Worker) reconcileLater(ctx context.Context, job *river.Job[outbox.RefundPaymentArgs], reason string) error {
+func (w *Worker) reconcileLater(ctx context.Context, job *river.Job[RefundPaymentArgs], reason string) error {
 	return pgx.BeginTxFunc(ctx, w.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
 		r, err := lockForOutcome(ctx, tx, w.keys, job.Args.TenantID, job.Args.RefundID)
 		if err != nil {

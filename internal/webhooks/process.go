@@ -14,7 +14,6 @@ import (
 
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/ledger"
-	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/provider"
 	"github.com/oncepay/oncepay/internal/refunds"
@@ -206,12 +205,12 @@ func (p *Processor) settleRefunds(ctx context.Context, list []*provider.Refund, 
 
 // ProcessWorker runs the Processor as a River job.
 type ProcessWorker struct {
-	river.WorkerDefaults[outbox.ProcessWebhookEventArgs]
+	river.WorkerDefaults[ProcessWebhookEventArgs]
 	Processor *Processor
 }
 
 // Work processes the job's event.
-func (w *ProcessWorker) Work(ctx context.Context, job *river.Job[outbox.ProcessWebhookEventArgs]) error {
+func (w *ProcessWorker) Work(ctx context.Context, job *river.Job[ProcessWebhookEventArgs]) error {
 	_, err := w.Processor.Process(ctx, job.Args.EventID)
 	if errors.Is(err, errEventNotFound) {
 		// The job commits with its event, so this is a deleted row.

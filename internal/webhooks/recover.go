@@ -100,13 +100,13 @@ func (r *Recoverer) Run(ctx context.Context, jobs Inserter) (RecoverResult, erro
 
 // RecoverWorker runs the Recoverer as a periodic River job.
 type RecoverWorker struct {
-	river.WorkerDefaults[outbox.RecoverWebhookEventsArgs]
+	river.WorkerDefaults[RecoverWebhookEventsArgs]
 	Recoverer *Recoverer
 }
 
 // Work runs one recovery pass; its jobs are inserted through the River
 // client running it.
-func (w *RecoverWorker) Work(ctx context.Context, _ *river.Job[outbox.RecoverWebhookEventsArgs]) error {
+func (w *RecoverWorker) Work(ctx context.Context, _ *river.Job[RecoverWebhookEventsArgs]) error {
 	res, err := w.Recoverer.Run(ctx, outbox.New(river.ClientFromContext[pgx.Tx](ctx)))
 	if res.Stored > 0 || err != nil || !res.Complete {
 		w.Recoverer.logger.InfoContext(ctx, "webhook recovery pass", slog.Int("listed", res.Listed), slog.Int("stored", res.Stored),

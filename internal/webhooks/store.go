@@ -13,7 +13,6 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
@@ -50,7 +49,7 @@ func Ingest(ctx context.Context, pool *pgxpool.Pool, jobs Inserter, ev provider.
 		if stored = tag.RowsAffected() == 1; !stored {
 			return nil
 		}
-		_, err = jobs.InsertTx(ctx, tx, outbox.ProcessWebhookEventArgs{EventID: ev.ID})
+		_, err = jobs.InsertTx(ctx, tx, ProcessWebhookEventArgs{EventID: ev.ID})
 		return err
 	})
 	return stored, err

@@ -119,7 +119,7 @@ func setup(t *testing.T, opts options) *bundle {
 	river.AddWorker(workers, &webhooks.RecoverWorker{Recoverer: recoverer})
 	var periodic []*river.PeriodicJob
 	if opts.recoverEvery > 0 {
-		periodic = append(periodic, outbox.RecoverWebhookEventsPeriodicJob(opts.recoverEvery))
+		periodic = append(periodic, webhooks.RecoverWebhookEventsPeriodicJob(opts.recoverEvery))
 	}
 	client, err := outbox.NewWorkerClient(pool, outbox.WorkerConfig{
 		Workers: workers, PeriodicJobs: periodic, Retry: outbox.RetryPolicy{Base: 20 * time.Millisecond, Max: 200 * time.Millisecond},

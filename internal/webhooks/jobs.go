@@ -1,9 +1,11 @@
-package outbox
+package webhooks
 
 import (
 	"time"
 
 	"github.com/riverqueue/river"
+
+	"github.com/oncepay/oncepay/internal/outbox"
 )
 
 // ProcessWebhookEventArgs asks the worker to act on one stored provider
@@ -20,9 +22,9 @@ func (ProcessWebhookEventArgs) Kind() string { return "process_webhook_event" }
 // reads the event's object), unique per event while live.
 func (ProcessWebhookEventArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{
-		Queue:       QueuePayments,
+		Queue:       outbox.QueuePayments,
 		MaxAttempts: WebhookEventMaxAttempts,
-		UniqueOpts:  river.UniqueOpts{ByArgs: true, ByState: LiveJobStates()},
+		UniqueOpts:  river.UniqueOpts{ByArgs: true, ByState: outbox.LiveJobStates()},
 	}
 }
 
@@ -43,9 +45,9 @@ func (RecoverWebhookEventsArgs) Kind() string { return "recover_webhook_events" 
 // retries: the next tick is the retry.
 func (RecoverWebhookEventsArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{
-		Queue:       QueueMaintenance,
+		Queue:       outbox.QueueMaintenance,
 		MaxAttempts: 1,
-		UniqueOpts:  river.UniqueOpts{ByState: LiveJobStates()},
+		UniqueOpts:  river.UniqueOpts{ByState: outbox.LiveJobStates()},
 	}
 }
 

@@ -1,11 +1,15 @@
-package outbox
+package refunds
 
-import "github.com/riverqueue/river"
+import (
+	"github.com/riverqueue/river"
+
+	"github.com/oncepay/oncepay/internal/outbox"
+)
 
 // RefundMaxAttempts is how many times a refund job runs before its refund is
 // handed to reconciliation: as for charges, about two hours with the default
 // backoff, well inside the provider's 24-hour idempotency window.
-const RefundMaxAttempts = ChargeMaxAttempts
+const RefundMaxAttempts = outbox.ChargeMaxAttempts
 
 // RefundPaymentArgs asks the worker to refund (part of) a payment at the
 // provider: one refund row, whose amount and key are fixed.
@@ -22,8 +26,8 @@ func (RefundPaymentArgs) Kind() string { return "refund_payment" }
 // refund resumed under its next generation gets a new job.
 func (RefundPaymentArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{
-		Queue:       QueuePayments,
+		Queue:       outbox.QueuePayments,
 		MaxAttempts: RefundMaxAttempts,
-		UniqueOpts:  river.UniqueOpts{ByArgs: true, ByState: LiveJobStates()},
+		UniqueOpts:  river.UniqueOpts{ByArgs: true, ByState: outbox.LiveJobStates()},
 	}
 }
