@@ -93,3 +93,11 @@ compose-test:
 ## base-images: build the local base images for an engine that cannot pull; prints the GO_IMAGE and POSTGRES_IMAGE to use
 base-images:
 	@deploy/base-images.sh
+
+# --- template: a new service from this clone ---------------------------------
+.PHONY: template
+
+## template: copy this clone into DIR as a new service under module NEW, renamed throughout, with one commit (make template NEW=example.com/acme/payments DIR=../payments [NAME=payments])
+template:
+	@if [ -z "$(NEW)" ] || [ -z "$(DIR)" ]; then echo "usage: make template NEW=example.com/acme/payments DIR=../payments [NAME=payments]" >&2; exit 2; fi
+	@go run ./tools/template/cmd/template -module '$(NEW)' -dir '$(DIR)' -name '$(NAME)'

@@ -1,4 +1,5 @@
 // Package templatecheck holds the test that the repository works as a
-// template: what `gonew` makes of it under another module path builds,
-// vets and passes tests.
+// template: what `make template` makes of a clone builds, vets and passes
+// tests under another module path and product name, and names this project
+// only in its README's attribution line.
 package templatecheck
