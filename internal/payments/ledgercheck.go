@@ -14,6 +14,7 @@ import (
 	"github.com/stripe/stripe-go/v76"
 
 	"github.com/oncepay/oncepay/internal/ledger"
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/provider"
 )
@@ -298,7 +299,7 @@ type LedgerCheckArgs struct{}
 func (LedgerCheckArgs) Kind() string { return "ledger_check" }
 
 // InsertOpts puts the job on the maintenance queue, one per tick.
-func (LedgerCheckArgs) InsertOpts() river.InsertOpts { return maintenanceInsertOpts() }
+func (LedgerCheckArgs) InsertOpts() river.InsertOpts { return operation.MaintenanceInsertOpts() }
 
 // LedgerCheckWorker runs the LedgerChecker over its window as a River job.
 // Two runs side by side are harmless: a finding already open is not

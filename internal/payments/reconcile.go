@@ -13,7 +13,7 @@ import (
 	"github.com/stripe/stripe-go/v76"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
-	"github.com/oncepay/oncepay/internal/outbox"
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
@@ -432,7 +432,7 @@ func (ReconcilePaymentsArgs) Kind() string { return "reconcile_payments" }
 
 // InsertOpts puts the job on the maintenance queue, one at a time.
 func (ReconcilePaymentsArgs) InsertOpts() river.InsertOpts {
-	return maintenanceInsertOpts()
+	return operation.MaintenanceInsertOpts()
 }
 
 // ReconcileWorker runs the Reconciler as a River job.
@@ -461,15 +461,4 @@ func (w *ReconcileWorker) Work(ctx context.Context, _ *river.Job[ReconcilePaymen
 			slog.Int("failed", res.Failed), slog.Any("error", err))
 	}
 	return err
-}
-
-// maintenanceInsertOpts runs a periodic job on the maintenance queue
-// without retries (the next tick is the retry); outbox.PeriodicJob makes it
-// unique per tick, so a run stuck on a killed worker never blocks the next.
-func maintenanceInsertOpts() river.InsertOpts {
-	return river.InsertOpts{
-		Queue:       outbox.QueueMaintenance,
-		MaxAttempts: 1,
-		UniqueOpts:  river.UniqueOpts{ByState: outbox.LiveJobStates()},
-	}
 }

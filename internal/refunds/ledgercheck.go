@@ -13,6 +13,7 @@ import (
 	"github.com/stripe/stripe-go/v76"
 
 	"github.com/oncepay/oncepay/internal/ledger"
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/provider"
@@ -260,7 +261,7 @@ type LedgerCheckArgs struct{}
 func (LedgerCheckArgs) Kind() string { return "ledger_check_refunds" }
 
 // InsertOpts puts the job on the maintenance queue, one per tick.
-func (LedgerCheckArgs) InsertOpts() river.InsertOpts { return maintenanceInsertOpts() }
+func (LedgerCheckArgs) InsertOpts() river.InsertOpts { return operation.MaintenanceInsertOpts() }
 
 // LedgerCheckWorker runs the refund LedgerChecker over its window as a
 // River job. Two runs side by side are harmless: a finding already open is

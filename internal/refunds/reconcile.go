@@ -11,7 +11,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
-	"github.com/oncepay/oncepay/internal/outbox"
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/provider"
 )
@@ -307,7 +307,7 @@ func (ReconcileRefundsArgs) Kind() string { return "reconcile_refunds" }
 
 // InsertOpts puts the job on the maintenance queue, one at a time, without
 // retries: the next tick is the retry.
-func (ReconcileRefundsArgs) InsertOpts() river.InsertOpts { return maintenanceInsertOpts() }
+func (ReconcileRefundsArgs) InsertOpts() river.InsertOpts { return operation.MaintenanceInsertOpts() }
 
 // ReconcileWorker runs the refund Reconciler as a River job.
 type ReconcileWorker struct {
@@ -329,12 +329,4 @@ func (w *ReconcileWorker) Work(ctx context.Context, _ *river.Job[ReconcileRefund
 			slog.Int("failed", res.Failed), slog.Any("error", err))
 	}
 	return err
-}
-
-func maintenanceInsertOpts() river.InsertOpts {
-	return river.InsertOpts{
-		Queue:       outbox.QueueMaintenance,
-		MaxAttempts: 1,
-		UniqueOpts:  river.UniqueOpts{ByState: outbox.LiveJobStates()},
-	}
 }

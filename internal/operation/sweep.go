@@ -1,0 +1,193 @@
+package operation
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+
+	"github.com/oncepay/oncepay/internal/outbox"
+)
+
+// SweepConfig tunes a Sweeper. Zero values take the defaults.
+type SweepConfig struct {
+	// Grace is how long an operation must have been unchanged before it is
+	// looked at: an operation's job is inserted in the same transaction as
+	// its row, so this only keeps the sweeper off operations being worked
+	// right now. Defaults to 5m.
+	Grace time.Duration
+	// Batch caps the operations handed over per run. Defaults to 500.
+	Batch int
+	// OnSwept, if set, is called once for each operation handed to
+	// reconciliation, after its transaction committed (for metrics). It
+	// must not block.
+	OnSwept func()
+}
+
+// WithDefaults returns the configuration with zero values defaulted.
+func (c SweepConfig) WithDefaults() SweepConfig {
+	c.Grace = cmp.Or(c.Grace, 5*time.Minute)
+	c.Batch = cmp.Or(c.Batch, 500)
+	return c
+}
+
+// Stranded says where a kind's operations live and which job drives them,
+// so that the sweeper can find those no job will finish.
+type Stranded struct {
+	// Operation names the kind in logs ("payment", "refund").
+	Operation string
+	// Table is the kind's table; it has tenant_id, id, status and
+	// updated_at columns.
+	Table string
+	// InFlight are the states in which a live job should be driving an
+	// operation.
+	InFlight []string
+	// JobKind is the River kind of that job, and JobArg the argument that
+	// holds the operation's id.
+	JobKind, JobArg string
+	// Reason is what the operation shows once handed over.
+	Reason string
+}
+
+// Sweepable is what a kind supplies to the sweeper: its locks and its
+// hand-over.
+type Sweepable[Op any] interface {
+	// LockInFlight takes the operation's locks in the kind's lock order
+	// and returns it, with whether it is still in one of the InFlight
+	// states.
+	LockInFlight(ctx context.Context, tx pgx.Tx, tenantID, id string) (op Op, inFlight bool, err error)
+	// HandToReconciliation moves the locked operation to
+	// requires_reconciliation and its key to unknown.
+	HandToReconciliation(ctx context.Context, tx pgx.Tx, op Op, reason string) error
+}
+
+// Sweeper is the backstop behind a worker's own last-attempt handling: an
+// operation still in flight with no job that will run again (discarded
+// after a failure the worker could not record, cancelled by hand, deleted)
+// goes to requires_reconciliation and its key to unknown, where the
+// Reconciler settles it. It never calls the provider and never re-executes
+// anything.
+type Sweeper[Op any] struct {
+	pool   *pgxpool.Pool
+	logger *slog.Logger
+	cfg    SweepConfig
+	where  Stranded
+	kind   Sweepable[Op]
+}
+
+// NewSweeper returns a Sweeper of the operations where describes.
+func NewSweeper[Op any](pool *pgxpool.Pool, logger *slog.Logger, cfg SweepConfig, where Stranded, kind Sweepable[Op]) *Sweeper[Op] {
+	return &Sweeper[Op]{pool: pool, logger: logger, cfg: cfg.WithDefaults(), where: where, kind: kind}
+}
+
+// strandedCondition is true for a row (alias o) with no live job. The
+// job's args carry the operation's id; the GIN index on river_job.args
+// serves the containment test. $1 is the live states, $2 the job kind, $3
+// the argument's name.
+const strandedCondition = `NOT EXISTS (
+	SELECT 1 FROM river_job j
+	WHERE j.kind = $2 AND j.args @> jsonb_build_object($3::text, o.id::text)
+		AND j.state = ANY($1::river_job_state[]))`
+
+// Run hands every stranded operation to reconciliation and returns how
+// many it handed over.
+func (s *Sweeper[Op]) Run(ctx context.Context) (int, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT tenant_id, id FROM `+s.where.Table+` o
+		WHERE status = ANY($4::text[])
+			AND updated_at < now() - $5 * interval '1 microsecond'
+			AND `+strandedCondition+`
+		ORDER BY updated_at
+		LIMIT $6`, liveStates(), s.where.JobKind, s.where.JobArg, s.where.InFlight, s.cfg.Grace.Microseconds(), s.cfg.Batch)
+	if err != nil {
+		return 0, fmt.Errorf("find stranded %ss: %w", s.where.Operation, err)
+	}
+	candidates, err := pgx.CollectRows(rows, pgx.RowToStructByPos[struct{ TenantID, ID string }])
+	if err != nil {
+		return 0, fmt.Errorf("find stranded %ss: %w", s.where.Operation, err)
+	}
+	swept := 0
+	for _, c := range candidates {
+		moved, err := s.sweep(ctx, c.TenantID, c.ID)
+		if err != nil {
+			return swept, err
+		}
+		if moved {
+			swept++
+			if s.cfg.OnSwept != nil {
+				s.cfg.OnSwept()
+			}
+			s.logger.WarnContext(ctx, s.where.Operation+" had no job left; handed to reconciliation",
+				slog.String("tenant_id", c.TenantID), slog.String(s.where.Operation+"_id", c.ID))
+		}
+	}
+	return swept, nil
+}
+
+// sweep re-checks one candidate under its locks. The job check is a
+// statement of its own, after the locks: a transaction that resumed the
+// operation (and inserted its job) has committed by then, and a new
+// statement sees its job.
+func (s *Sweeper[Op]) sweep(ctx context.Context, tenantID, id string) (bool, error) {
+	moved := false
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+		op, inFlight, err := s.kind.LockInFlight(ctx, tx, tenantID, id)
+		if err != nil || !inFlight {
+			return err
+		}
+		var stranded bool
+		if err := tx.QueryRow(ctx, `SELECT `+strandedCondition+` FROM `+s.where.Table+` o WHERE o.id = $4`,
+			liveStates(), s.where.JobKind, s.where.JobArg, id).Scan(&stranded); err != nil {
+			return fmt.Errorf("check %s jobs: %w", s.where.JobKind, err)
+		}
+		if !stranded {
+			return nil
+		}
+		moved = true
+		return s.kind.HandToReconciliation(ctx, tx, op, s.where.Reason)
+	})
+	if err != nil {
+		return false, fmt.Errorf("sweep %s %s: %w", s.where.Operation, id, err)
+	}
+	return moved, nil
+}
+
+// liveStates are River's states of a job that will still run.
+func liveStates() []string {
+	var states []string
+	for _, s := range outbox.LiveJobStates() {
+		states = append(states, string(s))
+	}
+	return states
+}
+
+// SweepWorker runs a Sweeper as the River job whose arguments are Args.
+type SweepWorker[Args river.JobArgs, Op any] struct {
+	river.WorkerDefaults[Args]
+	Sweeper *Sweeper[Op]
+}
+
+// Work runs one sweep.
+func (w *SweepWorker[Args, Op]) Work(ctx context.Context, _ *river.Job[Args]) error {
+	n, err := w.Sweeper.Run(ctx)
+	if n > 0 || err != nil {
+		w.Sweeper.logger.InfoContext(ctx, w.Sweeper.where.Operation+" sweep", slog.Int("handed_to_reconciliation", n), slog.Any("error", err))
+	}
+	return err
+}
+
+// MaintenanceInsertOpts runs a periodic job on the maintenance queue
+// without retries (the next tick is the retry); outbox.PeriodicJob makes it
+// unique per tick, so a run stuck on a killed worker never blocks the next.
+func MaintenanceInsertOpts() river.InsertOpts {
+	return river.InsertOpts{
+		Queue:       outbox.QueueMaintenance,
+		MaxAttempts: 1,
+		UniqueOpts:  river.UniqueOpts{ByState: outbox.LiveJobStates()},
+	}
+}
