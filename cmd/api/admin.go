@@ -393,7 +393,7 @@ func (a admin) reconciler(logger *slog.Logger) (*payments.Reconciler, error) {
 		return nil, err
 	}
 	return payments.NewReconciler(a.pool, a.keys(), pc, logger, payments.ReconcileConfig{
-		ChargeCallTimeout: payments.ChargeConfig{JobTimeout: pcfg.JobTimeout}.ProviderCallTimeout(),
+		WorkerCallTimeout: payments.ChargeConfig{JobTimeout: pcfg.JobTimeout}.ProviderCallTimeout(),
 		Settle:            pcfg.ReconcileSettle,
 	}), nil
 }

@@ -85,7 +85,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return fmt.Errorf("register charge worker: %w", err)
 	}
 	reconcileCfg := payments.ReconcileConfig{
-		ChargeCallTimeout: chargeCfg.ProviderCallTimeout(),
+		WorkerCallTimeout: chargeCfg.ProviderCallTimeout(),
 		Settle:            cfg.ReconcileSettle,
 		RetryMax:          cfg.ReconcileBackoffMax,
 		MaxAttempts:       cfg.ReconcileMaxAttempts,

@@ -48,7 +48,7 @@ type chargeBundle struct {
 // reconciler returns a Reconciler for the bundle with the tests' short
 // timers where cfg leaves them zero.
 func (b *chargeBundle) reconciler(cfg payments.ReconcileConfig) *payments.Reconciler {
-	cfg.ChargeCallTimeout = cmp.Or(cfg.ChargeCallTimeout, b.chargeCfg.ProviderCallTimeout())
+	cfg.WorkerCallTimeout = cmp.Or(cfg.WorkerCallTimeout, b.chargeCfg.ProviderCallTimeout())
 	cfg.Settle = cmp.Or(cfg.Settle, 100*time.Millisecond)
 	cfg.RetryBase = cmp.Or(cfg.RetryBase, 100*time.Millisecond)
 	cfg.RetryMax = cmp.Or(cfg.RetryMax, 500*time.Millisecond)

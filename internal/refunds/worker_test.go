@@ -215,7 +215,7 @@ func TestReconcilerOutcomes(t *testing.T) {
 	t.Run("AbsentFromASettledCompleteListIsNotReached", func(t *testing.T) {
 		refundID, key := toReconciliation(`{"amount": 100}`, true)
 		time.Sleep(50 * time.Millisecond) // past the call timeout and settle window below
-		rec := b.reconciler(payments.ReconcileConfig{ChargeCallTimeout: time.Millisecond, Settle: time.Millisecond})
+		rec := b.reconciler(payments.ReconcileConfig{WorkerCallTimeout: time.Millisecond, Settle: time.Millisecond})
 		res, err := rec.ReconcileNow(b.ctx, b.api.Tenant.TenantID, refundID)
 		require.NoError(t, err)
 		require.Equal(t, 1, res.NotReached)

@@ -1,0 +1,462 @@
+package operation
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+
+	"github.com/oncepay/oncepay/internal/idempotency"
+)
+
+// ReconcileConfig tunes a Reconciler. Zero values take the defaults.
+type ReconcileConfig struct {
+	// Batch is how many due operations one pass claims. Defaults to 50.
+	Batch int
+	// RunBudget bounds one run (one periodic job): it stops claiming
+	// operations when the budget is spent. Defaults to 2m.
+	RunBudget time.Duration
+	// Lease is how far a claimed operation's next look is pushed while a
+	// run works on it, so two runs never work the same operation. Must
+	// exceed RunBudget. Defaults to RunBudget + 1m.
+	Lease time.Duration
+	// CallTimeout bounds one provider call. Defaults to 20s.
+	CallTimeout time.Duration
+	// WorkerCallTimeout is the operation worker's provider call timeout: no
+	// request is in flight longer than this after its last attempt
+	// started. Defaults to 25s (the workers' default).
+	WorkerCallTimeout time.Duration
+	// Settle is how long after the last request can have ended before "the
+	// provider has no such object" counts as proof: time for a request still
+	// inside the provider to commit. Defaults to 1m.
+	Settle time.Duration
+	// ClockSkew widens a window listed at the provider on both sides, for
+	// the difference between the database's clock and the provider's.
+	// Defaults to 5m.
+	ClockSkew time.Duration
+	// RetryBase and RetryMax shape the backoff between looks that could not
+	// tell. Default 15s and 1h.
+	RetryBase, RetryMax time.Duration
+	// MaxAttempts is how many looks that could not tell are made before the
+	// operation is left to an operator. Defaults to 40 (about a day with
+	// the default backoff).
+	MaxAttempts int
+	// PollInterval is the wait between looks at an operation still pending
+	// at the provider. Defaults to 30s.
+	PollInterval time.Duration
+	// MaxActionWait is how long after the first request an operation
+	// waiting for the customer (3-D Secure) is canceled. Defaults to 1h.
+	MaxActionWait time.Duration
+}
+
+// WithDefaults returns the configuration with zero values defaulted.
+func (c ReconcileConfig) WithDefaults() ReconcileConfig {
+	c.Batch = cmp.Or(c.Batch, 50)
+	c.RunBudget = cmp.Or(c.RunBudget, 2*time.Minute)
+	c.Lease = cmp.Or(c.Lease, c.RunBudget+time.Minute)
+	c.CallTimeout = cmp.Or(c.CallTimeout, 20*time.Second)
+	c.WorkerCallTimeout = cmp.Or(c.WorkerCallTimeout, 25*time.Second)
+	c.Settle = cmp.Or(c.Settle, time.Minute)
+	c.ClockSkew = cmp.Or(c.ClockSkew, 5*time.Minute)
+	c.RetryBase = cmp.Or(c.RetryBase, 15*time.Second)
+	c.RetryMax = cmp.Or(c.RetryMax, time.Hour)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, 40)
+	c.PollInterval = cmp.Or(c.PollInterval, 30*time.Second)
+	c.MaxActionWait = cmp.Or(c.MaxActionWait, time.Hour)
+	return c
+}
+
+// SettleAfter is how long after the last request started its window has
+// settled: no request can still be in flight, nor uncommitted inside the
+// provider.
+func (c ReconcileConfig) SettleAfter() time.Duration {
+	return c.WorkerCallTimeout + c.Settle
+}
+
+// Found is what a look at the provider found.
+type Found int
+
+const (
+	// Undetermined: the look could not tell (an error, an incomplete
+	// list, a window not yet settled, several candidates).
+	Undetermined Found = iota
+	// Final: the provider has the operation and its outcome is final.
+	Final
+	// Pending: the provider has the operation, not yet final.
+	Pending
+	// Absent: proven never created for this generation.
+	Absent
+)
+
+// Look is what one look at the provider concluded.
+type Look struct {
+	Found Found
+	// ProviderID is the provider's object, when one was found; the next
+	// look reads it directly.
+	ProviderID string
+	// Note says why an Undetermined look could not tell.
+	Note string
+	Err  error
+}
+
+// Entry is what the engine reads of every claimed operation.
+type Entry struct {
+	TenantID, ID, IdempotencyKey string
+	Generation                   int
+	// FirstAttemptAt is when the first provider request of this generation
+	// was about to be sent; nil means none ever was.
+	FirstAttemptAt    *time.Time
+	ReconcileAttempts int
+	// LogAttrs name the operation on log lines, beside its id.
+	LogAttrs []any
+}
+
+// Reconcilable is what a kind supplies to the reconciler. C is a claimed
+// operation as the kind reads it, O the kind's provider outcome.
+type Reconcilable[C, O any] interface {
+	Entry(c C) Entry
+	// LookUp asks the provider what became of c; it never sends c again.
+	LookUp(ctx context.Context, c C) (O, Look)
+	// RecordFinal records a final outcome found, exactly as the worker
+	// would, under the kind's locks.
+	RecordFinal(ctx context.Context, c C, out O) error
+	// Lock takes the operation's locks in the kind's lock order, key last.
+	Lock(ctx context.Context, tx pgx.Tx, tenantID, id string) error
+}
+
+// Table says where a kind's operations live.
+type Table struct {
+	// Operation names the kind in logs and errors ("payment", "refund").
+	Operation string
+	// Name is the table: it has tenant_id, id, status, failure_code,
+	// failure_message, provider_key_generation, reconcile_after,
+	// reconcile_attempts, last_provider_attempt_at and updated_at.
+	Name string
+	// ProviderIDColumn holds the provider's object id once known, and
+	// ProviderIDLog names it on log lines.
+	ProviderIDColumn, ProviderIDLog string
+	// ClaimColumns are the columns a claim returns (RETURNING, over the
+	// table's row); settled is the column expression SettledColumn makes of
+	// the parameter number it is given.
+	ClaimColumns func(settled string) string
+	// NotReachedMessage is what an operation proven never sent shows;
+	// NotReachedAlsoSet, if set, are more assignments of that update
+	// (", decline_code = NULL").
+	NotReachedMessage, NotReachedAlsoSet string
+	// NotFound is the kind's error for an operation that does not exist.
+	NotFound error
+}
+
+// FailureProviderNotReached is the failure code of an operation proven
+// never to have reached the provider: nothing was done there, and the
+// client's retry with the same key runs it under the next generation.
+const FailureProviderNotReached = "provider_not_reached"
+
+// SettledColumn computes, by the database's clock (the one that wrote
+// last_provider_attempt_at), whether no request can still be in flight;
+// param holds SettleAfter in microseconds.
+func SettledColumn(param int) string {
+	return fmt.Sprintf(`(last_provider_attempt_at IS NULL OR
+		last_provider_attempt_at + $%d * interval '1 microsecond' <= now()) AS settled`, param)
+}
+
+// Reconciler settles operations in requires_reconciliation by looking them
+// up at the provider, never by sending them again:
+//
+//   - found and final: recorded exactly as the worker would (operation, then
+//     key completed with the final response, one transaction);
+//   - found and pending: looked at again after PollInterval, not counted;
+//   - proven never created (no request ever sent, or absent from a complete
+//     answer once the last request's window has settled): failed with
+//     FailureProviderNotReached and the key made failed_retryable, so the
+//     client's retry with the same key runs it under the next generation;
+//   - anything else: looked at again with backoff, and after MaxAttempts
+//     left to an operator (reconcile_after NULL).
+type Reconciler[C, O any] struct {
+	pool   *pgxpool.Pool
+	keys   *idempotency.Store
+	logger *slog.Logger
+	cfg    ReconcileConfig
+	table  Table
+	kind   Reconcilable[C, O]
+}
+
+// NewReconciler returns a Reconciler of the operations in table.
+func NewReconciler[C, O any](pool *pgxpool.Pool, keys *idempotency.Store, logger *slog.Logger, cfg ReconcileConfig, table Table, kind Reconcilable[C, O]) *Reconciler[C, O] {
+	return &Reconciler[C, O]{pool: pool, keys: keys, logger: logger, cfg: cfg.WithDefaults(), table: table, kind: kind}
+}
+
+// Config is the reconciler's configuration, defaults applied.
+func (r *Reconciler[C, O]) Config() ReconcileConfig { return r.cfg }
+
+// ReconcileResult counts what a run did.
+type ReconcileResult struct {
+	Settled, NotReached, Pending, Undetermined, LeftToOperator int
+	// Failed counts operations whose look or recording failed (a database
+	// error): their lease runs out and a later run looks again.
+	Failed int
+}
+
+func (r ReconcileResult) looked() int {
+	return r.Settled + r.NotReached + r.Pending + r.Undetermined + r.LeftToOperator + r.Failed
+}
+
+// Run settles the operations that are due, until none is or the run
+// budget is spent.
+func (r *Reconciler[C, O]) Run(ctx context.Context) (ReconcileResult, error) {
+	var res ReconcileResult
+	deadline := time.Now().Add(r.cfg.RunBudget)
+	for time.Now().Before(deadline) {
+		rows, err := r.pool.Query(ctx, `
+			UPDATE `+r.table.Name+` SET reconcile_after = now() + $2 * interval '1 microsecond'
+			WHERE id IN (
+				SELECT id FROM `+r.table.Name+`
+				WHERE status = 'requires_reconciliation' AND reconcile_after <= now()
+				ORDER BY reconcile_after
+				LIMIT $1
+				FOR UPDATE SKIP LOCKED)
+			RETURNING `+r.table.ClaimColumns(SettledColumn(3)),
+			r.cfg.Batch, r.cfg.Lease.Microseconds(), r.cfg.SettleAfter().Microseconds())
+		claimed, err := r.collect(rows, err)
+		if err != nil {
+			return res, err
+		}
+		for _, c := range claimed {
+			if err := r.reconcile(ctx, c, &res); err != nil {
+				res.Failed++
+				r.logger.ErrorContext(ctx, "reconciling "+r.table.Operation+" failed",
+					slog.String(r.table.Operation+"_id", r.kind.Entry(c).ID), slog.Any("error", err))
+			}
+		}
+		if len(claimed) < r.cfg.Batch {
+			break
+		}
+	}
+	return res, nil
+}
+
+// ReconcileNow reconciles one operation at once, whatever its schedule (an
+// operator's request, or a test). It claims the operation like a run does.
+func (r *Reconciler[C, O]) ReconcileNow(ctx context.Context, tenantID, id string) (ReconcileResult, error) {
+	var res ReconcileResult
+	rows, err := r.pool.Query(ctx, `
+		UPDATE `+r.table.Name+` SET reconcile_after = now() + $3 * interval '1 microsecond'
+		WHERE tenant_id = $1 AND id = $2 AND status = 'requires_reconciliation'
+		RETURNING `+r.table.ClaimColumns(SettledColumn(4)),
+		tenantID, id, r.cfg.Lease.Microseconds(), r.cfg.SettleAfter().Microseconds())
+	claimed, err := r.collect(rows, err)
+	if err != nil {
+		return res, err
+	}
+	if len(claimed) == 0 {
+		return res, fmt.Errorf("reconcile %s %s: none awaiting reconciliation: %w", r.table.Operation, id, r.table.NotFound)
+	}
+	return res, r.reconcile(ctx, claimed[0], &res)
+}
+
+// Awaiting reads an operation awaiting reconciliation, as a claim would
+// return it, without claiming it: an operator's look that changes nothing
+// leaves the schedule as it was. ok is false when it is not awaiting.
+func (r *Reconciler[C, O]) Awaiting(ctx context.Context, tenantID, id string) (c C, ok bool, err error) {
+	rows, err := r.pool.Query(ctx, `
+		SELECT `+r.table.ClaimColumns(SettledColumn(3))+`
+		FROM `+r.table.Name+` WHERE tenant_id = $1 AND id = $2 AND status = 'requires_reconciliation'`,
+		tenantID, id, r.cfg.SettleAfter().Microseconds())
+	claimed, err := r.collect(rows, err)
+	if err != nil || len(claimed) == 0 {
+		return c, false, err
+	}
+	return claimed[0], true, nil
+}
+
+func (r *Reconciler[C, O]) collect(rows pgx.Rows, err error) ([]C, error) {
+	if err != nil {
+		return nil, fmt.Errorf("claim %ss to reconcile: %w", r.table.Operation, err)
+	}
+	claims, err := pgx.CollectRows(rows, pgx.RowToStructByName[C])
+	if err != nil {
+		return nil, fmt.Errorf("claim %ss to reconcile: %w", r.table.Operation, err)
+	}
+	return claims, nil
+}
+
+func (r *Reconciler[C, O]) reconcile(ctx context.Context, c C, res *ReconcileResult) error {
+	e := r.kind.Entry(c)
+	log := r.logger.With(append([]any{slog.String("tenant_id", e.TenantID), slog.String(r.table.Operation+"_id", e.ID)},
+		append(e.LogAttrs, slog.Int("generation", e.Generation), slog.Int("reconcile_attempt", e.ReconcileAttempts+1))...)...)
+	if e.FirstAttemptAt == nil {
+		// The attempt clock commits before any provider request is sent:
+		// without it, no request for this generation ever left.
+		log.InfoContext(ctx, "no provider request was ever sent for this "+r.table.Operation)
+		res.NotReached++
+		return r.RecordNotReached(ctx, e)
+	}
+
+	out, look := r.kind.LookUp(ctx, c)
+	log = log.With(slog.String("found", look.Found.String()), slog.String(r.table.ProviderIDLog, look.ProviderID))
+	switch look.Found {
+	case Final:
+		log.InfoContext(ctx, "reconciled: the provider's outcome is final")
+		res.Settled++
+		return r.kind.RecordFinal(ctx, c, out)
+	case Pending:
+		log.InfoContext(ctx, r.table.Operation+" still pending at the provider; looking again later")
+		// Pending is not a failed look: it does not count toward MaxAttempts.
+		res.Pending++
+		return r.reschedule(ctx, e, nextLook{providerID: look.ProviderID, after: r.cfg.PollInterval})
+	case Absent:
+		log.InfoContext(ctx, "reconciled: the provider never created this "+r.table.Operation)
+		res.NotReached++
+		return r.RecordNotReached(ctx, e)
+	}
+	if e.ReconcileAttempts+1 >= r.cfg.MaxAttempts {
+		log.ErrorContext(ctx, "reconciliation could not tell; leaving the "+r.table.Operation+" to an operator",
+			slog.String("note", look.Note), slog.Any("error", look.Err))
+		res.LeftToOperator++
+		return r.reschedule(ctx, e, nextLook{providerID: look.ProviderID, counted: true,
+			operatorNote: "reconciliation could not determine the outcome: " + look.Note + "; an operator must check the provider"})
+	}
+	delay := Backoff(r.cfg.RetryBase, r.cfg.RetryMax, e.ReconcileAttempts)
+	log.WarnContext(ctx, "reconciliation could not tell yet; looking again later", slog.String("note", look.Note),
+		slog.Duration("delay", delay), slog.Any("error", look.Err))
+	res.Undetermined++
+	return r.reschedule(ctx, e, nextLook{providerID: look.ProviderID, after: delay, counted: true})
+}
+
+func (f Found) String() string {
+	switch f {
+	case Final:
+		return "final"
+	case Pending:
+		return "pending"
+	case Absent:
+		return "absent"
+	}
+	return "undetermined"
+}
+
+// RecordNotReached fails an operation proven never to have reached the
+// provider and makes its key retryable, under the kind's locks; an
+// operation settled meanwhile is left alone.
+func (r *Reconciler[C, O]) RecordNotReached(ctx context.Context, e Entry) error {
+	return pgx.BeginTxFunc(ctx, r.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+		_, err := r.recordNotReachedTx(ctx, tx, e, nil)
+		return err
+	})
+}
+
+// recordNotReachedTx is RecordNotReached in the caller's transaction; it
+// reports whether the operation changed. freeKey, if set, moves the key
+// from unknown to failed_retryable in place of the reconciler's own
+// transition (an operator's release records who and why).
+func (r *Reconciler[C, O]) recordNotReachedTx(ctx context.Context, tx pgx.Tx, e Entry, freeKey func(context.Context, pgx.Tx) error) (bool, error) {
+	if err := r.kind.Lock(ctx, tx, e.TenantID, e.ID); err != nil {
+		return false, err
+	}
+	tag, err := tx.Exec(ctx, `
+		UPDATE `+r.table.Name+` SET status = 'failed', failure_code = $4, failure_message = $5`+r.table.NotReachedAlsoSet+`,
+			reconcile_after = NULL, updated_at = now()
+		WHERE tenant_id = $1 AND id = $2 AND provider_key_generation = $3 AND status = 'requires_reconciliation'`,
+		e.TenantID, e.ID, e.Generation, FailureProviderNotReached, r.table.NotReachedMessage)
+	if err != nil {
+		return false, fmt.Errorf("fail %s never sent: %w", r.table.Operation, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return false, nil // settled meanwhile
+	}
+	if freeKey != nil {
+		return true, freeKey(ctx, tx)
+	}
+	if err := r.keys.MarkFailedRetryable(ctx, tx, e.TenantID, e.IdempotencyKey); err != nil {
+		return false, fmt.Errorf("make idempotency key retryable: %w", err)
+	}
+	return true, nil
+}
+
+// nextLook is when and how the reconciler looks at an operation again.
+type nextLook struct {
+	// providerID, if found, is remembered so the next look reads it
+	// directly.
+	providerID string
+	after      time.Duration
+	// counted is whether this look counts toward MaxAttempts.
+	counted bool
+	// operatorNote, when set, stops the schedule and tells an operator why.
+	operatorNote string
+}
+
+func (r *Reconciler[C, O]) reschedule(ctx context.Context, e Entry, next nextLook) error {
+	counted := 0
+	if next.counted {
+		counted = 1
+	}
+	_, err := r.pool.Exec(ctx, `
+		UPDATE `+r.table.Name+` SET
+			reconcile_after = CASE WHEN $6 = '' THEN now() + $3 * interval '1 microsecond' END,
+			reconcile_attempts = reconcile_attempts + $4,
+			`+r.table.ProviderIDColumn+` = coalesce(nullif($5, ''), `+r.table.ProviderIDColumn+`),
+			failure_message = coalesce(nullif($6, ''), failure_message),
+			updated_at = now()
+		WHERE id = $1 AND provider_key_generation = $2 AND status = 'requires_reconciliation'`,
+		e.ID, e.Generation, next.after.Microseconds(), counted, next.providerID, next.operatorNote)
+	if err != nil {
+		return fmt.Errorf("reschedule %s reconciliation: %w", r.table.Operation, err)
+	}
+	return nil
+}
+
+// Backoff doubles base per attempt, capped at ceiling.
+func Backoff(base, ceiling time.Duration, attempt int) time.Duration {
+	delay := ceiling
+	if shift := max(attempt, 0); shift < 62 && base <= ceiling>>shift {
+		delay = base << shift
+	}
+	return delay
+}
+
+// Pass is a reconciler's run, as ReconcileWorker runs it: a Reconciler,
+// or a kind's type that embeds one.
+type Pass interface {
+	Run(ctx context.Context) (ReconcileResult, error)
+	passInfo() (ReconcileConfig, Table, *slog.Logger)
+}
+
+func (r *Reconciler[C, O]) passInfo() (ReconcileConfig, Table, *slog.Logger) {
+	return r.cfg, r.table, r.logger
+}
+
+// ReconcileWorker runs a reconciler as the River job whose arguments are
+// Args.
+type ReconcileWorker[Args river.JobArgs] struct {
+	river.WorkerDefaults[Args]
+	Reconciler Pass
+	// Observe, if set, receives each pass's counts (for metrics).
+	Observe func(ReconcileResult)
+}
+
+// Timeout lets a run spend its budget and finish its last operation: at
+// most three provider calls and the recording.
+func (w *ReconcileWorker[Args]) Timeout(*river.Job[Args]) time.Duration {
+	cfg, _, _ := w.Reconciler.passInfo()
+	return cfg.RunBudget + cfg.CallTimeout*3 + 10*time.Second
+}
+
+// Work runs one reconciliation pass.
+func (w *ReconcileWorker[Args]) Work(ctx context.Context, _ *river.Job[Args]) error {
+	res, err := w.Reconciler.Run(ctx)
+	if w.Observe != nil {
+		w.Observe(res)
+	}
+	if res.looked() > 0 || err != nil {
+		_, table, logger := w.Reconciler.passInfo()
+		logger.InfoContext(ctx, table.Operation+" reconciliation pass", slog.Int("settled", res.Settled),
+			slog.Int("not_reached", res.NotReached), slog.Int("pending", res.Pending), slog.Int("undetermined", res.Undetermined),
+			slog.Int("left_to_operator", res.LeftToOperator), slog.Int("failed", res.Failed), slog.Any("error", err))
+	}
+	return err
+}
