@@ -398,6 +398,70 @@ func (a admin) reconciler(logger *slog.Logger) (*payments.Reconciler, error) {
 	}), nil
 }
 
+// refundReconciler is the worker's refund reconciler, with its timings.
+func (a admin) refundReconciler(logger *slog.Logger) (*refunds.Reconciler, error) {
+	pc, pcfg, err := a.provider()
+	if err != nil {
+		return nil, err
+	}
+	return refunds.NewReconciler(a.pool, a.keys(), pc, logger, payments.ReconcileConfig{
+		WorkerCallTimeout: payments.ChargeConfig{JobTimeout: pcfg.JobTimeout}.ProviderCallTimeout(),
+		Settle:            pcfg.ReconcileSettle,
+	}), nil
+}
+
+// isRefund tells a refund's id from a payment's.
+func isRefund(id string) bool { return strings.HasPrefix(id, refunds.IDPrefix+"_") }
+
+// operatorRefund is a refund as an operator sees it: what the API shows,
+// and the key and provider bookkeeping it hides.
+type operatorRefund struct {
+	refunds.Refund
+	TenantID          string     `json:"tenant_id"`
+	IdempotencyKey    string     `json:"idempotency_key"`
+	Generation        int        `json:"generation"`
+	FirstAttemptAt    *time.Time `json:"first_attempt_at"`
+	LastAttemptAt     *time.Time `json:"last_attempt_at"`
+	ReconcileAfter    *time.Time `json:"reconcile_after"`
+	ReconcileAttempts int        `json:"reconcile_attempts"`
+}
+
+func refundView(r refunds.Refund) operatorRefund {
+	return operatorRefund{Refund: r, TenantID: r.TenantID, IdempotencyKey: r.IdempotencyKey, Generation: r.ProviderKeyGeneration,
+		FirstAttemptAt: r.FirstProviderAttemptAt, LastAttemptAt: r.LastProviderAttemptAt, ReconcileAfter: r.ReconcileAfter,
+		ReconcileAttempts: r.ReconcileAttempts}
+}
+
+// reconcileRefund reconciles one refund awaiting reconciliation now, as
+// the refund reconciler's next run would.
+func (a admin) reconcileRefund(ctx context.Context, refundID string, logger *slog.Logger) error {
+	r, err := a.refundReconciler(logger)
+	if err != nil {
+		return err
+	}
+	var tenantID string
+	if err := a.pool.QueryRow(ctx, `SELECT tenant_id FROM refunds WHERE id = $1`, refundID).Scan(&tenantID); err != nil {
+		return fmt.Errorf("%w: no refund %q (\"api payments show PAYMENT\" lists a payment's refunds)", refunds.ErrNotFound, refundID)
+	}
+	before, err := refunds.GetRefund(ctx, a.pool, tenantID, refundID)
+	if err != nil {
+		return err
+	}
+	counts, err := r.ReconcileNow(ctx, tenantID, refundID)
+	if err != nil {
+		return fmt.Errorf("%w (only a refund awaiting reconciliation is looked up; it is %s)", err, before.Status)
+	}
+	after, err := refunds.GetRefund(ctx, a.pool, tenantID, refundID)
+	if err != nil {
+		return err
+	}
+	if a.cmd.opts.json {
+		return a.writeJSON(map[string]any{"verdict": counts.Verdict(), "before": refundView(before), "after": refundView(after)})
+	}
+	return a.fields("refund", after.ID, "verdict", counts.Verdict(), "status", fmt.Sprintf("%s -> %s", before.Status, after.Status),
+		"failure", fmt.Sprintf("%s: %s", str(after.FailureCode), str(after.FailureMessage)), "provider refund", str(after.ProviderRefundID))
+}
+
 func (a admin) reconcile(ctx context.Context) error {
 	// The reconciler's notes ("a charge request may still be in flight")
 	// are shown with the answer.
@@ -410,6 +474,15 @@ func (a admin) reconcile(ctx context.Context) error {
 			return at
 		},
 	}))
+	if isRefund(a.cmd.args[0]) {
+		if err := a.reconcileRefund(ctx, a.cmd.args[0], logger); err != nil {
+			return err
+		}
+		if logs.Len() > 0 && !a.cmd.opts.json {
+			fmt.Fprintf(a.out, "\nreconciler log:\n%s", logs.String())
+		}
+		return nil
+	}
 	r, err := a.reconciler(logger)
 	if err != nil {
 		return err
@@ -446,14 +519,22 @@ func (a admin) keysRelease(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	key := a.cmd.args[1]
+	rec, err := a.keys().Get(ctx, a.pool, tenantID, key)
+	if errors.Is(err, idempotency.ErrKeyNotFound) {
+		return fmt.Errorf("%w (\"api payments show ID\" names a payment's key)", err)
+	}
+	if err != nil {
+		return err
+	}
+	if isRefund(rec.ResourceID) {
+		return a.releaseRefundKey(ctx, tenantID, key)
+	}
 	r, err := a.reconciler(slog.New(slog.DiscardHandler))
 	if err != nil {
 		return err
 	}
-	res, err := r.ReleaseKey(ctx, tenantID, a.cmd.args[1], a.cmd.opts.reason, a.cmd.opts.operator)
-	if errors.Is(err, idempotency.ErrKeyNotFound) {
-		return fmt.Errorf("%w (\"api payments show ID\" names a payment's key)", err)
-	}
+	res, err := r.ReleaseKey(ctx, tenantID, key, a.cmd.opts.reason, a.cmd.opts.operator)
 	if err != nil {
 		return err
 	}
@@ -477,6 +558,36 @@ func (a admin) keysRelease(ctx context.Context) error {
 		"key", fmt.Sprintf("%s is %s: the client's retry with it charges the payment under generation %d", rel.Key,
 			idempotency.StatusFailedRetryable, p.ProviderKeyGeneration+1),
 		"by", rel.Operator, "reason", rel.Reason)
+}
+
+// releaseRefundKey releases a refund's key stuck unknown, as keysRelease
+// does a payment's: only on the provider's proof that no refund exists.
+func (a admin) releaseRefundKey(ctx context.Context, tenantID, key string) error {
+	r, err := a.refundReconciler(slog.New(slog.DiscardHandler))
+	if err != nil {
+		return err
+	}
+	res, err := r.ReleaseKey(ctx, tenantID, key, a.cmd.opts.reason, a.cmd.opts.operator)
+	if err != nil {
+		return err
+	}
+	ref, err := refunds.GetRefund(ctx, a.pool, tenantID, res.ID)
+	if err != nil {
+		return err
+	}
+	keyStatus := idempotency.StatusFailedRetryable
+	if res.Verdict == "settled" {
+		keyStatus = idempotency.StatusCompleted
+	}
+	if a.cmd.opts.json {
+		out := map[string]any{"verdict": res.Verdict, "refund": refundView(ref), "key_status": keyStatus}
+		if res.Verdict == "released" {
+			out["release"] = res.Release
+		}
+		return a.writeJSON(out)
+	}
+	return a.fields("verdict", res.Verdict, "refund", fmt.Sprintf("%s of payment %s is %s (%s)", ref.ID, ref.PaymentID, ref.Status, str(ref.FailureCode)),
+		"key", fmt.Sprintf("%s is %s", key, keyStatus))
 }
 
 func (a admin) ledgerCheck(ctx context.Context) error {

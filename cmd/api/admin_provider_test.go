@@ -3,10 +3,12 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -436,4 +438,99 @@ func TestKeysReleaseWaitsForTheAttemptWindow(t *testing.T) {
 	}
 	b.cliJSON(&res, "keys", "release", b.name, key, "--reason", "nothing at the provider", "--operator", "ana")
 	require.Equal(t, "released", res.Verdict)
+}
+
+// refund asks the API for a refund of amount of paymentID under key and
+// returns its id; no worker runs, so it stays pending until the test moves
+// it.
+func (b *opsBundle) refund(paymentID, key string, amount int64) string {
+	b.t.Helper()
+	req, err := http.NewRequest(http.MethodPost, b.base+"/v1/payments/"+paymentID+"/refunds", strings.NewReader(fmt.Sprintf(`{"amount": %d}`, amount)))
+	require.NoError(b.t, err)
+	req.Header.Set("Authorization", "Bearer "+b.tenant.APIKey)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", key)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(b.t, err)
+	defer resp.Body.Close()
+	var r struct {
+		ID string `json:"id"`
+	}
+	require.Equal(b.t, http.StatusAccepted, resp.StatusCode)
+	require.NoError(b.t, json.NewDecoder(resp.Body).Decode(&r))
+	return r.ID
+}
+
+// TestRefundKeysReleaseAndReconcile: the operator commands take a refund's
+// key or id as they take a payment's, through the same engine: a release
+// only on the provider's proof that no refund exists, a refund found
+// settles instead, and reconcile looks a refund up now.
+func TestRefundKeysReleaseAndReconcile(t *testing.T) {
+	t.Parallel()
+	b := setupOps(t)
+	api, sim := b.withSimulator()
+	paymentID := b.pay(id.New("key"))
+	intent := b.intent(api, 2000, "pm_card_visa", paymentID)
+	b.settleRow(paymentID, "succeeded", intent.ID)
+	stuck := func(refundID, key string, sent bool) {
+		b.exec(`UPDATE refunds SET status = 'requires_reconciliation', reconcile_after = NULL,
+			first_provider_attempt_at = CASE WHEN $2 THEN now() - interval '1 minute' END,
+			last_provider_attempt_at = CASE WHEN $2 THEN now() - interval '1 minute' END WHERE id = $1`, refundID, sent)
+		b.exec(`UPDATE idempotency_keys SET status = 'unknown' WHERE idempotency_key = $1`, key)
+		b.exec(`UPDATE river_job SET state = 'completed', finalized_at = now() WHERE args->>'refund_id' = $1`, refundID)
+	}
+	keyStatus := func(key string) string {
+		var s string
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT status FROM idempotency_keys WHERE idempotency_key = $1`, key).Scan(&s))
+		return s
+	}
+	var res struct {
+		Verdict string         `json:"verdict"`
+		Refund  operatorRefund `json:"refund"`
+		After   operatorRefund `json:"after"`
+	}
+
+	// Never sent: released, with who and why.
+	neverKey := id.New("key")
+	never := b.refund(paymentID, neverKey, 300)
+	stuck(never, neverKey, false)
+	b.cliJSON(&res, "keys", "release", b.name, neverKey, "--reason", "no request left", "--operator", "ana")
+	require.Equal(t, "released", res.Verdict)
+	require.Equal(t, refunds.StatusFailed, res.Refund.Status)
+	require.Equal(t, "failed_retryable", keyStatus(neverKey))
+
+	// Refunded at the provider, answer lost: refused while the provider
+	// cannot be asked, settled from it once it can; never released.
+	foundKey := id.New("key")
+	found := b.refund(paymentID, foundKey, 500)
+	stuck(found, foundKey, true)
+	b.providerRefund(api, intent.ID, 500, paymentID, found)
+	require.NoError(t, sim.InjectFault(b.ctx, stripesim.Fault{Mode: stripesim.FaultErrorBefore, Path: "GET /v1/refunds*"}))
+	_, err := b.cli("keys", "release", b.name, foundKey, "--reason", "dashboard shows nothing", "--operator", "ana")
+	require.ErrorIs(t, err, payments.ErrNotReleasable)
+	require.Equal(t, "unknown", keyStatus(foundKey))
+	require.NoError(t, sim.ClearFaults(b.ctx))
+	b.cliJSON(&res, "keys", "release", b.name, foundKey, "--reason", "dashboard shows nothing", "--operator", "ana")
+	require.Equal(t, "settled", res.Verdict)
+	require.Equal(t, refunds.StatusSucceeded, res.Refund.Status)
+	require.Equal(t, "completed", keyStatus(foundKey))
+
+	// reconcile takes a refund's id.
+	lookedKey := id.New("key")
+	looked := b.refund(paymentID, lookedKey, 200)
+	stuck(looked, lookedKey, true)
+	b.providerRefund(api, intent.ID, 200, paymentID, looked)
+	b.cliJSON(&res, "reconcile", looked)
+	require.Equal(t, "settled", res.Verdict)
+	require.Equal(t, refunds.StatusSucceeded, res.After.Status)
+
+	ledger, err := sim.Ledger(b.ctx)
+	require.NoError(t, err)
+	var moved int64
+	for _, o := range ledger.Objects {
+		if o.Object == "refund" {
+			moved += o.Amount
+		}
+	}
+	require.Equal(t, int64(700), moved, "the operator commands refunded nothing themselves")
 }

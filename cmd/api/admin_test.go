@@ -258,9 +258,6 @@ func TestKeysRelease(t *testing.T) {
 	t.Parallel()
 	b := setupOps(t)
 	key := id.New("key")
-	_, err := b.cli("keys", "release", b.name, key, "--reason", "r", "--operator", "ana")
-	require.ErrorContains(t, err, "STRIPE_SECRET_KEY", "a release asks the provider first, and names its settings")
-	b.withSimulator()
 	paymentID := b.pay(key)
 	stuck := func(paymentID, key string) {
 		b.exec(`UPDATE payments SET status = 'requires_reconciliation', reconcile_after = NULL,
@@ -272,6 +269,9 @@ func TestKeysRelease(t *testing.T) {
 	code, _, body, err := post(t, http.DefaultClient, b.base, b.tenant.APIKey, key, visa)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusConflict, code, "unknown: %s", body)
+	_, err = b.cli("keys", "release", b.name, key, "--reason", "r", "--operator", "ana")
+	require.ErrorContains(t, err, "STRIPE_SECRET_KEY", "a release asks the provider first, and names its settings")
+	b.withSimulator()
 
 	_, err = b.cli("keys", "release", b.name, key, "--operator", "ana")
 	require.ErrorContains(t, err, "--reason is required")

@@ -202,6 +202,22 @@ type ReconcileResult struct {
 	Failed int
 }
 
+// Verdict names what a run of one operation concluded: settled,
+// not_reached, pending, left_to_operator or undetermined.
+func (r ReconcileResult) Verdict() string {
+	switch {
+	case r.Settled > 0:
+		return "settled"
+	case r.NotReached > 0:
+		return "not_reached"
+	case r.Pending > 0:
+		return "pending"
+	case r.LeftToOperator > 0:
+		return "left_to_operator"
+	}
+	return "undetermined"
+}
+
 func (r ReconcileResult) looked() int {
 	return r.Settled + r.NotReached + r.Pending + r.Undetermined + r.LeftToOperator + r.Failed
 }

@@ -45,7 +45,7 @@ func (r *Reconciler) ReconcilePayment(ctx context.Context, paymentID string) (Re
 		if err != nil {
 			return res, err
 		}
-		res.Verdict = verdictName(counts)
+		res.Verdict = counts.Verdict()
 	case p.ProviderPaymentIntentID != nil:
 		callCtx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
 		out := r.provider.RetrieveIntent(callCtx, *p.ProviderPaymentIntentID)
@@ -76,18 +76,4 @@ func (r *Reconciler) ReconcilePayment(ctx context.Context, paymentID string) (Re
 	}
 	res.After = after
 	return res, nil
-}
-
-func verdictName(res ReconcileResult) string {
-	switch {
-	case res.Settled > 0:
-		return "settled"
-	case res.NotReached > 0:
-		return "not_reached"
-	case res.Pending > 0:
-		return "pending"
-	case res.LeftToOperator > 0:
-		return "left_to_operator"
-	}
-	return "undetermined"
 }
