@@ -93,7 +93,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		MaxActionWait:     cfg.MaxPollDuration,
 	}
 	reconciler := payments.NewReconciler(pool, keys, providerClient, logger, reconcileCfg)
-	if err := river.AddWorkerSafely(workers, &payments.ReconcileWorker{Reconciler: reconciler, Observe: observeReconciliation(m)}); err != nil {
+	if err := river.AddWorkerSafely(workers, &payments.ReconcileWorker{Reconciler: reconciler, Observe: observeReconciliation(m, "payment")}); err != nil {
 		return fmt.Errorf("register reconciler: %w", err)
 	}
 	sweepCfg := payments.SweepConfig{Grace: cfg.SweepGrace, OnSwept: func() { m.KeySwept("payment") }}
@@ -105,7 +105,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return fmt.Errorf("register refund worker: %w", err)
 	}
 	refundReconciler := refunds.NewReconciler(pool, keys, providerClient, logger, reconcileCfg)
-	if err := river.AddWorkerSafely(workers, &refunds.ReconcileWorker{Reconciler: refundReconciler}); err != nil {
+	if err := river.AddWorkerSafely(workers, &refunds.ReconcileWorker{Reconciler: refundReconciler, Observe: observeReconciliation(m, "refund")}); err != nil {
 		return fmt.Errorf("register refund reconciler: %w", err)
 	}
 	refundSweepCfg := sweepCfg
@@ -243,14 +243,15 @@ func newAdminServer(pool *pgxpool.Pool, m *metrics.Metrics) *http.Server {
 	return serve.SetLimits(&http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second})
 }
 
-// observeReconciliation counts each reconciler pass's results.
-func observeReconciliation(m *metrics.Metrics) func(payments.ReconcileResult) {
+// observeReconciliation counts each reconciler pass's results, by
+// operation kind.
+func observeReconciliation(m *metrics.Metrics, operation string) func(payments.ReconcileResult) {
 	return func(res payments.ReconcileResult) {
 		for result, n := range map[string]int{
 			"settled": res.Settled, "not_reached": res.NotReached, "pending": res.Pending,
 			"undetermined": res.Undetermined, "operator": res.LeftToOperator, "failed": res.Failed,
 		} {
-			m.Reconciliations(result, n)
+			m.Reconciliations(operation, result, n)
 		}
 	}
 }

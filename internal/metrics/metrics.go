@@ -75,8 +75,8 @@ func New() *Metrics {
 		}, []string{"operation"}),
 		reconciliations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "oncepay_reconciliations_total",
-			Help: "Reconciler looks at a payment, by result: settled, not_reached, pending, undetermined, operator, failed.",
-		}, []string{"result"}),
+			Help: "Reconciler looks at an operation, by operation (payment, refund) and result: settled, not_reached, pending, undetermined, operator, failed.",
+		}, []string{"operation", "result"}),
 		rateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "oncepay_rate_limited_total", Help: "Requests refused by a per-tenant limit, by limit (rate, pending).",
 		}, []string{"limit"}),
@@ -162,9 +162,10 @@ func (m *Metrics) tenantLabel(tenantID string) string {
 	return "other"
 }
 
-// Reconciliations counts n reconciler looks that ended in result.
-func (m *Metrics) Reconciliations(result string, n int) {
-	m.reconciliations.WithLabelValues(result).Add(float64(n))
+// Reconciliations counts n reconciler looks at operations of one kind that
+// ended in result.
+func (m *Metrics) Reconciliations(operation, result string, n int) {
+	m.reconciliations.WithLabelValues(operation, result).Add(float64(n))
 }
 
 // KeySwept counts one key whose resource ("payment", "refund") the sweeper

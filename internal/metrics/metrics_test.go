@@ -212,6 +212,19 @@ func TestDatabaseGauges(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1.0, value(t, reg, "oncepay_payments_awaiting_operator", nil))
 	require.Equal(t, 1.0, value(t, reg, "oncepay_database_scrape_ok", nil))
+
+	// Every operation kind has the same gauges, by operation.
+	require.Equal(t, 1.0, value(t, reg, "oncepay_operations", map[string]string{"operation": "payment", "status": "requires_reconciliation"}))
+	require.Equal(t, 1.0, value(t, reg, "oncepay_operations_awaiting_operator", map[string]string{"operation": "payment"}))
+	require.Equal(t, 0.0, value(t, reg, "oncepay_operations_awaiting_operator", map[string]string{"operation": "refund"}))
+	_, err = pool.Exec(context.Background(), `UPDATE payments SET status = 'succeeded'`)
+	require.NoError(t, err)
+	_, err = pool.Exec(context.Background(), `INSERT INTO refunds (id, tenant_id, payment_id, idempotency_key, amount, currency, status, provider_idempotency_key)
+		SELECT 'rfd_gauges', tenant_id, id, 'gauges-refund-key', 100, currency, 'requires_reconciliation', 'pk-gauges' FROM payments`)
+	require.NoError(t, err)
+	require.Equal(t, 1.0, value(t, reg, "oncepay_operations", map[string]string{"operation": "refund", "status": "requires_reconciliation"}))
+	require.Equal(t, 1.0, value(t, reg, "oncepay_operations_awaiting_operator", map[string]string{"operation": "refund"}))
+	require.Equal(t, 0.0, value(t, reg, "oncepay_operations_awaiting_operator", map[string]string{"operation": "payment"}))
 }
 
 // TestKeyLifecycleCounters: the sweeper's and the reaper's events are
