@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"runtime/debug"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -17,6 +16,7 @@ import (
 	"github.com/stripe/stripe-go/v76"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/problem"
 	"github.com/oncepay/oncepay/internal/provider"
 )
@@ -104,43 +104,14 @@ func (w *ChargeWorker) Timeout(*river.Job[ChargePaymentArgs]) time.Duration {
 	return w.cfg.JobTimeout
 }
 
-// Work charges the job's payment. On the job's last attempt, every failure
-// (a database error while recording, a panic, not only a provider error)
-// hands the payment to reconciliation: River discards a job whose last
-// attempt fails, and a discarded job would leave its payment processing
-// with nothing looking at it again.
-func (w *ChargeWorker) Work(ctx context.Context, job *river.Job[ChargePaymentArgs]) (err error) {
+// Work charges the job's payment; on the job's last attempt any failure
+// hands the payment to reconciliation (operation.LastAttempt).
+func (w *ChargeWorker) Work(ctx context.Context, job *river.Job[ChargePaymentArgs]) error {
 	log := w.logger.With(slog.String("tenant_id", job.Args.TenantID), slog.String("payment_id", job.Args.PaymentID),
 		slog.Int64("job_id", job.ID), slog.Int("attempt", job.Attempt))
-	if job.Attempt >= job.MaxAttempts {
-		defer func() {
-			if r := recover(); r != nil {
-				err = fmt.Errorf("charge worker panicked: %v", r)
-				log.ErrorContext(ctx, "charge worker panicked", slog.Any("panic", r), slog.String("stack", string(debug.Stack())))
-			}
-			if err == nil || isJobControl(err) {
-				return
-			}
-			log.ErrorContext(ctx, "last charge attempt failed; handing the payment to reconciliation", slog.Any("error", err))
-			recordCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.RecordTimeout)
-			defer cancel()
-			if rerr := w.reconcileJobPayment(recordCtx, job, "the charge job's last attempt failed: "+err.Error()); rerr != nil {
-				// The sweeper finds the payment once River discards the job.
-				log.ErrorContext(ctx, "could not hand the payment to reconciliation", slog.Any("error", rerr))
-				return
-			}
-			err = nil
-		}()
-	}
-	return w.work(ctx, job, log)
-}
-
-// isJobControl reports whether err is River's snooze or cancel, which are
-// decisions, not failures.
-func isJobControl(err error) bool {
-	var snooze *river.JobSnoozeError
-	var cancel *river.JobCancelError
-	return errors.As(err, &snooze) || errors.As(err, &cancel)
+	last := operation.LastAttempt{Action: "charge", Operation: "payment", RecordTimeout: w.cfg.RecordTimeout,
+		HandOver: func(ctx context.Context, reason string) error { return w.reconcileJobPayment(ctx, job, reason) }}
+	return last.Run(ctx, job.JobRow, log, func() error { return w.work(ctx, job, log) })
 }
 
 func (w *ChargeWorker) work(ctx context.Context, job *river.Job[ChargePaymentArgs], log *slog.Logger) error {

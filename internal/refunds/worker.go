@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime/debug"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -13,6 +12,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/provider"
 )
@@ -44,39 +44,14 @@ func (w *Worker) Timeout(*river.Job[RefundPaymentArgs]) time.Duration {
 	return w.cfg.JobTimeout
 }
 
-// Work refunds the job's refund. On the last attempt every failure (a
-// database error while recording, a panic) hands the refund to
-// reconciliation: a discarded job would leave it pending with nothing
-// looking at it but the sweeper.
-func (w *Worker) Work(ctx context.Context, job *river.Job[RefundPaymentArgs]) (err error) {
+// Work refunds the job's refund; on the job's last attempt any failure
+// hands the refund to reconciliation (operation.LastAttempt).
+func (w *Worker) Work(ctx context.Context, job *river.Job[RefundPaymentArgs]) error {
 	log := w.logger.With(slog.String("tenant_id", job.Args.TenantID), slog.String("refund_id", job.Args.RefundID),
 		slog.Int64("job_id", job.ID), slog.Int("attempt", job.Attempt))
-	if job.Attempt >= job.MaxAttempts {
-		defer func() {
-			if r := recover(); r != nil {
-				err = fmt.Errorf("refund worker panicked: %v", r)
-				log.ErrorContext(ctx, "refund worker panicked", slog.Any("panic", r), slog.String("stack", string(debug.Stack())))
-			}
-			if err == nil || isJobControl(err) {
-				return
-			}
-			log.ErrorContext(ctx, "last refund attempt failed; handing the refund to reconciliation", slog.Any("error", err))
-			recordCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.RecordTimeout)
-			defer cancel()
-			if rerr := w.reconcileLater(recordCtx, job, "the refund job's last attempt failed: "+err.Error()); rerr != nil {
-				log.ErrorContext(ctx, "could not hand the refund to reconciliation", slog.Any("error", rerr))
-				return
-			}
-			err = nil
-		}()
-	}
-	return w.work(ctx, job, log)
-}
-
-func isJobControl(err error) bool {
-	var snooze *river.JobSnoozeError
-	var cancel *river.JobCancelError
-	return errors.As(err, &snooze) || errors.As(err, &cancel)
+	last := operation.LastAttempt{Action: "refund", Operation: "refund", RecordTimeout: w.cfg.RecordTimeout,
+		HandOver: func(ctx context.Context, reason string) error { return w.reconcileLater(ctx, job, reason) }}
+	return last.Run(ctx, job.JobRow, log, func() error { return w.work(ctx, job, log) })
 }
 
 func (w *Worker) work(ctx context.Context, job *river.Job[RefundPaymentArgs], log *slog.Logger) error {
