@@ -19,6 +19,7 @@ import (
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/problem"
 	"github.com/oncepay/oncepay/internal/provider"
+	"github.com/oncepay/oncepay/internal/respond"
 )
 
 // ChargeConfig tunes the charge worker. Zero values take the defaults.
@@ -305,7 +306,7 @@ func completeJob(ctx context.Context, tx pgx.Tx, job *river.Job[ChargePaymentArg
 // payment is final: 201 with the payment, or a problem that names it.
 func finalResponse(p Payment, kind provider.Kind) (idempotency.Response, error) {
 	if p.Status == StatusSucceeded {
-		body, err := marshalJSON(p)
+		body, err := respond.Marshal(p)
 		if err != nil {
 			return idempotency.Response{}, fmt.Errorf("encode payment: %w", err)
 		}

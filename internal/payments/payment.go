@@ -1,12 +1,12 @@
 package payments
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
-	"encoding/json"
 	"strconv"
 	"time"
+
+	"github.com/oncepay/oncepay/internal/respond"
 )
 
 // Status is a payment's state. The names match the CHECK constraint on
@@ -96,21 +96,7 @@ func (p Payment) MarshalJSON() ([]byte, error) {
 	}
 	p.CreatedAt = p.CreatedAt.UTC()
 	p.UpdatedAt = p.UpdatedAt.UTC()
-	return marshalJSON(plain(p))
-}
-
-// marshalJSON is json.Marshal without HTML escaping: responses are JSON,
-// not HTML, and a description "<b>" must read as sent. A value with its own
-// MarshalJSON (Payment) must use it too, and be encoded by it: json.Marshal
-// escapes a Marshaler's output again.
-func marshalJSON(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+	return respond.Marshal(plain(p))
 }
 
 // ProviderIdempotencyKey derives the key sent to the provider with every

@@ -1,7 +1,6 @@
 package payments
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -13,6 +12,7 @@ import (
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/respond"
 )
 
 // Service creates and reads payments.
@@ -27,10 +27,6 @@ type Service struct {
 	// ReadTimeout bounds the database work of a read, so an unresponsive
 	// database yields a prompt 503. Defaults to 5s.
 	ReadTimeout time.Duration
-}
-
-func (s *Service) readContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, cmp.Or(s.ReadTimeout, 5*time.Second))
 }
 
 // create is the operation run under the idempotency key: in the key's
@@ -121,7 +117,7 @@ func (s *Service) accepted(p Payment) (idempotency.Response, error) {
 // acceptedResponse is the 202 a key replays while its payment is not
 // final: the payment as it stands, and when to look again.
 func acceptedResponse(p Payment, retryAfter time.Duration) (idempotency.Response, error) {
-	body, err := marshalJSON(p)
+	body, err := respond.Marshal(p)
 	if err != nil {
 		return idempotency.Response{}, fmt.Errorf("encode payment: %w", err)
 	}

@@ -1,15 +1,14 @@
 package refunds
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
-	"encoding/json"
 	"strconv"
 	"time"
 
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/provider"
+	"github.com/oncepay/oncepay/internal/respond"
 )
 
 // IDPrefix starts every refund id ("rfd_01J…"): distinct from the
@@ -89,19 +88,7 @@ func (r Refund) MarshalJSON() ([]byte, error) {
 	r.Object = "refund"
 	r.CreatedAt = r.CreatedAt.UTC()
 	r.UpdatedAt = r.UpdatedAt.UTC()
-	return marshalJSON(plain(r))
-}
-
-// marshalJSON is json.Marshal without HTML escaping: responses are JSON,
-// not HTML.
-func marshalJSON(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+	return respond.Marshal(plain(r))
 }
 
 // providerKeyDomain separates refund keys from every other derived key: a

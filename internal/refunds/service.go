@@ -17,6 +17,7 @@ import (
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/respond"
 	"github.com/oncepay/oncepay/internal/tenant"
 )
 
@@ -188,7 +189,7 @@ func isLockTimeout(err error) bool {
 // accepted is the 202 stored under the key and replayed until the refund
 // job records the final answer.
 func (s *Service) accepted(r Refund) (idempotency.Response, error) {
-	body, err := marshalJSON(r)
+	body, err := respond.Marshal(r)
 	if err != nil {
 		return idempotency.Response{}, fmt.Errorf("encode refund: %w", err)
 	}
@@ -207,7 +208,7 @@ func (s *Service) accepted(r Refund) (idempotency.Response, error) {
 // refund is final: 201 with the refund, or 422 refund-failed naming it.
 func finalResponse(r Refund) (idempotency.Response, error) {
 	if r.Status == StatusSucceeded {
-		body, err := marshalJSON(r)
+		body, err := respond.Marshal(r)
 		if err != nil {
 			return idempotency.Response{}, fmt.Errorf("encode refund: %w", err)
 		}

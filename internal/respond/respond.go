@@ -5,6 +5,7 @@
 package respond
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -26,6 +27,20 @@ func JSON(w http.ResponseWriter, status int, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
 	_ = enc.Encode(v) // the client may be gone; nothing else to do then
+}
+
+// Marshal is json.Marshal without HTML escaping: answers are JSON, not
+// HTML, and a description "<b>" must read as sent. A type's own
+// MarshalJSON must use it too: json.Marshal escapes a Marshaler's output
+// again.
+func Marshal(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 // Problem answers err as a problem. A *problem.Error is answered as

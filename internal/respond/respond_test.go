@@ -24,6 +24,10 @@ func TestJSONDoesNotEscapeHTML(t *testing.T) {
 	require.Equal(t, "application/json", w.Header().Get("Content-Type"))
 	require.JSONEq(t, `{"auth": "Bearer <api key>"}`, w.Body.String())
 	require.NotContains(t, w.Body.String(), `\u003c`)
+
+	b, err := respond.Marshal(map[string]string{"description": "<b>"})
+	require.NoError(t, err)
+	require.Equal(t, `{"description":"<b>"}`, string(b), "as sent, and no trailing newline")
 }
 
 func TestProblem(t *testing.T) {
