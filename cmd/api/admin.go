@@ -303,12 +303,43 @@ type shownKey struct {
 }
 
 type shownPayment struct {
-	Payment  operatorPayment       `json:"payment"`
-	Key      *shownKey             `json:"key"`
-	Releases []idempotency.Release `json:"key_releases"`
-	Jobs     []payments.Job        `json:"jobs"`
-	Events   []payments.Event      `json:"webhook_events"`
-	Findings []ledger.Finding      `json:"findings"`
+	Payment operatorPayment `json:"payment"`
+	// Operations are the payment's provider operations in order: its
+	// charge, then each refund.
+	Operations []shownOperation      `json:"operations"`
+	Key        *shownKey             `json:"key"`
+	Releases   []idempotency.Release `json:"key_releases"`
+	Jobs       []payments.Job        `json:"jobs"`
+	Events     []payments.Event      `json:"webhook_events"`
+	Findings   []ledger.Finding      `json:"findings"`
+}
+
+// shownOperation is one provider operation of a payment, as an operator
+// follows it: what it is, its state, its key and what the provider knows.
+type shownOperation struct {
+	Operation        string    `json:"operation"`
+	ID               string    `json:"id"`
+	Status           string    `json:"status"`
+	Amount           int64     `json:"amount"`
+	IdempotencyKey   string    `json:"idempotency_key"`
+	ProviderObjectID *string   `json:"provider_object_id"`
+	Generation       int       `json:"generation"`
+	CreatedAt        time.Time `json:"created_at"`
+}
+
+// operationsOf lists p's operations in order: its charge, then its refunds.
+func (a admin) operationsOf(ctx context.Context, p payments.Payment) ([]shownOperation, error) {
+	ops := []shownOperation{{Operation: "payment", ID: p.ID, Status: string(p.Status), Amount: p.Amount, IdempotencyKey: p.IdempotencyKey,
+		ProviderObjectID: p.ProviderPaymentIntentID, Generation: p.ProviderKeyGeneration, CreatedAt: p.CreatedAt.UTC()}}
+	list, err := refunds.OfPayment(ctx, a.pool, p.TenantID, p.ID)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range list {
+		ops = append(ops, shownOperation{Operation: "refund", ID: r.ID, Status: string(r.Status), Amount: r.Amount, IdempotencyKey: r.IdempotencyKey,
+			ProviderObjectID: r.ProviderRefundID, Generation: r.ProviderKeyGeneration, CreatedAt: r.CreatedAt.UTC()})
+	}
+	return ops, nil
 }
 
 func (a admin) paymentsShow(ctx context.Context) error {
@@ -320,6 +351,9 @@ func (a admin) paymentsShow(ctx context.Context) error {
 		return err
 	}
 	shown := shownPayment{Payment: operatorView(d.Payment), Releases: d.Releases, Jobs: d.Jobs, Events: d.Events, Findings: d.Findings}
+	if shown.Operations, err = a.operationsOf(ctx, d.Payment); err != nil {
+		return err
+	}
 	if d.Key != nil {
 		shown.Key = &shownKey{Key: d.Key.Key, Status: d.Key.Status, ResourceID: d.Key.ResourceID,
 			CreatedAt: d.Key.CreatedAt.UTC(), UpdatedAt: d.Key.UpdatedAt.UTC(), ExpiresAt: d.Key.ExpiresAt.UTC()}
@@ -356,6 +390,15 @@ func (a admin) paymentsShow(ctx context.Context) error {
 		fmt.Fprintf(a.out, "key released %s by %s: %s\n", ts(r.ReleasedAt), r.Operator, r.Reason)
 	}
 	var rows [][]string
+	for _, op := range shown.Operations {
+		rows = append(rows, []string{op.Operation, op.ID, op.Status, fmt.Sprint(op.Amount), op.IdempotencyKey, str(op.ProviderObjectID),
+			fmt.Sprint(op.Generation), ts(op.CreatedAt)})
+	}
+	fmt.Fprintln(a.out, "\noperations:")
+	if err := a.table("OPERATION\tID\tSTATUS\tAMOUNT\tKEY\tPROVIDER OBJECT\tGENERATION\tCREATED", rows); err != nil {
+		return err
+	}
+	rows = nil
 	for _, j := range d.Jobs {
 		last := "-"
 		if n := len(j.Errors); n > 0 {

@@ -533,4 +533,18 @@ func TestRefundKeysReleaseAndReconcile(t *testing.T) {
 		}
 	}
 	require.Equal(t, int64(700), moved, "the operator commands refunded nothing themselves")
+
+	// payments show lists the payment's operations in order.
+	var shown shownPayment
+	b.cliJSON(&shown, "payments", "show", paymentID)
+	var got []string
+	for _, op := range shown.Operations {
+		got = append(got, op.Operation+" "+op.ID+" "+op.Status)
+	}
+	require.Equal(t, []string{"payment " + paymentID + " succeeded", "refund " + never + " failed", "refund " + found + " succeeded",
+		"refund " + looked + " succeeded"}, got)
+	out, err := b.cli("payments", "show", paymentID)
+	require.NoError(t, err, out)
+	require.Contains(t, out, "operations:")
+	require.Contains(t, out, found)
 }

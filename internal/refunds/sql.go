@@ -44,6 +44,20 @@ func GetRefund(ctx context.Context, db Querier, tenantID, refundID string) (Refu
 	return collectRefund(rows, err, "get refund")
 }
 
+// OfPayment lists a payment's refunds, oldest first: the operations that
+// followed its charge, for an operator's view of the payment.
+func OfPayment(ctx context.Context, db Querier, tenantID, paymentID string) ([]Refund, error) {
+	rows, err := db.Query(ctx, `SELECT `+refundColumns+` FROM refunds WHERE tenant_id = $1 AND payment_id = $2 ORDER BY id`, tenantID, paymentID)
+	if err != nil {
+		return nil, fmt.Errorf("list a payment's refunds: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, pgx.RowToStructByName[Refund])
+	if err != nil {
+		return nil, fmt.Errorf("list a payment's refunds: %w", err)
+	}
+	return list, nil
+}
+
 // listRefunds returns up to limit refunds of a payment older than
 // startingAfter (or the newest), newest first.
 func listRefunds(ctx context.Context, db Querier, tenantID, paymentID, startingAfter string, limit int) ([]Refund, error) {
