@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -19,7 +18,6 @@ import (
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/problem"
 	"github.com/oncepay/oncepay/internal/provider"
-	"github.com/oncepay/oncepay/internal/respond"
 )
 
 // ChargeConfig tunes the charge worker. Zero values take the defaults.
@@ -306,15 +304,7 @@ func completeJob(ctx context.Context, tx pgx.Tx, job *river.Job[ChargePaymentArg
 // payment is final: 201 with the payment, or a problem that names it.
 func finalResponse(p Payment, kind provider.Kind) (idempotency.Response, error) {
 	if p.Status == StatusSucceeded {
-		body, err := respond.Marshal(p)
-		if err != nil {
-			return idempotency.Response{}, fmt.Errorf("encode payment: %w", err)
-		}
-		return idempotency.Response{
-			StatusCode: http.StatusCreated,
-			Header:     map[string]string{"Content-Type": "application/json", "Location": "/v1/payments/" + p.ID},
-			Body:       body,
-		}, nil
+		return operation.Created(p, "/v1/payments/"+p.ID)
 	}
 	code, decline := deref(p.FailureCode), deref(p.DeclineCode)
 	pe := &problem.Error{
@@ -327,11 +317,7 @@ func finalResponse(p Payment, kind provider.Kind) (idempotency.Response, error) 
 		pe.Detail = fmt.Sprintf("The card was declined (%s); payment %s is failed.", cmp.Or(decline, code), p.ID)
 		pe.Extensions["decline_code"] = decline
 	}
-	return idempotency.Response{
-		StatusCode: pe.Type.Status,
-		Header:     map[string]string{"Content-Type": problem.ContentType},
-		Body:       pe.Marshal(),
-	}, nil
+	return operation.Refused(pe, ""), nil
 }
 
 func deref(s *string) string {

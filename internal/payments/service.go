@@ -10,9 +10,8 @@ import (
 
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/outbox"
-	"github.com/oncepay/oncepay/internal/problem"
-	"github.com/oncepay/oncepay/internal/respond"
 )
 
 // Service creates and reads payments.
@@ -117,19 +116,7 @@ func (s *Service) accepted(p Payment) (idempotency.Response, error) {
 // acceptedResponse is the 202 a key replays while its payment is not
 // final: the payment as it stands, and when to look again.
 func acceptedResponse(p Payment, retryAfter time.Duration) (idempotency.Response, error) {
-	body, err := respond.Marshal(p)
-	if err != nil {
-		return idempotency.Response{}, fmt.Errorf("encode payment: %w", err)
-	}
-	return idempotency.Response{
-		StatusCode: 202,
-		Header: map[string]string{
-			"Content-Type": "application/json",
-			"Location":     "/v1/payments/" + p.ID,
-			"Retry-After":  problem.RetryAfterValue(retryAfter),
-		},
-		Body: body,
-	}, nil
+	return operation.Accepted(p, "/v1/payments/"+p.ID, retryAfter)
 }
 
 func (s *Service) retryAfter() time.Duration {

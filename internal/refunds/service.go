@@ -14,10 +14,10 @@ import (
 
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/problem"
-	"github.com/oncepay/oncepay/internal/respond"
 	"github.com/oncepay/oncepay/internal/tenant"
 )
 
@@ -189,34 +189,14 @@ func isLockTimeout(err error) bool {
 // accepted is the 202 stored under the key and replayed until the refund
 // job records the final answer.
 func (s *Service) accepted(r Refund) (idempotency.Response, error) {
-	body, err := respond.Marshal(r)
-	if err != nil {
-		return idempotency.Response{}, fmt.Errorf("encode refund: %w", err)
-	}
-	return idempotency.Response{
-		StatusCode: http.StatusAccepted,
-		Header: map[string]string{
-			"Content-Type": "application/json",
-			"Location":     "/v1/refunds/" + r.ID,
-			"Retry-After":  problem.RetryAfterValue(cmp.Or(s.RetryAfter, time.Second)),
-		},
-		Body: body,
-	}, nil
+	return operation.Accepted(r, "/v1/refunds/"+r.ID, cmp.Or(s.RetryAfter, time.Second))
 }
 
 // finalResponse is what a retry of the client's POST replays once the
 // refund is final: 201 with the refund, or 422 refund-failed naming it.
 func finalResponse(r Refund) (idempotency.Response, error) {
 	if r.Status == StatusSucceeded {
-		body, err := respond.Marshal(r)
-		if err != nil {
-			return idempotency.Response{}, fmt.Errorf("encode refund: %w", err)
-		}
-		return idempotency.Response{
-			StatusCode: http.StatusCreated,
-			Header:     map[string]string{"Content-Type": "application/json", "Location": "/v1/refunds/" + r.ID},
-			Body:       body,
-		}, nil
+		return operation.Created(r, "/v1/refunds/"+r.ID)
 	}
 	code := deref(r.FailureCode)
 	pe := &problem.Error{
@@ -224,9 +204,5 @@ func finalResponse(r Refund) (idempotency.Response, error) {
 		Detail:     fmt.Sprintf("Refund %s of payment %s is %s (%s): %s", r.ID, r.PaymentID, r.Status, code, deref(r.FailureMessage)),
 		Extensions: map[string]any{"refund_id": r.ID, "payment_id": r.PaymentID, "refund_status": r.Status, "failure_code": code},
 	}
-	return idempotency.Response{
-		StatusCode: pe.Type.Status,
-		Header:     map[string]string{"Content-Type": problem.ContentType, "Location": "/v1/refunds/" + r.ID},
-		Body:       pe.Marshal(),
-	}, nil
+	return operation.Refused(pe, "/v1/refunds/"+r.ID), nil
 }
