@@ -144,10 +144,14 @@ type Table struct {
 	// table's row); settled is the column expression SettledColumn makes of
 	// the parameter number it is given.
 	ClaimColumns func(settled string) string
-	// NotReachedMessage is what an operation proven never sent shows;
-	// NotReachedAlsoSet, if set, are more assignments of that update
-	// (", decline_code = NULL").
-	NotReachedMessage, NotReachedAlsoSet string
+	// NotReachedMessage is what an operation proven never sent shows.
+	NotReachedMessage string
+	// AlsoClear, if set, clears more of an outcome's columns when the
+	// operation is proven never sent or resumed (", decline_code = NULL").
+	AlsoClear string
+	// Resumed is the status a resumed operation runs in again
+	// ("processing", "pending").
+	Resumed string
 	// NotFound is the kind's error for an operation that does not exist.
 	NotFound error
 }
@@ -375,7 +379,7 @@ func (r *Reconciler[C, O]) recordNotReachedTx(ctx context.Context, tx pgx.Tx, e 
 		return false, err
 	}
 	tag, err := tx.Exec(ctx, `
-		UPDATE `+r.table.Name+` SET status = 'failed', failure_code = $4, failure_message = $5`+r.table.NotReachedAlsoSet+`,
+		UPDATE `+r.table.Name+` SET status = 'failed', failure_code = $4, failure_message = $5`+r.table.AlsoClear+`,
 			reconcile_after = NULL, updated_at = now()
 		WHERE tenant_id = $1 AND id = $2 AND provider_key_generation = $3 AND status = 'requires_reconciliation'`,
 		e.TenantID, e.ID, e.Generation, FailureProviderNotReached, r.table.NotReachedMessage)

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/respond"
 )
 
@@ -31,7 +32,7 @@ const (
 // FailureProviderNotReached is the failure code of a payment proven never
 // to have reached the provider: nothing was charged, and a retry of the
 // client's request with the same key charges it under the next generation.
-const FailureProviderNotReached = "provider_not_reached"
+const FailureProviderNotReached = operation.FailureProviderNotReached
 
 // Terminal reports whether the charge job is done with the payment: no
 // charge job will change it (the reconciler may still settle a payment

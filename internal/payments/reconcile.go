@@ -42,7 +42,7 @@ var paymentsTable = operation.Table{
 	Operation: "payment", Name: "payments",
 	ProviderIDColumn: "provider_payment_intent_id", ProviderIDLog: "intent_id",
 	ClaimColumns:      func(settled string) string { return paymentColumns + ", " + settled },
-	NotReachedMessage: notReachedMessage, NotReachedAlsoSet: ", decline_code = NULL",
+	NotReachedMessage: notReachedMessage, AlsoClear: ", decline_code = NULL", Resumed: string(StatusProcessing),
 	NotFound: ErrNotFound,
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/stripe/stripe-go/v76"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
@@ -93,42 +94,18 @@ func lockForOutcome(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, ten
 	return p, nil
 }
 
-// resumable is where a payment can be resumed from when its key is
-// re-acquired: proven never to have reached the provider (failed with
-// FailureProviderNotReached), or left in reconciliation by an operator who
-// proved the same and released the key.
-const resumable = `(status = 'requires_reconciliation' OR (status = 'failed' AND failure_code = '` + FailureProviderNotReached + `'))`
-
 // resumePayment puts a payment whose key was re-acquired back to processing
-// under the next provider key generation, with a fresh attempt window: the
-// provider must never answer the resumed charge from an earlier
-// generation's stored answer. The caller holds the payment's lock
-// (lockPayment), so the generation read is the one written.
+// under the next provider key generation (operation.Table.Resume). The
+// caller holds the payment's lock (lockPayment).
 func resumePayment(ctx context.Context, tx pgx.Tx, p Payment) (Payment, error) {
 	generation := p.ProviderKeyGeneration + 1
-	rows, err := tx.Query(ctx, `
-		UPDATE payments SET status = 'processing', provider_key_generation = $3, provider_idempotency_key = $4,
-			first_provider_attempt_at = NULL, last_provider_attempt_at = NULL, provider_payment_intent_id = NULL,
-			failure_code = NULL, decline_code = NULL, failure_message = NULL,
-			reconcile_after = NULL, reconcile_attempts = 0, updated_at = now()
-		WHERE tenant_id = $1 AND id = $2 AND `+resumable+`
-		RETURNING `+paymentColumns,
-		p.TenantID, p.ID, generation, ProviderIdempotencyKey(p.TenantID, p.IdempotencyKey, p.ID, generation))
+	rows, err := paymentsTable.Resume(ctx, tx, p.TenantID, p.ID, generation,
+		ProviderIdempotencyKey(p.TenantID, p.IdempotencyKey, p.ID, generation), paymentColumns)
 	return collectPayment(rows, err, "resume payment")
 }
 
-func collectPayment(rows pgx.Rows, err error, op string) (Payment, error) {
-	if err != nil {
-		return Payment{}, fmt.Errorf("%s: %w", op, err)
-	}
-	p, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[Payment])
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Payment{}, fmt.Errorf("%s: %w", op, ErrNotFound)
-	}
-	if err != nil {
-		return Payment{}, fmt.Errorf("%s: %w", op, err)
-	}
-	return p, nil
+func collectPayment(rows pgx.Rows, err error, what string) (Payment, error) {
+	return operation.CollectOne[Payment](rows, err, what, ErrNotFound)
 }
 
 // startProviderAttempt reads a payment the charge job may call the

@@ -36,6 +36,7 @@ var refundsTable = operation.Table{
 			(SELECT provider_payment_intent_id FROM payments WHERE payments.id = refunds.payment_id) AS intent_id, ` + settled
 	},
 	NotReachedMessage: notReachedMessage,
+	Resumed:           string(StatusPending),
 	NotFound:          ErrNotFound,
 }
 

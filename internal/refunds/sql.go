@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/provider"
 )
@@ -135,38 +136,18 @@ func lockForOutcome(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, ten
 	return r, nil
 }
 
-// resumable is where a refund can be resumed from when its key is
-// re-acquired: proven never to have reached the provider, or left in
-// reconciliation by an operator who proved the same and released the key.
-const resumable = `(status = 'requires_reconciliation' OR (status = 'failed' AND failure_code = '` + FailureProviderNotReached + `'))`
-
 // resumeRefund puts a refund whose key was re-acquired back to pending
-// under the next generation, with a fresh attempt window. The caller holds
-// the payment's and the refund's locks.
+// under the next generation (operation.Table.Resume). The caller holds the
+// payment's and the refund's locks.
 func resumeRefund(ctx context.Context, tx pgx.Tx, r Refund) (Refund, error) {
 	generation := r.ProviderKeyGeneration + 1
-	rows, err := tx.Query(ctx, `
-		UPDATE refunds SET status = 'pending', provider_key_generation = $3, provider_idempotency_key = $4,
-			first_provider_attempt_at = NULL, last_provider_attempt_at = NULL, provider_refund_id = NULL,
-			failure_code = NULL, failure_message = NULL, reconcile_after = NULL, reconcile_attempts = 0, updated_at = now()
-		WHERE tenant_id = $1 AND id = $2 AND `+resumable+`
-		RETURNING `+refundColumns,
-		r.TenantID, r.ID, generation, ProviderIdempotencyKey(r.TenantID, r.IdempotencyKey, r.ID, generation))
+	rows, err := refundsTable.Resume(ctx, tx, r.TenantID, r.ID, generation,
+		ProviderIdempotencyKey(r.TenantID, r.IdempotencyKey, r.ID, generation), refundColumns)
 	return collectRefund(rows, err, "resume refund")
 }
 
-func collectRefund(rows pgx.Rows, err error, op string) (Refund, error) {
-	if err != nil {
-		return Refund{}, fmt.Errorf("%s: %w", op, err)
-	}
-	r, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[Refund])
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Refund{}, fmt.Errorf("%s: %w", op, ErrNotFound)
-	}
-	if err != nil {
-		return Refund{}, fmt.Errorf("%s: %w", op, err)
-	}
-	return r, nil
+func collectRefund(rows pgx.Rows, err error, what string) (Refund, error) {
+	return operation.CollectOne[Refund](rows, err, what, ErrNotFound)
 }
 
 // startProviderAttempt records, before a provider call and committed on its
