@@ -728,3 +728,25 @@ func TestMethods(t *testing.T) {
 	require.Equal(t, "application/json", r.header.Get("Content-Type"))
 	require.Equal(t, http.StatusUnauthorized, b.do(http.MethodHead, "/v1/payments", "", nil, "").status)
 }
+
+// TestV1AnswersAreNeverCached: every answer under /v1 says no-store, the
+// ones that carry a payment and the ones that refuse, and replays; the
+// health and documentation pages may be cached.
+func TestV1AnswersAreNeverCached(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	key := newKey()
+	for name, r := range map[string]response{
+		"created":        b.pay(key, visa2000),
+		"replayed":       b.pay(key, visa2000),
+		"mismatch":       b.pay(key, `{"amount": 2500, "currency": "usd", "payment_method": "pm_card_visa"}`),
+		"invalid":        b.pay(newKey(), `{"amount": -1}`),
+		"unauthorized":   b.do(http.MethodGet, "/v1/payments", "opk_wrong", nil, ""),
+		"list":           b.do(http.MethodGet, "/v1/payments", b.tenant.APIKey, nil, ""),
+		"no such object": b.do(http.MethodGet, "/v1/payments/pay_01J00000000000000000000000", b.tenant.APIKey, nil, ""),
+		"no such route":  b.do(http.MethodGet, "/v1/nothing", b.tenant.APIKey, nil, ""),
+	} {
+		require.Equal(t, "no-store", r.header.Get("Cache-Control"), "%s (%d)", name, r.status)
+	}
+	require.Empty(t, b.do(http.MethodGet, "/healthz", "", nil, "").header.Get("Cache-Control"))
+}

@@ -51,7 +51,7 @@ func NewHandler(d Deps) http.Handler {
 	// GetHead answers HEAD with the GET handler wherever no HEAD route is
 	// defined (RFC 9110 §9.3.2: a GET resource supports HEAD), so that
 	// HEAD /healthz is 200, not 405.
-	r.Use(middleware.RequestID, logRequestID, recoverer(d.Logger), accessLog(d.Logger, d.Metrics), middleware.GetHead)
+	r.Use(middleware.RequestID, logRequestID, recoverer(d.Logger), accessLog(d.Logger, d.Metrics), noStoreV1, middleware.GetHead)
 	notFound := func(w http.ResponseWriter, req *http.Request) {
 		respond.Problem(w, req, d.Logger, problem.New(problem.NotFound, "No route for %s.", req.URL.Path))
 	}
@@ -146,6 +146,20 @@ func recoverer(logger *slog.Logger) func(http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 		})
 	}
+}
+
+// noStoreV1 marks every answer under /v1 not to be stored by a cache
+// between the client and us: answers carry payments, client secrets and
+// problems about them, none of which an intermediary may keep or serve to
+// another caller. Set before the handler runs, so every answer has it: an
+// authentication failure, a replay, a 404.
+func noStoreV1(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1" || strings.HasPrefix(r.URL.Path, "/v1/") {
+			w.Header().Set("Cache-Control", "no-store")
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // matchedRoute is the pattern of the route that answered r, or "" when
