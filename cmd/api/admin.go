@@ -428,29 +428,33 @@ func (a admin) paymentsShow(ctx context.Context) error {
 	return nil
 }
 
-// reconciler is the worker's reconciler, with its timings, for the
-// commands that look payments up at the provider.
-func (a admin) reconciler(logger *slog.Logger) (*payments.Reconciler, error) {
+// reconcileSetup is what a reconciler run from the command line needs:
+// the provider, and the worker's timings, so that "never sent" is proven
+// only once no request of the worker can still be in flight.
+func (a admin) reconcileSetup() (*provider.Client, payments.ReconcileConfig, error) {
 	pc, pcfg, err := a.provider()
-	if err != nil {
-		return nil, err
-	}
-	return payments.NewReconciler(a.pool, a.keys(), pc, logger, payments.ReconcileConfig{
+	return pc, payments.ReconcileConfig{
 		WorkerCallTimeout: payments.ChargeConfig{JobTimeout: pcfg.JobTimeout}.ProviderCallTimeout(),
 		Settle:            pcfg.ReconcileSettle,
-	}), nil
+	}, err
 }
 
-// refundReconciler is the worker's refund reconciler, with its timings.
-func (a admin) refundReconciler(logger *slog.Logger) (*refunds.Reconciler, error) {
-	pc, pcfg, err := a.provider()
+// reconciler is the worker's payments reconciler.
+func (a admin) reconciler(logger *slog.Logger) (*payments.Reconciler, error) {
+	pc, cfg, err := a.reconcileSetup()
 	if err != nil {
 		return nil, err
 	}
-	return refunds.NewReconciler(a.pool, a.keys(), pc, logger, payments.ReconcileConfig{
-		WorkerCallTimeout: payments.ChargeConfig{JobTimeout: pcfg.JobTimeout}.ProviderCallTimeout(),
-		Settle:            pcfg.ReconcileSettle,
-	}), nil
+	return payments.NewReconciler(a.pool, a.keys(), pc, logger, cfg), nil
+}
+
+// refundReconciler is the worker's refund reconciler.
+func (a admin) refundReconciler(logger *slog.Logger) (*refunds.Reconciler, error) {
+	pc, cfg, err := a.reconcileSetup()
+	if err != nil {
+		return nil, err
+	}
+	return refunds.NewReconciler(a.pool, a.keys(), pc, logger, cfg), nil
 }
 
 // isRefund tells a refund's id from a payment's.
