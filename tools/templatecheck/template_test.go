@@ -3,14 +3,17 @@ package templatecheck_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncepay/oncepay/internal/testkit/pgtest"
 	"github.com/oncepay/oncepay/tools/template"
 )
 
@@ -44,6 +47,9 @@ func TestMakeTemplate(t *testing.T) {
 
 	run(dir, "go", "build", "./...")
 	run(dir, "go", "vet", "./...")
+	// The copy's tests keep a migrated template database of their own on
+	// the server, named for the new product; nothing of this test stays.
+	t.Cleanup(func() { dropDatabases(t, "payments\\_template\\_%") })
 	tested := run(dir, "go", "test", "-count=1", "-run", "TestTransferEndpointIsIdempotent|TestParseKey|TestFingerprint|TestLayout",
 		"./examples/...", "./internal/idempotency/", "./tools/layoutcheck/")
 	require.Contains(t, tested, "ok  \texample.com/acme/payments/examples/transfer")
@@ -122,6 +128,24 @@ func TestMakeTemplateRefusesBadInput(t *testing.T) {
 		require.Contains(t, string(out), tc.want, "%v", tc.vars)
 		_, err = os.Stat(target)
 		require.ErrorIs(t, err, os.ErrNotExist, "%v: nothing written", tc.vars)
+	}
+}
+
+// dropDatabases drops the test server's databases whose names are LIKE
+// pattern.
+func dropDatabases(t *testing.T, pattern string) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, pgtest.AdminURL(t))
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT datname FROM pg_database WHERE datname LIKE $1`, pattern)
+	require.NoError(t, err)
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	for _, name := range names {
+		_, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+		require.NoError(t, err)
 	}
 }
 
