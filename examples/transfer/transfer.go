@@ -1,7 +1,8 @@
-// Package transfer is the README's worked example of adding an idempotent
-// endpoint: POST /v1/transfers gets key reservation, replay, 409 and 422
-// from an idempotency.Endpoint declaration, with no idempotency code of its
-// own. Its test mounts it on a real server and database, so it cannot rot.
+// Package transfer is the worked example of adding an idempotent endpoint
+// (docs/template.md): POST /v1/transfers gets key reservation, replay, 409
+// and 422 from an idempotency.Endpoint declaration, with no idempotency code
+// of its own. Its test mounts it in the real API on a real database, so it
+// cannot rot.
 package transfer
 
 import (

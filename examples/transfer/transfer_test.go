@@ -3,9 +3,7 @@ package transfer_test
 import (
 	"context"
 	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -14,35 +12,32 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncepay/oncepay/examples/transfer"
+	"github.com/oncepay/oncepay/internal/api"
 	"github.com/oncepay/oncepay/internal/idempotency"
-	"github.com/oncepay/oncepay/internal/tenant"
+	"github.com/oncepay/oncepay/internal/testkit/apitest"
 	"github.com/oncepay/oncepay/internal/testkit/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// TestTransferEndpointIsIdempotent: the worked example, mounted as the API
-// mounts payments, keeps the whole contract.
+// TestTransferEndpointIsIdempotent: the worked example, mounted in the real
+// API's /v1 group as the guide says, keeps the whole contract.
 func TestTransferEndpointIsIdempotent(t *testing.T) {
 	t.Parallel()
 	pool, _ := pgtest.NewPool(t)
 	ctx := context.Background()
 	_, err := pool.Exec(ctx, transfer.Schema)
 	require.NoError(t, err)
-	acme, err := tenant.Create(ctx, pool, "acme")
-	require.NoError(t, err)
 
-	logger := slog.New(slog.DiscardHandler)
-	r := chi.NewRouter()
-	r.Use(tenant.NewAuthenticator(pool, tenant.AuthConfig{}).Middleware(logger))
-	r.Method(http.MethodPost, "/v1/transfers", transfer.Handler(pool, idempotency.NewStore(idempotency.Config{}), logger))
-	srv := httptest.NewServer(r)
-	defer srv.Close()
-
+	// The mount below is the one the add-an-endpoint guide (docs/template.md)
+	// shows for cmd/api's api.Deps; a test in tools/doccheck keeps them equal.
+	srv := apitest.StartWithRoutes(t, pool, func(r chi.Router, d api.Deps) {
+		r.Method(http.MethodPost, "/transfers", transfer.Handler(d.Pool, d.Keys, d.Logger))
+	})
 	send := func(key, body string) (*http.Response, string) {
 		req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/transfers", strings.NewReader(body))
 		require.NoError(t, err)
-		req.Header.Set("Authorization", "Bearer "+acme.APIKey)
+		req.Header.Set("Authorization", "Bearer "+srv.Tenant.APIKey)
 		req.Header.Set("Content-Type", "application/json")
 		if key != "" {
 			req.Header.Set("Idempotency-Key", key)

@@ -43,6 +43,10 @@ type Deps struct {
 	// Refunds serves the refund routes, if set: cmd/api always sets it,
 	// tests of other parts may leave it out.
 	Refunds *refunds.Service
+	// MoreV1Routes, if set, mounts a service's own endpoints inside the
+	// authenticated /v1 group, beside payments' and refunds': paths there
+	// are relative to /v1 ("/transfers" serves /v1/transfers).
+	MoreV1Routes func(r chi.Router, d Deps)
 }
 
 // NewHandler returns the API's handler.
@@ -94,6 +98,9 @@ func NewHandler(d Deps) http.Handler {
 			r.Method(http.MethodPost, "/payments/{id}/refunds", d.Refunds.HandleCreate())
 			r.Get("/payments/{id}/refunds", d.Refunds.HandleList())
 			r.Get("/refunds/{id}", d.Refunds.HandleGet())
+		}
+		if d.MoreV1Routes != nil {
+			d.MoreV1Routes(r, d)
 		}
 	})
 	return r

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -51,6 +52,20 @@ func Start(t testing.TB, pool *pgxpool.Pool) *Server {
 // another on the same database.
 func StartAs(t testing.TB, pool *pgxpool.Pool, created tenant.Created) *Server {
 	t.Helper()
+	return start(t, pool, created, nil)
+}
+
+// StartWithRoutes serves the API on pool with a service's own endpoints
+// mounted in its /v1 group, as cmd/api would mount them (Deps.MoreV1Routes).
+func StartWithRoutes(t testing.TB, pool *pgxpool.Pool, moreV1Routes func(r chi.Router, d api.Deps)) *Server {
+	t.Helper()
+	created, err := tenant.Create(context.Background(), pool, t.Name())
+	require.NoError(t, err)
+	return start(t, pool, created, moreV1Routes)
+}
+
+func start(t testing.TB, pool *pgxpool.Pool, created tenant.Created, moreV1Routes func(r chi.Router, d api.Deps)) *Server {
+	t.Helper()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	notifier := idempotency.NewNotifier(idempotency.NotifierConfig{Connect: idempotency.PoolConnector(pool), Logger: logger})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -68,9 +83,10 @@ func StartAs(t testing.TB, pool *pgxpool.Pool, created tenant.Created) *Server {
 	require.NoError(t, err)
 	handler := api.NewHandler(api.Deps{
 		Pool: pool, Keys: keys, Logger: logger,
-		Payments: &payments.Service{DB: pool, Keys: keys, Outbox: outbox.New(inserter), Logger: logger},
-		Refunds:  &refunds.Service{DB: pool, Keys: keys, Outbox: outbox.New(inserter), Logger: logger},
-		Webhooks: &webhooks.Handler{Pool: pool, Jobs: outbox.New(inserter), Logger: logger, Secret: WebhookSecret},
+		Payments:     &payments.Service{DB: pool, Keys: keys, Outbox: outbox.New(inserter), Logger: logger},
+		Refunds:      &refunds.Service{DB: pool, Keys: keys, Outbox: outbox.New(inserter), Logger: logger},
+		Webhooks:     &webhooks.Handler{Pool: pool, Jobs: outbox.New(inserter), Logger: logger, Secret: WebhookSecret},
+		MoreV1Routes: moreV1Routes,
 	})
 	srv := httptest.NewServer(handler)
 	t.Cleanup(srv.Close)
