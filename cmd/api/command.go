@@ -240,7 +240,7 @@ func usage() string {
 		fmt.Fprintf(&b, "  %-34s %s\n", syn, s.summary)
 	}
 	b.WriteString(`
-Every command reads its configuration from the environment (see the README);
+Every command reads its configuration from the environment (docs/configuration.md);
 add --help to a command for its own help and flags. Flags may come before or
 after the arguments.`)
 	return b.String()

@@ -9,7 +9,7 @@ import (
 )
 
 // config is the API's configuration, read from the environment. Every
-// variable is documented in the README's configuration table.
+// variable is documented in docs/configuration.md.
 type config struct {
 	// DatabaseURL (DATABASE_URL) is the PostgreSQL URL. Defaults to the
 	// local server's "oncepay" database.

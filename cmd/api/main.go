@@ -83,7 +83,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return err
 	}
 	if cmd.name == "help" {
-		_, err := fmt.Fprintf(stdout, "%s\n\nEnvironment variables read (the README's configuration table describes each):\n  %s\n",
+		_, err := fmt.Fprintf(stdout, "%s\n\nEnvironment variables read (docs/configuration.md describes each):\n  %s\n",
 			cmd.help, strings.Join(envconfig.Names(loadConfig), "\n  "))
 		return err
 	}

@@ -9,7 +9,7 @@ import (
 )
 
 // config is the worker's configuration, read from the environment. Every
-// variable is documented in the README's configuration table.
+// variable is documented in docs/configuration.md.
 type config struct {
 	// DatabaseURL (DATABASE_URL): as for the API.
 	DatabaseURL string

@@ -55,7 +55,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return err
 	}
 	if help {
-		_, err := fmt.Fprintf(stdout, "usage: %s\n       worker healthcheck\n\n%s\n\nConfigured by these environment variables (the README's configuration table\ndescribes each):\n  %s\n", "worker", "Runs the charge and refund workers and the periodic lifecycle jobs\n(reconcilers, sweepers, key reaper, webhook recovery) until SIGINT or\nSIGTERM, and serves /healthz and /readyz on WORKER_ADMIN_ADDR.", strings.Join(envconfig.Names(loadConfig), "\n  "))
+		_, err := fmt.Fprintf(stdout, "usage: %s\n       worker healthcheck\n\n%s\n\nConfigured by these environment variables (docs/configuration.md describes\neach):\n  %s\n", "worker", "Runs the charge and refund workers and the periodic lifecycle jobs\n(reconcilers, sweepers, key reaper, webhook recovery) until SIGINT or\nSIGTERM, and serves /healthz and /readyz on WORKER_ADMIN_ADDR.", strings.Join(envconfig.Names(loadConfig), "\n  "))
 		return err
 	}
 	cfg, err := loadConfig(getenv)

@@ -8,7 +8,7 @@ import (
 	"github.com/oncepay/oncepay/internal/jsonbody"
 )
 
-// Limits on a new payment's fields, published in the README. The metadata
+// Limits on a new payment's fields, published in docs/api.md. The metadata
 // limits are within the provider's own rules, so that nothing accepted here
 // is refused by it later: Stripe takes at most 50 keys, keys of at most 40
 // characters without square brackets, and values of at most 500 characters.

@@ -41,7 +41,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return err
 	}
 	if help {
-		_, err := fmt.Fprintf(stdout, "usage: %s\n\n%s\n\nConfigured by these environment variables (the README's configuration table\ndescribes each):\n  %s\n", "stripesim", "Serves the in-memory Stripe simulator on STRIPESIM_ADDR until SIGINT or\nSIGTERM; its admin API (faults, ledger) is under /_sim/ on the same address.", strings.Join(envconfig.Names(loadConfig), "\n  "))
+		_, err := fmt.Fprintf(stdout, "usage: %s\n\n%s\n\nConfigured by these environment variables (docs/configuration.md describes\neach):\n  %s\n", "stripesim", "Serves the in-memory Stripe simulator on STRIPESIM_ADDR until SIGINT or\nSIGTERM; its admin API (faults, ledger) is under /_sim/ on the same address.", strings.Join(envconfig.Names(loadConfig), "\n  "))
 		return err
 	}
 	cfg, err := loadConfig(getenv)
