@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 )
 
 // maxAdminBody bounds admin request bodies, which are a few fields.
@@ -87,9 +88,36 @@ func (s *Server) handleClearFaults(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleLedger(w http.ResponseWriter, _ *http.Request) {
 	s.mu.Lock()
+	s.expireAuthorizations(s.now())
+	s.dispatch("", "")
 	l := s.st.ledger()
 	s.mu.Unlock()
 	writeAdminJSON(w, http.StatusOK, l)
+}
+
+// handleAdvanceClock moves the simulator's clock forward by {"advance":
+// "168h"} (a Go duration), and answers {"now": …}: authorizations older than
+// seven days by the new clock are canceled, as Stripe cancels them.
+func (s *Server) handleAdvanceClock(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Advance string `json:"advance"`
+	}
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<10)).Decode(&body); err != nil {
+		writeAdminJSON(w, http.StatusBadRequest, map[string]string{"error": "body: " + err.Error()})
+		return
+	}
+	d, err := time.ParseDuration(body.Advance)
+	if err != nil || d < 0 {
+		writeAdminJSON(w, http.StatusBadRequest, map[string]string{"error": `advance: a duration of at least 0, such as "168h"`})
+		return
+	}
+	s.mu.Lock()
+	s.clockAhead += d
+	now := s.now()
+	s.expireAuthorizations(now)
+	s.dispatch("", "")
+	s.mu.Unlock()
+	writeAdminJSON(w, http.StatusOK, map[string]any{"now": now.UTC()})
 }
 
 func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
@@ -124,7 +152,7 @@ func (s *Server) handleResolve(w http.ResponseWriter, r *http.Request) {
 		if err == nil {
 			// The customer's step (or the network) changed the intent: an
 			// event, as for any change, with no API request behind it.
-			s.intentEvent(in, s.cfg.Now())
+			s.intentEvent(in, s.now())
 			s.dispatch("", "")
 		}
 		body = s.st.intentJSON(in, nil)
@@ -150,7 +178,7 @@ func (s *Server) resolve(in *intent, status string) error {
 		return fmt.Errorf("%w: payment_intent %s is %s; only requires_action and processing intents can be resolved",
 			errWrongState, in.id, in.status)
 	}
-	now := s.cfg.Now()
+	now := s.now()
 	card, _ := lookupTestCard(in.paymentMethod)
 	switch status {
 	case statusSucceeded:

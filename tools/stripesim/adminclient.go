@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 )
 
 // AdminClient drives a simulator's /_sim/ endpoints from tests in other
@@ -65,6 +66,13 @@ func (c AdminClient) Ledger(ctx context.Context) (Ledger, error) {
 // with status succeeded, requires_payment_method or canceled.
 func (c AdminClient) ResolveIntent(ctx context.Context, id, status string) error {
 	return c.do(ctx, http.MethodPost, "/_sim/payment_intents/"+url.PathEscape(id)+"/resolve", resolveRequest{Status: status}, nil)
+}
+
+// AdvanceClock moves the simulator's clock forward by d: authorizations
+// older than seven days by the new clock are canceled, as Stripe cancels
+// them.
+func (c AdminClient) AdvanceClock(ctx context.Context, d time.Duration) error {
+	return c.do(ctx, http.MethodPost, "/_sim/clock", map[string]string{"advance": d.String()}, nil)
 }
 
 // Reset forgets every object, idempotency key and fault.

@@ -48,6 +48,7 @@
 //	GET  /v1/payment_intents/{id}
 //	POST /v1/payment_intents/{id}/confirm
 //	POST /v1/payment_intents/{id}/cancel
+//	POST /v1/payment_intents/{id}/capture
 //	GET  /v1/payment_intents/search?query=metadata['payment_id']:'X'
 //	GET  /v1/charges/{id}
 //	POST /v1/refunds
@@ -56,8 +57,15 @@
 //	GET  /v1/events?type=payment_intent.*&created[gte]=T&limit=N&ending_before=ID
 //	GET  /v1/events/{id}
 //
+// An intent created with capture_method=manual stops at requires_capture
+// once authorized (amount_capturable set, its charge paid but not
+// captured); POST .../capture takes all of it or amount_to_capture (the rest
+// released, shown as refunded on the charge), POST .../cancel releases it,
+// and an authorization still uncaptured seven days later, by the
+// simulator's clock, is canceled with reason automatic, as Stripe does.
+//
 // Every change to an intent (created, succeeded, payment_failed, canceled,
-// requires_action, processing) and every refund (refund.created,
+// requires_action, processing, amount_capturable_updated) and every refund (refund.created,
 // charge.refunded) records an event carrying the object as rendered then,
 // the api_version and the request that caused it. With Config.WebhookURL
 // set, each event is also POSTed there in the background, signed as Stripe
@@ -87,5 +95,6 @@
 //	GET    /_sim/webhook_faults                  list them
 //	DELETE /_sim/webhook_faults                  clear them
 //	GET    /_sim/ledger                          the Ledger
+//	POST   /_sim/clock                           {"advance":"168h"} moves the clock forward (authorizations expire)
 //	POST   /_sim/reset                           forget every object, key and fault
 package stripesim

@@ -17,8 +17,10 @@ const (
 	eventIntentCanceled       = "payment_intent.canceled"
 	eventIntentRequiresAction = "payment_intent.requires_action"
 	eventIntentProcessing     = "payment_intent.processing"
-	eventChargeRefunded       = "charge.refunded"
-	eventRefundCreated        = "refund.created"
+	// A manual intent authorized: it awaits capture.
+	eventIntentAmountCapturableUpdated = "payment_intent.amount_capturable_updated"
+	eventChargeRefunded                = "charge.refunded"
+	eventRefundCreated                 = "refund.created"
 )
 
 // event is a record of a change to an object, as Stripe keeps it: the
@@ -103,6 +105,8 @@ func (s *Server) intentEvent(in *intent, now time.Time) {
 		typ = eventIntentProcessing
 	case statusCanceled:
 		typ = eventIntentCanceled
+	case statusRequiresCapture:
+		typ = eventIntentAmountCapturableUpdated
 	case statusRequiresPaymentMethod:
 		if in.lastError == nil {
 			return

@@ -200,6 +200,42 @@ func drive(t *testing.T, b *bundle, c *clock, recorded *http.Client) {
 	_, err = b.api.PaymentIntents.Cancel(pi.ID, nil)
 	require.NoError(t, err)
 
+	// Manual capture: authorized, read with its uncaptured charge, captured
+	// whole or in part (then read again), canceled, refused, and expired by
+	// the clock.
+	for _, amount := range []int64{0, 900, -1, -2} {
+		p := intentParams("pm_card_visa", true)
+		p.CaptureMethod = stripe.String("manual")
+		pi, err := b.api.PaymentIntents.New(expandAll(p))
+		require.NoError(t, err)
+		cp := &stripe.ChargeParams{}
+		cp.AddExpand("payment_intent")
+		_, err = b.api.Charges.Get(pi.LatestCharge.ID, cp)
+		require.NoError(t, err)
+		switch amount {
+		case -1:
+			_, err = b.api.PaymentIntents.Cancel(pi.ID, &stripe.PaymentIntentCancelParams{CancellationReason: stripe.String("requested_by_customer")})
+			require.NoError(t, err)
+			_, err = b.api.PaymentIntents.Capture(pi.ID, nil)
+			require.Error(t, err)
+		case -2:
+			c.Advance(8 * 24 * time.Hour)
+		default:
+			params := &stripe.PaymentIntentCaptureParams{}
+			if amount > 0 {
+				params.AmountToCapture = stripe.Int64(amount)
+			}
+			params.AddExpand("latest_charge")
+			_, err = b.api.PaymentIntents.Capture(pi.ID, params)
+			require.NoError(t, err)
+			succeeded = append(succeeded, pi)
+		}
+		_, err = b.api.PaymentIntents.Get(pi.ID, expandAll(&stripe.PaymentIntentParams{}))
+		require.NoError(t, err)
+		_, err = b.api.Charges.Get(pi.LatestCharge.ID, cp)
+		require.NoError(t, err)
+	}
+
 	// Refunds, partial and full, by intent and by charge.
 	for i, pi := range succeeded {
 		rp := &stripe.RefundParams{Amount: stripe.Int64(500), Reason: stripe.String("requested_by_customer")}
@@ -266,7 +302,8 @@ func drive(t *testing.T, b *bundle, c *clock, recorded *http.Client) {
 	}
 	require.NotEmpty(t, events)
 	for _, typ := range []string{"payment_intent.succeeded", "payment_intent.payment_failed", "payment_intent.canceled",
-		"payment_intent.requires_action", "payment_intent.processing", "payment_intent.created", "charge.refunded", "refund.created"} {
+		"payment_intent.requires_action", "payment_intent.processing", "payment_intent.created", "charge.refunded", "refund.created",
+		"payment_intent.amount_capturable_updated"} {
 		require.True(t, slices.ContainsFunc(events, func(e *stripe.Event) bool { return string(e.Type) == typ }), "no %s event", typ)
 	}
 	ep = &stripe.EventListParams{Type: stripe.String("payment_intent.*")}
@@ -618,6 +655,7 @@ var simulatedOperations = map[string][]string{
 	"/v1/payment_intents/{intent}":         {"get"},
 	"/v1/payment_intents/{intent}/confirm": {"post"},
 	"/v1/payment_intents/{intent}/cancel":  {"post"},
+	"/v1/payment_intents/{intent}/capture": {"post"},
 	"/v1/charges/{charge}":                 {"get"},
 	"/v1/refunds":                          {"get", "post"},
 	"/v1/refunds/{refund}":                 {"get"},

@@ -27,6 +27,15 @@ func intentCreateParams() paramSpec {
 		"expand":                    {kind: paramList},
 		"payment_method_types":      {kind: paramList},
 		"automatic_payment_methods": {kind: paramStruct, fields: []string{"enabled", "allow_redirects"}},
+		"capture_method":            {kind: paramScalar},
+	}
+}
+
+func intentCaptureParams() paramSpec {
+	return paramSpec{
+		"amount_to_capture": {kind: paramScalar},
+		"metadata":          {kind: paramHash},
+		"expand":            {kind: paramList},
 	}
 }
 
@@ -123,6 +132,13 @@ func (s *Server) createIntent(req *apiRequest) response {
 		}
 		apm.AllowRedirects = redirects[0]
 	}
+	captureMethod := cmp.Or(p.Get("capture_method"), captureAutomatic)
+	switch captureMethod {
+	case captureAutomatic, captureManual, "automatic_async":
+	default:
+		return rejectParam("parameter_invalid_string", "capture_method",
+			"Invalid capture_method: must be one of automatic, automatic_async or manual")
+	}
 	pm := p.Get("payment_method")
 	if confirm && pm == "" {
 		return rejectParam("parameter_missing", "payment_method",
@@ -152,6 +168,7 @@ func (s *Server) createIntent(req *apiRequest) response {
 		automaticMethods:   apm,
 		metadata:           hash(p, "metadata"),
 		status:             statusRequiresPaymentMethod,
+		captureMethod:      captureMethod,
 	}
 	if len(in.paymentMethodTypes) == 0 {
 		in.paymentMethodTypes = []string{"card"}
@@ -202,9 +219,64 @@ func (s *Server) confirmIntent(req *apiRequest) response {
 	return s.confirm(in, card, offSession, exp, req.now)
 }
 
+// captureIntent captures an authorized (requires_capture) intent, all of it
+// or amount_to_capture; what is not captured is released.
+func (s *Server) captureIntent(req *apiRequest) response {
+	p := req.params
+	if e := intentCaptureParams().check(p); e != nil {
+		return rejected(e)
+	}
+	exp, e := expandParam(p, "latest_charge", "payment_method")
+	if e != nil {
+		return rejected(e)
+	}
+	amount, e := amountParam(p, "amount_to_capture", false)
+	if e != nil {
+		return rejected(e)
+	}
+	in, ok := s.st.intents[req.id]
+	if !ok {
+		return notFound("intent", "payment_intent", req.id)
+	}
+	if in.status != statusRequiresCapture {
+		return badRequest("payment_intent_unexpected_state", "",
+			"This PaymentIntent could not be captured because it has a status of %s. "+
+				"Only a PaymentIntent with one of the following statuses may be captured: requires_capture.", in.status)
+	}
+	if amount == 0 {
+		amount = in.amount
+	}
+	if amount > in.amount {
+		return badRequest("amount_too_large", "amount_to_capture",
+			"The amount to capture (%d) cannot be greater than the amount capturable (%d).", amount, in.amount)
+	}
+	for k, v := range hash(p, "metadata") {
+		if in.metadata == nil {
+			in.metadata = map[string]string{}
+		}
+		in.metadata[k] = v
+	}
+	s.st.capture(in, amount)
+	s.intentEvent(in, req.now)
+	return jsonResponse(http.StatusOK, s.st.intentJSON(in, exp))
+}
+
+// expireAuthorizations cancels every authorization older than
+// authorizationValidity, as Stripe does on its own; it runs before each
+// request, so the simulator's clock decides.
+func (s *Server) expireAuthorizations(now time.Time) {
+	for _, in := range s.st.intents {
+		if in.status == statusRequiresCapture && !now.Before(in.authorizedAt.Add(authorizationValidity)) {
+			s.st.cancel(in, "automatic", now)
+			s.intentEvent(in, now)
+		}
+	}
+}
+
 // cancelIntent cancels an intent that has not charged: Stripe allows it in
 // requires_payment_method, requires_confirmation, requires_action and
-// requires_capture; a succeeded, processing or canceled intent is a 400.
+// requires_capture (releasing the authorization); a succeeded, processing
+// or canceled intent is a 400.
 func (s *Server) cancelIntent(req *apiRequest) response {
 	p := req.params
 	if e := intentCancelParams().check(p); e != nil {
@@ -226,14 +298,12 @@ func (s *Server) cancelIntent(req *apiRequest) response {
 		return notFound("intent", "payment_intent", req.id)
 	}
 	switch in.status {
-	case statusRequiresPaymentMethod, statusRequiresConfirmation, statusRequiresAction:
+	case statusRequiresPaymentMethod, statusRequiresConfirmation, statusRequiresAction, statusRequiresCapture:
 	default:
 		return badRequest("payment_intent_unexpected_state", "",
 			"You cannot cancel this PaymentIntent because it has a status of %s.", in.status)
 	}
-	in.status = statusCanceled
-	in.canceledAt = req.now.Unix()
-	in.cancellationReason = reason
+	s.st.cancel(in, reason, req.now)
 	s.intentEvent(in, req.now)
 	return jsonResponse(http.StatusOK, s.st.intentJSON(in, exp))
 }

@@ -319,10 +319,10 @@ func TestPaymentIntentValidation(t *testing.T) {
 			name: "UnmodelledParameterIs400",
 			params: func() *stripe.PaymentIntentParams {
 				p := intentParams("pm_card_visa", true)
-				p.CaptureMethod = stripe.String("manual")
+				p.SetupFutureUsage = stripe.String("off_session")
 				return p
 			},
-			code: stripe.ErrorCodeParameterUnknown, param: "capture_method",
+			code: stripe.ErrorCodeParameterUnknown, param: "setup_future_usage",
 		},
 		{
 			name: "UnknownNestedParameterIs400",

@@ -25,8 +25,14 @@ type LedgerObject struct {
 	Object string `json:"object"`
 	// Amount is in the currency's smallest unit.
 	Amount int64 `json:"amount"`
-	// AmountRefunded is set on charges.
+	// AmountRefunded is set on charges; a partial capture's released rest
+	// counts, as Stripe shows it.
 	AmountRefunded int64 `json:"amount_refunded,omitempty"`
+	// AmountCaptured is set on captured charges.
+	AmountCaptured int64 `json:"amount_captured,omitempty"`
+	// Captures counts the capture requests an intent executed: more than
+	// one means a client captured twice.
+	Captures int `json:"captures,omitempty"`
 	// Currency is the lower-case ISO code.
 	Currency string `json:"currency"`
 	// Status is the object's current status.
@@ -143,12 +149,12 @@ func (st *state) ledger() Ledger {
 	for _, in := range st.intents {
 		entries = append(entries, entry{in.seq, LedgerObject{
 			ID: in.id, Object: "payment_intent", Amount: in.amount, Currency: in.currency, Status: in.status,
-			Metadata: metadataJSON(in.metadata), IdempotencyKey: in.idempotencyKey, Created: in.created,
+			Metadata: metadataJSON(in.metadata), IdempotencyKey: in.idempotencyKey, Created: in.created, Captures: in.captures,
 		}})
 	}
 	for _, ch := range st.charges {
 		entries = append(entries, entry{ch.seq, LedgerObject{
-			ID: ch.id, Object: "charge", Amount: ch.amount, AmountRefunded: ch.amountRefunded, Currency: ch.currency,
+			ID: ch.id, Object: "charge", Amount: ch.amount, AmountRefunded: ch.amountRefunded, AmountCaptured: st.amountCaptured(ch), Currency: ch.currency,
 			Status: ch.status, PaymentIntent: ch.intentID, Metadata: metadataJSON(ch.metadata),
 			IdempotencyKey: ch.idempotencyKey, Created: ch.created,
 		}})

@@ -10,6 +10,7 @@ const (
 	statusRequiresPaymentMethod = "requires_payment_method"
 	statusRequiresConfirmation  = "requires_confirmation"
 	statusRequiresAction        = "requires_action"
+	statusRequiresCapture       = "requires_capture"
 	statusProcessing            = "processing"
 	statusSucceeded             = "succeeded"
 	statusCanceled              = "canceled"
@@ -21,6 +22,18 @@ const (
 	chargeSucceeded = "succeeded"
 	chargeFailed    = "failed"
 )
+
+// Capture methods: automatic captures at confirmation; manual authorizes
+// then, and captures (or cancels) on a later request.
+const (
+	captureAutomatic = "automatic"
+	captureManual    = "manual"
+)
+
+// authorizationValidity is how long an uncaptured authorization lasts: Stripe
+// cancels a requires_capture intent after 7 days (cancellation_reason
+// automatic), by the simulator's clock here.
+const authorizationValidity = 7 * 24 * time.Hour
 
 // cardBehaviour is what confirming with a test payment method does.
 type cardBehaviour int
@@ -88,6 +101,13 @@ type intent struct {
 	canceledAt           int64
 	cancellationReason   string
 	processingRetrievals int // retrievals answered while processing
+	captureMethod        string
+	authorizedAt         time.Time // when a manual intent reached requires_capture
+	amountReceived       int64     // what was captured: the amount, or less after a partial capture
+	// captures counts the capture requests that executed, for the ledger:
+	// a captured intent answers a second capture with a 400, so more than
+	// one would mean a client captured twice.
+	captures int
 }
 
 // charge is the Charge a confirmation creates.
@@ -107,6 +127,9 @@ type charge struct {
 	status         string
 	failureCode    string
 	failureMessage string
+	// uncaptured is set while the charge is only authorized (a manual
+	// intent in requires_capture, or canceled before capture).
+	uncaptured bool
 }
 
 // refund is a Refund of (part of) a charge.
@@ -179,15 +202,48 @@ func (st *state) newCharge(in *intent, card testCard, status string, now time.Ti
 
 // succeed moves an intent to succeeded, settling its pending charge or
 // creating one.
+// A manual intent stops at requires_capture, its charge authorized only.
 func (st *state) succeed(in *intent, now time.Time) {
-	if ch, ok := st.charges[in.latestCharge]; ok && ch.status == chargePending {
+	ch, ok := st.charges[in.latestCharge]
+	if ok && ch.status == chargePending {
 		ch.status = chargeSucceeded
 	} else {
 		card, _ := lookupTestCard(in.paymentMethod)
-		st.newCharge(in, card, chargeSucceeded, now)
+		ch = st.newCharge(in, card, chargeSucceeded, now)
+	}
+	in.lastError = nil
+	if in.captureMethod == captureManual {
+		ch.uncaptured = true
+		in.status = statusRequiresCapture
+		in.authorizedAt = now
+		return
 	}
 	in.status = statusSucceeded
-	in.lastError = nil
+	in.amountReceived = in.amount
+}
+
+// capture captures amount of an authorized intent; the rest of the
+// authorization is released, shown as refunded on the charge, as Stripe
+// shows it.
+func (st *state) capture(in *intent, amount int64) {
+	if ch, ok := st.charges[in.latestCharge]; ok {
+		ch.uncaptured = false
+		ch.amountRefunded += ch.amount - amount
+	}
+	in.status = statusSucceeded
+	in.amountReceived = amount
+	in.captures++
+}
+
+// cancel cancels an intent that has not been captured, releasing an
+// authorization it holds.
+func (st *state) cancel(in *intent, reason string, now time.Time) {
+	if ch, ok := st.charges[in.latestCharge]; ok && in.status == statusRequiresCapture {
+		ch.amountRefunded = ch.amount
+	}
+	in.status = statusCanceled
+	in.canceledAt = now.Unix()
+	in.cancellationReason = reason
 }
 
 // fail moves an intent back to requires_payment_method after its payment

@@ -1,6 +1,9 @@
 package stripesim
 
-import "maps"
+import (
+	"cmp"
+	"maps"
+)
 
 // The *JSON types below are the Stripe objects as they go on the wire. Only
 // the fields stripe-go's structs decode and the worker could look at are
@@ -193,7 +196,7 @@ func (st *state) intentJSON(in *intent, exp expansion) *intentJSON {
 		Object:                  "payment_intent",
 		Amount:                  in.amount,
 		AutomaticPaymentMethods: in.automaticMethods,
-		CaptureMethod:           "automatic",
+		CaptureMethod:           cmp.Or(in.captureMethod, captureAutomatic),
 		ClientSecret:            in.clientSecret,
 		ConfirmationMethod:      "automatic",
 		Created:                 in.created,
@@ -220,7 +223,9 @@ func (st *state) intentJSON(in *intent, exp expansion) *intentJSON {
 	}
 	switch in.status {
 	case statusSucceeded:
-		out.AmountReceived = in.amount
+		out.AmountReceived = in.amountReceived
+	case statusRequiresCapture:
+		out.AmountCapturable = in.amount
 	case statusRequiresAction:
 		out.NextAction = &nextActionJSON{Type: "use_stripe_sdk", UseStripeSDK: map[string]any{
 			"type":             "three_d_secure_redirect",
@@ -233,6 +238,18 @@ func (st *state) intentJSON(in *intent, exp expansion) *intentJSON {
 		out.CancellationReason = nullable(in.cancellationReason)
 	}
 	return out
+}
+
+// amountCaptured is what a charge captured: all of it, or less after a
+// partial capture, whose released rest shows as refunded.
+func (st *state) amountCaptured(ch *charge) int64 {
+	if ch.status != chargeSucceeded || ch.uncaptured {
+		return 0
+	}
+	if in, ok := st.intents[ch.intentID]; ok && in.amountReceived > 0 {
+		return in.amountReceived
+	}
+	return ch.amount
 }
 
 func (st *state) chargeJSON(ch *charge, exp expansion) *chargeJSON {
@@ -257,10 +274,12 @@ func (st *state) chargeJSON(ch *charge, exp expansion) *chargeJSON {
 	}
 	switch ch.status {
 	case chargeSucceeded:
-		out.AmountCaptured = ch.amount
-		out.Captured = true
 		out.Paid = true
-		out.BalanceTransaction = nullable("txn_" + ch.id[3:])
+		if !ch.uncaptured {
+			out.AmountCaptured = st.amountCaptured(ch)
+			out.Captured = true
+			out.BalanceTransaction = nullable("txn_" + ch.id[3:])
+		}
 		out.Outcome = &outcomeJSON{
 			NetworkStatus: "approved_by_network", RiskLevel: "normal",
 			SellerMessage: "Payment complete.", Type: "authorized",

@@ -24,6 +24,9 @@ type Server struct {
 	// request do so with the lock released.
 	mu sync.Mutex
 	st *state
+	// clockAhead is how far POST /_sim/clock moved the simulator's clock
+	// past Config.Now, to reach an authorization's expiry in a test.
+	clockAhead time.Duration
 
 	send *sender
 }
@@ -34,6 +37,9 @@ func New(cfg Config) *Server {
 	s.routes()
 	return s
 }
+
+// now is the simulator's clock. Called with mu held.
+func (s *Server) now() time.Time { return s.cfg.Now().Add(s.clockAhead) }
 
 // ServeHTTP serves the Stripe API under /v1/ and the admin API under /_sim/.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -60,6 +66,7 @@ func (s *Server) routes() {
 	s.mux.Handle("GET /v1/payment_intents/{id}", s.api(s.getIntent))
 	s.mux.Handle("POST /v1/payment_intents/{id}/confirm", s.api(s.confirmIntent))
 	s.mux.Handle("POST /v1/payment_intents/{id}/cancel", s.api(s.cancelIntent))
+	s.mux.Handle("POST /v1/payment_intents/{id}/capture", s.api(s.captureIntent))
 	s.mux.Handle("GET /v1/charges/{id}", s.api(s.getCharge))
 	s.mux.Handle("POST /v1/refunds", s.api(s.createRefund))
 	s.mux.Handle("GET /v1/refunds", s.api(s.listRefunds))
@@ -73,6 +80,7 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("DELETE /_sim/faults", s.handleClearFaults)
 	s.mux.HandleFunc("POST /_sim/payment_intents/{id}/resolve", s.handleResolve)
 	s.mux.HandleFunc("GET /_sim/ledger", s.handleLedger)
+	s.mux.HandleFunc("POST /_sim/clock", s.handleAdvanceClock)
 	s.mux.HandleFunc("POST /_sim/reset", s.handleReset)
 	s.mux.HandleFunc("POST /_sim/webhook_faults", s.handleInjectWebhookFault)
 	s.mux.HandleFunc("GET /_sim/webhook_faults", s.handleListWebhookFaults)
@@ -259,7 +267,8 @@ func (s *Server) process(w http.ResponseWriter, r *http.Request, requestID strin
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	req.now = s.cfg.Now()
+	req.now = s.now()
+	s.expireAuthorizations(req.now)
 	resp := ep(req)
 	s.dispatch(requestID, req.key)
 	switch {
