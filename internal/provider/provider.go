@@ -132,6 +132,10 @@ const (
 	// Ambiguous: nothing is proven (network error, timeout, 5xx, 429, 409
 	// key in flight, 401/403). Never read it as "nothing happened".
 	Ambiguous
+	// Authorized: a manual-capture intent is authorized (requires_capture):
+	// the amount is held on the card, not moved, until a capture takes it
+	// or a cancel (or the provider, after seven days) releases it.
+	Authorized
 )
 
 func (k Kind) String() string {
@@ -148,6 +152,8 @@ func (k Kind) String() string {
 		return "key_conflict"
 	case Ambiguous:
 		return "ambiguous"
+	case Authorized:
+		return "authorized"
 	}
 	return fmt.Sprintf("Kind(%d)", int(k))
 }
@@ -195,6 +201,14 @@ type Intent struct {
 	// NextAction is what the customer must do, for an intent that
 	// requires action.
 	NextAction *NextAction
+	// CaptureMethod is automatic or manual; AmountCapturable is what an
+	// authorization holds (requires_capture), AmountReceived what was
+	// captured; CancellationReason says why an intent was canceled
+	// (automatic: the provider voided an expired authorization).
+	CaptureMethod      string
+	AmountCapturable   int64
+	AmountReceived     int64
+	CancellationReason string
 }
 
 // NextAction is an intent's next_action: its type (use_stripe_sdk for a
@@ -217,6 +231,8 @@ func intentOf(pi *stripe.PaymentIntent) *Intent {
 	in := &Intent{
 		ID: pi.ID, Status: pi.Status, Amount: pi.Amount, Currency: string(pi.Currency),
 		Metadata: pi.Metadata, Created: time.Unix(pi.Created, 0).UTC(), ClientSecret: pi.ClientSecret,
+		CaptureMethod: string(pi.CaptureMethod), AmountCapturable: pi.AmountCapturable, AmountReceived: pi.AmountReceived,
+		CancellationReason: string(pi.CancellationReason),
 	}
 	if pi.NextAction != nil {
 		in.NextAction = &NextAction{Type: string(pi.NextAction.Type)}
@@ -239,8 +255,10 @@ func OutcomeOf(in *Intent) Outcome {
 	switch in.Status {
 	case stripe.PaymentIntentStatusSucceeded:
 		out.Kind = Succeeded
+	case stripe.PaymentIntentStatusRequiresCapture:
+		out.Kind = Authorized
 	case stripe.PaymentIntentStatusProcessing, stripe.PaymentIntentStatusRequiresAction,
-		stripe.PaymentIntentStatusRequiresCapture, stripe.PaymentIntentStatusRequiresConfirmation:
+		stripe.PaymentIntentStatusRequiresConfirmation:
 		out.Kind = Pending
 	case stripe.PaymentIntentStatusRequiresPaymentMethod, stripe.PaymentIntentStatusCanceled:
 		// The attempt failed (declined, or 3-D Secure abandoned): no charge.
@@ -300,6 +318,9 @@ type Charge struct {
 	Customer       string
 	Description    string
 	Metadata       map[string]string
+	// ManualCapture authorizes only: the intent stops at requires_capture
+	// (Authorized) until CaptureIntent or CancelAuthorization.
+	ManualCapture bool
 }
 
 // CreateIntent creates and confirms a payment intent for c, with c's key.
@@ -319,6 +340,9 @@ func (c *Client) CreateIntent(ctx context.Context, ch Charge) Outcome {
 	}
 	if ch.Customer != "" {
 		params.Customer = stripe.String(ch.Customer)
+	}
+	if ch.ManualCapture {
+		params.CaptureMethod = stripe.String(string(stripe.PaymentIntentCaptureMethodManual))
 	}
 	if ch.Description != "" {
 		params.Description = stripe.String(ch.Description)
@@ -368,4 +392,55 @@ func (c *Client) CancelIntent(ctx context.Context, intentID, idempotencyKey stri
 		Code: "authentication_required", DeclineCode: "authentication_required",
 		Message: "The customer did not complete authentication in time; the payment intent was canceled.",
 	}
+}
+
+// CaptureIntent captures amount of an authorized intent (all of it when
+// amount is 0; the rest is released), with idempotencyKey, so a retried
+// capture is the same capture. Succeeded: captured. Rejected: a 4xx proving
+// nothing was captured (the intent is not, or no longer, requires_capture:
+// canceled, already captured; or the amount is too large). Anything else is
+// Ambiguous, a stored 5xx marked Replayed.
+func (c *Client) CaptureIntent(ctx context.Context, intentID string, amount int64, idempotencyKey string) Outcome {
+	ctx, rec := observe(ctx)
+	params := &stripe.PaymentIntentCaptureParams{}
+	if amount > 0 {
+		params.AmountToCapture = stripe.Int64(amount)
+	}
+	params.SetIdempotencyKey(idempotencyKey)
+	params.Context = ctx
+	pi, err := c.api.PaymentIntents.Capture(intentID, params)
+	return settledBy(classify(pi, err, rec.get()), stripe.PaymentIntentStatusSucceeded)
+}
+
+// CancelAuthorization voids an authorized intent with idempotencyKey and
+// reason (duplicate, fraudulent, requested_by_customer, abandoned; empty:
+// none). Succeeded: the intent is canceled, nothing was or will be
+// captured. Rejected and Ambiguous as for CaptureIntent.
+func (c *Client) CancelAuthorization(ctx context.Context, intentID, reason, idempotencyKey string) Outcome {
+	ctx, rec := observe(ctx)
+	params := &stripe.PaymentIntentCancelParams{}
+	if reason != "" {
+		params.CancellationReason = stripe.String(reason)
+	}
+	params.SetIdempotencyKey(idempotencyKey)
+	params.Context = ctx
+	pi, err := c.api.PaymentIntents.Cancel(intentID, params)
+	return settledBy(classify(pi, err, rec.get()), stripe.PaymentIntentStatusCanceled)
+}
+
+// settledBy reads the answer of an operation on an existing intent: the
+// intent in the status the operation leads to is Succeeded; a 4xx other
+// than a key conflict proves the operation did nothing (Rejected); any
+// other intent status, or any other error, proves nothing.
+func settledBy(out Outcome, want stripe.PaymentIntentStatus) Outcome {
+	switch {
+	case out.Err == nil && out.Intent != nil && out.Intent.Status == want:
+		out.Kind = Succeeded
+	case out.Err == nil:
+		out.Kind = Ambiguous
+		out.Err = fmt.Errorf("payment intent %s is %s, not %s", out.IntentID(), out.Intent.Status, want)
+	case out.Kind == Declined:
+		out.Kind = Rejected
+	}
+	return out
 }
