@@ -18,8 +18,14 @@ const (
 	PaymentProcessing PaymentStatus = "processing"
 	// PaymentRequiresAction: the customer must act (3-D Secure).
 	PaymentRequiresAction PaymentStatus = "requires_action"
+	// PaymentRequiresCapture: a manual-capture payment authorized; the
+	// amount is held until it is captured or canceled.
+	PaymentRequiresCapture PaymentStatus = "requires_capture"
 	// PaymentSucceeded: charged. Final.
 	PaymentSucceeded PaymentStatus = "succeeded"
+	// PaymentCanceled: an authorization released before capture; nothing
+	// charged. Final.
+	PaymentCanceled PaymentStatus = "canceled"
 	// PaymentFailed: refused; nothing charged. Final.
 	PaymentFailed PaymentStatus = "failed"
 	// PaymentRequiresReconciliation: whether the provider charged it is
@@ -28,7 +34,9 @@ const (
 )
 
 // Final reports whether the payment's outcome is settled.
-func (s PaymentStatus) Final() bool { return s == PaymentSucceeded || s == PaymentFailed }
+func (s PaymentStatus) Final() bool {
+	return s == PaymentSucceeded || s == PaymentFailed || s == PaymentCanceled
+}
 
 // Payment is a payment as the API shows it. Absent optional members
 // (customer, description, the provider's ids and codes) are empty strings.
@@ -48,6 +56,12 @@ type Payment struct {
 	FailureMessage          string            `json:"failure_message"`
 	CreatedAt               time.Time         `json:"created_at"`
 	UpdatedAt               time.Time         `json:"updated_at"`
+	AmountRefunded          int64             `json:"amount_refunded"`
+	// CaptureMethod is automatic or manual; AmountCapturable is what an
+	// authorization holds, AmountCaptured what was taken.
+	CaptureMethod    string `json:"capture_method"`
+	AmountCapturable int64  `json:"amount_capturable"`
+	AmountCaptured   int64  `json:"amount_captured"`
 }
 
 // PaymentParams is the body of a new payment. Amount, Currency and
@@ -63,6 +77,9 @@ type PaymentParams struct {
 	Description   string `json:"description,omitempty"`
 	// Metadata is stored with the payment and sent to the provider.
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// CaptureMethod "manual" only authorizes (the payment ends
+	// requires_capture); empty or "automatic" charges at once.
+	CaptureMethod string `json:"capture_method,omitempty"`
 }
 
 // CreatePayment creates a payment under an idempotency key, retrying as the

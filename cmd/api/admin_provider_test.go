@@ -62,7 +62,8 @@ func (b *opsBundle) settleRow(paymentID, status, intentID string) {
 	b.t.Helper()
 	b.exec(`UPDATE payments SET status = $2, provider_payment_intent_id = nullif($3, ''),
 		first_provider_attempt_at = now() - interval '1 minute', last_provider_attempt_at = now() - interval '1 minute',
-		failure_code = CASE WHEN $2 = 'failed' THEN 'card_declined' END WHERE id = $1`, paymentID, status, intentID)
+		failure_code = CASE WHEN $2 = 'failed' THEN 'card_declined' END,
+		amount_captured = CASE WHEN $2 = 'succeeded' THEN amount ELSE 0 END WHERE id = $1`, paymentID, status, intentID)
 	b.exec(`UPDATE river_job SET state = 'completed', finalized_at = now() WHERE args->>'payment_id' = $1`, paymentID)
 }
 

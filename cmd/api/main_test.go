@@ -272,7 +272,7 @@ func TestPreferWaitIsWokenByNotification(t *testing.T) {
 			if pool.QueryRow(ctx, "SELECT id FROM payments WHERE idempotency_key = $1", key).Scan(&paymentID) == nil {
 				time.Sleep(300 * time.Millisecond) // the request is waiting by now
 				assert.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-					if _, err := tx.Exec(ctx, "UPDATE payments SET status = 'succeeded' WHERE id = $1", paymentID); err != nil {
+					if _, err := tx.Exec(ctx, "UPDATE payments SET status = 'succeeded', amount_captured = amount WHERE id = $1", paymentID); err != nil {
 						return err
 					}
 					return keys.Complete(ctx, tx, created.TenantID, key, idempotency.Response{StatusCode: 201, Body: []byte(`{"status":"succeeded"}`)})

@@ -30,8 +30,8 @@ func TestTwoInstancesNeverOverRefund(t *testing.T) {
 	paymentID := id.New("pay")
 	_, err = pool.Exec(context.Background(), `
 		INSERT INTO payments (id, tenant_id, idempotency_key, amount, currency, payment_method, status,
-			provider_idempotency_key, provider_payment_intent_id)
-		VALUES ($1, $2, $3, 2000, 'usd', 'pm_card_visa', 'succeeded', $4, 'pi_test')`,
+			provider_idempotency_key, provider_payment_intent_id, amount_captured)
+		VALUES ($1, $2, $3, 2000, 'usd', 'pm_card_visa', 'succeeded', $4, 'pi_test', 2000)`,
 		paymentID, created.TenantID, id.New("key"), id.New("pk"))
 	require.NoError(t, err)
 	vars := func() map[string]string { return map[string]string{"DATABASE_URL": dbURL} }

@@ -515,7 +515,7 @@ func TestPreferWait(t *testing.T) {
 		final := idempotency.Response{StatusCode: 201, Header: map[string]string{"Content-Type": "application/json"},
 			Body: []byte(fmt.Sprintf(`{"id":%q,"status":"succeeded"}`, paymentID))}
 		assert.NoError(b.t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(b.ctx, "UPDATE payments SET status = 'succeeded' WHERE id = $1", paymentID); err != nil {
+			if _, err := tx.Exec(b.ctx, "UPDATE payments SET status = 'succeeded', amount_captured = amount WHERE id = $1", paymentID); err != nil {
 				return err
 			}
 			return b.keys.Complete(b.ctx, tx, b.tenant.TenantID, key, final)

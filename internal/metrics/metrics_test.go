@@ -217,7 +217,7 @@ func TestDatabaseGauges(t *testing.T) {
 	require.Equal(t, 1.0, value(t, reg, "oncepay_operations", map[string]string{"operation": "payment", "status": "requires_reconciliation"}))
 	require.Equal(t, 1.0, value(t, reg, "oncepay_operations_awaiting_operator", map[string]string{"operation": "payment"}))
 	require.Equal(t, 0.0, value(t, reg, "oncepay_operations_awaiting_operator", map[string]string{"operation": "refund"}))
-	_, err = pool.Exec(context.Background(), `UPDATE payments SET status = 'succeeded'`)
+	_, err = pool.Exec(context.Background(), `UPDATE payments SET status = 'succeeded', amount_captured = amount`)
 	require.NoError(t, err)
 	_, err = pool.Exec(context.Background(), `INSERT INTO refunds (id, tenant_id, payment_id, idempotency_key, amount, currency, status, provider_idempotency_key)
 		SELECT 'rfd_gauges', tenant_id, id, 'gauges-refund-key', 100, currency, 'requires_reconciliation', 'pk-gauges' FROM payments`)

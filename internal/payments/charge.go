@@ -154,6 +154,9 @@ func (w *ChargeWorker) work(ctx context.Context, job *river.Job[ChargePaymentArg
 	case provider.Succeeded:
 		log.InfoContext(ctx, "payment succeeded")
 		return w.finish(ctx, job, p, out)
+	case provider.Authorized:
+		log.InfoContext(ctx, "payment authorized; it awaits capture")
+		return w.finish(ctx, job, p, out)
 	case provider.Declined:
 		log.InfoContext(ctx, "payment declined", slog.String("code", out.Code), slog.String("decline_code", out.DeclineCode))
 		return w.finish(ctx, job, p, out)
@@ -232,8 +235,11 @@ func (w *ChargeWorker) finish(ctx context.Context, job *river.Job[ChargePaymentA
 // already left the from states (another run recorded it) is left alone.
 func recordOutcome(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, p Payment, from []Status, out provider.Outcome) error {
 	status := StatusFailed
-	if out.Kind == provider.Succeeded {
+	switch out.Kind {
+	case provider.Succeeded:
 		status = StatusSucceeded
+	case provider.Authorized:
+		status = StatusRequiresCapture
 	}
 	final, changed, err := finalizePayment(ctx, tx, p, from, status, out)
 	if err != nil || !changed {
@@ -303,7 +309,7 @@ func completeJob(ctx context.Context, tx pgx.Tx, job *river.Job[ChargePaymentArg
 // finalResponse is what a retry of the client's POST replays once the
 // payment is final: 201 with the payment, or a problem that names it.
 func finalResponse(p Payment, kind provider.Kind) (idempotency.Response, error) {
-	if p.Status == StatusSucceeded {
+	if p.Status == StatusSucceeded || p.Status == StatusRequiresCapture {
 		return operation.Created(p, "/v1/payments/"+p.ID)
 	}
 	code, decline := deref(p.FailureCode), deref(p.DeclineCode)

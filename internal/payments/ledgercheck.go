@@ -182,18 +182,23 @@ func (c *LedgerChecker) comparePage(ctx context.Context, page []*provider.Intent
 			}
 		}
 		succeeded := in.Status == stripe.PaymentIntentStatusSucceeded
+		// An authorization holds the customer's money without moving it.
+		held := in.Status == stripe.PaymentIntentStatusRequiresCapture
 		mine := intentOfGeneration(in, p) && (p.ProviderPaymentIntentID == nil || *p.ProviderPaymentIntentID == in.ID)
+		unsettled := time.Since(in.Created) > c.cfg.UnsettledAfter || p.Status == StatusRequiresReconciliation && p.ReconcileAfter == nil
 		var kind, reason string
 		switch {
-		case !mine && succeeded:
-			kind, reason = ledger.KindUnexpectedCharge, fmt.Sprintf("intent %s (generation %s) succeeded, but payment %s is %s under generation %d with intent %s",
-				in.ID, generationOf(in), p.ID, p.Status, p.ProviderKeyGeneration, deref(p.ProviderPaymentIntentID))
+		case !mine && (succeeded || held):
+			kind, reason = ledger.KindUnexpectedCharge, fmt.Sprintf("intent %s (generation %s) is %s, but payment %s is %s under generation %d with intent %s",
+				in.ID, generationOf(in), in.Status, p.ID, p.Status, p.ProviderKeyGeneration, deref(p.ProviderPaymentIntentID))
 		case !mine:
-		case succeeded && p.Status == StatusFailed:
-			kind, reason = ledger.KindStatusMismatch, fmt.Sprintf("payment %s is failed (%s), but intent %s succeeded", p.ID, deref(p.FailureCode), in.ID)
-		case succeeded && !final(p.Status) && (time.Since(in.Created) > c.cfg.UnsettledAfter || p.Status == StatusRequiresReconciliation && p.ReconcileAfter == nil):
+		case (succeeded || held) && (p.Status == StatusFailed || p.Status == StatusCanceled):
+			kind, reason = ledger.KindStatusMismatch, fmt.Sprintf("payment %s is %s (%s), but intent %s is %s", p.ID, p.Status, deref(p.FailureCode), in.ID, in.Status)
+		case succeeded && p.Status != StatusSucceeded && unsettled:
 			kind, reason = ledger.KindStatusMismatch, fmt.Sprintf("intent %s succeeded, but payment %s is still %s and nothing is going to settle it", in.ID, p.ID, p.Status)
-		case p.Status == StatusSucceeded && provider.OutcomeOf(in).Kind == provider.Declined:
+		case held && p.Status != StatusRequiresCapture && p.Status != StatusSucceeded && unsettled:
+			kind, reason = ledger.KindStatusMismatch, fmt.Sprintf("intent %s is authorized, but payment %s is still %s and nothing is going to settle it", in.ID, p.ID, p.Status)
+		case p.Status == StatusSucceeded && (held || provider.OutcomeOf(in).Kind == provider.Declined):
 			kind, reason = ledger.KindStatusMismatch, fmt.Sprintf("payment %s is succeeded, but intent %s is %s", p.ID, in.ID, in.Status)
 		}
 		if kind != "" {
@@ -279,8 +284,6 @@ func mayHaveMoved(in *provider.Intent) bool {
 	}
 	return false
 }
-
-func final(s Status) bool { return s == StatusSucceeded || s == StatusFailed }
 
 func intentEvidence(in *provider.Intent) map[string]any {
 	return map[string]any{"id": in.ID, "status": in.Status, "amount": in.Amount, "currency": in.Currency,

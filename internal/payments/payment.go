@@ -20,8 +20,16 @@ const (
 	// StatusRequiresAction: the provider wants customer action (3-D Secure);
 	// the worker polls until it resolves.
 	StatusRequiresAction Status = "requires_action"
+	// StatusRequiresCapture: a manual-capture payment the provider
+	// authorized: the amount is held on the card until a capture takes it
+	// (succeeded) or a cancel, or the provider after seven days, releases
+	// it (canceled).
+	StatusRequiresCapture Status = "requires_capture"
 	// StatusSucceeded: the provider charged the payment. Terminal.
 	StatusSucceeded Status = "succeeded"
+	// StatusCanceled: an authorization released before capture; nothing was
+	// charged. Terminal.
+	StatusCanceled Status = "canceled"
 	// StatusFailed: the provider refused it and charged nothing. Terminal.
 	StatusFailed Status = "failed"
 	// StatusRequiresReconciliation: whether the provider charged it could
@@ -38,8 +46,15 @@ const FailureProviderNotReached = operation.FailureProviderNotReached
 // charge job will change it (the reconciler may still settle a payment
 // that requires reconciliation).
 func (s Status) Terminal() bool {
-	return s == StatusSucceeded || s == StatusFailed || s == StatusRequiresReconciliation
+	return s != StatusProcessing && s != StatusRequiresAction
 }
+
+// Capture methods of a payment: automatic charges at once; manual only
+// authorizes, and a capture or a cancel follows.
+const (
+	CaptureAutomatic = "automatic"
+	CaptureManual    = "manual"
+)
 
 // Payment is a payment as stored and as the API shows it.
 type Payment struct {
@@ -71,6 +86,12 @@ type Payment struct {
 	// AmountRefunded is what succeeded refunds gave back; pending ones are
 	// not counted until the provider confirms them.
 	AmountRefunded int64 `json:"amount_refunded" db:"amount_refunded"`
+	// CaptureMethod is automatic or manual. AmountCapturable is what an
+	// authorization holds while requires_capture; AmountCaptured what the
+	// provider took (refunds give back at most that).
+	CaptureMethod    string `json:"capture_method" db:"capture_method"`
+	AmountCapturable int64  `json:"amount_capturable" db:"amount_capturable"`
+	AmountCaptured   int64  `json:"amount_captured" db:"amount_captured"`
 }
 
 // NextAction is what the customer must do for a payment in

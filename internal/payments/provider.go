@@ -32,6 +32,7 @@ func chargeOf(p Payment) provider.Charge {
 		Customer:       deref(p.Customer),
 		Description:    deref(p.Description),
 		Metadata:       metadata,
+		ManualCapture:  p.CaptureMethod == CaptureManual,
 	}
 }
 

@@ -83,7 +83,7 @@ func (k reconcilable) LookUp(ctx context.Context, c claim) (provider.Outcome, op
 	r, p := k.r, c.Payment
 	out, absent, note := r.lookUp(ctx, p, c.Settled)
 	switch {
-	case out.Kind == provider.Succeeded || out.Kind == provider.Declined:
+	case out.Kind == provider.Succeeded || out.Kind == provider.Declined || out.Kind == provider.Authorized:
 		return out, operation.Look{Found: operation.Final, ProviderID: out.IntentID()}
 	case out.Kind == provider.Pending && out.Intent.Status == stripe.PaymentIntentStatusRequiresAction &&
 		time.Since(*p.FirstProviderAttemptAt) > r.cfg.MaxActionWait:

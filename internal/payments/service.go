@@ -1,6 +1,7 @@
 package payments
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -95,6 +96,7 @@ func newPayment(tenantID, clientKey string, req CreateRequest) Payment {
 		Description:            nonEmpty(req.Description),
 		Metadata:               metadata,
 		Status:                 StatusProcessing,
+		CaptureMethod:          cmp.Or(req.CaptureMethod, CaptureAutomatic),
 		ProviderKeyGeneration:  1,
 		ProviderIdempotencyKey: ProviderIdempotencyKey(tenantID, clientKey, paymentID, 1),
 	}

@@ -1,12 +1,14 @@
 package payments
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stripe/stripe-go/v76"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/ledger"
@@ -114,9 +116,9 @@ func settleLocked(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, p Pay
 	s := Settlement{Verdict: Unchanged, Payment: p}
 	known := p.ProviderPaymentIntentID == nil || *p.ProviderPaymentIntentID == in.ID
 	if !intentOfGeneration(in, p) || !known {
-		// Not the charge the payment waits on. Harmless unless it took
-		// money: then the customer may be charged twice.
-		if out.Kind == provider.Succeeded {
+		// Not the charge the payment waits on. Harmless unless it took or
+		// holds money: then the customer may be charged twice.
+		if out.Kind == provider.Succeeded || out.Kind == provider.Authorized {
 			s.Verdict, s.Kind = Contradiction, ledger.KindUnexpectedCharge
 			s.Reason = fmt.Sprintf("intent %s (generation %s) succeeded, but payment %s is %s under generation %d with intent %s",
 				in.ID, generationOf(in), p.ID, p.Status, p.ProviderKeyGeneration, deref(p.ProviderPaymentIntentID))
@@ -126,7 +128,7 @@ func settleLocked(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, p Pay
 	switch p.Status {
 	case StatusProcessing, StatusRequiresAction, StatusRequiresReconciliation:
 		switch out.Kind {
-		case provider.Succeeded, provider.Declined:
+		case provider.Succeeded, provider.Declined, provider.Authorized:
 			if err := recordOutcome(ctx, tx, keys, p, []Status{StatusProcessing, StatusRequiresAction, StatusRequiresReconciliation}, out); err != nil {
 				return s, err
 			}
@@ -144,15 +146,36 @@ func settleLocked(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, p Pay
 			}
 		}
 		return s, nil
+	case StatusRequiresCapture:
+		// The authorization ended at the provider: captured (by a capture
+		// whose own recording is still to come, or outside oncepay), or
+		// canceled (by a cancel, or voided by the provider after seven
+		// days). The create key keeps its answer: the authorization.
+		var status Status
+		switch {
+		case out.Kind == provider.Succeeded:
+			status = StatusSucceeded
+		case in.Status == stripe.PaymentIntentStatusCanceled:
+			status = StatusCanceled
+			out.Code = "authorization_" + cmp.Or(in.CancellationReason, "canceled")
+			out.Message = "The authorization was released before capture (" + cmp.Or(in.CancellationReason, "canceled") + "); nothing was charged."
+		default:
+			return s, nil
+		}
+		final, changed, err := finalizePayment(ctx, tx, p, []Status{StatusRequiresCapture}, status, out)
+		if err != nil || !changed {
+			return s, err
+		}
+		s.Verdict, s.Payment = Recorded, final
 	case StatusSucceeded:
-		if out.Kind == provider.Declined {
+		if out.Kind == provider.Declined || out.Kind == provider.Authorized {
 			s.Verdict, s.Kind = Contradiction, ledger.KindStatusMismatch
 			s.Reason = fmt.Sprintf("payment %s is succeeded, but intent %s is %s", p.ID, in.ID, in.Status)
 		}
-	case StatusFailed:
-		if out.Kind == provider.Succeeded {
+	case StatusFailed, StatusCanceled:
+		if out.Kind == provider.Succeeded || out.Kind == provider.Authorized {
 			s.Verdict, s.Kind = Contradiction, ledger.KindStatusMismatch
-			s.Reason = fmt.Sprintf("payment %s is failed (%s), but intent %s succeeded", p.ID, deref(p.FailureCode), in.ID)
+			s.Reason = fmt.Sprintf("payment %s is %s (%s), but intent %s is %s", p.ID, p.Status, deref(p.FailureCode), in.ID, in.Status)
 		}
 	}
 	return s, nil

@@ -27,17 +27,20 @@ type Querier interface {
 const paymentColumns = `id, tenant_id, idempotency_key, amount, currency, payment_method, customer, description,
 	metadata, status, provider_idempotency_key, provider_payment_intent_id, failure_code, decline_code,
 	failure_message, provider_key_generation, first_provider_attempt_at, last_provider_attempt_at,
-	reconcile_after, reconcile_attempts, amount_refunded, created_at, updated_at, provider_next_action`
+	reconcile_after, reconcile_attempts, amount_refunded, created_at, updated_at, provider_next_action,
+	capture_method, amount_capturable, amount_captured`
 
 // queueInsertPayment queues the insert of a new payment known in full,
 // stamped by the caller, for a batch that does not read it back.
 func queueInsertPayment(batch *pgx.Batch, p Payment) {
 	batch.Queue(`
 		INSERT INTO payments (id, tenant_id, idempotency_key, amount, currency, payment_method, customer,
-			description, metadata, status, provider_idempotency_key, provider_key_generation, created_at, updated_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
+			description, metadata, status, provider_idempotency_key, provider_key_generation, created_at, updated_at,
+			capture_method)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`,
 		p.ID, p.TenantID, p.IdempotencyKey, p.Amount, p.Currency, p.PaymentMethod, p.Customer,
-		p.Description, p.Metadata, p.Status, p.ProviderIdempotencyKey, p.ProviderKeyGeneration, p.CreatedAt, p.UpdatedAt)
+		p.Description, p.Metadata, p.Status, p.ProviderIdempotencyKey, p.ProviderKeyGeneration, p.CreatedAt, p.UpdatedAt,
+		p.CaptureMethod)
 }
 
 // GetPayment reads a tenant's payment. Another tenant's payment is
@@ -192,17 +195,34 @@ func notePending(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, p Paym
 // then records nothing else.
 func finalizePayment(ctx context.Context, tx pgx.Tx, p Payment, from []Status, status Status, out provider.Outcome) (Payment, bool, error) {
 	var code, decline, message string
-	if status != StatusSucceeded {
+	if status == StatusFailed || status == StatusCanceled {
 		code, decline, message = out.Code, out.DeclineCode, out.Message
+	}
+	// An authorization holds the amount; a success took what the provider
+	// received (all of it, for an automatic payment).
+	var capturable, captured int64
+	switch status {
+	case StatusRequiresCapture:
+		capturable = p.Amount
+		if out.Intent != nil && out.Intent.AmountCapturable > 0 {
+			capturable = out.Intent.AmountCapturable
+		}
+	case StatusSucceeded:
+		captured = p.Amount
+		if out.Intent != nil && out.Intent.AmountReceived > 0 {
+			captured = out.Intent.AmountReceived
+		}
 	}
 	rows, err := tx.Query(ctx, `
 		UPDATE payments SET status = $5,
 			provider_payment_intent_id = coalesce(nullif($6, ''), provider_payment_intent_id),
 			failure_code = nullif($7, ''), decline_code = nullif($8, ''), failure_message = nullif($9, ''),
+			amount_capturable = $10, amount_captured = $11,
 			reconcile_after = NULL, updated_at = now()
 		WHERE tenant_id = $1 AND id = $2 AND provider_key_generation = $3 AND status = ANY($4)
 		RETURNING `+paymentColumns,
-		p.TenantID, p.ID, p.ProviderKeyGeneration, texts(from), status, out.IntentID(), code, decline, message)
+		p.TenantID, p.ID, p.ProviderKeyGeneration, texts(from), status, out.IntentID(), code, decline, message,
+		capturable, captured)
 	final, err := collectPayment(rows, err, "finalize payment")
 	if errors.Is(err, ErrNotFound) {
 		return Payment{}, false, nil

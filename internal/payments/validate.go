@@ -44,6 +44,10 @@ type CreateRequest struct {
 	Customer      string            `json:"customer,omitempty"`
 	Description   string            `json:"description,omitempty"`
 	Metadata      map[string]string `json:"metadata,omitempty"`
+	// CaptureMethod is "manual" or empty (automatic, the default): empty in
+	// the fingerprint, so that an automatic payment's request hashes as it
+	// did before manual capture existed.
+	CaptureMethod string `json:"capture_method,omitempty"`
 }
 
 // DecodeCreate reads and validates a POST /v1/payments body, reporting every
@@ -82,6 +86,15 @@ func ValidateCreate(obj jsonbody.Object) (CreateRequest, error) {
 		Metadata: v.StringMap("metadata", jsonbody.MapRule{
 			MaxEntries: MaxMetadataKeys, MaxKeyLen: MaxMetadataKeyLen, MaxValueLen: MaxMetadataValueLen, KeyForbids: MetadataKeyForbids,
 		}),
+		CaptureMethod: v.String("capture_method", jsonbody.StringRule{MaxLen: len(CaptureAutomatic), Check: func(s string) string {
+			if s != CaptureAutomatic && s != CaptureManual {
+				return "must be automatic (the default: charge at once) or manual (authorize now, capture later)"
+			}
+			return ""
+		}}),
+	}
+	if req.CaptureMethod == CaptureAutomatic {
+		req.CaptureMethod = ""
 	}
 	if len(req.Metadata) == 0 {
 		req.Metadata = nil

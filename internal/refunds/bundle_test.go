@@ -128,8 +128,8 @@ func (b *bundle) succeededPayment(amount int64) payments.Payment {
 	require.Equal(b.t, provider.Succeeded, out.Kind, "%+v", out)
 	_, err := b.pool.Exec(b.ctx, `
 		INSERT INTO payments (id, tenant_id, idempotency_key, amount, currency, payment_method, status,
-			provider_idempotency_key, provider_payment_intent_id, first_provider_attempt_at)
-		VALUES ($1, $2, $3, $4, 'usd', 'pm_card_visa', 'succeeded', $5, $6, now())`,
+			provider_idempotency_key, provider_payment_intent_id, first_provider_attempt_at, amount_captured)
+		VALUES ($1, $2, $3, $4, 'usd', 'pm_card_visa', 'succeeded', $5, $6, now(), $4)`,
 		paymentID, b.api.Tenant.TenantID, id.New("key"), amount, id.New("pk"), out.IntentID())
 	require.NoError(b.t, err)
 	return b.payment(paymentID)

@@ -161,14 +161,16 @@ func lockRefundable(ctx context.Context, tx pgx.Tx, tenantID, paymentID string) 
 	return p, nil
 }
 
-// remainingAmount is what can still be refunded of p, except's own amount
-// left out. The caller holds p's lock.
+// remainingAmount is what can still be refunded of p: what the provider
+// captured (all of an automatic payment, what a capture took of a manual
+// one), less its refunds, except's own amount left out. The caller holds
+// p's lock.
 func remainingAmount(ctx context.Context, tx pgx.Tx, p payments.Payment, except string) (int64, error) {
 	committed, err := committedAmount(ctx, tx, p.ID, except)
 	if err != nil {
 		return 0, err
 	}
-	return p.Amount - committed, nil
+	return p.AmountCaptured - committed, nil
 }
 
 func exceedsRemaining(p payments.Payment, amount, remaining int64) *problem.Error {

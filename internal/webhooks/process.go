@@ -55,10 +55,12 @@ func NewProcessor(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Clie
 		"payment_intent.canceled":        p.settleIntent,
 		"payment_intent.requires_action": p.settleIntent,
 		"payment_intent.processing":      p.settleIntent,
-		"refund.created":                 p.settleRefund,
-		"refund.updated":                 p.settleRefund,
-		"refund.failed":                  p.settleRefund,
-		"charge.refunded":                p.settleChargeRefunds,
+		// A manual-capture payment authorized: it awaits capture.
+		"payment_intent.amount_capturable_updated": p.settleIntent,
+		"refund.created":  p.settleRefund,
+		"refund.updated":  p.settleRefund,
+		"refund.failed":   p.settleRefund,
+		"charge.refunded": p.settleChargeRefunds,
 	}
 	return p
 }
