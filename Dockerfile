@@ -15,8 +15,10 @@ ARG GOPROXY
 ENV CGO_ENABLED=0
 WORKDIR /src
 # Modules first, in a layer of their own: a change to the code alone does
-# not download them again.
+# not download them again. The client is a module of its own that go.mod
+# replaces with ./client, so its go.mod must be there too.
 COPY go.mod go.sum ./
+COPY client/go.mod client/
 RUN go mod download
 # stripe-mock depends on go.mod only, so its build stays cached too, and
 # the standard library it compiled is reused by the build below.

@@ -47,9 +47,10 @@ db:
 migrate: db
 	go run ./cmd/api migrate
 
-## test: every test, with the race detector, against a real PostgreSQL (see README)
+## test: every test, with the race detector, against a real PostgreSQL (see docs/testing.md); then the client module's own
 test:
 	go test -race -count=1 -timeout 10m ./...
+	cd client && go test -race -count=1 ./...
 
 ## fuzz: run each fuzz target for FUZZTIME (default 20s); each target compiles first (about 15 s each on 2 cores)
 FUZZTIME ?= 20s
@@ -67,6 +68,7 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	go vet ./...
 	go run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+	cd client && go vet ./... && go run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
 ## pg-stop: stop the throwaway cluster the tests start when no server is running
 pg-stop:
@@ -74,7 +76,7 @@ pg-stop:
 		if [ "$$(id -u)" = 0 ]; then runuser -u postgres -- $$(ls -d /usr/lib/postgresql/*/bin | tail -1)/pg_ctl -D "$$d" stop; \
 		else pg_ctl -D "$$d" stop; fi; fi
 
-## bench: the real stack against pgbench on the same server, in alternating rounds; a table, and JSON in bench/results/ (BENCH_FLAGS="-only newkey -rounds 1")
+## bench: the real stack against pgbench on the same server, in alternating rounds; a table, and JSON in tools/bench/results/ (BENCH_FLAGS="-only newkey -rounds 1")
 BENCH_FLAGS ?=
 bench: build
 	@bin/bench $(BENCH_FLAGS)

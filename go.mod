@@ -9,6 +9,7 @@ require (
 	github.com/go-chi/httprate v0.16.1
 	github.com/hashicorp/golang-lru/v2 v2.0.7
 	github.com/jackc/pgx/v5 v5.12.0
+	github.com/oncepay/oncepay/client v0.0.0
 	github.com/pressly/goose/v3 v3.28.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/riverqueue/river v0.51.1
@@ -73,3 +74,6 @@ require (
 )
 
 tool github.com/stripe/stripe-mock
+
+// The client is a module of its own (standard library only), developed here.
+replace github.com/oncepay/oncepay/client => ./client

@@ -5,8 +5,6 @@ import (
 	"regexp"
 	"testing"
 	"time"
-
-	"github.com/stretchr/testify/require"
 )
 
 func TestBackoffFullJitter(t *testing.T) {
@@ -24,8 +22,12 @@ func TestBackoffFullJitter(t *testing.T) {
 			lowest, highest = min(lowest, d), max(highest, d)
 		}
 		// Full jitter uses the whole window, not a band near its top.
-		require.Less(t, lowest, limit/10, "retry %d: never drew near 0", n)
-		require.Greater(t, highest, limit*9/10, "retry %d: never drew near the cap %s", n, limit)
+		if lowest >= limit/10 {
+			t.Fatalf("retry %d: never drew near 0 (lowest %s)", n, lowest)
+		}
+		if highest <= limit*9/10 {
+			t.Fatalf("retry %d: never drew near the cap %s (highest %s)", n, limit, highest)
+		}
 	}
 }
 
@@ -48,9 +50,13 @@ func TestBackoffClampsAJitterOutOfRange(t *testing.T) {
 	t.Parallel()
 	b := backoff{base: time.Second, max: 4 * time.Second}
 	b.jitter = func(limit time.Duration) time.Duration { return limit * 3 }
-	require.Equal(t, 2*time.Second, b.delay(1, 0))
+	if d := b.delay(1, 0); d != 2*time.Second {
+		t.Fatalf("a jitter above the window: waited %s, want the window's top, 2s", d)
+	}
 	b.jitter = func(time.Duration) time.Duration { return -time.Second }
-	require.Equal(t, time.Duration(0), b.delay(1, 0))
+	if d := b.delay(1, 0); d != 0 {
+		t.Fatalf("a negative jitter: waited %s, want 0", d)
+	}
 }
 
 func TestParseRetryAfter(t *testing.T) {
@@ -70,7 +76,9 @@ func TestParseRetryAfter(t *testing.T) {
 		"Mon Nov 23 12:00:07 2026":       7 * time.Second, // asctime
 		"Mon, 23 Nov 2026 11:59:00 GMT":  0,               // already past
 	} {
-		require.Equal(t, want, parseRetryAfter(value, now), "Retry-After %q", value)
+		if got := parseRetryAfter(value, now); got != want {
+			t.Errorf("Retry-After %q: %s, want %s", value, got, want)
+		}
 	}
 }
 
@@ -101,7 +109,9 @@ func TestRetryableStatus(t *testing.T) {
 		{http.StatusUnprocessableEntity, ProblemIdempotencyKeyMismatch, false},
 		{http.StatusUnprocessableEntity, ProblemIdempotencyKeyExpired, false},
 	} {
-		require.Equal(t, tc.want, retryableStatus(tc.status, tc.slug), "%d %s", tc.status, tc.slug)
+		if got := retryableStatus(tc.status, tc.slug); got != tc.want {
+			t.Errorf("%d %s: retryable %t, want %t", tc.status, tc.slug, got, tc.want)
+		}
 	}
 }
 
@@ -111,8 +121,12 @@ func TestNewKeyIsARandomUUIDv4(t *testing.T) {
 	seen := map[string]bool{}
 	for range 1000 {
 		k := newKey()
-		require.Regexp(t, uuid4, k)
-		require.False(t, seen[k], "key %s drawn twice", k)
+		if !uuid4.MatchString(k) {
+			t.Fatalf("key %q is not a UUIDv4", k)
+		}
+		if seen[k] {
+			t.Fatalf("key %s drawn twice", k)
+		}
 		seen[k] = true
 	}
 }

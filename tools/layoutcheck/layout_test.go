@@ -106,3 +106,22 @@ func moduleRoot(t *testing.T) string {
 	require.NoError(t, err)
 	return filepath.Dir(strings.TrimSpace(string(out)))
 }
+
+// TestClientIsItsOwnModule: the client's module requires nothing, so a
+// service that calls this one imports nothing of the server.
+func TestClientIsItsOwnModule(t *testing.T) {
+	t.Parallel()
+	data, err := os.ReadFile(filepath.Join(moduleRoot(t), "client", "go.mod"))
+	require.NoError(t, err)
+	require.Contains(t, string(data), "module github.com/oncepay/oncepay/client\n")
+	require.NotContains(t, string(data), "require", "client/go.mod must require nothing")
+	cmd := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", "./...")
+	cmd.Dir = filepath.Join(moduleRoot(t), "client")
+	out, err := cmd.Output()
+	require.NoError(t, err)
+	for _, dep := range strings.Fields(string(out)) {
+		if !strings.HasPrefix(dep, "github.com/oncepay/oncepay/client") {
+			t.Errorf("the client depends on %s, outside the standard library", dep)
+		}
+	}
+}

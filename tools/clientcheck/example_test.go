@@ -1,4 +1,4 @@
-package client_test
+package clientcheck_test
 
 import (
 	"context"
@@ -59,7 +59,7 @@ func Example() {
 
 // ExampleIsDeclined shows what a caller does with the answers that are not
 // retried.
-func ExampleIsDeclined() {
+func Example_declined() {
 	c := client.New("https://pay.example.com", "opk_…")
 	_, res, err := c.CreatePayment(context.Background(), client.PaymentParams{Amount: 2000, Currency: "usd", PaymentMethod: "pm_card_visa"},
 		client.WithWait(10*time.Second))
