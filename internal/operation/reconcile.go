@@ -152,6 +152,10 @@ type Table struct {
 	// Resumed is the status a resumed operation runs in again
 	// ("processing", "pending").
 	Resumed string
+	// InFlight are the statuses in which the worker still calls the
+	// provider for an operation ("processing" and "requires_action",
+	// "pending").
+	InFlight []string
 	// NotFound is the kind's error for an operation that does not exist.
 	NotFound error
 }

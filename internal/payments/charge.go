@@ -59,6 +59,13 @@ func (c ChargeConfig) ProviderCallTimeout() time.Duration {
 }
 
 // WithDefaults returns the configuration with zero values defaulted.
+// Timings are the engine worker's clocks taken from c (defaults applied
+// first).
+func (c ChargeConfig) Timings() operation.Timings {
+	return operation.Timings{JobTimeout: c.JobTimeout, CallTimeout: c.ProviderCallTimeout(), RecordTimeout: c.RecordTimeout,
+		KeyMargin: c.ProviderKeyMargin, PollInterval: c.PollInterval, MaxPollDuration: c.MaxPollDuration}
+}
+
 func (c ChargeConfig) WithDefaults() ChargeConfig {
 	c.JobTimeout = cmp.Or(c.JobTimeout, 30*time.Second)
 	c.ProviderKeyMargin = cmp.Or(c.ProviderKeyMargin, 23*time.Hour)
@@ -263,7 +270,7 @@ func (w *ChargeWorker) reconcileLater(ctx context.Context, job *river.Job[Charge
 		if _, err := lockForOutcome(ctx, tx, w.keys, p.TenantID, p.ID); err != nil {
 			return err
 		}
-		if err := handToReconciliation(ctx, tx, w.keys, p, reason); err != nil {
+		if err := paymentsTable.HandOver(ctx, tx, w.keys, entryOf(p), reason); err != nil {
 			return err
 		}
 		return completeJob(ctx, tx, job)
@@ -278,25 +285,11 @@ func (w *ChargeWorker) reconcileJobPayment(ctx context.Context, job *river.Job[C
 		if err != nil {
 			return err
 		}
-		if err := handToReconciliation(ctx, tx, w.keys, p, reason); err != nil {
+		if err := paymentsTable.HandOver(ctx, tx, w.keys, entryOf(p), reason); err != nil {
 			return err
 		}
 		return completeJob(ctx, tx, job)
 	})
-}
-
-// handToReconciliation moves a processing payment to requires_reconciliation
-// and its key to unknown; the caller holds lockForOutcome's locks. A payment that already left
-// processing is left as it is.
-func handToReconciliation(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, p Payment, reason string) error {
-	changed, err := markRequiresReconciliation(ctx, tx, p, reason)
-	if err != nil || !changed {
-		return err
-	}
-	if err := keys.MarkUnknown(ctx, tx, p.TenantID, p.IdempotencyKey); err != nil {
-		return fmt.Errorf("mark idempotency key unknown: %w", err)
-	}
-	return nil
 }
 
 func completeJob(ctx context.Context, tx pgx.Tx, job *river.Job[ChargePaymentArgs]) error {

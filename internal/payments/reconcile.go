@@ -43,6 +43,7 @@ var paymentsTable = operation.Table{
 	ProviderIDColumn: "provider_payment_intent_id", ProviderIDLog: "intent_id",
 	ClaimColumns:      func(settled string) string { return paymentColumns + ", " + settled },
 	NotReachedMessage: notReachedMessage, AlsoClear: ", decline_code = NULL", Resumed: string(StatusProcessing),
+	InFlight: []string{string(StatusProcessing), string(StatusRequiresAction)},
 	NotFound: ErrNotFound,
 }
 
@@ -63,9 +64,12 @@ type claim struct {
 // reconcilable is what payments supply to the engine's reconciler.
 type reconcilable struct{ r *Reconciler }
 
-func (k reconcilable) Entry(c claim) operation.Entry {
-	return operation.Entry{TenantID: c.TenantID, ID: c.ID, IdempotencyKey: c.IdempotencyKey, Generation: c.ProviderKeyGeneration,
-		FirstAttemptAt: c.FirstProviderAttemptAt, ReconcileAttempts: c.ReconcileAttempts}
+func (k reconcilable) Entry(c claim) operation.Entry { return entryOf(c.Payment) }
+
+// entryOf is what the engine reads of a payment.
+func entryOf(p Payment) operation.Entry {
+	return operation.Entry{TenantID: p.TenantID, ID: p.ID, IdempotencyKey: p.IdempotencyKey, Generation: p.ProviderKeyGeneration,
+		FirstAttemptAt: p.FirstProviderAttemptAt, ReconcileAttempts: p.ReconcileAttempts}
 }
 
 func (k reconcilable) Lock(ctx context.Context, tx pgx.Tx, tenantID, id string) error {

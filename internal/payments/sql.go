@@ -230,19 +230,6 @@ func finalizePayment(ctx context.Context, tx pgx.Tx, p Payment, from []Status, s
 	return final, err == nil, err
 }
 
-// markRequiresReconciliation hands a payment to reconciliation, due at once.
-func markRequiresReconciliation(ctx context.Context, tx pgx.Tx, p Payment, reason string) (bool, error) {
-	tag, err := tx.Exec(ctx, `
-		UPDATE payments SET status = 'requires_reconciliation', failure_message = $4,
-			reconcile_after = now(), reconcile_attempts = 0, updated_at = now()
-		WHERE tenant_id = $1 AND id = $2 AND provider_key_generation = $3 AND status IN ('processing', 'requires_action')`,
-		p.TenantID, p.ID, p.ProviderKeyGeneration, reason)
-	if err != nil {
-		return false, fmt.Errorf("mark payment for reconciliation: %w", err)
-	}
-	return tag.RowsAffected() == 1, nil
-}
-
 // texts converts a slice of string-typed values (statuses, job states) to
 // the []string pgx encodes as a text array.
 func texts[T ~string](values []T) []string {

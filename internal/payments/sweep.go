@@ -38,7 +38,7 @@ func (s sweepable) LockInFlight(ctx context.Context, tx pgx.Tx, tenantID, id str
 }
 
 func (s sweepable) HandToReconciliation(ctx context.Context, tx pgx.Tx, p Payment, reason string) error {
-	return handToReconciliation(ctx, tx, s.keys, p, reason)
+	return paymentsTable.HandOver(ctx, tx, s.keys, entryOf(p), reason)
 }
 
 // SweepPaymentsArgs is the Sweeper's periodic job.

@@ -37,6 +37,7 @@ var refundsTable = operation.Table{
 	},
 	NotReachedMessage: notReachedMessage,
 	Resumed:           string(StatusPending),
+	InFlight:          []string{string(StatusPending)},
 	NotFound:          ErrNotFound,
 }
 
@@ -60,11 +61,7 @@ type claim struct {
 // reconcilable is what refunds supply to the engine's reconciler.
 type reconcilable struct{ r *Reconciler }
 
-func (k reconcilable) Entry(c claim) operation.Entry {
-	return operation.Entry{TenantID: c.TenantID, ID: c.ID, IdempotencyKey: c.IdempotencyKey, Generation: c.ProviderKeyGeneration,
-		FirstAttemptAt: c.FirstProviderAttemptAt, ReconcileAttempts: c.ReconcileAttempts,
-		LogAttrs: []any{slog.String("payment_id", c.PaymentID)}}
-}
+func (k reconcilable) Entry(c claim) operation.Entry { return entryOf(c.Refund) }
 
 func (k reconcilable) Lock(ctx context.Context, tx pgx.Tx, tenantID, id string) error {
 	_, err := lockForOutcome(ctx, tx, k.r.keys, tenantID, id)

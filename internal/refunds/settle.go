@@ -6,8 +6,6 @@ import (
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/provider"
@@ -77,24 +75,4 @@ func recordOutcome(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, r Re
 		return Refund{}, false, fmt.Errorf("complete idempotency key: %w", err)
 	}
 	return final, true, nil
-}
-
-// handToReconciliation moves a pending refund to requires_reconciliation
-// and its key to unknown; the caller holds lockForOutcome's locks.
-func handToReconciliation(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, r Refund, reason string) error {
-	changed, err := markRequiresReconciliation(ctx, tx, r, reason)
-	if err != nil || !changed {
-		return err
-	}
-	if err := keys.MarkUnknown(ctx, tx, r.TenantID, r.IdempotencyKey); err != nil {
-		return fmt.Errorf("mark idempotency key unknown: %w", err)
-	}
-	return nil
-}
-
-func completeJob[T river.JobArgs](ctx context.Context, tx pgx.Tx, job *river.Job[T]) error {
-	if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
-		return fmt.Errorf("complete job: %w", err)
-	}
-	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -150,30 +149,6 @@ func collectRefund(rows pgx.Rows, err error, what string) (Refund, error) {
 	return operation.CollectOne[Refund](rows, err, what, ErrNotFound)
 }
 
-// startProviderAttempt records, before a provider call and committed on its
-// own, when the provider was first and last called for the refund's
-// current generation, and returns how long ago the first call was, by the
-// database's clock. ok is false when the refund left pending or changed
-// generation meanwhile.
-func startProviderAttempt(ctx context.Context, db Querier, r Refund) (age time.Duration, ok bool, err error) {
-	rows, err := db.Query(ctx, `
-		UPDATE refunds SET first_provider_attempt_at = coalesce(first_provider_attempt_at, now()),
-			last_provider_attempt_at = now()
-		WHERE id = $1 AND provider_key_generation = $2 AND status = 'pending'
-		RETURNING (extract(epoch FROM now() - first_provider_attempt_at) * 1000000)::bigint`, r.ID, r.ProviderKeyGeneration)
-	if err != nil {
-		return 0, false, fmt.Errorf("start provider attempt: %w", err)
-	}
-	micros, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[int64])
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, false, nil
-	}
-	if err != nil {
-		return 0, false, fmt.Errorf("start provider attempt: %w", err)
-	}
-	return time.Duration(micros) * time.Microsecond, true, nil
-}
-
 // recordPending notes the provider's refund id, so the next run reads that
 // refund instead of creating one.
 func recordPending(ctx context.Context, db Querier, r Refund, providerRefundID string) error {
@@ -219,20 +194,6 @@ func finalizeRefund(ctx context.Context, tx pgx.Tx, r Refund, status Status, out
 		}
 	}
 	return final, true, nil
-}
-
-// markRequiresReconciliation hands a pending refund to reconciliation, due
-// at once.
-func markRequiresReconciliation(ctx context.Context, tx pgx.Tx, r Refund, reason string) (bool, error) {
-	tag, err := tx.Exec(ctx, `
-		UPDATE refunds SET status = 'requires_reconciliation', failure_message = $4,
-			reconcile_after = now(), reconcile_attempts = 0, updated_at = now()
-		WHERE tenant_id = $1 AND id = $2 AND provider_key_generation = $3 AND status = 'pending'`,
-		r.TenantID, r.ID, r.ProviderKeyGeneration, reason)
-	if err != nil {
-		return false, fmt.Errorf("mark refund for reconciliation: %w", err)
-	}
-	return tag.RowsAffected() == 1, nil
 }
 
 // texts converts string-typed values to the []string pgx encodes as a text

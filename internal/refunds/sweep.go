@@ -36,7 +36,7 @@ func (s sweepable) LockInFlight(ctx context.Context, tx pgx.Tx, tenantID, id str
 }
 
 func (s sweepable) HandToReconciliation(ctx context.Context, tx pgx.Tx, r Refund, reason string) error {
-	return handToReconciliation(ctx, tx, s.keys, r, reason)
+	return refundsTable.HandOver(ctx, tx, s.keys, entryOf(r), reason)
 }
 
 // SweepRefundsArgs is the refund Sweeper's periodic job.

@@ -1,0 +1,287 @@
+package operation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/provider"
+)
+
+// Querier runs queries: a pool, a connection or a transaction.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// Timings are a worker's clocks.
+type Timings struct {
+	// JobTimeout bounds one attempt; CallTimeout, shorter, the provider
+	// call inside it.
+	JobTimeout, CallTimeout time.Duration
+	// RecordTimeout bounds recording the provider's answer, which runs even
+	// past the attempt's deadline.
+	RecordTimeout time.Duration
+	// KeyMargin: the provider forgets idempotency keys after 24 hours, so an
+	// operation first sent longer ago than this is never sent again (it is
+	// looked up instead).
+	KeyMargin time.Duration
+	// PollInterval and MaxPollDuration: a pending provider object is read
+	// again every PollInterval, for at most MaxPollDuration from the first
+	// attempt.
+	PollInterval, MaxPollDuration time.Duration
+}
+
+// Judged is what a provider answer proves, as the engine's worker reads it.
+type Judged struct {
+	Kind provider.Kind
+	// Replayed with a 5xx HTTPStatus: the provider stored that error under
+	// the key and answers every retry with it.
+	Replayed   bool
+	HTTPStatus int
+	// ProviderID is the provider's object, once known; State its status.
+	ProviderID, State string
+	// Code is the provider's error or failure code, for logs.
+	Code string
+	Err  error
+}
+
+// Attemptable is what a kind supplies to the engine's Worker. A is the
+// job's arguments, Op the operation as the kind reads it, O the kind's
+// provider answer.
+type Attemptable[A river.JobArgs, Op, O any] interface {
+	// Of names the job's operation.
+	Of(args A) (tenantID, id string)
+	// Load reads an operation (in a transaction that holds its locks, or
+	// not); the table's NotFound when it does not exist.
+	Load(ctx context.Context, db Querier, tenantID, id string) (Op, error)
+	Entry(op Op) Entry
+	// Send calls the provider for op under its derived key, or reads the
+	// provider object an earlier attempt found. It may read more of op's
+	// context (the payment a refund gives back).
+	Send(ctx context.Context, op Op) (O, error)
+	Judge(out O) Judged
+	// RecordPending notes a pending provider object, so that the next
+	// attempt reads it instead of sending again.
+	RecordPending(ctx context.Context, db Querier, op Op, out O) error
+	// RecordFinal records a final answer: the operation's state and the
+	// key's final response. The caller holds Lock's locks.
+	RecordFinal(ctx context.Context, tx pgx.Tx, op Op, out O) error
+	// Lock takes the operation's locks in the kind's order, key last.
+	Lock(ctx context.Context, tx pgx.Tx, tenantID, id string) error
+}
+
+// Worker runs one kind's provider operation as a River job, the way every
+// operation must run to happen exactly once at the provider:
+//
+//   - the attempt clock commits before every call, so a crash cannot lose
+//     the bound of the window in which the provider may have acted, nor
+//     the age that keeps a call inside the provider's key window;
+//   - every attempt sends the same derived key (the kind's Send), so the
+//     provider answers a retry with the first execution;
+//   - a final answer, the key's final response and the job's completion
+//     commit in one transaction;
+//   - what retrying cannot settle (a stored 5xx, a key conflict, a key
+//     window ending, the last attempt failing for any reason) goes to the
+//     reconciler, with the key unknown, in the transaction that completes
+//     the job.
+type Worker[A river.JobArgs, Op, O any] struct {
+	river.WorkerDefaults[A]
+
+	pool *pgxpool.Pool
+	keys *idempotency.Store
+	log  *slog.Logger
+	t    Timings
+	// action names the call in logs ("refund", "capture").
+	action string
+	table  Table
+	kind   Attemptable[A, Op, O]
+}
+
+// NewWorker returns the engine's worker for a kind whose operations live
+// in table.
+func NewWorker[A river.JobArgs, Op, O any](pool *pgxpool.Pool, keys *idempotency.Store, logger *slog.Logger, t Timings,
+	action string, table Table, kind Attemptable[A, Op, O]) *Worker[A, Op, O] {
+	return &Worker[A, Op, O]{pool: pool, keys: keys, log: logger, t: t, action: action, table: table, kind: kind}
+}
+
+// Timeout bounds one attempt; the provider call carries a shorter deadline.
+func (w *Worker[A, Op, O]) Timeout(*river.Job[A]) time.Duration { return w.t.JobTimeout }
+
+// Work runs one attempt; on the job's last attempt any failure hands the
+// operation to reconciliation (LastAttempt).
+func (w *Worker[A, Op, O]) Work(ctx context.Context, job *river.Job[A]) error {
+	tenantID, id := w.kind.Of(job.Args)
+	log := w.log.With(slog.String("tenant_id", tenantID), slog.String(w.table.Operation+"_id", id),
+		slog.Int64("job_id", job.ID), slog.Int("attempt", job.Attempt))
+	last := LastAttempt{Action: w.action, Operation: w.table.Operation, RecordTimeout: w.t.RecordTimeout,
+		HandOver: func(ctx context.Context, reason string) error { return w.handOver(ctx, job, reason) }}
+	return last.Run(ctx, job.JobRow, log, func() error { return w.attempt(ctx, job, tenantID, id, log) })
+}
+
+func (w *Worker[A, Op, O]) attempt(ctx context.Context, job *river.Job[A], tenantID, id string, log *slog.Logger) error {
+	op, err := w.kind.Load(ctx, w.pool, tenantID, id)
+	if errors.Is(err, w.table.NotFound) {
+		log.ErrorContext(ctx, w.action+" job for a "+w.table.Operation+" that does not exist")
+		return river.JobCancel(err)
+	}
+	if err != nil {
+		return err
+	}
+	e := w.kind.Entry(op)
+	log = log.With(append(e.LogAttrs, slog.Int("generation", e.Generation))...)
+	age, ok, err := w.table.StartAttempt(ctx, w.pool, e)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		log.InfoContext(ctx, w.table.Operation+" no longer waits for its provider call; nothing to do")
+		return nil
+	}
+	if age > w.t.KeyMargin {
+		log.WarnContext(ctx, "provider idempotency window nearly over; not calling the provider", slog.Duration("since_first_attempt", age))
+		return w.handOver(ctx, job, "the provider's idempotency window for this "+w.table.Operation+" has passed")
+	}
+
+	callCtx, cancelCall := context.WithTimeout(ctx, w.t.CallTimeout)
+	out, err := w.kind.Send(callCtx, op)
+	cancelCall()
+	var handOver *HandOverError
+	if errors.As(err, &handOver) {
+		log.WarnContext(ctx, "handing the "+w.table.Operation+" to reconciliation", slog.String("reason", handOver.Reason))
+		return w.handOver(context.WithoutCancel(ctx), job, handOver.Reason)
+	}
+	if err != nil {
+		return err
+	}
+	// The answer is recorded even if the job's deadline or a shutdown
+	// cancelled ctx meanwhile: on the last attempt a lost write would leave
+	// the operation in flight with no job.
+	ctx, cancelRecord := context.WithTimeout(context.WithoutCancel(ctx), w.t.RecordTimeout)
+	defer cancelRecord()
+	j := w.kind.Judge(out)
+	log = log.With(slog.String(w.table.ProviderIDLog, j.ProviderID), slog.String("outcome", j.Kind.String()))
+
+	switch j.Kind {
+	case provider.Succeeded, provider.Declined, provider.Rejected, provider.Authorized:
+		log.InfoContext(ctx, w.table.Operation+" final at the provider", slog.String("code", j.Code), slog.Any("error", j.Err))
+		return pgx.BeginTxFunc(ctx, w.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+			if err := w.kind.Lock(ctx, tx, tenantID, id); err != nil {
+				return err
+			}
+			if err := w.kind.RecordFinal(ctx, tx, op, out); err != nil {
+				return err
+			}
+			return CompleteJob(ctx, tx, job)
+		})
+	case provider.Pending:
+		if age <= w.t.MaxPollDuration {
+			if err := w.kind.RecordPending(ctx, w.pool, op, out); err != nil {
+				return err
+			}
+			log.InfoContext(ctx, w.table.Operation+" pending at the provider; polling", slog.String("provider_status", j.State))
+			return river.JobSnooze(w.t.PollInterval)
+		}
+		log.WarnContext(ctx, w.table.Operation+" still pending at the provider; giving up polling")
+		return w.handOver(ctx, job, "the "+w.table.Operation+" stayed "+j.State+" at the provider")
+	case provider.KeyConflict:
+		log.ErrorContext(ctx, "BUG: provider saw this "+w.table.Operation+"'s idempotency key with other parameters", slog.Any("error", j.Err))
+		return w.handOver(ctx, job, "the provider reported an idempotency key conflict")
+	}
+	if j.Replayed && j.HTTPStatus >= 500 {
+		log.WarnContext(ctx, "provider replays a stored error for this key; looking the "+w.table.Operation+" up instead", slog.Int("http_status", j.HTTPStatus))
+		return w.handOver(ctx, job, fmt.Sprintf("the provider answers this %s's key with a stored %d error", w.table.Operation, j.HTTPStatus))
+	}
+	log.WarnContext(ctx, "provider outcome undetermined; will retry with the same key", slog.Any("error", j.Err))
+	return fmt.Errorf("%s %s: the provider's answer proves nothing: %w", w.action, id, j.Err)
+}
+
+// handOver gives the job's operation (if still in flight) to the
+// reconciler, its key unknown, and completes the job, in one transaction.
+func (w *Worker[A, Op, O]) handOver(ctx context.Context, job *river.Job[A], reason string) error {
+	tenantID, id := w.kind.Of(job.Args)
+	return pgx.BeginTxFunc(ctx, w.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+		if err := w.kind.Lock(ctx, tx, tenantID, id); err != nil {
+			return err
+		}
+		op, err := w.kind.Load(ctx, tx, tenantID, id)
+		if err != nil {
+			return err
+		}
+		if err := w.table.HandOver(ctx, tx, w.keys, w.kind.Entry(op), reason); err != nil {
+			return err
+		}
+		return CompleteJob(ctx, tx, job)
+	})
+}
+
+// HandOverError is what a kind's Send returns when the operation cannot
+// be sent and only a look-up can settle it (its context is not what it
+// must be); the engine hands it to the reconciler with Reason.
+type HandOverError struct{ Reason string }
+
+func (e *HandOverError) Error() string { return e.Reason }
+
+// CompleteJob completes job in tx: with the outcome it records, or not at
+// all.
+func CompleteJob[T river.JobArgs](ctx context.Context, tx pgx.Tx, job *river.Job[T]) error {
+	if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
+		return fmt.Errorf("complete job: %w", err)
+	}
+	return nil
+}
+
+// StartAttempt records, before a provider call and committed on its own,
+// when the provider was first and last called for the operation's current
+// generation, and returns how long ago the first call was, by the
+// database's clock (the one that wrote it). ok is false when the operation
+// left the in-flight statuses or changed generation meanwhile.
+func (t Table) StartAttempt(ctx context.Context, db Querier, e Entry) (age time.Duration, ok bool, err error) {
+	rows, err := db.Query(ctx, `
+		UPDATE `+t.Name+` SET first_provider_attempt_at = coalesce(first_provider_attempt_at, now()),
+			last_provider_attempt_at = now()
+		WHERE tenant_id = $1 AND id = $2 AND provider_key_generation = $3 AND status = ANY($4)
+		RETURNING (extract(epoch FROM now() - first_provider_attempt_at) * 1000000)::bigint`,
+		e.TenantID, e.ID, e.Generation, t.InFlight)
+	if err != nil {
+		return 0, false, fmt.Errorf("start %s provider attempt: %w", t.Operation, err)
+	}
+	micros, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[int64])
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("start %s provider attempt: %w", t.Operation, err)
+	}
+	return time.Duration(micros) * time.Microsecond, true, nil
+}
+
+// HandOver moves an in-flight operation to requires_reconciliation, due at
+// once, and its key to unknown; the caller holds the kind's locks. An
+// operation that already left the in-flight statuses is left as it is.
+func (t Table) HandOver(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, e Entry, reason string) error {
+	tag, err := tx.Exec(ctx, `
+		UPDATE `+t.Name+` SET status = 'requires_reconciliation', failure_message = $4,
+			reconcile_after = now(), reconcile_attempts = 0, updated_at = now()
+		WHERE tenant_id = $1 AND id = $2 AND provider_key_generation = $3 AND status = ANY($5)`,
+		e.TenantID, e.ID, e.Generation, reason, t.InFlight)
+	if err != nil {
+		return fmt.Errorf("hand %s to reconciliation: %w", t.Operation, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return nil
+	}
+	if err := keys.MarkUnknown(ctx, tx, e.TenantID, e.IdempotencyKey); err != nil {
+		return fmt.Errorf("mark idempotency key unknown: %w", err)
+	}
+	return nil
+}
