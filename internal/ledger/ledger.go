@@ -6,9 +6,11 @@
 package ledger
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -120,4 +122,37 @@ func Open(ctx context.Context, db Querier) ([]Finding, error) {
 		return nil, fmt.Errorf("list open findings: %w", err)
 	}
 	return findings, nil
+}
+
+// Disagreement is one mismatch a ledger check found, as reported.
+type Disagreement struct {
+	Kind      string `json:"kind"`
+	PaymentID string `json:"payment_id,omitempty"`
+	IntentID  string `json:"intent_id,omitempty"`
+	// RefundID and ProviderRefundID name the refunds of a refund's
+	// disagreement.
+	RefundID         string `json:"refund_id,omitempty"`
+	ProviderRefundID string `json:"provider_refund_id,omitempty"`
+	Reason           string `json:"reason"`
+	// New is false when the same disagreement was already an open finding.
+	New bool `json:"new"`
+}
+
+// Report records a disagreement a ledger check found as a finding (one open
+// finding per disagreement), with its evidence and reason, logs it when it
+// is new, and returns it with New set.
+func Report(ctx context.Context, db Execer, logger *slog.Logger, d Disagreement, evidence map[string]any) (Disagreement, error) {
+	evidence["reason"] = d.Reason
+	evidence["source"] = "ledger_check"
+	var err error
+	d.New, err = RecordRefund(ctx, db, d.Kind, d.PaymentID, d.RefundID, cmp.Or(d.ProviderRefundID, d.IntentID), evidence)
+	if err != nil {
+		return d, err
+	}
+	if d.New {
+		logger.WarnContext(ctx, "ledger check found a disagreement", slog.String("kind", d.Kind), slog.String("payment_id", d.PaymentID),
+			slog.String("intent_id", d.IntentID), slog.String("refund_id", d.RefundID), slog.String("provider_refund_id", d.ProviderRefundID),
+			slog.String("reason", d.Reason))
+	}
+	return d, nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
@@ -282,6 +283,22 @@ func (t Table) HandOver(ctx context.Context, tx pgx.Tx, keys *idempotency.Store,
 	}
 	if err := keys.MarkUnknown(ctx, tx, e.TenantID, e.IdempotencyKey); err != nil {
 		return fmt.Errorf("mark idempotency key unknown: %w", err)
+	}
+	return nil
+}
+
+// EachSucceeded calls each for every operation of table that succeeded
+// with a first provider attempt in [from, to], page by page in id order
+// (columns are the kind's, read into Op): the ledger check's walk over
+// what the books say the provider did.
+func EachSucceeded[Op any](ctx context.Context, db postgres.Querier, table Table, columns string, from, to time.Time,
+	id func(Op) string, each func(Op) error) error {
+	err := postgres.EachByID(ctx, db, 500, `
+		SELECT `+columns+` FROM `+table.Name+`
+		WHERE status = 'succeeded' AND first_provider_attempt_at BETWEEN $1 AND $2 AND id > $3
+		ORDER BY id LIMIT 500`, id, each, from, to)
+	if err != nil {
+		return fmt.Errorf("check succeeded %ss: %w", table.Operation, err)
 	}
 	return nil
 }

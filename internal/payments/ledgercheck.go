@@ -15,7 +15,6 @@ import (
 
 	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/operation"
-	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
@@ -69,18 +68,7 @@ func NewLedgerChecker(pool *pgxpool.Pool, pc *provider.Client, logger *slog.Logg
 func (c *LedgerChecker) Config() LedgerCheckConfig { return c.cfg }
 
 // Disagreement is one mismatch a check found.
-type Disagreement struct {
-	Kind      string `json:"kind"`
-	PaymentID string `json:"payment_id,omitempty"`
-	IntentID  string `json:"intent_id,omitempty"`
-	// RefundID and ProviderRefundID name the refunds of a refund's
-	// disagreement (refunds.LedgerChecker).
-	RefundID         string `json:"refund_id,omitempty"`
-	ProviderRefundID string `json:"provider_refund_id,omitempty"`
-	Reason           string `json:"reason"`
-	// New is false when the same disagreement was already an open finding.
-	New bool `json:"new"`
-}
+type Disagreement = ledger.Disagreement
 
 // NewFindings counts the disagreements that were not already open findings.
 func NewFindings(ds []Disagreement) int {
@@ -214,15 +202,12 @@ func (c *LedgerChecker) comparePage(ctx context.Context, page []*provider.Intent
 // a first provider attempt in [from, to]: one the listing did not show is
 // read by id, and one that does not exist is a finding.
 func (c *LedgerChecker) checkSucceeded(ctx context.Context, from, to time.Time, listed map[string]*provider.Intent, res *LedgerCheckResult) error {
-	err := postgres.EachByID(ctx, c.pool, 500, `
-		SELECT `+paymentColumns+` FROM payments
-		WHERE status = 'succeeded' AND first_provider_attempt_at BETWEEN $1 AND $2 AND id > $3
-		ORDER BY id LIMIT 500`,
+	err := operation.EachSucceeded(ctx, c.pool, paymentsTable, paymentColumns, from, to,
 		func(p Payment) string { return p.ID },
 		func(p Payment) error {
 			res.Payments++
 			return c.checkIntentExists(ctx, p, listed, res)
-		}, from, to)
+		})
 	if err != nil {
 		return fmt.Errorf("check succeeded payments: %w", err)
 	}
@@ -261,17 +246,11 @@ func (c *LedgerChecker) checkIntentExists(ctx context.Context, p Payment, listed
 }
 
 func (c *LedgerChecker) record(ctx context.Context, res *LedgerCheckResult, kind, paymentID, intentID, reason string, evidence map[string]any) error {
-	evidence["reason"] = reason
-	evidence["source"] = "ledger_check"
-	isNew, err := ledger.Record(ctx, c.pool, kind, paymentID, intentID, evidence)
+	d, err := ledger.Report(ctx, c.pool, c.logger, Disagreement{Kind: kind, PaymentID: paymentID, IntentID: intentID, Reason: reason}, evidence)
 	if err != nil {
 		return err
 	}
-	if isNew {
-		c.logger.WarnContext(ctx, "ledger check found a disagreement", slog.String("kind", kind), slog.String("payment_id", paymentID),
-			slog.String("intent_id", intentID), slog.String("reason", reason))
-	}
-	res.Disagreements = append(res.Disagreements, Disagreement{Kind: kind, PaymentID: paymentID, IntentID: intentID, Reason: reason, New: isNew})
+	res.Disagreements = append(res.Disagreements, d)
 	return nil
 }
 

@@ -15,7 +15,6 @@ import (
 	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/payments"
-	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
@@ -171,15 +170,12 @@ func (c *LedgerChecker) comparePage(ctx context.Context, page []*provider.Refund
 // succeeded with a first provider attempt in [from, to]: one the listing
 // did not show is read by id, and one that does not exist is a finding.
 func (c *LedgerChecker) checkSucceeded(ctx context.Context, from, to time.Time, listed map[string]*provider.Refund, res *LedgerCheckResult) error {
-	err := postgres.EachByID(ctx, c.pool, 500, `
-		SELECT `+refundColumns+` FROM refunds
-		WHERE status = 'succeeded' AND first_provider_attempt_at BETWEEN $1 AND $2 AND id > $3
-		ORDER BY id LIMIT 500`,
+	err := operation.EachSucceeded(ctx, c.pool, refundsTable, refundColumns, from, to,
 		func(r Refund) string { return r.ID },
 		func(r Refund) error {
 			res.Succeeded++
 			return c.checkProviderRefund(ctx, r, listed, res)
-		}, from, to)
+		})
 	if err != nil {
 		return fmt.Errorf("check succeeded refunds: %w", err)
 	}
@@ -226,18 +222,12 @@ func (c *LedgerChecker) checkProviderRefund(ctx context.Context, r Refund, liste
 }
 
 func (c *LedgerChecker) record(ctx context.Context, res *LedgerCheckResult, kind, paymentID, refundID, providerRefundID, reason string, evidence map[string]any) error {
-	evidence["reason"] = reason
-	evidence["source"] = "ledger_check"
-	isNew, err := ledger.RecordRefund(ctx, c.pool, kind, paymentID, refundID, providerRefundID, evidence)
+	d, err := ledger.Report(ctx, c.pool, c.logger, payments.Disagreement{Kind: kind, PaymentID: paymentID, RefundID: refundID,
+		ProviderRefundID: providerRefundID, Reason: reason}, evidence)
 	if err != nil {
 		return err
 	}
-	if isNew {
-		c.logger.WarnContext(ctx, "ledger check found a disagreement", slog.String("kind", kind), slog.String("payment_id", paymentID),
-			slog.String("refund_id", refundID), slog.String("provider_refund_id", providerRefundID), slog.String("reason", reason))
-	}
-	res.Disagreements = append(res.Disagreements, payments.Disagreement{Kind: kind, PaymentID: paymentID, RefundID: refundID,
-		ProviderRefundID: providerRefundID, Reason: reason, New: isNew})
+	res.Disagreements = append(res.Disagreements, d)
 	return nil
 }
 
