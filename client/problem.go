@@ -33,6 +33,8 @@ const (
 	ProblemPaymentNotRefundable       = "payment-not-refundable"
 	ProblemRefundExceedsRemaining     = "refund-exceeds-remaining"
 	ProblemRefundFailed               = "refund-failed"
+	ProblemPaymentNotCapturable       = "payment-not-capturable"
+	ProblemPaymentNotCancelable       = "payment-not-cancelable"
 	ProblemPaymentBusy                = "payment-busy"
 	ProblemRateLimited                = "rate-limited"
 	ProblemTooManyPending             = "too-many-pending"

@@ -35,6 +35,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncepay/oncepay/internal/api"
+	"github.com/oncepay/oncepay/internal/authorizations"
 	"github.com/oncepay/oncepay/internal/envconfig"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/metrics"
@@ -154,14 +155,15 @@ func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.
 		ReplayCacheTTL:     cmp.Or(cfg.ReplayCacheTTL, -1), // 0 turns it off here, and means the default there
 	})
 	handler := api.NewHandler(api.Deps{
-		Pool:      pool,
-		Keys:      keys,
-		Payments:  &payments.Service{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger, ReadTimeout: cfg.RequestDBTimeout},
-		Refunds:   &refunds.Service{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger, ReadTimeout: cfg.RequestDBTimeout},
-		Logger:    logger,
-		Metrics:   m,
-		DBTimeout: cfg.RequestDBTimeout,
-		Auth:      tenant.NewAuthenticator(pool, tenant.AuthConfig{CacheTTL: cfg.AuthCacheTTL, Timeout: cfg.RequestDBTimeout}),
+		Pool:           pool,
+		Keys:           keys,
+		Payments:       &payments.Service{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger, ReadTimeout: cfg.RequestDBTimeout},
+		Refunds:        &refunds.Service{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger, ReadTimeout: cfg.RequestDBTimeout},
+		Authorizations: &authorizations.Service{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger},
+		Logger:         logger,
+		Metrics:        m,
+		DBTimeout:      cfg.RequestDBTimeout,
+		Auth:           tenant.NewAuthenticator(pool, tenant.AuthConfig{CacheTTL: cfg.AuthCacheTTL, Timeout: cfg.RequestDBTimeout}),
 		Webhooks: &webhooks.Handler{Pool: pool, Jobs: outbox.New(jobs), Logger: logger, Secret: cfg.StripeWebhookSecret,
 			Timeout: cfg.RequestDBTimeout},
 	})

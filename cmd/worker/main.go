@@ -25,6 +25,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
+	"github.com/oncepay/oncepay/internal/authorizations"
 	"github.com/oncepay/oncepay/internal/envconfig"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/metrics"
@@ -114,6 +115,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err := river.AddWorkerSafely(workers, &refunds.SweepWorker{Sweeper: refundSweeper}); err != nil {
 		return fmt.Errorf("register refund sweeper: %w", err)
 	}
+	if err := river.AddWorkerSafely(workers, authorizations.NewWorker(pool, keys, providerClient, logger, chargeCfg)); err != nil {
+		return fmt.Errorf("register capture and cancel worker: %w", err)
+	}
+	actionReconciler := authorizations.NewReconciler(pool, keys, providerClient, logger, reconcileCfg)
+	if err := river.AddWorkerSafely(workers, &authorizations.ReconcileWorker{Reconciler: actionReconciler,
+		Observe: observeReconciliation(m, "payment_action")}); err != nil {
+		return fmt.Errorf("register capture and cancel reconciler: %w", err)
+	}
+	actionSweepCfg := sweepCfg
+	actionSweepCfg.OnSwept = func() { m.KeySwept("payment_action") }
+	if err := river.AddWorkerSafely(workers, &authorizations.SweepWorker{Sweeper: authorizations.NewSweeper(pool, keys, logger, actionSweepCfg)}); err != nil {
+		return fmt.Errorf("register capture and cancel sweeper: %w", err)
+	}
 	if err := river.AddWorkerSafely(workers, &outbox.ReapKeysWorker{Store: keys, DB: pool, Logger: logger}); err != nil {
 		return fmt.Errorf("register key reaper: %w", err)
 	}
@@ -143,6 +157,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		periodicJob(cfg.SweepInterval, payments.SweepPaymentsArgs{}),
 		periodicJob(cfg.ReconcileInterval, refunds.ReconcileRefundsArgs{}),
 		periodicJob(cfg.SweepInterval, refunds.SweepRefundsArgs{}),
+		periodicJob(cfg.ReconcileInterval, authorizations.ReconcileActionsArgs{}),
+		periodicJob(cfg.SweepInterval, authorizations.SweepActionsArgs{}),
 	}
 	client, err := outbox.NewWorkerClient(pool, outbox.WorkerConfig{
 		Workers:              workers,

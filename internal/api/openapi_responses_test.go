@@ -20,6 +20,7 @@ import (
 
 	apispec "github.com/oncepay/oncepay/api"
 	"github.com/oncepay/oncepay/internal/api"
+	"github.com/oncepay/oncepay/internal/authorizations"
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/outbox"
@@ -309,6 +310,34 @@ func TestOpenAPIResponses(t *testing.T) {
 	body = requireSpecProblem(t, c.pay(true, http.StatusUnprocessableEntity, old, visa2000), problem.IdempotencyKeyExpired)
 	require.Equal(t, oldCreated.json(t)["id"], body["resource_id"])
 
+	// A manual payment: authorized (201, requires_capture), captured in
+	// part (200 once done, replayed), then refused a second capture (409);
+	// another one's authorization released (200), then refused (409).
+	manual := `{"amount": 2000, "currency": "usd", "payment_method": "pm_card_visa", "capture_method": "manual"}`
+	authorized := c.pay(true, http.StatusCreated, newKey(), manual, "Prefer", "wait=10").json(t)
+	require.Equal(t, "requires_capture", authorized["status"])
+	capturePath := "/v1/payments/" + authorized["id"].(string) + "/capture"
+	captureKey := newKey()
+	captured := c.send(true, http.StatusOK, http.MethodPost, capturePath, `{"amount_to_capture": 1500}`,
+		idempotency.HeaderName, captureKey, "Prefer", "wait=10").json(t)
+	require.Equal(t, "succeeded", captured["status"])
+	require.EqualValues(t, 1500, captured["amount_captured"])
+	c.send(true, http.StatusOK, http.MethodPost, capturePath, `{"amount_to_capture": 1500}`, idempotency.HeaderName, captureKey)
+	requireSpecProblem(t, c.send(true, http.StatusConflict, http.MethodPost, capturePath, `{}`, idempotency.HeaderName, newKey()),
+		problem.PaymentNotCapturable)
+	held := c.pay(true, http.StatusCreated, newKey(), manual, "Prefer", "wait=10").json(t)["id"].(string)
+	requireSpecProblem(t, c.send(true, http.StatusBadRequest, http.MethodPost, "/v1/payments/"+held+"/capture", `{"amount_to_capture": 2001}`,
+		idempotency.HeaderName, newKey()), problem.InvalidRequest)
+	c.send(true, http.StatusAccepted, http.MethodPost, "/v1/payments/"+held+"/cancel", `{"cancellation_reason": "abandoned"}`,
+		idempotency.HeaderName, newKey())
+	canceledKey := newKey()
+	require.Eventually(t, func() bool {
+		p, err := payments.GetPayment(ctx, pool, srv.Tenant.TenantID, held)
+		return err == nil && p.Status == payments.StatusCanceled
+	}, 10*time.Second, 20*time.Millisecond)
+	requireSpecProblem(t, c.send(true, http.StatusConflict, http.MethodPost, "/v1/payments/"+held+"/cancel", `{}`,
+		idempotency.HeaderName, canceledKey), problem.PaymentNotCancelable)
+
 	var missed []string
 	for _, r := range s.documentedResponses() {
 		if !chk.seen[r] {
@@ -318,6 +347,9 @@ func TestOpenAPIResponses(t *testing.T) {
 	t.Logf("%d operations and statuses exercised; documented but not exercised here: %s", len(chk.seen), strings.Join(missed, "; "))
 	require.NotContains(t, missed, "POST /v1/payments 201")
 	require.NotContains(t, missed, "POST /v1/payments 402")
+	for _, r := range []string{"POST /v1/payments/{id}/capture 200", "POST /v1/payments/{id}/capture 409", "POST /v1/payments/{id}/cancel 202"} {
+		require.NotContains(t, missed, r)
+	}
 }
 
 // keyRequest is the idempotency request that POST /v1/payments with
@@ -339,9 +371,10 @@ func startWorker(t *testing.T, pool *pgxpool.Pool, srv *apitest.Server) {
 	sim := httptest.NewServer(stripesim.New(stripesim.Config{Logger: logger, MaxHold: 5 * time.Second}))
 	t.Cleanup(sim.Close)
 	workers := river.NewWorkers()
-	river.AddWorker(workers, payments.NewChargeWorker(pool, srv.Keys,
-		provider.New(provider.Config{SecretKey: "sk_test_oncepay", APIBase: sim.URL}), logger,
-		payments.ChargeConfig{JobTimeout: 2 * time.Second, PollInterval: 50 * time.Millisecond}))
+	pc := provider.New(provider.Config{SecretKey: "sk_test_oncepay", APIBase: sim.URL})
+	cfg := payments.ChargeConfig{JobTimeout: 2 * time.Second, PollInterval: 50 * time.Millisecond}
+	river.AddWorker(workers, payments.NewChargeWorker(pool, srv.Keys, pc, logger, cfg))
+	river.AddWorker(workers, authorizations.NewWorker(pool, srv.Keys, pc, logger, cfg))
 	client, err := outbox.NewWorkerClient(pool, outbox.WorkerConfig{
 		Workers: workers, JobTimeout: 2 * time.Second, RescueStuckJobsAfter: time.Minute,
 		Retry: outbox.RetryPolicy{Base: 20 * time.Millisecond, Max: 100 * time.Millisecond}, Logger: logger,

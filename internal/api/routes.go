@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	apispec "github.com/oncepay/oncepay/api"
+	"github.com/oncepay/oncepay/internal/authorizations"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/logctx"
 	"github.com/oncepay/oncepay/internal/metrics"
@@ -43,6 +44,9 @@ type Deps struct {
 	// Refunds serves the refund routes, if set: cmd/api always sets it,
 	// tests of other parts may leave it out.
 	Refunds *refunds.Service
+	// Authorizations serves the capture and the cancel of a manual
+	// payment's authorization, if set: cmd/api always sets it.
+	Authorizations *authorizations.Service
 	// MoreV1Routes, if set, mounts a service's own endpoints inside the
 	// authenticated /v1 group, beside payments' and refunds': paths there
 	// are relative to /v1 ("/transfers" serves /v1/transfers).
@@ -98,6 +102,10 @@ func NewHandler(d Deps) http.Handler {
 			r.Method(http.MethodPost, "/payments/{id}/refunds", d.Refunds.HandleCreate())
 			r.Get("/payments/{id}/refunds", d.Refunds.HandleList())
 			r.Get("/refunds/{id}", d.Refunds.HandleGet())
+		}
+		if d.Authorizations != nil {
+			r.Method(http.MethodPost, "/payments/{id}/capture", d.Authorizations.HandleCapture())
+			r.Method(http.MethodPost, "/payments/{id}/cancel", d.Authorizations.HandleCancel())
 		}
 		if d.MoreV1Routes != nil {
 			d.MoreV1Routes(r, d)

@@ -43,10 +43,13 @@ func (m *Metrics) RegisterDatabase(pool *pgxpool.Pool) {
 				`SELECT count(*) FROM payments WHERE status = 'requires_reconciliation' AND reconcile_after IS NULL`},
 			{gauge("oncepay_operations", "Provider operations by operation (payment, refund) and status.", "operation", "status"),
 				`SELECT 'payment', status, count(*) FROM payments GROUP BY status
-				UNION ALL SELECT 'refund', status, count(*) FROM refunds GROUP BY status`},
+				UNION ALL SELECT 'refund', status, count(*) FROM refunds GROUP BY status
+				UNION ALL SELECT action, status, count(*) FROM payment_actions GROUP BY action, status`},
 			{gauge("oncepay_operations_awaiting_operator", "Operations the reconciler gave up on (requires_reconciliation, no next look), by operation.", "operation"),
 				`SELECT 'payment', count(*) FROM payments WHERE status = 'requires_reconciliation' AND reconcile_after IS NULL
-				UNION ALL SELECT 'refund', count(*) FROM refunds WHERE status = 'requires_reconciliation' AND reconcile_after IS NULL`},
+				UNION ALL SELECT 'refund', count(*) FROM refunds WHERE status = 'requires_reconciliation' AND reconcile_after IS NULL
+				UNION ALL SELECT action, count(*) FROM payment_actions WHERE status = 'requires_reconciliation' AND reconcile_after IS NULL
+					GROUP BY action`},
 			{gauge("oncepay_idempotency_keys", "Idempotency keys by status (expired: tombstones).", "status"),
 				`SELECT status, count(*) FROM idempotency_keys GROUP BY status`},
 			{gauge("oncepay_river_jobs", "River jobs by queue, kind and state.", "queue", "kind", "state"),

@@ -34,12 +34,22 @@ func Accepted(v any, location string, retryAfter time.Duration) (idempotency.Res
 // Created is the final answer of an operation that succeeded: 201 with
 // the object.
 func Created(v any, location string) (idempotency.Response, error) {
+	return final(http.StatusCreated, v, location)
+}
+
+// Done is the final answer of an operation that succeeded on an object
+// that already existed (a capture, a cancel): 200 with the object.
+func Done(v any, location string) (idempotency.Response, error) {
+	return final(http.StatusOK, v, location)
+}
+
+func final(status int, v any, location string) (idempotency.Response, error) {
 	body, err := respond.Marshal(v)
 	if err != nil {
 		return idempotency.Response{}, fmt.Errorf("encode %s: %w", location, err)
 	}
 	return idempotency.Response{
-		StatusCode: http.StatusCreated,
+		StatusCode: status,
 		Header:     map[string]string{"Content-Type": "application/json", "Location": location},
 		Body:       body,
 	}, nil

@@ -140,6 +140,9 @@ type Table struct {
 	// ProviderIDColumn holds the provider's object id once known, and
 	// ProviderIDLog names it on log lines.
 	ProviderIDColumn, ProviderIDLog string
+	// FixedProviderID: the provider object is known from the start (an
+	// action on the payment's intent), so a resumed operation keeps it.
+	FixedProviderID bool
 	// ClaimColumns are the columns a claim returns (RETURNING, over the
 	// table's row); settled is the column expression SettledColumn makes of
 	// the parameter number it is given.

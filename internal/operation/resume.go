@@ -20,9 +20,13 @@ const Resumable = `(status = 'requires_reconciliation' OR (status = 'failed' AND
 // generation's stored answer. The caller holds the kind's locks, so the
 // generation it read is the one written. It returns the row's columns.
 func (t Table) Resume(ctx context.Context, tx pgx.Tx, tenantID, id string, generation int, providerKey, columns string) (pgx.Rows, error) {
+	clearProviderID := t.ProviderIDColumn + " = NULL, "
+	if t.FixedProviderID {
+		clearProviderID = ""
+	}
 	return tx.Query(ctx, `
 		UPDATE `+t.Name+` SET status = $5, provider_key_generation = $3, provider_idempotency_key = $4,
-			first_provider_attempt_at = NULL, last_provider_attempt_at = NULL, `+t.ProviderIDColumn+` = NULL,
+			first_provider_attempt_at = NULL, last_provider_attempt_at = NULL, `+clearProviderID+`
 			failure_code = NULL, failure_message = NULL`+t.AlsoClear+`,
 			reconcile_after = NULL, reconcile_attempts = 0, updated_at = now()
 		WHERE tenant_id = $1 AND id = $2 AND `+Resumable+`

@@ -151,18 +151,7 @@ func settleLocked(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, p Pay
 		// whose own recording is still to come, or outside oncepay), or
 		// canceled (by a cancel, or voided by the provider after seven
 		// days). The create key keeps its answer: the authorization.
-		var status Status
-		switch {
-		case out.Kind == provider.Succeeded:
-			status = StatusSucceeded
-		case in.Status == stripe.PaymentIntentStatusCanceled:
-			status = StatusCanceled
-			out.Code = "authorization_" + cmp.Or(in.CancellationReason, "canceled")
-			out.Message = "The authorization was released before capture (" + cmp.Or(in.CancellationReason, "canceled") + "); nothing was charged."
-		default:
-			return s, nil
-		}
-		final, changed, err := finalizePayment(ctx, tx, p, []Status{StatusRequiresCapture}, status, out)
+		final, changed, err := EndAuthorization(ctx, tx, p, in)
 		if err != nil || !changed {
 			return s, err
 		}
@@ -179,6 +168,30 @@ func settleLocked(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, p Pay
 		}
 	}
 	return s, nil
+}
+
+// EndAuthorization records what became of a requires_capture payment's
+// authorization, as its intent shows it: captured (succeeded, with what
+// the provider received) or released (canceled, with failure_code
+// authorization_ and the provider's reason: automatic when it voided an
+// authorization seven days old). changed is false while the intent still
+// holds the authorization, or when the payment already left
+// requires_capture. The caller holds the payment's lock.
+func EndAuthorization(ctx context.Context, tx pgx.Tx, p Payment, in *provider.Intent) (Payment, bool, error) {
+	out := provider.Outcome{Intent: in}
+	var status Status
+	switch in.Status {
+	case stripe.PaymentIntentStatusSucceeded:
+		status = StatusSucceeded
+	case stripe.PaymentIntentStatusCanceled:
+		status = StatusCanceled
+		reason := cmp.Or(in.CancellationReason, "canceled")
+		out.Code = "authorization_" + reason
+		out.Message = "The authorization was released before capture (" + reason + "); nothing was charged."
+	default:
+		return p, false, nil
+	}
+	return finalizePayment(ctx, tx, p, []Status{StatusRequiresCapture}, status, out)
 }
 
 // intentOfGeneration reports whether in was created for p's current

@@ -12,6 +12,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/operation"
+	"github.com/oncepay/oncepay/internal/problem"
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
@@ -81,6 +82,25 @@ func lockPayment(ctx context.Context, tx pgx.Tx, tenantID, paymentID string) (Pa
 // (refunds): a tenant's payment, locked until tx ends.
 func LockPaymentRow(ctx context.Context, tx pgx.Tx, tenantID, paymentID string) (Payment, error) {
 	return lockPayment(ctx, tx, tenantID, paymentID)
+}
+
+// LockForOperation locks a tenant's payment for an operation on it (a
+// refund, a capture, a cancel): the first lock of the one order. It
+// answers what the client must see when it cannot: 404 for a payment that
+// is not the tenant's, 409 payment-busy when the payment stays locked past
+// the key's lock wait (its lock_timeout is in force for the whole
+// transaction).
+func LockForOperation(ctx context.Context, tx pgx.Tx, tenantID, paymentID string) (Payment, error) {
+	p, err := lockPayment(ctx, tx, tenantID, paymentID)
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return p, problem.New(problem.NotFound, "No payment %q.", paymentID)
+	case errors.As(err, &pgErr) && pgErr.Code == "55P03":
+		return p, &problem.Error{Type: problem.PaymentBusy, RetryAfter: time.Second,
+			Detail: fmt.Sprintf("Payment %s is being updated by another operation; nothing was done. Retry with the same Idempotency-Key.", paymentID)}
+	}
+	return p, err
 }
 
 // lockForOutcome takes, in the one order, the locks of a transaction that

@@ -60,6 +60,14 @@ var (
 		"The payment provider did not return the money (for example the card was closed, or the provider refused the request); " +
 			"failure_code says why. The refund is failed and its amount counts as refundable again. To try again, create a new " +
 			"refund with a new Idempotency-Key."}
+	PaymentNotCapturable = Type{"payment-not-capturable", "The payment cannot be captured", http.StatusConflict,
+		"Only a payment created with capture_method manual and now requires_capture can be captured, once; payment_status names " +
+			"the payment's state. A capture or a cancel of it already in flight, a payment captured or canceled (by you, or by the " +
+			"provider once an authorization is seven days old) or an automatic payment cannot be. Nothing was sent to the provider."}
+	PaymentNotCancelable = Type{"payment-not-cancelable", "The authorization cannot be canceled", http.StatusConflict,
+		"Only a payment created with capture_method manual and now requires_capture can be canceled (its authorization released); " +
+			"payment_status names the payment's state. A capture or a cancel of it already in flight, a captured or canceled payment or " +
+			"an automatic payment cannot be. Nothing was sent to the provider."}
 	PaymentBusy = Type{"payment-busy", "Another operation on this payment is being recorded", http.StatusConflict,
 		"The payment was locked by another operation for longer than the request could wait. Nothing was done and nothing was " +
 			"stored: send the same request with the same Idempotency-Key after Retry-After."}
@@ -86,7 +94,8 @@ func Catalog() []Type {
 		MissingIdempotencyKey, InvalidIdempotencyKey, IdempotencyKeyMismatch, IdempotencyKeyInUse, IdempotencyOutcomeUnknown,
 		IdempotencyKeyExpired, IdempotencyRetryNeeded,
 		InvalidRequest, RequestTooLarge, UnsupportedMediaType, UnsupportedContentEncoding, Unauthorized, NotFound, MethodNotAllowed,
-		CardDeclined, ProviderRejected, PaymentNotRefundable, RefundExceedsRemaining, RefundFailed, PaymentBusy,
+		CardDeclined, ProviderRejected, PaymentNotRefundable, RefundExceedsRemaining, RefundFailed, PaymentNotCapturable,
+		PaymentNotCancelable, PaymentBusy,
 		RateLimited, TooManyPending, ServiceUnavailable, Internal,
 	}
 }

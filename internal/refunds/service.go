@@ -3,14 +3,12 @@ package refunds
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
@@ -138,15 +136,8 @@ func (s *Service) resume(ctx context.Context, tx pgx.Tx, tenantID, refundID stri
 // lockRefundable locks the payment (the first lock of the order) and
 // refuses one that is not succeeded.
 func lockRefundable(ctx context.Context, tx pgx.Tx, tenantID, paymentID string) (payments.Payment, error) {
-	p, err := payments.LockPaymentRow(ctx, tx, tenantID, paymentID)
-	switch {
-	case errors.Is(err, payments.ErrNotFound):
-		return p, problem.New(problem.NotFound, "No payment %q.", paymentID)
-	case isLockTimeout(err):
-		// The key's lock_timeout is in force for the whole transaction.
-		return p, &problem.Error{Type: problem.PaymentBusy, RetryAfter: time.Second,
-			Detail: fmt.Sprintf("Payment %s is being updated by another operation; nothing was done. Retry with the same Idempotency-Key.", paymentID)}
-	case err != nil:
+	p, err := payments.LockForOperation(ctx, tx, tenantID, paymentID)
+	if err != nil {
 		return p, err
 	}
 	if p.Status != payments.StatusSucceeded || p.ProviderPaymentIntentID == nil {
@@ -181,11 +172,6 @@ func exceedsRemaining(p payments.Payment, amount, remaining int64) *problem.Erro
 	}
 	pe.Extensions = map[string]any{"payment_id": p.ID, "remaining": remaining, "currency": p.Currency}
 	return pe
-}
-
-func isLockTimeout(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
 }
 
 // accepted is the 202 stored under the key and replayed until the refund

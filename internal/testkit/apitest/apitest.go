@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncepay/oncepay/internal/api"
+	"github.com/oncepay/oncepay/internal/authorizations"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
@@ -83,10 +84,11 @@ func start(t testing.TB, pool *pgxpool.Pool, created tenant.Created, moreV1Route
 	require.NoError(t, err)
 	handler := api.NewHandler(api.Deps{
 		Pool: pool, Keys: keys, Logger: logger,
-		Payments:     &payments.Service{DB: pool, Keys: keys, Outbox: outbox.New(inserter), Logger: logger},
-		Refunds:      &refunds.Service{DB: pool, Keys: keys, Outbox: outbox.New(inserter), Logger: logger},
-		Webhooks:     &webhooks.Handler{Pool: pool, Jobs: outbox.New(inserter), Logger: logger, Secret: WebhookSecret},
-		MoreV1Routes: moreV1Routes,
+		Payments:       &payments.Service{DB: pool, Keys: keys, Outbox: outbox.New(inserter), Logger: logger},
+		Refunds:        &refunds.Service{DB: pool, Keys: keys, Outbox: outbox.New(inserter), Logger: logger},
+		Authorizations: &authorizations.Service{DB: pool, Keys: keys, Outbox: outbox.New(inserter), Logger: logger},
+		Webhooks:       &webhooks.Handler{Pool: pool, Jobs: outbox.New(inserter), Logger: logger, Secret: WebhookSecret},
+		MoreV1Routes:   moreV1Routes,
 	})
 	srv := httptest.NewServer(handler)
 	t.Cleanup(srv.Close)

@@ -1,0 +1,105 @@
+// Package authorizations captures and cancels the authorization of a
+// manual-capture payment (POST /v1/payments/{id}/capture and /cancel). Each
+// is a provider operation of its own on the engine (internal/operation):
+// reserved under the client's idempotency key with its row and job in one
+// transaction, sent with a derived provider key, recorded with the job's
+// completion, reconciled by reading the payment's intent, swept when
+// stranded. At most one action is in flight per payment (a unique index),
+// so a capture and a cancel can never both happen.
+package authorizations
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"strconv"
+	"time"
+)
+
+// Kind is what an action does to the authorization. The names match the
+// CHECK constraint on payment_actions.action.
+type Kind string
+
+const (
+	// Capture takes all of the authorization, or amount_to_capture of it
+	// (the rest is released): the payment becomes succeeded.
+	Capture Kind = "capture"
+	// Cancel releases the authorization: the payment becomes canceled.
+	Cancel Kind = "cancel"
+)
+
+// idPrefix starts an action's id: cap_… for a capture, ccl_… for a cancel,
+// so an operator's command knows the kind from the id alone.
+func (k Kind) idPrefix() string {
+	if k == Capture {
+		return "cap"
+	}
+	return "ccl"
+}
+
+// Status is an action's state; the names match payment_actions.status.
+type Status string
+
+const (
+	// StatusPending: accepted; its job has not reached an outcome.
+	StatusPending Status = "pending"
+	// StatusSucceeded: the provider captured (or released) the
+	// authorization. Terminal.
+	StatusSucceeded Status = "succeeded"
+	// StatusFailed: the provider refused it (the authorization was no
+	// longer held); or, with operation.FailureProviderNotReached, it never
+	// reached the provider and the client's retry with the same key runs it
+	// again.
+	StatusFailed Status = "failed"
+	// StatusRequiresReconciliation: whether the provider acted could not be
+	// determined; the reconciler reads the payment's intent to settle it.
+	StatusRequiresReconciliation Status = "requires_reconciliation"
+)
+
+// CancellationReasons are the reasons the provider takes for a cancel.
+var CancellationReasons = []string{"duplicate", "fraudulent", "requested_by_customer", "abandoned"}
+
+// Action is a capture or a cancel as stored.
+type Action struct {
+	ID                      string     `db:"id"`
+	TenantID                string     `db:"tenant_id"`
+	PaymentID               string     `db:"payment_id"`
+	IdempotencyKey          string     `db:"idempotency_key"`
+	Kind                    Kind       `db:"action"`
+	AmountToCapture         *int64     `db:"amount_to_capture"`
+	CancellationReason      *string    `db:"cancellation_reason"`
+	Status                  Status     `db:"status"`
+	ProviderPaymentIntentID string     `db:"provider_payment_intent_id"`
+	FailureCode             *string    `db:"failure_code"`
+	FailureMessage          *string    `db:"failure_message"`
+	ProviderIdempotencyKey  string     `db:"provider_idempotency_key"`
+	ProviderKeyGeneration   int        `db:"provider_key_generation"`
+	FirstProviderAttemptAt  *time.Time `db:"first_provider_attempt_at"`
+	LastProviderAttemptAt   *time.Time `db:"last_provider_attempt_at"`
+	ReconcileAfter          *time.Time `db:"reconcile_after"`
+	ReconcileAttempts       int        `db:"reconcile_attempts"`
+	CreatedAt               time.Time  `db:"created_at"`
+	UpdatedAt               time.Time  `db:"updated_at"`
+}
+
+// ProviderIdempotencyKey derives the key of every attempt of one action in
+// one generation from the tenant, the client's key, the action's id and
+// kind, and the generation, behind a separator of its own: it can never
+// equal a charge's or a refund's key, and an action resumed after it was
+// proven never sent is never answered from an earlier generation's stored
+// answer.
+func ProviderIdempotencyKey(tenantID, clientKey, actionID string, kind Kind, generation int) string {
+	h := sha256.New()
+	for _, part := range []string{"payment-action", string(kind), tenantID, clientKey, actionID, strconv.Itoa(generation)} {
+		h.Write([]byte(part))
+		h.Write([]byte{0})
+	}
+	return "oncepay-" + actionID + "-" + base64.RawURLEncoding.EncodeToString(h.Sum(nil))
+}
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}

@@ -1,0 +1,110 @@
+package authorizations
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/operation"
+	"github.com/oncepay/oncepay/internal/provider"
+)
+
+// Reconciler settles captures and cancels whose outcome is unknown by
+// reading the payment's intent: its state says which of them happened,
+// and a held authorization, once no request can still be in flight, proves
+// the action never reached the provider.
+type Reconciler = operation.Reconciler[claim, provider.Outcome]
+
+// NewReconciler returns the actions' Reconciler, with the settings of every
+// kind's reconciler.
+func NewReconciler(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, logger *slog.Logger, cfg operation.ReconcileConfig) *Reconciler {
+	cfg = cfg.WithDefaults()
+	return operation.NewReconciler(pool, keys, logger, cfg, actionsTable,
+		reconcilable{pool: pool, keys: keys, provider: pc, cfg: cfg})
+}
+
+// ReconcileWorker runs the actions' Reconciler as a River job.
+type ReconcileWorker = operation.ReconcileWorker[ReconcileActionsArgs]
+
+// claim is an action as the reconciler claims it, with whether its attempt
+// window has settled by the database's clock.
+type claim struct {
+	Action
+	Settled bool `db:"settled"`
+}
+
+type reconcilable struct {
+	pool     *pgxpool.Pool
+	keys     *idempotency.Store
+	provider *provider.Client
+	cfg      operation.ReconcileConfig
+}
+
+func (reconcilable) Entry(c claim) operation.Entry { return entryOf(c.Action) }
+
+func (k reconcilable) Lock(ctx context.Context, tx pgx.Tx, tenantID, id string) error {
+	_, _, err := lockForOutcome(ctx, tx, k.keys, tenantID, id)
+	return err
+}
+
+// LookUp reads the payment's intent; it never sends the action again.
+func (k reconcilable) LookUp(ctx context.Context, c claim) (provider.Outcome, operation.Look) {
+	callCtx, cancel := context.WithTimeout(ctx, k.cfg.CallTimeout)
+	read := k.provider.RetrieveIntent(callCtx, c.ProviderPaymentIntentID)
+	cancel()
+	if read.Err != nil {
+		return read, operation.Look{Note: "reading the payment's intent failed", Err: read.Err}
+	}
+	out, held := outcomeOfIntent(c.Action, read.Intent)
+	switch {
+	case held && c.Settled:
+		return out, operation.Look{Found: operation.Absent}
+	case held:
+		return out, operation.Look{Note: "the authorization is still held, but a request may still be in flight"}
+	case out.Kind == provider.Ambiguous:
+		return out, operation.Look{Note: "the intent is " + string(read.Intent.Status)}
+	}
+	return out, operation.Look{Found: operation.Final, ProviderID: read.IntentID()}
+}
+
+// RecordFinal records what the intent showed, as the worker would.
+func (k reconcilable) RecordFinal(ctx context.Context, c claim, out provider.Outcome) error {
+	return pgx.BeginTxFunc(ctx, k.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+		p, a, err := lockForOutcome(ctx, tx, k.keys, c.TenantID, c.ID)
+		if err != nil {
+			return err
+		}
+		return recordOutcome(ctx, tx, k.keys, p, a, out)
+	})
+}
+
+// Sweeper hands an action still pending, whose job will not run again, to
+// reconciliation.
+type Sweeper = operation.Sweeper[Action]
+
+// SweepWorker runs the actions' Sweeper as a River job.
+type SweepWorker = operation.SweepWorker[SweepActionsArgs, Action]
+
+// NewSweeper returns the actions' Sweeper.
+func NewSweeper(pool *pgxpool.Pool, keys *idempotency.Store, logger *slog.Logger, cfg operation.SweepConfig) *Sweeper {
+	return operation.NewSweeper(pool, logger, cfg, operation.Stranded{
+		Operation: "payment_action", Table: "payment_actions",
+		InFlight: []string{string(StatusPending)},
+		JobKind:  ActPaymentArgs{}.Kind(), JobArg: "action_id",
+		Reason: "no job was left to send this capture or cancel",
+	}, sweepable{keys})
+}
+
+type sweepable struct{ keys *idempotency.Store }
+
+func (s sweepable) LockInFlight(ctx context.Context, tx pgx.Tx, tenantID, id string) (Action, bool, error) {
+	_, a, err := lockForOutcome(ctx, tx, s.keys, tenantID, id)
+	return a, err == nil && a.Status == StatusPending, err
+}
+
+func (s sweepable) HandToReconciliation(ctx context.Context, tx pgx.Tx, a Action, reason string) error {
+	return actionsTable.HandOver(ctx, tx, s.keys, entryOf(a), reason)
+}

@@ -1,0 +1,80 @@
+package authorizations
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/operation"
+	"github.com/oncepay/oncepay/internal/payments"
+	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/provider"
+)
+
+// recordOutcome records a final provider answer for a, locked with its
+// payment p (lockForOutcome): the action's state; the payment's, from the
+// intent the answer carries (captured: succeeded; released: canceled); and
+// the key's final answer, 200 with the payment, or the kind's problem when
+// the provider refused. An action another run recorded is left alone.
+func recordOutcome(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, p payments.Payment, a Action, out provider.Outcome) error {
+	var (
+		status        Status
+		code, message string
+	)
+	switch out.Kind {
+	case provider.Succeeded:
+		status = StatusSucceeded
+	case provider.Rejected, provider.Declined:
+		status = StatusFailed
+		code, message = cmp.Or(out.Code, "rejected"), out.Message
+	default:
+		return fmt.Errorf("record %s %s: outcome %s is not final", a.Kind, a.ID, out.Kind)
+	}
+	final, changed, err := finalizeAction(ctx, tx, a, status, code, message)
+	if err != nil || !changed {
+		return err
+	}
+	if out.Intent != nil && out.Intent.ID == a.ProviderPaymentIntentID {
+		ended, changed, err := payments.EndAuthorization(ctx, tx, p, out.Intent)
+		if err != nil {
+			return err
+		}
+		if changed {
+			p = ended
+		}
+	}
+	resp, err := finalResponse(final, p)
+	if err != nil {
+		return err
+	}
+	if err := keys.Complete(ctx, tx, a.TenantID, a.IdempotencyKey, resp); err != nil {
+		return fmt.Errorf("complete idempotency key: %w", err)
+	}
+	return nil
+}
+
+// finalResponse is what the action's key replays once it is final: the
+// payment (200), or the problem of an authorization the provider no
+// longer held.
+func finalResponse(a Action, p payments.Payment) (idempotency.Response, error) {
+	location := "/v1/payments/" + p.ID
+	if a.Status == StatusSucceeded {
+		return operation.Done(p, location)
+	}
+	pe := refusal(a.Kind, p)
+	pe.Detail = fmt.Sprintf("The payment provider refused to %s payment %s's authorization (%s); the payment is %s.",
+		a.Kind, p.ID, deref(a.FailureCode), p.Status)
+	return operation.Refused(pe, location), nil
+}
+
+// refusal is the kind's problem for a payment it cannot act on.
+func refusal(kind Kind, p payments.Payment) *problem.Error {
+	t := problem.PaymentNotCapturable
+	if kind == Cancel {
+		t = problem.PaymentNotCancelable
+	}
+	return &problem.Error{Type: t, Extensions: map[string]any{"payment_id": p.ID, "payment_status": p.Status}}
+}
