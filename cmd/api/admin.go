@@ -2,18 +2,21 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/oncepay/oncepay/internal/authorizations"
 	"github.com/oncepay/oncepay/internal/envconfig"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/ledger"
@@ -339,7 +342,30 @@ func (a admin) operationsOf(ctx context.Context, p payments.Payment) ([]shownOpe
 		ops = append(ops, shownOperation{Operation: "refund", ID: r.ID, Status: string(r.Status), Amount: r.Amount, IdempotencyKey: r.IdempotencyKey,
 			ProviderObjectID: r.ProviderRefundID, Generation: r.ProviderKeyGeneration, CreatedAt: r.CreatedAt.UTC()})
 	}
+	actions, err := authorizations.OfPayment(ctx, a.pool, p.TenantID, p.ID)
+	if err != nil {
+		return nil, err
+	}
+	for _, act := range actions {
+		amount := int64(0)
+		if act.Kind == authorizations.Capture {
+			amount = cmp.Or(deref(act.AmountToCapture), p.Amount)
+		}
+		intent := act.ProviderPaymentIntentID
+		ops = append(ops, shownOperation{Operation: string(act.Kind), ID: act.ID, Status: string(act.Status), Amount: amount,
+			IdempotencyKey: act.IdempotencyKey, ProviderObjectID: &intent, Generation: act.ProviderKeyGeneration, CreatedAt: act.CreatedAt.UTC()})
+	}
+	// The charge first, then the others as they were made.
+	slices.SortStableFunc(ops[1:], func(x, y shownOperation) int { return x.CreatedAt.Compare(y.CreatedAt) })
 	return ops, nil
+}
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
 }
 
 func (a admin) paymentsShow(ctx context.Context) error {
@@ -460,6 +486,79 @@ func (a admin) refundReconciler(logger *slog.Logger) (*refunds.Reconciler, error
 // isRefund tells a refund's id from a payment's.
 func isRefund(id string) bool { return strings.HasPrefix(id, refunds.IDPrefix+"_") }
 
+// isAction tells a capture's or a cancel's id (cap_…, ccl_…) from the
+// others'.
+func isAction(id string) bool { return strings.HasPrefix(id, "cap_") || strings.HasPrefix(id, "ccl_") }
+
+// actionReconciler is the worker's reconciler of captures and cancels.
+func (a admin) actionReconciler(logger *slog.Logger) (*authorizations.Reconciler, error) {
+	pc, cfg, err := a.reconcileSetup()
+	if err != nil {
+		return nil, err
+	}
+	return authorizations.NewReconciler(a.pool, a.keys(), pc, logger, cfg), nil
+}
+
+// reconcileAction reconciles one capture or cancel awaiting reconciliation
+// now, as its reconciler's next run would.
+func (a admin) reconcileAction(ctx context.Context, actionID string, logger *slog.Logger) error {
+	r, err := a.actionReconciler(logger)
+	if err != nil {
+		return err
+	}
+	var tenantID string
+	if err := a.pool.QueryRow(ctx, `SELECT tenant_id FROM payment_actions WHERE id = $1`, actionID).Scan(&tenantID); err != nil {
+		return fmt.Errorf("%w: no capture or cancel %q (\"api payments show PAYMENT\" lists a payment's operations)", authorizations.ErrNotFound, actionID)
+	}
+	before, err := authorizations.GetAction(ctx, a.pool, tenantID, actionID)
+	if err != nil {
+		return err
+	}
+	counts, err := r.ReconcileNow(ctx, tenantID, actionID)
+	if err != nil {
+		return fmt.Errorf("%w (only an operation awaiting reconciliation is looked up; it is %s)", err, before.Status)
+	}
+	after, err := authorizations.GetAction(ctx, a.pool, tenantID, actionID)
+	if err != nil {
+		return err
+	}
+	if a.cmd.opts.json {
+		return a.writeJSON(map[string]any{"verdict": counts.Verdict(), "before": before, "after": after})
+	}
+	return a.fields(string(after.Kind), after.ID, "verdict", counts.Verdict(), "status", fmt.Sprintf("%s -> %s", before.Status, after.Status),
+		"failure", fmt.Sprintf("%s: %s", str(after.FailureCode), str(after.FailureMessage)), "payment", after.PaymentID)
+}
+
+// releaseActionKey releases a capture's or a cancel's key stuck unknown,
+// only on the provider's proof that the authorization is untouched.
+func (a admin) releaseActionKey(ctx context.Context, tenantID, key string) error {
+	r, err := a.actionReconciler(slog.New(slog.DiscardHandler))
+	if err != nil {
+		return err
+	}
+	res, err := r.ReleaseKey(ctx, tenantID, key, a.cmd.opts.reason, a.cmd.opts.operator)
+	if err != nil {
+		return err
+	}
+	act, err := authorizations.GetAction(ctx, a.pool, tenantID, res.ID)
+	if err != nil {
+		return err
+	}
+	keyStatus := idempotency.StatusFailedRetryable
+	if res.Verdict == "settled" {
+		keyStatus = idempotency.StatusCompleted
+	}
+	if a.cmd.opts.json {
+		out := map[string]any{"verdict": res.Verdict, "action": act, "key_status": keyStatus}
+		if res.Verdict == "released" {
+			out["release"] = res.Release
+		}
+		return a.writeJSON(out)
+	}
+	return a.fields("verdict", res.Verdict, string(act.Kind), fmt.Sprintf("%s of payment %s is %s (%s)", act.ID, act.PaymentID, act.Status, str(act.FailureCode)),
+		"key", fmt.Sprintf("%s is %s", key, keyStatus))
+}
+
 // operatorRefund is a refund as an operator sees it: what the API shows,
 // and the key and provider bookkeeping it hides.
 type operatorRefund struct {
@@ -521,8 +620,12 @@ func (a admin) reconcile(ctx context.Context) error {
 			return at
 		},
 	}))
-	if isRefund(a.cmd.args[0]) {
-		if err := a.reconcileRefund(ctx, a.cmd.args[0], logger); err != nil {
+	if isRefund(a.cmd.args[0]) || isAction(a.cmd.args[0]) {
+		reconcileOne := a.reconcileRefund
+		if isAction(a.cmd.args[0]) {
+			reconcileOne = a.reconcileAction
+		}
+		if err := reconcileOne(ctx, a.cmd.args[0], logger); err != nil {
 			return err
 		}
 		if logs.Len() > 0 && !a.cmd.opts.json {
@@ -576,6 +679,9 @@ func (a admin) keysRelease(ctx context.Context) error {
 	}
 	if isRefund(rec.ResourceID) {
 		return a.releaseRefundKey(ctx, tenantID, key)
+	}
+	if isAction(rec.ResourceID) {
+		return a.releaseActionKey(ctx, tenantID, key)
 	}
 	r, err := a.reconciler(slog.New(slog.DiscardHandler))
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/stripe/stripe-go/v76"
 	"github.com/stripe/stripe-go/v76/client"
 
+	"github.com/oncepay/oncepay/internal/authorizations"
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/ledger"
@@ -548,4 +549,86 @@ func TestRefundKeysReleaseAndReconcile(t *testing.T) {
 	require.NoError(t, err, out)
 	require.Contains(t, out, "operations:")
 	require.Contains(t, out, found)
+}
+
+// TestActionKeysReleaseAndReconcile: the operator commands take a
+// capture's or a cancel's key or id as they take a refund's, through the
+// same engine: released only while the intent still holds the
+// authorization (never sent), settled from the intent when the provider
+// acted, and payments show lists them.
+func TestActionKeysReleaseAndReconcile(t *testing.T) {
+	t.Parallel()
+	b := setupOps(t)
+	api, _ := b.withSimulator()
+	authorized := func() (string, *stripe.PaymentIntent) {
+		paymentID := b.pay(id.New("key"))
+		params := &stripe.PaymentIntentParams{Amount: stripe.Int64(2000), Currency: stripe.String("usd"),
+			PaymentMethod: stripe.String("pm_card_visa"), Confirm: stripe.Bool(true), CaptureMethod: stripe.String("manual")}
+		pi, err := api.PaymentIntents.New(params)
+		require.NoError(t, err)
+		b.settleRow(paymentID, "requires_capture", pi.ID)
+		b.exec(`UPDATE payments SET capture_method = 'manual', amount_capturable = amount WHERE id = $1`, paymentID)
+		return paymentID, pi
+	}
+	act := func(paymentID, kind, key string, sent bool) string {
+		req, err := http.NewRequest(http.MethodPost, b.base+"/v1/payments/"+paymentID+"/"+kind, strings.NewReader(`{}`))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+b.tenant.APIKey)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", key)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		require.Equal(t, http.StatusAccepted, resp.StatusCode)
+		var actionID string
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT id FROM payment_actions WHERE idempotency_key = $1`, key).Scan(&actionID))
+		// Stuck: handed to reconciliation with its key unknown, its job gone.
+		b.exec(`UPDATE payment_actions SET status = 'requires_reconciliation', reconcile_after = NULL,
+			first_provider_attempt_at = CASE WHEN $2 THEN now() - interval '1 minute' END,
+			last_provider_attempt_at = CASE WHEN $2 THEN now() - interval '1 minute' END WHERE id = $1`, actionID, sent)
+		b.exec(`UPDATE idempotency_keys SET status = 'unknown' WHERE idempotency_key = $1`, key)
+		b.exec(`UPDATE river_job SET state = 'completed', finalized_at = now() WHERE args->>'action_id' = $1`, actionID)
+		return actionID
+	}
+	var res struct {
+		Verdict string                `json:"verdict"`
+		Action  authorizations.Action `json:"action"`
+		After   authorizations.Action `json:"after"`
+	}
+
+	// Never sent (no attempt ever started): released.
+	heldPayment, _ := authorized()
+	heldKey := id.New("key")
+	act(heldPayment, "capture", heldKey, false)
+	b.cliJSON(&res, "keys", "release", b.name, heldKey, "--reason", "nothing at the provider", "--operator", "ana")
+	require.Equal(t, "released", res.Verdict)
+	require.Equal(t, authorizations.StatusFailed, res.Action.Status)
+
+	// Captured at the provider, answer lost: settled, never released; the
+	// payment succeeded.
+	capturedPayment, pi := authorized()
+	capturedKey := id.New("key")
+	captured := act(capturedPayment, "capture", capturedKey, true)
+	_, err := api.PaymentIntents.Capture(pi.ID, nil)
+	require.NoError(t, err)
+	b.cliJSON(&res, "keys", "release", b.name, capturedKey, "--reason", "dashboard shows nothing", "--operator", "ana")
+	require.Equal(t, "settled", res.Verdict)
+	require.Equal(t, authorizations.StatusSucceeded, res.Action.Status)
+	var status string
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT status FROM payments WHERE id = $1`, capturedPayment).Scan(&status))
+	require.Equal(t, "succeeded", status)
+
+	// reconcile takes a cancel's id.
+	canceledPayment, pi2 := authorized()
+	cancel := act(canceledPayment, "cancel", id.New("key"), true)
+	_, err = api.PaymentIntents.Cancel(pi2.ID, nil)
+	require.NoError(t, err)
+	b.cliJSON(&res, "reconcile", cancel)
+	require.Equal(t, "settled", res.Verdict)
+	require.Equal(t, authorizations.StatusSucceeded, res.After.Status)
+
+	var shown shownPayment
+	b.cliJSON(&shown, "payments", "show", capturedPayment)
+	require.Len(t, shown.Operations, 2)
+	require.Equal(t, "capture "+captured+" succeeded", shown.Operations[1].Operation+" "+shown.Operations[1].ID+" "+shown.Operations[1].Status)
 }

@@ -113,8 +113,10 @@ generation, attempt times, reconciliation schedule), its River jobs with the
 errors of their attempts, the provider's events about it and its ledger
 findings. It only reads.`, flags: jsonFlag},
 	{name: "reconcile", args: []string{"ID"}, summary: "look a payment or a refund up at the provider now and settle it", help: `Looks payment ID up at the provider now and settles it with the reconciler's
-own code; it never charges. A refund's id (rfd_…) awaiting reconciliation is
-looked up the same way by the refund reconciler; it never refunds. A payment in requires_reconciliation is reconciled
+own code; it never charges. A refund's id (rfd_…), a capture's (cap_…) or a
+cancel's (ccl_…) awaiting reconciliation is looked up the same way by its own
+reconciler (a refund among the intent's refunds; a capture or a cancel by
+reading the payment's intent); it never sends anything. A payment in requires_reconciliation is reconciled
 as the reconciler's next run would, whatever its schedule (also one left to an
 operator). Any other payment with a known intent has the intent read: a
 waiting payment becomes final, and a final one the provider contradicts is left
@@ -138,8 +140,8 @@ reconciler's own lookup:
   - the charge is still pending, or the provider cannot be asked or cannot
     tell yet: refused, saying why; nothing changes.
 
-The key may be a payment's or a refund's: a refund's is looked up among its
-payment's refunds at the provider, the same way. Refused for a key in any
+The key may be a payment's, a refund's, a capture's or a cancel's: each is
+looked up at the provider the same way, by its own reconciler. Refused for a key in any
 other state. Needs the provider's settings as for "api reconcile".`, flags: func(fs *flag.FlagSet, o *options) {
 		jsonFlag(fs, o)
 		fs.StringVar(&o.reason, "reason", "", "why, with what you checked (required)")
