@@ -30,6 +30,10 @@ func providerFaults() []stripesim.Fault {
 		{Mode: stripesim.FaultErrorBefore, Status: 500, Probability: 0.04, Path: "POST /v1/refunds"},
 		{Mode: stripesim.FaultErrorAfter, Status: 500, Probability: 0.04, Path: "POST /v1/refunds"},
 		{Mode: stripesim.FaultCloseAfter, Probability: 0.03, Path: "POST /v1/refunds"},
+		// Captures and cancels too (the paths under an intent).
+		{Mode: stripesim.FaultErrorBefore, Status: 500, Probability: 0.04, Path: "POST /v1/payment_intents/*"},
+		{Mode: stripesim.FaultErrorAfter, Status: 500, Probability: 0.04, Path: "POST /v1/payment_intents/*"},
+		{Mode: stripesim.FaultCloseAfter, Probability: 0.03, Path: "POST /v1/payment_intents/*"},
 	}
 }
 

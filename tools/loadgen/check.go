@@ -142,7 +142,8 @@ func (r *run) check(ctx context.Context) (*Report, error) {
 		switch {
 		case !ok:
 			acked.Violations = append(acked.Violations, pid+" was acknowledged but does not exist")
-		case p.Status != "succeeded" && p.Status != "failed":
+		case !slices.Contains([]string{"succeeded", "failed", "requires_capture", "canceled"}, p.Status):
+			// A manual payment's create is final once authorized.
 			acked.Violations = append(acked.Violations, fmt.Sprintf("%s is %s, not final", pid, p.Status))
 		case p.TenantID != tenantOf(tenant):
 			acked.Violations = append(acked.Violations, pid+" belongs to another tenant than the one it was acknowledged to")
@@ -223,7 +224,10 @@ func (r *run) check(ctx context.Context) (*Report, error) {
 			continue
 		}
 		replays.Checked++
-		want := map[string]int{"succeeded": http.StatusCreated, "failed": http.StatusPaymentRequired}[p.Status]
+		// A manual payment's create key keeps its authorization's 201
+		// whatever a capture or a cancel did since.
+		want := map[string]int{"succeeded": http.StatusCreated, "requires_capture": http.StatusCreated, "canceled": http.StatusCreated,
+			"failed": http.StatusPaymentRequired}[p.Status]
 		if p.Status == "failed" && (p.FailureCode == nil || *p.FailureCode != "card_declined") {
 			want = a.Status // a provider rejection answers its own 4xx; only declines are checked
 		}
@@ -292,8 +296,80 @@ func (r *run) check(ctx context.Context) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	report.Invariants = []Invariant{acked, oneEach, provider, replays, mismatch, isolation, failures, refunds}
+	actions, err := r.checkActions(ctx, answers, byID, intents)
+	if err != nil {
+		return nil, err
+	}
+	report.Invariants = []Invariant{acked, oneEach, provider, replays, mismatch, isolation, failures, refunds, actions}
 	return report, nil
+}
+
+// checkActions is invariant 9: of a manual payment's racing capture and
+// cancel at most one happened, at the provider too: each capture at most
+// once, never a capture after a cancel; the payment says what its intent
+// says; every acknowledged capture or cancel is final.
+func (r *run) checkActions(ctx context.Context, answers []answer, byID map[string]dbPayment, intents map[string][]stripesim.LedgerObject) (Invariant, error) {
+	inv := Invariant{Name: "9 captures and cancels: at most one per payment, once at the provider, never both"}
+	type actionRow struct {
+		ID, PaymentID, IdempotencyKey, Action, Status string
+	}
+	rows, err := r.pool.Query(ctx, `SELECT id, payment_id, idempotency_key, action, status FROM payment_actions`)
+	if err != nil {
+		return inv, err
+	}
+	list, err := pgx.CollectRows(rows, pgx.RowToStructByPos[actionRow])
+	if err != nil {
+		return inv, err
+	}
+	succeeded := map[string][]string{}
+	byKey := map[string]actionRow{}
+	for _, a := range list {
+		byKey[a.IdempotencyKey] = a
+		if a.Status == "succeeded" {
+			succeeded[a.PaymentID] = append(succeeded[a.PaymentID], a.Action)
+		}
+	}
+	for _, a := range answers {
+		if (a.Op != OpCapture && a.Op != OpCancel) || a.Status != http.StatusAccepted && a.Status != http.StatusOK {
+			continue
+		}
+		inv.Checked++
+		row, ok := byKey[a.Key]
+		switch {
+		case !ok:
+			inv.Violations = append(inv.Violations, fmt.Sprintf("%s key %s was acknowledged but made no action", a.Op, a.Key))
+		case row.PaymentID != a.PaymentID:
+			inv.Violations = append(inv.Violations, fmt.Sprintf("%s key %s acts on %s, not %s", a.Op, a.Key, row.PaymentID, a.PaymentID))
+		case row.Status != "succeeded" && row.Status != "failed":
+			inv.Violations = append(inv.Violations, fmt.Sprintf("%s %s is %s, not final", row.Action, row.ID, row.Status))
+		}
+	}
+	for pid, kinds := range succeeded {
+		if len(kinds) > 1 {
+			inv.Violations = append(inv.Violations, fmt.Sprintf("%s: %d actions succeeded (%v)", pid, len(kinds), kinds))
+		}
+	}
+	for _, p := range byID {
+		if len(intents[p.ID]) != 1 {
+			continue
+		}
+		in := intents[p.ID][0]
+		if in.Captures == 0 && in.Status != "canceled" && p.Status != "canceled" {
+			continue
+		}
+		inv.Checked++
+		switch {
+		case in.Captures > 1:
+			inv.Violations = append(inv.Violations, fmt.Sprintf("%s was captured %d times at the provider", p.ID, in.Captures))
+		case in.Captures > 0 && in.Status != "succeeded":
+			inv.Violations = append(inv.Violations, fmt.Sprintf("%s was captured, but its intent is %s", p.ID, in.Status))
+		case in.Status == "canceled" && p.Status != "canceled" && p.Status != "failed":
+			inv.Violations = append(inv.Violations, fmt.Sprintf("%s is %s, but its intent was canceled", p.ID, p.Status))
+		case in.Status == "succeeded" && p.Status != "succeeded":
+			inv.Violations = append(inv.Violations, fmt.Sprintf("%s is %s, but its intent was captured", p.ID, p.Status))
+		}
+	}
+	return inv, nil
 }
 
 // checkRefunds is invariant 8: refunds never exceed their payment, each

@@ -25,6 +25,8 @@ const (
 	OpDuplicate Op = "duplicate" // a concurrent copy of the first request
 	OpMismatch  Op = "mismatch"  // the same key with another amount
 	OpRefund    Op = "refund"    // a refund of an earlier payment (and its retries)
+	OpCapture   Op = "capture"   // a capture of an earlier manual payment (and its retries)
+	OpCancel    Op = "cancel"    // a cancel of an earlier manual payment (and its retries)
 )
 
 // answer is one HTTP exchange as a client saw it.
@@ -50,7 +52,7 @@ type answer struct {
 func (a answer) end() time.Time { return a.At.Add(a.Took) }
 
 func (a answer) acknowledged() bool {
-	return a.Op != OpRefund && a.PaymentID != "" && (a.Status == http.StatusAccepted || a.Status == http.StatusCreated || a.Status == http.StatusPaymentRequired)
+	return (a.Op == OpCreate || a.Op == OpRetry || a.Op == OpDuplicate || a.Op == OpMismatch) && a.PaymentID != "" && (a.Status == http.StatusAccepted || a.Status == http.StatusCreated || a.Status == http.StatusPaymentRequired)
 }
 
 // recorder keeps every answer.
@@ -105,6 +107,8 @@ type pastOp struct {
 	key, method string
 	amount      int64
 	paymentID   string
+	// manual: made with capture_method manual.
+	manual bool
 }
 
 // operation is one logical payment: a key, its first request retried until
@@ -122,6 +126,12 @@ func (r *run) operation(ctx context.Context, client *http.Client, c, n int, past
 	method := "pm_card_visa"
 	if r.chance(r.cfg.DeclineRate) {
 		method = "pm_card_chargeDeclined"
+	}
+	if r.chance(r.cfg.ManualRate) {
+		// The body names the capture method after the payment method, so
+		// every request of the operation (retries, duplicates, mismatches)
+		// sends the same kind.
+		method += manualSuffix
 	}
 	var first answer
 	if r.chance(r.cfg.DuplicateRate) {
@@ -160,7 +170,18 @@ func (r *run) operation(ctx context.Context, client *http.Client, c, n int, past
 			r.refund(ctx, client, o.tenant, o.paymentID, int64(1+r.intn(int(o.amount)*2/3)))
 		}
 	}
-	past = append(past, pastOp{tenant: tenant, key: key, method: method, amount: amount, paymentID: first.PaymentID})
+	// A capture and a cancel of an earlier manual payment, racing with
+	// different keys: at most one of them may happen.
+	if candidates := manualOnes(past); len(candidates) > 0 && r.chance(r.cfg.ActionRate) {
+		o := candidates[r.intn(len(candidates))]
+		var wg sync.WaitGroup
+		capture := fmt.Sprintf(`{"amount_to_capture": %d}`, 1+r.intn(int(o.amount)))
+		wg.Go(func() { r.act(ctx, client, o.tenant, o.paymentID, "capture", capture, OpCapture) })
+		wg.Go(func() { r.act(ctx, client, o.tenant, o.paymentID, "cancel", `{"cancellation_reason": "requested_by_customer"}`, OpCancel) })
+		wg.Wait()
+	}
+	past = append(past, pastOp{tenant: tenant, key: key, method: method, amount: amount, paymentID: first.PaymentID,
+		manual: strings.HasSuffix(method, manualSuffix)})
 	if len(past) > 200 {
 		past = past[1:]
 	}
@@ -207,6 +228,28 @@ func refundable(past []pastOp) []pastOp {
 	return out
 }
 
+// manualSuffix marks a payment method sent with capture_method manual.
+const manualSuffix = "+manual"
+
+func manualOnes(past []pastOp) []pastOp {
+	var out []pastOp
+	for _, o := range past {
+		if o.paymentID != "" && o.manual && !strings.HasPrefix(o.method, "pm_card_chargeDeclined") {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// act captures or cancels a manual payment under a new key, retried with
+// that key as pay does.
+func (r *run) act(ctx context.Context, client *http.Client, tenant int, paymentID, kind, body string, op Op) answer {
+	key := "lg-" + kind + "-" + strings.ToLower(id.New("k")[2:])
+	return r.retry(ctx, func() answer {
+		return r.post(ctx, client, tenant, "/v1/payments/"+paymentID+"/"+kind, key, body, op, 0, paymentID)
+	})
+}
+
 // refund asks for a refund under a new key and retries it with that key,
 // as pay does.
 func (r *run) refund(ctx context.Context, client *http.Client, tenant int, paymentID string, amount int64) answer {
@@ -233,7 +276,11 @@ func retryable(a answer) bool {
 
 // send creates a payment, in one request.
 func (r *run) send(ctx context.Context, client *http.Client, tenant int, key string, amount int64, method string, op Op) answer {
-	body := fmt.Sprintf(`{"amount": %d, "currency": "usd", "payment_method": %q, "metadata": {"loadgen_key": %q}}`, amount, method, key)
+	capture := ""
+	if pm, ok := strings.CutSuffix(method, manualSuffix); ok {
+		method, capture = pm, `, "capture_method": "manual"`
+	}
+	body := fmt.Sprintf(`{"amount": %d, "currency": "usd", "payment_method": %q, "metadata": {"loadgen_key": %q}%s}`, amount, method, key, capture)
 	return r.post(ctx, client, tenant, "/v1/payments", key, body, op, amount, "")
 }
 
@@ -286,7 +333,7 @@ func (r *run) post(ctx context.Context, client *http.Client, tenant int, path, k
 	if !strings.HasPrefix(a.PaymentID, "pay_") {
 		a.PaymentID = ""
 	}
-	if op == OpRefund {
+	if op == OpRefund || op == OpCapture || op == OpCancel {
 		a.PaymentID = refunded
 	}
 	return a
@@ -377,8 +424,9 @@ func (r *run) awaitSettled(ctx context.Context) error {
 	deadline := time.Now().Add(r.cfg.Settle)
 	for {
 		var open int
-		err := r.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM payments WHERE status NOT IN ('succeeded', 'failed'))
-			+ (SELECT count(*) FROM refunds WHERE status NOT IN ('succeeded', 'failed', 'canceled'))`).Scan(&open)
+		err := r.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM payments WHERE status NOT IN ('succeeded', 'failed', 'requires_capture', 'canceled'))
+			+ (SELECT count(*) FROM refunds WHERE status NOT IN ('succeeded', 'failed', 'canceled'))
+			+ (SELECT count(*) FROM payment_actions WHERE status NOT IN ('succeeded', 'failed'))`).Scan(&open)
 		if err == nil && open == 0 {
 			return nil
 		}

@@ -60,6 +60,11 @@ type Config struct {
 	// RefundRate is the chance that an operation is followed by two
 	// refunds, with different keys, of an earlier payment.
 	RefundRate float64
+	// ManualRate is the share of new payments made with capture_method
+	// manual; ActionRate the chance that an operation is followed by a
+	// capture and a cancel, racing with different keys, of an earlier
+	// manual payment.
+	ManualRate, ActionRate float64
 
 	// APIs and Workers are the process counts (chaos defaults to 2 each).
 	APIs, Workers int
@@ -101,7 +106,7 @@ func (c Config) withDefaults() Config {
 	}
 	switch c.Scenario {
 	case Steady, Replay:
-		c.RetryRate, c.DuplicateRate, c.MismatchRate, c.RefundRate = 0, 0, 0, 0
+		c.RetryRate, c.DuplicateRate, c.MismatchRate, c.RefundRate, c.ManualRate, c.ActionRate = 0, 0, 0, 0, 0, 0
 	case Chaos:
 		c.APIs = cmp.Or(c.APIs, 2)
 		c.Workers = cmp.Or(c.Workers, 2)

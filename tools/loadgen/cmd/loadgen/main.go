@@ -54,6 +54,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	flags.Float64Var(&cfg.MismatchRate, "mismatch-rate", 0.05, "share of operations followed by the same key with another amount")
 	flags.Float64Var(&cfg.DeclineRate, "decline-rate", 0.1, "share of operations with a card that declines")
 	flags.Float64Var(&cfg.RefundRate, "refund-rate", 0.1, "share of operations followed by two racing refunds of an earlier payment")
+	flags.Float64Var(&cfg.ManualRate, "manual-rate", 0.2, "share of new payments made with capture_method manual (authorized, then captured or canceled)")
+	flags.Float64Var(&cfg.ActionRate, "action-rate", 0.2, "share of operations followed by a capture and a cancel, racing, of an earlier manual payment")
 	flags.IntVar(&cfg.APIs, "apis", 2, "API processes (chaos; other scenarios run one unless set)")
 	flags.IntVar(&cfg.Workers, "workers", 2, "worker processes (chaos; other scenarios run one unless set)")
 	flags.DurationVar(&cfg.KillWorkerEvery, "kill-worker-every", 5*time.Second, "chaos: SIGKILL and restart a worker this often (0: never)")
