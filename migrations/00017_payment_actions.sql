@@ -35,5 +35,10 @@ CREATE INDEX payment_actions_reconcile_idx ON payment_actions (reconcile_after) 
 CREATE UNIQUE INDEX payment_actions_one_in_flight_idx ON payment_actions (payment_id)
     WHERE status IN ('pending', 'requires_reconciliation');
 
+-- The authorizations the provider may have voided (seven days old): the
+-- expiry pass reads only these.
+CREATE INDEX payments_requires_capture_idx ON payments (updated_at) WHERE status = 'requires_capture';
+
 -- +goose Down
+DROP INDEX payments_requires_capture_idx;
 DROP TABLE payment_actions;

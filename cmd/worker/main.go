@@ -128,6 +128,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err := river.AddWorkerSafely(workers, &authorizations.SweepWorker{Sweeper: authorizations.NewSweeper(pool, keys, logger, actionSweepCfg)}); err != nil {
 		return fmt.Errorf("register capture and cancel sweeper: %w", err)
 	}
+	if err := river.AddWorkerSafely(workers, &authorizations.ExpireWorker{Expirer: authorizations.NewExpirer(pool, keys, providerClient, logger)}); err != nil {
+		return fmt.Errorf("register authorization expiry: %w", err)
+	}
 	if err := river.AddWorkerSafely(workers, &outbox.ReapKeysWorker{Store: keys, DB: pool, Logger: logger}); err != nil {
 		return fmt.Errorf("register key reaper: %w", err)
 	}
@@ -159,6 +162,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		periodicJob(cfg.SweepInterval, refunds.SweepRefundsArgs{}),
 		periodicJob(cfg.ReconcileInterval, authorizations.ReconcileActionsArgs{}),
 		periodicJob(cfg.SweepInterval, authorizations.SweepActionsArgs{}),
+		// Authorizations are voided after seven days: an hour late is soon.
+		periodicJob(cfg.LedgerCheckInterval, authorizations.ExpireAuthorizationsArgs{}),
 	}
 	client, err := outbox.NewWorkerClient(pool, outbox.WorkerConfig{
 		Workers:              workers,

@@ -314,3 +314,31 @@ func TestCaptureNeverSentIsResumed(t *testing.T) {
 	b.waitPayment(p.ID, payments.StatusSucceeded)
 	require.Equal(t, 1, b.intent(p).Captures, "captured once, under the second generation")
 }
+
+// TestExpiredAuthorizationIsNoticed: the provider voids an authorization
+// seven days old and its event is lost; the Expirer reads the intent of
+// every payment still requires_capture past the lifetime and makes it
+// canceled. A younger authorization is not even read.
+func TestExpiredAuthorizationIsNoticed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, false)
+	old := b.authorized()
+	young := b.authorized()
+	_, err := b.pool.Exec(b.ctx, `UPDATE payments SET updated_at = now() - interval '8 days' WHERE id = $1`, old.ID)
+	require.NoError(t, err)
+	expirer := authorizations.NewExpirer(b.pool, b.api.Keys, b.provider, slog.New(slog.DiscardHandler))
+
+	res, err := expirer.Run(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, authorizations.ExpireResult{Looked: 1}, res, "still held at the provider: nothing to record")
+	require.Equal(t, payments.StatusRequiresCapture, b.payment(old.ID).Status)
+
+	require.NoError(t, b.sim.AdvanceClock(b.ctx, 7*24*time.Hour))
+	res, err = expirer.Run(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, authorizations.ExpireResult{Looked: 1, Settled: 1}, res)
+	expired := b.payment(old.ID)
+	require.Equal(t, payments.StatusCanceled, expired.Status)
+	require.Equal(t, "authorization_automatic", *expired.FailureCode)
+	require.Equal(t, payments.StatusRequiresCapture, b.payment(young.ID).Status, "not looked at: its authorization is young in our books")
+}
