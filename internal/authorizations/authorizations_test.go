@@ -342,3 +342,24 @@ func TestExpiredAuthorizationIsNoticed(t *testing.T) {
 	require.Equal(t, "authorization_automatic", *expired.FailureCode)
 	require.Equal(t, payments.StatusRequiresCapture, b.payment(young.ID).Status, "not looked at: its authorization is young in our books")
 }
+
+// TestLedgerCheckComparesWhatWasCaptured: the ledger check finds a
+// payment whose amount_captured is not what the provider received.
+func TestLedgerCheckComparesWhatWasCaptured(t *testing.T) {
+	t.Parallel()
+	b := setup(t, false)
+	p := b.authorized()
+	require.Equal(t, http.StatusAccepted, b.api.Post(t, "/v1/payments/"+p.ID+"/capture", id.New("key"), `{"amount_to_capture": 1200}`).Status)
+	b.waitPayment(p.ID, payments.StatusSucceeded)
+	checker := payments.NewLedgerChecker(b.pool, b.provider, slog.New(slog.DiscardHandler), payments.LedgerCheckConfig{})
+	res, err := checker.Check(b.ctx, time.Now().Add(-time.Hour), time.Now().Add(time.Minute))
+	require.NoError(t, err)
+	require.Empty(t, res.Disagreements, "the books agree")
+
+	_, err = b.pool.Exec(b.ctx, `UPDATE payments SET amount_captured = 2000 WHERE id = $1`, p.ID)
+	require.NoError(t, err)
+	res, err = checker.Check(b.ctx, time.Now().Add(-time.Hour), time.Now().Add(time.Minute))
+	require.NoError(t, err)
+	require.Len(t, res.Disagreements, 1)
+	require.Equal(t, "amount_mismatch", res.Disagreements[0].Kind)
+}

@@ -169,10 +169,18 @@ func (c *LedgerChecker) comparePage(ctx context.Context, page []*provider.Intent
 				return err
 			}
 		}
+		mineNow := intentOfGeneration(in, p) && (p.ProviderPaymentIntentID == nil || *p.ProviderPaymentIntentID == in.ID)
+		sameAmount := in.Amount == p.Amount && in.Currency == p.Currency
+		if sameAmount && mineNow && p.Status == StatusSucceeded && in.Status == stripe.PaymentIntentStatusSucceeded && in.AmountReceived != p.AmountCaptured {
+			if err := c.record(ctx, res, ledger.KindAmountMismatch, p.ID, in.ID,
+				fmt.Sprintf("intent %s received %d %s, payment %s records %d captured", in.ID, in.AmountReceived, in.Currency, p.ID, p.AmountCaptured), evidence); err != nil {
+				return err
+			}
+		}
 		succeeded := in.Status == stripe.PaymentIntentStatusSucceeded
 		// An authorization holds the customer's money without moving it.
 		held := in.Status == stripe.PaymentIntentStatusRequiresCapture
-		mine := intentOfGeneration(in, p) && (p.ProviderPaymentIntentID == nil || *p.ProviderPaymentIntentID == in.ID)
+		mine := mineNow
 		unsettled := time.Since(in.Created) > c.cfg.UnsettledAfter || p.Status == StatusRequiresReconciliation && p.ReconcileAfter == nil
 		var kind, reason string
 		switch {
