@@ -584,3 +584,35 @@ func TestRefundSettledByWebhook(t *testing.T) {
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT amount_refunded FROM payments WHERE id = $1`, paid.PaymentID()).Scan(&refunded))
 	require.Equal(t, int64(500), refunded)
 }
+
+// TestAuthorizationSettledByWebhook: a manual payment authorized behind a
+// stored 500 waits for reconciliation; the provider's
+// payment_intent.amount_capturable_updated event, read again, records the
+// authorization as the worker would (requires_capture, the key's 201), and
+// the void of that authorization (payment_intent.canceled) makes the
+// payment canceled.
+func TestAuthorizationSettledByWebhook(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	ctx := context.Background()
+	require.NoError(t, b.admin.InjectWebhookFault(ctx, stripesim.WebhookFault{
+		Mode: stripesim.WebhookDelay, Type: "payment_intent.amount_capturable_updated", DelayMS: 1500, Count: 1,
+	}))
+	require.NoError(t, b.admin.InjectFault(ctx, stripesim.Fault{
+		Mode: stripesim.FaultErrorAfter, Status: http.StatusInternalServerError, Count: 1, Path: "POST /v1/payment_intents",
+	}))
+	const body = `{"amount": 2000, "currency": "usd", "payment_method": "pm_card_visa", "capture_method": "manual"}`
+	res := b.api.Post(t, "/v1/payments", "key-manual-webhook-01", body)
+	require.Equal(t, http.StatusAccepted, res.Status, res.Raw)
+	b.waitStatus(t, res.PaymentID(), payments.StatusRequiresReconciliation)
+
+	authorized := b.waitStatus(t, res.PaymentID(), payments.StatusRequiresCapture)
+	require.EqualValues(t, 2000, authorized.AmountCapturable)
+	replay := b.api.Post(t, "/v1/payments", "key-manual-webhook-01", body)
+	require.Equal(t, http.StatusCreated, replay.Status, replay.Raw)
+	require.Equal(t, "requires_capture", replay.Body["status"])
+
+	require.NoError(t, b.admin.AdvanceClock(ctx, 7*24*time.Hour))
+	canceled := b.waitStatus(t, res.PaymentID(), payments.StatusCanceled)
+	require.Equal(t, "authorization_automatic", *canceled.FailureCode)
+}
