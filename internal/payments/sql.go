@@ -238,6 +238,8 @@ func finalizePayment(ctx context.Context, tx pgx.Tx, p Payment, from []Status, s
 			provider_payment_intent_id = coalesce(nullif($6, ''), provider_payment_intent_id),
 			failure_code = nullif($7, ''), decline_code = nullif($8, ''), failure_message = nullif($9, ''),
 			amount_capturable = $10, amount_captured = $11,
+			-- A final payment needs no customer action: its client_secret goes.
+			provider_next_action = NULL,
 			reconcile_after = NULL, updated_at = now()
 		WHERE tenant_id = $1 AND id = $2 AND provider_key_generation = $3 AND status = ANY($4)
 		RETURNING `+paymentColumns,

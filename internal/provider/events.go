@@ -82,7 +82,7 @@ func (c *Client) ListEvents(ctx context.Context, after string, since time.Time, 
 		if after != "" && errors.As(err, &se) && se.HTTPStatusCode == http.StatusBadRequest && se.Code == stripe.ErrorCodeResourceMissing {
 			return nil, false, fmt.Errorf("list events after %s: %w", after, ErrUnknownCursor)
 		}
-		return events, false, fmt.Errorf("list events: %w", err)
+		return events, false, fmt.Errorf("list events: %w", Redact(err))
 	}
 	if after == "" {
 		// Without a cursor the list is newest first.

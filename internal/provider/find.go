@@ -64,7 +64,7 @@ func (c *Client) searchIntents(ctx context.Context, key, value string) ([]*Inten
 		}
 	}
 	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("search payment intents: %w", err)
+		return nil, fmt.Errorf("search payment intents: %w", Redact(err))
 	}
 	return found, nil
 }
@@ -102,7 +102,7 @@ func (c *Client) scanIntents(ctx context.Context, f Find) (Found, error) {
 		}
 	}
 	if err := it.Err(); err != nil {
-		return Found{Intents: found}, fmt.Errorf("list payment intents: %w", err)
+		return Found{Intents: found}, fmt.Errorf("list payment intents: %w", Redact(err))
 	}
 	return Found{Intents: found, Complete: true}, nil
 }

@@ -97,7 +97,7 @@ func inPages[T any](what string, next func() bool, current func() T, iterErr fun
 		}
 	}
 	if err := iterErr(); err != nil {
-		return fmt.Errorf("list %s: %w", what, err)
+		return fmt.Errorf("list %s: %w", what, Redact(err))
 	}
 	return flush()
 }

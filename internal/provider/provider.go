@@ -243,7 +243,7 @@ func intentOf(pi *stripe.PaymentIntent) *Intent {
 	if pi.LastPaymentError != nil {
 		in.LastError = &IntentError{
 			Code: string(pi.LastPaymentError.Code), DeclineCode: string(pi.LastPaymentError.DeclineCode),
-			Message: pi.LastPaymentError.Msg,
+			Message: MessageFor(string(pi.LastPaymentError.Code), string(pi.LastPaymentError.DeclineCode)),
 		}
 	}
 	return in
@@ -288,8 +288,8 @@ func classify(pi *stripe.PaymentIntent, err error, replayed bool) Outcome {
 		return Outcome{Kind: Ambiguous, Err: err}
 	}
 	out := Outcome{
-		Code: string(se.Code), DeclineCode: string(se.DeclineCode), Message: se.Msg, Param: se.Param,
-		HTTPStatus: se.HTTPStatusCode, Replayed: replayed, Err: err, Intent: intentOf(se.PaymentIntent),
+		Code: string(se.Code), DeclineCode: string(se.DeclineCode), Message: MessageFor(string(se.Code), string(se.DeclineCode)), Param: se.Param,
+		HTTPStatus: se.HTTPStatusCode, Replayed: replayed, Err: Redact(err), Intent: intentOf(se.PaymentIntent),
 	}
 	switch {
 	case se.Type == stripe.ErrorTypeIdempotency && se.HTTPStatusCode == http.StatusBadRequest:
@@ -382,7 +382,7 @@ func (c *Client) CancelIntent(ctx context.Context, intentID, idempotencyKey stri
 	params.Context = ctx
 	pi, err := c.api.PaymentIntents.Cancel(intentID, params)
 	if err != nil {
-		return Outcome{Kind: Ambiguous, Intent: &Intent{ID: intentID}, Err: err}
+		return Outcome{Kind: Ambiguous, Intent: &Intent{ID: intentID}, Err: Redact(err)}
 	}
 	if pi.Status != stripe.PaymentIntentStatusCanceled {
 		return Outcome{Kind: Ambiguous, Intent: intentOf(pi), Err: fmt.Errorf("cancel left payment intent %s %s", pi.ID, pi.Status)}

@@ -112,7 +112,7 @@ func classifyRefund(re *stripe.Refund, err error, replayed bool) RefundOutcome {
 	if !errors.As(err, &se) {
 		return RefundOutcome{Kind: Ambiguous, Err: err}
 	}
-	out := RefundOutcome{Code: string(se.Code), Message: se.Msg, HTTPStatus: se.HTTPStatusCode, Replayed: replayed, Err: err}
+	out := RefundOutcome{Code: string(se.Code), Message: MessageFor(string(se.Code), ""), HTTPStatus: se.HTTPStatusCode, Replayed: replayed, Err: Redact(err)}
 	switch {
 	case se.Type == stripe.ErrorTypeIdempotency && se.HTTPStatusCode == http.StatusBadRequest:
 		out.Kind = KeyConflict
@@ -189,7 +189,7 @@ func (c *Client) ListRefunds(ctx context.Context, intentID, metadataKey, metadat
 		}
 	}
 	if err := it.Err(); err != nil {
-		return FoundRefunds{Refunds: found}, fmt.Errorf("list refunds: %w", err)
+		return FoundRefunds{Refunds: found}, fmt.Errorf("list refunds: %w", Redact(err))
 	}
 	return FoundRefunds{Refunds: found, Complete: true}, nil
 }
