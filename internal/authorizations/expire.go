@@ -96,7 +96,9 @@ type ExpireAuthorizationsArgs struct{}
 func (ExpireAuthorizationsArgs) Kind() string { return "expire_authorizations" }
 
 // InsertOpts puts the job on the maintenance queue, one at a time.
-func (ExpireAuthorizationsArgs) InsertOpts() river.InsertOpts { return operation.MaintenanceInsertOpts() }
+func (ExpireAuthorizationsArgs) InsertOpts() river.InsertOpts {
+	return operation.MaintenanceInsertOpts()
+}
 
 // ExpireWorker runs the Expirer as a River job.
 type ExpireWorker struct {

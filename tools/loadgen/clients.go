@@ -177,7 +177,9 @@ func (r *run) operation(ctx context.Context, client *http.Client, c, n int, past
 		var wg sync.WaitGroup
 		capture := fmt.Sprintf(`{"amount_to_capture": %d}`, 1+r.intn(int(o.amount)))
 		wg.Go(func() { r.act(ctx, client, o.tenant, o.paymentID, "capture", capture, OpCapture) })
-		wg.Go(func() { r.act(ctx, client, o.tenant, o.paymentID, "cancel", `{"cancellation_reason": "requested_by_customer"}`, OpCancel) })
+		wg.Go(func() {
+			r.act(ctx, client, o.tenant, o.paymentID, "cancel", `{"cancellation_reason": "requested_by_customer"}`, OpCancel)
+		})
 		wg.Wait()
 	}
 	past = append(past, pastOp{tenant: tenant, key: key, method: method, amount: amount, paymentID: first.PaymentID,
