@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5/middleware"
@@ -73,14 +75,21 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// read again, and that object is read through our own pinned client, so
 	// an event rendered in another version cannot mislead us. Rejecting it
 	// would lose every event until the endpoint's version matched stripe-go's.
-	stripeEvent, err := webhook.ConstructEventWithOptions(payload, r.Header.Get("Stripe-Signature"), h.Secret,
-		webhook.ConstructEventOptions{Tolerance: cmp.Or(h.Tolerance, webhook.DefaultTolerance), IgnoreAPIVersionMismatch: true})
+	tolerance := cmp.Or(h.Tolerance, webhook.DefaultTolerance)
+	signature := r.Header.Get("Stripe-Signature")
+	stripeEvent, err := webhook.ConstructEventWithOptions(payload, signature, h.Secret,
+		webhook.ConstructEventOptions{Tolerance: tolerance, IgnoreAPIVersionMismatch: true})
+	if err == nil && signedAt(signature).After(time.Now().Add(tolerance)) {
+		// The library refuses only a signature too old; one dated too far
+		// ahead would stay replayable for that long, so it is refused alike.
+		err = errors.New("the signature's timestamp lies in the future beyond the tolerance")
+	}
 	if err != nil {
 		// The reason (missing, malformed, wrong or stale) goes to the log,
 		// not to whoever is probing the endpoint.
 		h.Logger.WarnContext(r.Context(), "webhook refused: signature not verified", slog.String("request_id", middleware.GetReqID(r.Context())),
 			slog.Any("error", err))
-		respond.Problem(w, r, h.Logger, badField("Stripe-Signature", "is missing, malformed, wrong or too old"))
+		respond.Problem(w, r, h.Logger, badField("Stripe-Signature", "is missing, malformed, wrong, too old or dated in the future"))
 		return
 	}
 	if stripeEvent.ID == "" || stripeEvent.Type == "" {
@@ -112,4 +121,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		log.DebugContext(ctx, "event already stored; delivery acknowledged")
 	}
 	respond.JSON(w, http.StatusOK, receipt{ID: ev.ID, Duplicate: !stored})
+}
+
+// signedAt is the timestamp (t=) of a Stripe-Signature header, zero when it
+// has none; the caller has verified the signature, which covers it.
+func signedAt(header string) time.Time {
+	for _, part := range strings.Split(header, ",") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(part), "t="); ok {
+			if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+				return time.Unix(secs, 0)
+			}
+		}
+	}
+	return time.Time{}
 }

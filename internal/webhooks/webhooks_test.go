@@ -274,6 +274,7 @@ func TestSignature(t *testing.T) {
 		"Malformed": "t=,v1",
 		"WrongKey":  sign(payload, "whsec_other", time.Now()),
 		"Stale":     sign(payload, secret, time.Now().Add(-10*time.Minute)),
+		"Future":    sign(payload, secret, time.Now().Add(10*time.Minute)),
 		"OtherBody": sign(fakeEvent("payment_intent.succeeded", stripe.APIVersion, "pi_other"), secret, time.Now()),
 	} {
 		status, body := b.deliver(t, payload, header)
