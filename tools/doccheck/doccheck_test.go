@@ -102,7 +102,7 @@ func pages(t *testing.T) []page {
 	docs, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
 	require.NoError(t, err)
 	require.NotEmpty(t, docs)
-	paths := []string{"README.md", "tools/bench/README.md"}
+	paths := []string{"README.md", "SECURITY.md", "tools/bench/README.md"}
 	for _, d := range docs {
 		rel, err := filepath.Rel(root, d)
 		require.NoError(t, err)
