@@ -29,6 +29,12 @@ type config struct {
 	// remembers a valid API key: the bound on how long a revoked key keeps
 	// working. Defaults to 2s; 0 reads the key on every request.
 	AuthCacheTTL time.Duration
+	// AuthFailureLimit (API_AUTH_FAILURE_LIMIT) failed authentications a
+	// client address may make per AuthFailureWindow
+	// (API_AUTH_FAILURE_WINDOW) before it is answered 429. Defaults to 20
+	// per 1m; 0 disables the limit.
+	AuthFailureLimit  int
+	AuthFailureWindow time.Duration
 	// ReplayCacheTTL (API_REPLAY_CACHE_TTL) is how long an API process
 	// answers retries of a completed key from memory after reading its
 	// row. Defaults to 1m; 0 reads the row every time.
@@ -101,6 +107,8 @@ func loadConfig(getenv func(string) string) (config, error) {
 		TenantRateWindow:              env.Duration("API_TENANT_RATE_WINDOW", time.Second, time.Second, time.Hour),
 		TenantMaxPending:              env.Int("API_TENANT_MAX_PENDING", 1000, 0, 10_000_000),
 		AuthCacheTTL:                  env.Duration("API_AUTH_CACHE_TTL", 2*time.Second, 0, time.Minute),
+		AuthFailureLimit:              env.Int("API_AUTH_FAILURE_LIMIT", 20, 0, 1_000_000),
+		AuthFailureWindow:             env.Duration("API_AUTH_FAILURE_WINDOW", time.Minute, time.Second, time.Hour),
 		ReplayCacheTTL:                env.Duration("API_REPLAY_CACHE_TTL", time.Minute, 0, time.Hour),
 		IdempotencyRetention:          env.Duration("IDEMPOTENCY_RETENTION", 24*time.Hour, 24*time.Hour, 90*24*time.Hour),
 		IdempotencyLockWait:           env.Duration("IDEMPOTENCY_LOCK_WAIT", 2*time.Second, time.Millisecond, 30*time.Second),

@@ -78,7 +78,7 @@ func New() *Metrics {
 			Help: "Reconciler looks at an operation, by operation (payment, refund) and result: settled, not_reached, pending, undetermined, operator, failed.",
 		}, []string{"operation", "result"}),
 		rateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "oncepay_rate_limited_total", Help: "Requests refused by a per-tenant limit, by limit (rate, pending).",
+			Name: "oncepay_rate_limited_total", Help: "Requests refused by a limit, by limit: rate and pending (per tenant), auth (failed authentications per client address).",
 		}, []string{"limit"}),
 		keysSwept: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "oncepay_idempotency_keys_swept_total",

@@ -1,16 +1,19 @@
 package tenant
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"time"
 
+	"github.com/go-chi/httprate"
 	"github.com/hashicorp/golang-lru/v2/expirable"
 	"github.com/jackc/pgx/v5"
 
@@ -32,6 +35,13 @@ type AuthConfig struct {
 	// Timeout bounds the lookup, so a database that stops answering yields
 	// a prompt 503. Defaults to 5s.
 	Timeout time.Duration
+	// FailureLimit is how many failed authentications a client address may
+	// make per FailureWindow (default 1m) before it is answered 429 without
+	// its key being looked at, so keys cannot be guessed at speed. Zero
+	// disables it. OnLimited, if set, counts each refusal (metrics).
+	FailureLimit  int
+	FailureWindow time.Duration
+	OnLimited     func()
 }
 
 // Authenticator finds the tenant of an API key.
@@ -42,6 +52,10 @@ type Authenticator struct {
 	// caching is off. Only valid keys are kept: an unknown or revoked key
 	// is looked up every time.
 	cache *expirable.LRU[string, validKey]
+	// failures counts failed authentications per address; nil when off.
+	failures *failureLimit
+	// onLimited counts a refusal of an address past its failures.
+	onLimited func()
 }
 
 type validKey struct {
@@ -53,7 +67,10 @@ type validKey struct {
 
 // NewAuthenticator returns an Authenticator reading keys from db.
 func NewAuthenticator(db DB, cfg AuthConfig) *Authenticator {
-	a := &Authenticator{db: db, timeout: cfg.Timeout}
+	a := &Authenticator{db: db, timeout: cfg.Timeout, onLimited: cfg.OnLimited}
+	if cfg.FailureLimit > 0 {
+		a.failures = newFailureLimit(cfg.FailureLimit, cmp.Or(cfg.FailureWindow, time.Minute))
+	}
 	if a.timeout <= 0 {
 		a.timeout = 5 * time.Second
 	}
@@ -137,8 +154,20 @@ func (a *Authenticator) Middleware(logger *slog.Logger) func(http.Handler) http.
 				respond.Problem(w, r, logger, problem.New(problem.Unauthorized, "Send Authorization: Bearer <api key>."))
 				return
 			}
+			addr := clientAddress(r)
+			if a.failures != nil && a.failures.blocked(addr) {
+				if a.onLimited != nil {
+					a.onLimited()
+				}
+				respond.Problem(w, r, logger, &problem.Error{Type: problem.RateLimited, RetryAfter: a.failures.window,
+					Detail: "Too many requests from your address failed to authenticate; wait before trying again."})
+				return
+			}
 			tenantID, err := a.Authenticate(r.Context(), strings.TrimSpace(token))
 			if errors.Is(err, ErrUnauthorized) {
+				if a.failures != nil {
+					a.failures.failed(addr)
+				}
 				w.Header().Set("WWW-Authenticate", `Bearer realm="oncepay", error="invalid_token"`)
 				respond.Problem(w, r, logger, problem.New(problem.Unauthorized, "The API key is not valid."))
 				return
@@ -150,4 +179,46 @@ func (a *Authenticator) Middleware(logger *slog.Logger) func(http.Handler) http.
 			next.ServeHTTP(w, r.WithContext(WithID(r.Context(), tenantID)))
 		})
 	}
+}
+
+// failureLimit counts failed authentications per client address in a
+// sliding window (httprate keeps the counts).
+type failureLimit struct {
+	limiter *httprate.RateLimiter
+	limit   int
+	window  time.Duration
+}
+
+func newFailureLimit(limit int, window time.Duration) *failureLimit {
+	return &failureLimit{limiter: httprate.NewRateLimiter(limit, window), limit: limit, window: window}
+}
+
+// blocked reports whether addr has failed limit times within the window.
+func (f *failureLimit) blocked(addr string) bool {
+	_, rate, err := f.limiter.Status(addr)
+	return err == nil && rate >= float64(f.limit)
+}
+
+// failed counts one failure of addr.
+func (f *failureLimit) failed(addr string) {
+	f.limiter.OnLimit(discard{}, &http.Request{Method: http.MethodPost}, addr)
+}
+
+// discard is a ResponseWriter that keeps nothing: httprate reports its
+// counts in headers nobody reads here.
+type discard struct{}
+
+func (discard) Header() http.Header         { return http.Header{} }
+func (discard) Write(b []byte) (int, error) { return len(b), nil }
+func (discard) WriteHeader(int)             {}
+
+// clientAddress is the address a request came from: the connection's
+// peer. Behind a proxy every client shares the proxy's address; put the
+// limit in the proxy then, or trust its header there.
+func clientAddress(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
 }
