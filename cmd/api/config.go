@@ -57,6 +57,9 @@ type config struct {
 	// their outcome (Prefer: wait); beyond it they are answered at once.
 	// Defaults to 1000.
 	MaxWaiters int
+	// MaxWaitersPerTenant (API_MAX_WAITERS_PER_TENANT) caps one tenant's
+	// share of them. Defaults to 0: half of MaxWaiters.
+	MaxWaitersPerTenant int
 	// WaitPoll (API_WAIT_POLL) is how often a waiting request re-reads its
 	// key when no notification wakes it. Defaults to 1s.
 	WaitPoll time.Duration
@@ -114,6 +117,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		IdempotencyLockWait:           env.Duration("IDEMPOTENCY_LOCK_WAIT", 2*time.Second, time.Millisecond, 30*time.Second),
 		IdempotencyTombstoneRetention: env.Duration("IDEMPOTENCY_TOMBSTONE_RETENTION", 30*24*time.Hour, time.Hour, 10*365*24*time.Hour),
 		MaxWaiters:                    env.Int("API_MAX_WAITERS", 1000, 1, 1_000_000),
+		MaxWaitersPerTenant:           env.Int("API_MAX_WAITERS_PER_TENANT", 0, 0, 1_000_000),
 		WaitPoll:                      env.Duration("API_WAIT_POLL", time.Second, 10*time.Millisecond, time.Minute),
 		DatabaseConnectTimeout:        env.Duration("DATABASE_CONNECT_TIMEOUT", 3*time.Second, 100*time.Millisecond, time.Minute),
 		DatabaseMaxConns:              env.Int("DATABASE_MAX_CONNS", 10, 2, 1000),

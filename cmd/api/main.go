@@ -143,16 +143,17 @@ func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.
 	limits := ratelimit.New(ratelimit.Config{Rate: cfg.TenantRate, Window: cfg.TenantRateWindow,
 		MaxPending: cfg.TenantMaxPending, OnLimited: m.RateLimited})
 	keys := idempotency.NewStore(idempotency.Config{
-		Admit:              limits.Admit,
-		Observe:            func(tenantID string, kind idempotency.Kind) { m.Decision(tenantID, kind.String()) },
-		Retention:          cfg.IdempotencyRetention,
-		TombstoneRetention: cfg.IdempotencyTombstoneRetention,
-		LockWait:           cfg.IdempotencyLockWait,
-		Timeout:            cfg.IdempotencyLockWait + cfg.RequestDBTimeout,
-		Notifier:           notifier,
-		AwaitPoll:          cfg.WaitPoll,
-		MaxWaiters:         cfg.MaxWaiters,
-		ReplayCacheTTL:     cmp.Or(cfg.ReplayCacheTTL, -1), // 0 turns it off here, and means the default there
+		Admit:               limits.Admit,
+		Observe:             func(tenantID string, kind idempotency.Kind) { m.Decision(tenantID, kind.String()) },
+		Retention:           cfg.IdempotencyRetention,
+		TombstoneRetention:  cfg.IdempotencyTombstoneRetention,
+		LockWait:            cfg.IdempotencyLockWait,
+		Timeout:             cfg.IdempotencyLockWait + cfg.RequestDBTimeout,
+		Notifier:            notifier,
+		AwaitPoll:           cfg.WaitPoll,
+		MaxWaiters:          cfg.MaxWaiters,
+		MaxWaitersPerTenant: cfg.MaxWaitersPerTenant,
+		ReplayCacheTTL:      cmp.Or(cfg.ReplayCacheTTL, -1), // 0 turns it off here, and means the default there
 	})
 	handler := api.NewHandler(api.Deps{
 		Pool:           pool,

@@ -226,6 +226,38 @@ func TestAwait(t *testing.T) {
 		require.Equal(t, idempotency.StatusCompleted, got.rec.Status)
 	})
 
+	t.Run("OneTenantTakesAtMostItsShare", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, idempotency.Config{AwaitPoll: longPoll, MaxWaiters: 4, MaxWaitersPerTenant: 2})
+		other := setup(t, idempotency.Config{})
+		other.store = b.store // the same process's places
+		key := "key-0000000000000405"
+		b.processingKey(t, key)
+		other.processingKey(t, key)
+		ctx, cancel := context.WithCancel(b.ctx)
+		defer cancel()
+		var held sync.WaitGroup
+		for range 2 {
+			held.Go(func() {
+				_, err := b.store.Await(ctx, b.pool, b.tenant, key, time.Now().Add(time.Minute))
+				assert.NoError(t, err)
+			})
+		}
+		time.Sleep(200 * time.Millisecond) // both hold their place
+
+		start := time.Now()
+		_, err := b.store.Await(b.ctx, b.pool, b.tenant, key, time.Now().Add(time.Minute))
+		require.NoError(t, err)
+		require.Less(t, time.Since(start), time.Second, "a third wait of the same tenant is answered at once")
+
+		start = time.Now()
+		_, err = other.store.Await(b.ctx, other.pool, other.tenant, key, time.Now().Add(300*time.Millisecond))
+		require.NoError(t, err)
+		require.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond, "another tenant's wait still gets a place")
+		cancel()
+		held.Wait()
+	})
+
 	t.Run("ListenerReconnectsAfterItsConnectionIsKilled", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, idempotency.Config{})

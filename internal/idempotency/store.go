@@ -7,7 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -167,6 +167,10 @@ type Config struct {
 	// not asked to wait, rather than hold a goroutine and poll queries.
 	// Defaults to 1000.
 	MaxWaiters int
+	// MaxWaitersPerTenant caps those of one tenant, so that one tenant's
+	// waits cannot take every place and another tenant's wait still gets
+	// one. Defaults to half of MaxWaiters (at least 1).
+	MaxWaitersPerTenant int
 	// Observe, if set, is told every decision an Endpoint makes, with the
 	// tenant (for metrics). It must not block.
 	Observe func(tenantID string, kind Kind)
@@ -207,6 +211,7 @@ func (c Config) WithDefaults() Config {
 	c.Timeout = cmp.Or(c.Timeout, c.LockWait+5*time.Second)
 	c.AwaitPoll = cmp.Or(c.AwaitPoll, time.Second)
 	c.MaxWaiters = cmp.Or(c.MaxWaiters, 1000)
+	c.MaxWaitersPerTenant = cmp.Or(c.MaxWaitersPerTenant, max(c.MaxWaiters/2, 1))
 	c.RecentKeys = cmp.Or(c.RecentKeys, 20000)
 	c.ReplayCacheTTL = cmp.Or(c.ReplayCacheTTL, time.Minute)
 	c.ReplayCacheSize = cmp.Or(c.ReplayCacheSize, 10000)
@@ -215,8 +220,9 @@ func (c Config) WithDefaults() Config {
 
 // Store reserves keys and stores responses in idempotency_keys.
 type Store struct {
-	cfg     Config
-	waiting atomic.Int64
+	cfg Config
+	// places are the Prefer: wait places taken, in all and per tenant.
+	places waitPlaces
 	recent  *recentKeys
 	replays *finishedReplays
 }
@@ -523,11 +529,10 @@ func (s *Store) Await(ctx context.Context, db Querier, tenantID, key string, unt
 		defer cancel()
 		return getKey(readCtx, db, tenantID, key)
 	}
-	if s.waiting.Add(1) > int64(s.cfg.MaxWaiters) {
-		s.waiting.Add(-1)
+	if !s.places.take(tenantID, s.cfg.MaxWaiters, s.cfg.MaxWaitersPerTenant) {
 		return read()
 	}
-	defer s.waiting.Add(-1)
+	defer s.places.give(tenantID)
 	var wake <-chan struct{}
 	if s.cfg.Notifier != nil {
 		// Subscribed before the first read, so that a key finished between
@@ -563,5 +568,39 @@ func (s *Store) Await(ctx context.Context, db Querier, tenantID, key string, unt
 			timer.Stop()
 		case <-timer.C:
 		}
+	}
+}
+
+// waitPlaces counts the requests waiting (Prefer: wait), in all and per
+// tenant.
+type waitPlaces struct {
+	mu       sync.Mutex
+	total    int
+	byTenant map[string]int
+}
+
+// take gives tenant a place unless every place, or the tenant's share, is
+// taken.
+func (w *waitPlaces) take(tenantID string, limit, perTenant int) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.total >= limit || w.byTenant[tenantID] >= perTenant {
+		return false
+	}
+	if w.byTenant == nil {
+		w.byTenant = map[string]int{}
+	}
+	w.total++
+	w.byTenant[tenantID]++
+	return true
+}
+
+// give returns tenant's place.
+func (w *waitPlaces) give(tenantID string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.total--
+	if w.byTenant[tenantID]--; w.byTenant[tenantID] == 0 {
+		delete(w.byTenant, tenantID)
 	}
 }
