@@ -55,6 +55,39 @@ type receipt struct {
 	Duplicate bool   `json:"duplicate"`
 }
 
+// verify checks an event's signature against the secret (too old or
+// dated in the future beyond the tolerance is refused alike) and reads
+// it. Its error is the 400 to answer; why exactly goes to the log, not to
+// whoever is probing the endpoint.
+func (h *Handler) verify(ctx context.Context, payload []byte, signature string, now time.Time) (provider.Event, error) {
+	tolerance := cmp.Or(h.Tolerance, webhook.DefaultTolerance)
+	stripeEvent, err := webhook.ConstructEventWithOptions(payload, signature, h.Secret,
+		webhook.ConstructEventOptions{Tolerance: tolerance, IgnoreAPIVersionMismatch: true})
+	if err == nil && signedAt(signature).After(now.Add(tolerance)) {
+		// The library refuses only a signature too old; one dated too far
+		// ahead would stay replayable for that long, so it is refused alike.
+		err = errors.New("the signature's timestamp lies in the future beyond the tolerance")
+	}
+	if err != nil {
+		h.Logger.WarnContext(ctx, "webhook refused: signature not verified", slog.String("request_id", middleware.GetReqID(ctx)),
+			slog.Any("error", err))
+		return provider.Event{}, badField("Stripe-Signature", "is missing, malformed, wrong, too old or dated in the future")
+	}
+	if stripeEvent.ID == "" || stripeEvent.Type == "" {
+		return provider.Event{}, badField("body", "is an event without an id or a type")
+	}
+	// The API version is not enforced: an event only says which object to
+	// read again, and that object is read through our own pinned client, so
+	// an event rendered in another version cannot mislead us. Rejecting it
+	// would lose every event until the endpoint's version matched stripe-go's.
+	if stripeEvent.APIVersion != stripe.APIVersion {
+		h.Logger.WarnContext(ctx, "event rendered in another API version; accepted, as its object is read again",
+			slog.String("event_id", stripeEvent.ID), slog.String("api_version", stripeEvent.APIVersion),
+			slog.String("client_api_version", stripe.APIVersion))
+	}
+	return provider.EventOf(&stripeEvent)
+}
+
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.Secret == "" {
 		respond.Problem(w, r, h.Logger, &problem.Error{Type: problem.ServiceUnavailable, RetryAfter: time.Minute,
@@ -71,41 +104,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		respond.Problem(w, r, h.Logger, badField("body", "could not be read"))
 		return
 	}
-	// The API version is not enforced: an event only says which object to
-	// read again, and that object is read through our own pinned client, so
-	// an event rendered in another version cannot mislead us. Rejecting it
-	// would lose every event until the endpoint's version matched stripe-go's.
-	tolerance := cmp.Or(h.Tolerance, webhook.DefaultTolerance)
-	signature := r.Header.Get("Stripe-Signature")
-	stripeEvent, err := webhook.ConstructEventWithOptions(payload, signature, h.Secret,
-		webhook.ConstructEventOptions{Tolerance: tolerance, IgnoreAPIVersionMismatch: true})
-	if err == nil && signedAt(signature).After(time.Now().Add(tolerance)) {
-		// The library refuses only a signature too old; one dated too far
-		// ahead would stay replayable for that long, so it is refused alike.
-		err = errors.New("the signature's timestamp lies in the future beyond the tolerance")
-	}
-	if err != nil {
-		// The reason (missing, malformed, wrong or stale) goes to the log,
-		// not to whoever is probing the endpoint.
-		h.Logger.WarnContext(r.Context(), "webhook refused: signature not verified", slog.String("request_id", middleware.GetReqID(r.Context())),
-			slog.Any("error", err))
-		respond.Problem(w, r, h.Logger, badField("Stripe-Signature", "is missing, malformed, wrong, too old or dated in the future"))
-		return
-	}
-	if stripeEvent.ID == "" || stripeEvent.Type == "" {
-		respond.Problem(w, r, h.Logger, badField("body", "is an event without an id or a type"))
-		return
-	}
-	log := h.Logger.With(slog.String("event_id", stripeEvent.ID), slog.String("event_type", string(stripeEvent.Type)))
-	if stripeEvent.APIVersion != stripe.APIVersion {
-		log.WarnContext(r.Context(), "event rendered in another API version; accepted, as its object is read again",
-			slog.String("api_version", stripeEvent.APIVersion), slog.String("client_api_version", stripe.APIVersion))
-	}
-	ev, err := provider.EventOf(&stripeEvent)
+	ev, err := h.verify(r.Context(), payload, r.Header.Get("Stripe-Signature"), time.Now())
 	if err != nil {
 		respond.Problem(w, r, h.Logger, err)
 		return
 	}
+	log := h.Logger.With(slog.String("event_id", ev.ID), slog.String("event_type", ev.Type))
 	ev.Payload = payload // the record keeps what was signed
 	ctx, cancel := context.WithTimeout(r.Context(), cmp.Or(h.Timeout, 5*time.Second))
 	defer cancel()

@@ -1,0 +1,48 @@
+package webhooks
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stripe/stripe-go/v76/webhook"
+
+	"github.com/oncepay/oncepay/internal/problem"
+)
+
+// FuzzVerify: whatever body and signature arrive, signed with the secret
+// or not, verify never panics; it either refuses with a 400 naming the
+// signature or the body, or returns an event with an id and a type.
+func FuzzVerify(f *testing.F) {
+	f.Add([]byte(`{"id":"evt_1","object":"event","type":"payment_intent.succeeded","data":{"object":{"id":"pi_1","object":"payment_intent"}}}`), true, int64(0))
+	f.Add([]byte(`{"id":"evt_1","type":"x","data":{"object":{}}}`), true, int64(400))
+	f.Add([]byte(`{}`), true, int64(-400))
+	f.Add([]byte(`not json`), false, int64(0))
+	f.Add([]byte(`{"id":"evt_1","type":"charge.refunded","data":{"object":"x"}}`), true, int64(0))
+	const secret = "whsec_fuzz"
+	h := &Handler{Secret: secret, Logger: slog.New(slog.DiscardHandler)}
+	now := time.Now()
+	f.Fuzz(func(t *testing.T, payload []byte, sign bool, skew int64) {
+		header := "t=1,v1=00"
+		if sign {
+			header = webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: payload, Secret: secret,
+				Timestamp: now.Add(time.Duration(skew) * time.Second)}).Header
+		}
+		ev, err := h.verify(context.Background(), payload, header, now)
+		if err != nil {
+			var pe *problem.Error
+			if !errors.As(err, &pe) || pe.Type != problem.InvalidRequest || len(pe.Fields) != 1 {
+				t.Fatalf("refused with %v, not a 400 naming one field", err)
+			}
+			return
+		}
+		if ev.ID == "" || ev.Type == "" {
+			t.Fatalf("accepted an event without an id or a type: %+v", ev)
+		}
+		if skew > 300 || skew < -300 {
+			t.Fatalf("accepted a signature %d s off", skew)
+		}
+	})
+}
