@@ -91,6 +91,42 @@ func (c *Client) CreatePayment(ctx context.Context, params PaymentParams, opts .
 	return call[Payment](ctx, c, request{method: http.MethodPost, path: "/v1/payments", body: params}, opts...)
 }
 
+// CaptureParams is the body of a capture: AmountToCapture zero takes all
+// of the authorization; less releases the rest.
+type CaptureParams struct {
+	AmountToCapture int64 `json:"amount_to_capture,omitempty"`
+}
+
+// CancelParams is the body of a cancel: an optional reason (duplicate,
+// fraudulent, requested_by_customer, abandoned).
+type CancelParams struct {
+	CancellationReason string `json:"cancellation_reason,omitempty"`
+}
+
+// CapturePayment captures a manual payment's authorization (status
+// requires_capture) under an idempotency key, retrying as CreatePayment
+// does. The answer is 202 with the payment while the capture runs, then,
+// for a retry or with WithWait, 200 with the payment succeeded. A payment
+// that holds no authorization is a *ProblemError
+// (ProblemPaymentNotCapturable), never retried.
+func (c *Client) CapturePayment(ctx context.Context, id string, params CaptureParams, opts ...CallOption) (*Payment, Result, error) {
+	return c.act(ctx, id, "capture", params, opts)
+}
+
+// CancelPayment releases a manual payment's authorization under an
+// idempotency key, as CapturePayment captures it: 202, then 200 with the
+// payment canceled; ProblemPaymentNotCancelable when it holds none.
+func (c *Client) CancelPayment(ctx context.Context, id string, params CancelParams, opts ...CallOption) (*Payment, Result, error) {
+	return c.act(ctx, id, "cancel", params, opts)
+}
+
+func (c *Client) act(ctx context.Context, id, action string, body any, opts []CallOption) (*Payment, Result, error) {
+	if id == "" {
+		return nil, Result{}, errors.New("oncepay: empty payment id")
+	}
+	return call[Payment](ctx, c, request{method: http.MethodPost, path: "/v1/payments/" + url.PathEscape(id) + "/" + action, body: body}, opts...)
+}
+
 // GetPayment reads one payment.
 func (c *Client) GetPayment(ctx context.Context, id string) (*Payment, Result, error) {
 	if id == "" {

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncepay/oncepay/client"
+	"github.com/oncepay/oncepay/internal/authorizations"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/provider"
@@ -30,8 +31,9 @@ func setupCharging(t *testing.T, opts ...client.Option) *bundle {
 	t.Cleanup(sim.Close)
 	cfg := payments.ChargeConfig{JobTimeout: 2 * time.Second, PollInterval: 50 * time.Millisecond}
 	workers := river.NewWorkers()
-	river.AddWorker(workers, payments.NewChargeWorker(pool, b.api.Keys,
-		provider.New(provider.Config{SecretKey: "sk_test_oncepay", APIBase: sim.URL}), logger, cfg))
+	pc := provider.New(provider.Config{SecretKey: "sk_test_oncepay", APIBase: sim.URL})
+	river.AddWorker(workers, payments.NewChargeWorker(pool, b.api.Keys, pc, logger, cfg))
+	river.AddWorker(workers, authorizations.NewWorker(pool, b.api.Keys, pc, logger, cfg))
 	worker, err := outbox.NewWorkerClient(pool, outbox.WorkerConfig{
 		Workers: workers, JobTimeout: cfg.JobTimeout, RescueStuckJobsAfter: time.Minute,
 		Retry: outbox.RetryPolicy{Base: 20 * time.Millisecond, Max: 100 * time.Millisecond}, Logger: logger,
@@ -92,4 +94,37 @@ func TestDeclineIsNotRetriedAndNamesThePayment(t *testing.T) {
 	_, res, err = b.client.CreatePayment(b.ctx, params, client.WithIdempotencyKey(res.IdempotencyKey))
 	require.True(t, client.IsDeclined(err), "%v", err)
 	require.True(t, res.Replayed)
+}
+
+// TestCaptureAndCancel: a manual payment is authorized, captured in part
+// and answered succeeded; a second capture is refused once, not retried;
+// another's authorization is released.
+func TestCaptureAndCancel(t *testing.T) {
+	t.Parallel()
+	b := setupCharging(t)
+	manual := visa(2000)
+	manual.CaptureMethod = "manual"
+	p, res, err := b.client.CreatePayment(b.ctx, manual, client.WithWait(10*time.Second))
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, res.StatusCode)
+	require.Equal(t, client.PaymentRequiresCapture, p.Status)
+	require.EqualValues(t, 2000, p.AmountCapturable)
+
+	captured, res, err := b.client.CapturePayment(b.ctx, p.ID, client.CaptureParams{AmountToCapture: 1500}, client.WithWait(10*time.Second))
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Equal(t, client.PaymentSucceeded, captured.Status)
+	require.EqualValues(t, 1500, captured.AmountCaptured)
+
+	_, res, err = b.client.CapturePayment(b.ctx, p.ID, client.CaptureParams{})
+	var pe *client.ProblemError
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, client.ProblemPaymentNotCapturable, pe.Slug())
+	require.Equal(t, 1, res.Attempts, "a refusal is not retried")
+
+	other, _, err := b.client.CreatePayment(b.ctx, manual, client.WithWait(10*time.Second))
+	require.NoError(t, err)
+	canceled, _, err := b.client.CancelPayment(b.ctx, other.ID, client.CancelParams{CancellationReason: "abandoned"}, client.WithWait(10*time.Second))
+	require.NoError(t, err)
+	require.Equal(t, client.PaymentCanceled, canceled.Status)
 }
