@@ -488,21 +488,26 @@ func isRefund(id string) bool { return strings.HasPrefix(id, refunds.IDPrefix+"_
 
 // isAction tells a capture's or a cancel's id (cap_…, ccl_…) from the
 // others'.
-func isAction(id string) bool { return strings.HasPrefix(id, "cap_") || strings.HasPrefix(id, "ccl_") }
+func isAction(id string) bool {
+	_, ok := authorizations.KindOf(id)
+	return ok
+}
 
-// actionReconciler is the worker's reconciler of captures and cancels.
-func (a admin) actionReconciler(logger *slog.Logger) (*authorizations.Reconciler, error) {
+// actionReconciler is the worker's reconciler of the captures or the
+// cancels, as actionID is one or the other.
+func (a admin) actionReconciler(logger *slog.Logger, actionID string) (*authorizations.Reconciler, error) {
 	pc, cfg, err := a.reconcileSetup()
 	if err != nil {
 		return nil, err
 	}
-	return authorizations.NewReconciler(a.pool, a.keys(), pc, logger, cfg), nil
+	kind, _ := authorizations.KindOf(actionID)
+	return authorizations.NewReconciler(a.pool, a.keys(), pc, logger, cfg, kind), nil
 }
 
 // reconcileAction reconciles one capture or cancel awaiting reconciliation
 // now, as its reconciler's next run would.
 func (a admin) reconcileAction(ctx context.Context, actionID string, logger *slog.Logger) error {
-	r, err := a.actionReconciler(logger)
+	r, err := a.actionReconciler(logger, actionID)
 	if err != nil {
 		return err
 	}
@@ -531,8 +536,8 @@ func (a admin) reconcileAction(ctx context.Context, actionID string, logger *slo
 
 // releaseActionKey releases a capture's or a cancel's key stuck unknown,
 // only on the provider's proof that the authorization is untouched.
-func (a admin) releaseActionKey(ctx context.Context, tenantID, key string) error {
-	r, err := a.actionReconciler(slog.New(slog.DiscardHandler))
+func (a admin) releaseActionKey(ctx context.Context, tenantID, key, actionID string) error {
+	r, err := a.actionReconciler(slog.New(slog.DiscardHandler), actionID)
 	if err != nil {
 		return err
 	}
@@ -681,7 +686,7 @@ func (a admin) keysRelease(ctx context.Context) error {
 		return a.releaseRefundKey(ctx, tenantID, key)
 	}
 	if isAction(rec.ResourceID) {
-		return a.releaseActionKey(ctx, tenantID, key)
+		return a.releaseActionKey(ctx, tenantID, key, rec.ResourceID)
 	}
 	r, err := a.reconciler(slog.New(slog.DiscardHandler))
 	if err != nil {

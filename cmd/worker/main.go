@@ -118,15 +118,24 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err := river.AddWorkerSafely(workers, authorizations.NewWorker(pool, keys, providerClient, logger, chargeCfg)); err != nil {
 		return fmt.Errorf("register capture and cancel worker: %w", err)
 	}
-	actionReconciler := authorizations.NewReconciler(pool, keys, providerClient, logger, reconcileCfg)
-	if err := river.AddWorkerSafely(workers, &authorizations.ReconcileWorker{Reconciler: actionReconciler,
-		Observe: observeReconciliation(m, "payment_action")}); err != nil {
-		return fmt.Errorf("register capture and cancel reconciler: %w", err)
+	if err := river.AddWorkerSafely(workers, &authorizations.ReconcileCapturesWorker{Observe: observeReconciliation(m, "capture"),
+		Reconciler: authorizations.NewReconciler(pool, keys, providerClient, logger, reconcileCfg, authorizations.Capture)}); err != nil {
+		return fmt.Errorf("register capture reconciler: %w", err)
 	}
-	actionSweepCfg := sweepCfg
-	actionSweepCfg.OnSwept = func() { m.KeySwept("payment_action") }
-	if err := river.AddWorkerSafely(workers, &authorizations.SweepWorker{Sweeper: authorizations.NewSweeper(pool, keys, logger, actionSweepCfg)}); err != nil {
-		return fmt.Errorf("register capture and cancel sweeper: %w", err)
+	if err := river.AddWorkerSafely(workers, &authorizations.ReconcileCancelsWorker{Observe: observeReconciliation(m, "cancel"),
+		Reconciler: authorizations.NewReconciler(pool, keys, providerClient, logger, reconcileCfg, authorizations.Cancel)}); err != nil {
+		return fmt.Errorf("register cancel reconciler: %w", err)
+	}
+	captureSweepCfg, cancelSweepCfg := sweepCfg, sweepCfg
+	captureSweepCfg.OnSwept = func() { m.KeySwept("capture") }
+	cancelSweepCfg.OnSwept = func() { m.KeySwept("cancel") }
+	if err := river.AddWorkerSafely(workers, &authorizations.SweepCapturesWorker{
+		Sweeper: authorizations.NewSweeper(pool, keys, logger, captureSweepCfg, authorizations.Capture)}); err != nil {
+		return fmt.Errorf("register capture sweeper: %w", err)
+	}
+	if err := river.AddWorkerSafely(workers, &authorizations.SweepCancelsWorker{
+		Sweeper: authorizations.NewSweeper(pool, keys, logger, cancelSweepCfg, authorizations.Cancel)}); err != nil {
+		return fmt.Errorf("register cancel sweeper: %w", err)
 	}
 	if err := river.AddWorkerSafely(workers, &authorizations.ExpireWorker{Expirer: authorizations.NewExpirer(pool, keys, providerClient, logger)}); err != nil {
 		return fmt.Errorf("register authorization expiry: %w", err)
@@ -160,8 +169,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		periodicJob(cfg.SweepInterval, payments.SweepPaymentsArgs{}),
 		periodicJob(cfg.ReconcileInterval, refunds.ReconcileRefundsArgs{}),
 		periodicJob(cfg.SweepInterval, refunds.SweepRefundsArgs{}),
-		periodicJob(cfg.ReconcileInterval, authorizations.ReconcileActionsArgs{}),
-		periodicJob(cfg.SweepInterval, authorizations.SweepActionsArgs{}),
+		periodicJob(cfg.ReconcileInterval, authorizations.ReconcileCapturesArgs{}),
+		periodicJob(cfg.ReconcileInterval, authorizations.ReconcileCancelsArgs{}),
+		periodicJob(cfg.SweepInterval, authorizations.SweepCapturesArgs{}),
+		periodicJob(cfg.SweepInterval, authorizations.SweepCancelsArgs{}),
 		// Authorizations are voided after seven days: an hour late is soon.
 		periodicJob(cfg.LedgerCheckInterval, authorizations.ExpireAuthorizationsArgs{}),
 	}

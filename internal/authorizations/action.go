@@ -12,6 +12,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -34,6 +35,17 @@ func (k Kind) idPrefix() string {
 		return "cap"
 	}
 	return "ccl"
+}
+
+// KindOf tells the kind of an action from its id (cap_…, ccl_…); ok is
+// false for any other id.
+func KindOf(id string) (kind Kind, ok bool) {
+	for _, k := range []Kind{Capture, Cancel} {
+		if strings.HasPrefix(id, k.idPrefix()+"_") {
+			return k, true
+		}
+	}
+	return "", false
 }
 
 // Status is an action's state; the names match payment_actions.status.

@@ -54,15 +54,20 @@ func setup(t *testing.T, deferWorker bool) *bundle {
 	workers := river.NewWorkers()
 	river.AddWorker(workers, payments.NewChargeWorker(pool, keys, b.provider, logger, cfg))
 	river.AddWorker(workers, authorizations.NewWorker(pool, keys, b.provider, logger, cfg))
-	reconciler := authorizations.NewReconciler(pool, keys, b.provider, logger, operation.ReconcileConfig{
+	reconcileCfg := operation.ReconcileConfig{
 		WorkerCallTimeout: cfg.WithDefaults().ProviderCallTimeout(), Settle: 100 * time.Millisecond,
-		RetryBase: 100 * time.Millisecond, RetryMax: 500 * time.Millisecond, RunBudget: 5 * time.Second})
-	river.AddWorker(workers, &authorizations.ReconcileWorker{Reconciler: reconciler})
+		RetryBase: 100 * time.Millisecond, RetryMax: 500 * time.Millisecond, RunBudget: 5 * time.Second}
+	river.AddWorker(workers, &authorizations.ReconcileCapturesWorker{
+		Reconciler: authorizations.NewReconciler(pool, keys, b.provider, logger, reconcileCfg, authorizations.Capture)})
+	river.AddWorker(workers, &authorizations.ReconcileCancelsWorker{
+		Reconciler: authorizations.NewReconciler(pool, keys, b.provider, logger, reconcileCfg, authorizations.Cancel)})
+	every := func(args river.JobArgs) *river.PeriodicJob {
+		return river.NewPeriodicJob(river.PeriodicInterval(200*time.Millisecond), func() (river.JobArgs, *river.InsertOpts) { return args, nil }, nil)
+	}
 	client, err := outbox.NewWorkerClient(pool, outbox.WorkerConfig{
 		Workers: workers, JobTimeout: cfg.WithDefaults().MaxAttemptDuration(), RescueStuckJobsAfter: time.Minute,
 		Retry: outbox.RetryPolicy{Base: 20 * time.Millisecond, Max: 100 * time.Millisecond}, Logger: logger,
-		PeriodicJobs: []*river.PeriodicJob{river.NewPeriodicJob(river.PeriodicInterval(200*time.Millisecond),
-			func() (river.JobArgs, *river.InsertOpts) { return authorizations.ReconcileActionsArgs{}, nil }, nil)},
+		PeriodicJobs: []*river.PeriodicJob{every(authorizations.ReconcileCapturesArgs{}), every(authorizations.ReconcileCancelsArgs{})},
 	})
 	require.NoError(t, err)
 	b.client = client
@@ -300,8 +305,12 @@ func TestCaptureNeverSentIsResumed(t *testing.T) {
 	require.NoError(t, err)
 	_, err = b.pool.Exec(b.ctx, `UPDATE idempotency_keys SET status = 'unknown' WHERE idempotency_key = $1`, key)
 	require.NoError(t, err)
-	reconciler := authorizations.NewReconciler(b.pool, b.api.Keys, b.provider, slog.New(slog.DiscardHandler), operation.ReconcileConfig{})
-	res, err := reconciler.Run(b.ctx)
+	cancels := authorizations.NewReconciler(b.pool, b.api.Keys, b.provider, slog.New(slog.DiscardHandler), operation.ReconcileConfig{}, authorizations.Cancel)
+	res, err := cancels.Run(b.ctx)
+	require.NoError(t, err)
+	require.Zero(t, res.NotReached, "the cancels' reconciler leaves a capture alone")
+	captures := authorizations.NewReconciler(b.pool, b.api.Keys, b.provider, slog.New(slog.DiscardHandler), operation.ReconcileConfig{}, authorizations.Capture)
+	res, err = captures.Run(b.ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, res.NotReached)
 

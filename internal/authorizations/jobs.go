@@ -28,20 +28,35 @@ func (ActPaymentArgs) InsertOpts() river.InsertOpts {
 	}
 }
 
-// ReconcileActionsArgs is the actions' Reconciler's periodic job.
-type ReconcileActionsArgs struct{}
+// The periodic jobs of the captures' and the cancels' reconcilers and
+// sweepers, on the maintenance queue, one at a time each.
+type (
+	ReconcileCapturesArgs struct{}
+	ReconcileCancelsArgs  struct{}
+	SweepCapturesArgs     struct{}
+	SweepCancelsArgs      struct{}
+)
 
 // Kind is the job's River kind.
-func (ReconcileActionsArgs) Kind() string { return "reconcile_payment_actions" }
-
-// InsertOpts puts the job on the maintenance queue, one at a time.
-func (ReconcileActionsArgs) InsertOpts() river.InsertOpts { return operation.MaintenanceInsertOpts() }
-
-// SweepActionsArgs is the actions' Sweeper's periodic job.
-type SweepActionsArgs struct{}
+func (ReconcileCapturesArgs) Kind() string { return "reconcile_captures" }
 
 // Kind is the job's River kind.
-func (SweepActionsArgs) Kind() string { return "sweep_stranded_payment_actions" }
+func (ReconcileCancelsArgs) Kind() string { return "reconcile_cancels" }
+
+// Kind is the job's River kind.
+func (SweepCapturesArgs) Kind() string { return "sweep_stranded_captures" }
+
+// Kind is the job's River kind.
+func (SweepCancelsArgs) Kind() string { return "sweep_stranded_cancels" }
 
 // InsertOpts puts the job on the maintenance queue, one at a time.
-func (SweepActionsArgs) InsertOpts() river.InsertOpts { return operation.MaintenanceInsertOpts() }
+func (ReconcileCapturesArgs) InsertOpts() river.InsertOpts { return operation.MaintenanceInsertOpts() }
+
+// InsertOpts puts the job on the maintenance queue, one at a time.
+func (ReconcileCancelsArgs) InsertOpts() river.InsertOpts { return operation.MaintenanceInsertOpts() }
+
+// InsertOpts puts the job on the maintenance queue, one at a time.
+func (SweepCapturesArgs) InsertOpts() river.InsertOpts { return operation.MaintenanceInsertOpts() }
+
+// InsertOpts puts the job on the maintenance queue, one at a time.
+func (SweepCancelsArgs) InsertOpts() river.InsertOpts { return operation.MaintenanceInsertOpts() }

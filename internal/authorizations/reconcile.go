@@ -18,16 +18,20 @@ import (
 // the action never reached the provider.
 type Reconciler = operation.Reconciler[claim, provider.Outcome]
 
-// NewReconciler returns the actions' Reconciler, with the settings of every
-// kind's reconciler.
-func NewReconciler(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, logger *slog.Logger, cfg operation.ReconcileConfig) *Reconciler {
+// NewReconciler returns the Reconciler of one kind's actions (captures, or
+// cancels), with the settings of every kind's reconciler.
+func NewReconciler(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, logger *slog.Logger, cfg operation.ReconcileConfig, kind Kind) *Reconciler {
 	cfg = cfg.WithDefaults()
-	return operation.NewReconciler(pool, keys, logger, cfg, actionsTable,
+	return operation.NewReconciler(pool, keys, logger, cfg, tableOf(kind),
 		reconcilable{pool: pool, keys: keys, provider: pc, cfg: cfg})
 }
 
-// ReconcileWorker runs the actions' Reconciler as a River job.
-type ReconcileWorker = operation.ReconcileWorker[ReconcileActionsArgs]
+// ReconcileCapturesWorker and ReconcileCancelsWorker run each kind's
+// Reconciler as a River job of its own.
+type (
+	ReconcileCapturesWorker = operation.ReconcileWorker[ReconcileCapturesArgs]
+	ReconcileCancelsWorker  = operation.ReconcileWorker[ReconcileCancelsArgs]
+)
 
 // claim is an action as the reconciler claims it, with whether its attempt
 // window has settled by the database's clock.
@@ -85,16 +89,20 @@ func (k reconcilable) RecordFinal(ctx context.Context, c claim, out provider.Out
 // reconciliation.
 type Sweeper = operation.Sweeper[Action]
 
-// SweepWorker runs the actions' Sweeper as a River job.
-type SweepWorker = operation.SweepWorker[SweepActionsArgs, Action]
+// SweepCapturesWorker and SweepCancelsWorker run each kind's Sweeper as a
+// River job of its own.
+type (
+	SweepCapturesWorker = operation.SweepWorker[SweepCapturesArgs, Action]
+	SweepCancelsWorker  = operation.SweepWorker[SweepCancelsArgs, Action]
+)
 
-// NewSweeper returns the actions' Sweeper.
-func NewSweeper(pool *pgxpool.Pool, keys *idempotency.Store, logger *slog.Logger, cfg operation.SweepConfig) *Sweeper {
+// NewSweeper returns the Sweeper of one kind's actions.
+func NewSweeper(pool *pgxpool.Pool, keys *idempotency.Store, logger *slog.Logger, cfg operation.SweepConfig, kind Kind) *Sweeper {
 	return operation.NewSweeper(pool, logger, cfg, operation.Stranded{
-		Operation: "payment_action", Table: "payment_actions",
+		Operation: string(kind), Table: "payment_actions", Scope: tableOf(kind).Scope,
 		InFlight: []string{string(StatusPending)},
 		JobKind:  ActPaymentArgs{}.Kind(), JobArg: "action_id",
-		Reason: "no job was left to send this capture or cancel",
+		Reason: "no job was left to send this " + string(kind),
 	}, sweepable{keys})
 }
 

@@ -31,6 +31,14 @@ var actionsTable = operation.Table{
 	NotFound:          ErrNotFound,
 }
 
+// tableOf is the part of the table that holds one kind: each kind is
+// reconciled, swept, counted and logged as itself.
+func tableOf(kind Kind) operation.Table {
+	t := actionsTable
+	t.Operation, t.Scope = string(kind), "action = '"+string(kind)+"'"
+	return t
+}
+
 // notReachedMessage is what an action shows once proven never sent.
 const notReachedMessage = "The request never reached the payment provider and the authorization is unchanged. " +
 	"Retry the request with the same Idempotency-Key to send it."

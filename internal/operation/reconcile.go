@@ -161,6 +161,18 @@ type Table struct {
 	InFlight []string
 	// NotFound is the kind's error for an operation that does not exist.
 	NotFound error
+	// Scope, if set, narrows the table to this kind's rows where kinds
+	// share a table ("action = 'capture'"), so that each kind is claimed,
+	// counted and logged as itself.
+	Scope string
+}
+
+// scoped is the table's Scope as a further condition of a WHERE clause.
+func (t Table) scoped() string {
+	if t.Scope == "" {
+		return ""
+	}
+	return " AND (" + t.Scope + ")"
 }
 
 // FailureProviderNotReached is the failure code of an operation proven
@@ -243,7 +255,7 @@ func (r *Reconciler[C, O]) Run(ctx context.Context) (ReconcileResult, error) {
 			UPDATE `+r.table.Name+` SET reconcile_after = now() + $2 * interval '1 microsecond'
 			WHERE id IN (
 				SELECT id FROM `+r.table.Name+`
-				WHERE status = 'requires_reconciliation' AND reconcile_after <= now()
+				WHERE status = 'requires_reconciliation' AND reconcile_after <= now()`+r.table.scoped()+`
 				ORDER BY reconcile_after
 				LIMIT $1
 				FOR UPDATE SKIP LOCKED)

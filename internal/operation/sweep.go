@@ -52,6 +52,8 @@ type Stranded struct {
 	JobKind, JobArg string
 	// Reason is what the operation shows once handed over.
 	Reason string
+	// Scope, if set, narrows Table to this kind's rows (see Table.Scope).
+	Scope string
 }
 
 // Sweepable is what a kind supplies to the sweeper: its locks and its
@@ -101,7 +103,7 @@ func (s *Sweeper[Op]) Run(ctx context.Context) (int, error) {
 		SELECT tenant_id, id FROM `+s.where.Table+` o
 		WHERE status = ANY($4::text[])
 			AND updated_at < now() - $5 * interval '1 microsecond'
-			AND `+strandedCondition+`
+			AND `+strandedCondition+s.where.scoped()+`
 		ORDER BY updated_at
 		LIMIT $6`, liveStates(), s.where.JobKind, s.where.JobArg, s.where.InFlight, s.cfg.Grace.Microseconds(), s.cfg.Batch)
 	if err != nil {
@@ -155,6 +157,14 @@ func (s *Sweeper[Op]) sweep(ctx context.Context, tenantID, id string) (bool, err
 		return false, fmt.Errorf("sweep %s %s: %w", s.where.Operation, id, err)
 	}
 	return moved, nil
+}
+
+// scoped is the Scope as a further condition of a WHERE clause.
+func (w Stranded) scoped() string {
+	if w.Scope == "" {
+		return ""
+	}
+	return " AND (" + w.Scope + ")"
 }
 
 // liveStates are River's states of a job that will still run.
