@@ -222,7 +222,7 @@ func (c Config) WithDefaults() Config {
 type Store struct {
 	cfg Config
 	// places are the Prefer: wait places taken, in all and per tenant.
-	places waitPlaces
+	places  waitPlaces
 	recent  *recentKeys
 	replays *finishedReplays
 }
