@@ -92,7 +92,7 @@ func runForeground(ctx context.Context, cfg devstack.Config, parent int, stdout 
 	if err != nil {
 		return err
 	}
-	printReady(stdout, s)
+	printReady(stdout, s, cfg)
 	fmt.Fprintln(stdout, "Ctrl-C stops everything.")
 	select {
 	case <-ctx.Done():
@@ -116,7 +116,7 @@ func up(ctx context.Context, cfg devstack.Config, stdout io.Writer) error {
 	if err := s.Save(); err != nil {
 		return errors.Join(err, s.Stop(context.WithoutCancel(ctx)))
 	}
-	printReady(stdout, s)
+	printReady(stdout, s, cfg)
 	fmt.Fprintln(stdout, "`make down` stops everything.")
 	return nil
 }
@@ -136,13 +136,34 @@ func down(ctx context.Context, stdout io.Writer) error {
 	return devstack.Forget(".run")
 }
 
-func printReady(w io.Writer, s *devstack.Stack) {
+// printReady says what runs where, and what to do next: an API key of a
+// tenant made for this stack, a payment to paste, and the operator's
+// commands pointed at this stack's database and provider (the simulator:
+// never Stripe by accident).
+func printReady(w io.Writer, s *devstack.Stack, cfg devstack.Config) {
 	fmt.Fprintf(w, "\noncepay is up: API %s", s.APIURL)
 	if s.SimURL != "" {
 		fmt.Fprintf(w, ", Stripe simulator %s", s.SimURL)
 	}
 	fmt.Fprintf(w, "\ndatabase: %s\nlogs: .run/logs/\n", s.DatabaseURL)
+	created, err := s.Tenant(localTenant)
+	if err != nil {
+		fmt.Fprintf(w, "\ncould not make the tenant %q: %v\n", localTenant, err)
+		return
+	}
+	fmt.Fprintf(w, `
+An API key of the tenant %q, made for this stack (shown once):
+  export ONCEPAY_API_KEY=%s
+A payment, answered once it is final:
+  curl -s %s/v1/payments -H "Authorization: Bearer $ONCEPAY_API_KEY" -H 'Content-Type: application/json' -H "Idempotency-Key: first-payment-$(date +%%s%%N)" -H 'Prefer: wait=10' -d '{"amount": 2000, "currency": "usd", "payment_method": "pm_card_visa"}'
+The operator's commands (bin/api …, docs/operations.md) against this stack:
+  export DATABASE_URL='%s' STRIPE_API_BASE='%s' STRIPE_SECRET_KEY='%s'
+  bin/api payments list
+`, localTenant, created.APIKey, s.APIURL, s.DatabaseURL, cfg.StripeAPIBase, cfg.StripeSecretKey)
 }
+
+// localTenant is the tenant made for a local stack.
+const localTenant = "local"
 
 // parentGone fires when the process that started this one exits: `make
 // run &` followed by `kill $!` kills make, not its children, and the stack

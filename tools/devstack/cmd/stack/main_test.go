@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -60,6 +61,29 @@ func TestStackDiesWithItsParent(t *testing.T) {
 	require.Eventually(t, func() bool { return answers("http://" + addrs[1] + "/readyz") }, 90*time.Second, 100*time.Millisecond,
 		"the stack did not come up:\n%s", output())
 	apiPID := pidOf(t, filepath.Join(workDir, ".run", "logs", "api.log"))
+
+	// What it prints next works pasted as written: the key, the payment,
+	// and the operator's commands against this stack.
+	require.Eventually(t, func() bool { return strings.Contains(output(), "bin/api payments list") }, 30*time.Second, 100*time.Millisecond,
+		"the stack did not say what to do next:\n%s", output())
+	var pasted []string
+	for _, line := range strings.Split(output(), "\n") {
+		if l := strings.TrimSpace(line); strings.HasPrefix(l, "export ") || strings.HasPrefix(l, "curl ") || strings.HasPrefix(l, "bin/api ") {
+			pasted = append(pasted, l)
+		}
+	}
+	require.Len(t, pasted, 4, output())
+	paste := func(lines ...string) string {
+		sh := exec.Command("sh", "-ec", strings.Join(lines, "\n"))
+		sh.Dir = workDir
+		out, err := sh.CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		return string(out)
+	}
+	var paid struct{ ID, Status string }
+	require.NoError(t, json.Unmarshal([]byte(paste(pasted[0], pasted[1])), &paid))
+	require.Equal(t, "succeeded", paid.Status, "the payment, settled within its wait")
+	require.Contains(t, paste(pasted[2], pasted[3]), paid.ID, "the operator's list shows it")
 
 	require.NoError(t, parent.Process.Signal(syscall.SIGKILL))
 	_ = parent.Wait()
