@@ -64,6 +64,10 @@ type Config struct {
 	// Detached processes outlive the program that started them (make up);
 	// otherwise each is signalled when that program dies.
 	Detached bool
+	// DropDatabase makes Stop drop the stack's database once its processes
+	// are gone: for a throwaway stack (the demo), which must leave nothing
+	// behind on the server.
+	DropDatabase bool
 	// Progress receives one line per step. Defaults to io.Discard.
 	Progress io.Writer
 }
@@ -291,6 +295,27 @@ func ensureDatabase(ctx context.Context, dbURL string) error {
 	return nil
 }
 
+// dropDatabase drops the database dbURL names, with whatever connections
+// are left.
+func dropDatabase(ctx context.Context, dbURL string) error {
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		return err
+	}
+	name := strings.TrimPrefix(u.Path, "/")
+	admin := *u
+	admin.Path = "/postgres"
+	conn, err := pgx.Connect(ctx, admin.String())
+	if err != nil {
+		return fmt.Errorf("connect to %s: %w", redact(admin.String()), err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+		return fmt.Errorf("drop database %s: %w", name, err)
+	}
+	return nil
+}
+
 // redact hides a URL's password for logs and errors.
 func redact(dbURL string) string {
 	u, err := url.Parse(dbURL)
@@ -467,6 +492,13 @@ func (s *Stack) Stop(ctx context.Context) error {
 		}
 	}
 	s.Processes = nil
+	if s.cfg.DropDatabase && s.DatabaseURL != "" {
+		if err := dropDatabase(ctx, s.DatabaseURL); err != nil {
+			errs = append(errs, err)
+		} else {
+			s.progress("database dropped")
+		}
+	}
 	if s.ClusterDir != "" {
 		if err := localpg.Stop(ctx, s.ClusterDir); err != nil {
 			errs = append(errs, err)

@@ -112,6 +112,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		BinDir: o.binDir, StateDir: o.stateDir, DatabaseURL: dbURL,
 		StripeSecretKey: "sk_test_oncepay_demo", StripeAPIBase: "http://" + ports[0],
 		APIAddr: ports[1], WorkerAdminAddr: ports[2], Env: demoWorkerEnv(), Progress: stdout,
+		// The default demo database is the demo's own: it goes with the stack.
+		DropDatabase: o.dbURL == "",
 	})
 	if err != nil {
 		return err
