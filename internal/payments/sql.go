@@ -20,10 +20,7 @@ import (
 var ErrNotFound = errors.New("payment not found")
 
 // Querier runs queries: a pool, a connection or a transaction.
-type Querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-}
+type Querier = operation.Querier
 
 const paymentColumns = `id, tenant_id, idempotency_key, amount, currency, payment_method, customer, description,
 	metadata, status, provider_idempotency_key, provider_payment_intent_id, failure_code, decline_code,

@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/operation"
@@ -18,10 +17,7 @@ import (
 var ErrNotFound = errors.New("refund not found")
 
 // Querier runs queries: a pool, a connection or a transaction.
-type Querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-}
+type Querier = operation.Querier
 
 const refundColumns = `id, tenant_id, payment_id, idempotency_key, amount, currency, reason, status,
 	provider_refund_id, failure_code, failure_message, provider_idempotency_key, provider_key_generation,
