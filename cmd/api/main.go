@@ -165,7 +165,7 @@ func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.
 		Metrics:        m,
 		DBTimeout:      cfg.RequestDBTimeout,
 		Auth: tenant.NewAuthenticator(pool, tenant.AuthConfig{CacheTTL: cfg.AuthCacheTTL, Timeout: cfg.RequestDBTimeout,
-			FailureLimit: cfg.AuthFailureLimit, FailureWindow: cfg.AuthFailureWindow, OnLimited: func() { m.RateLimited("auth") }}),
+			Failures: ratelimit.NewFailures(cfg.AuthFailureLimit, cfg.AuthFailureWindow), OnLimited: func() { m.RateLimited("auth") }}),
 		Webhooks: &webhooks.Handler{Pool: pool, Jobs: outbox.New(jobs), Logger: logger, Secret: cfg.StripeWebhookSecret,
 			Timeout: cfg.RequestDBTimeout},
 	})

@@ -110,6 +110,44 @@ func (l *Limits) overRate(ctx context.Context, tenantID string) bool {
 	return l.limiter.OnLimit(headerSink{}, req, tenantID)
 }
 
+// Failures counts failed attempts per key (a client address) in a sliding
+// window; httprate keeps the counts. A nil *Failures counts nothing and
+// blocks nothing.
+type Failures struct {
+	limiter *httprate.RateLimiter
+	limit   int
+	window  time.Duration
+}
+
+// NewFailures returns Failures allowing limit per window (default 1m), or
+// nil when limit is not positive (off).
+func NewFailures(limit int, window time.Duration) *Failures {
+	if limit <= 0 {
+		return nil
+	}
+	window = cmp.Or(window, time.Minute)
+	return &Failures{limiter: httprate.NewRateLimiter(limit, window), limit: limit, window: window}
+}
+
+// Blocked reports whether key has failed limit times within the window.
+func (f *Failures) Blocked(key string) bool {
+	if f == nil {
+		return false
+	}
+	_, rate, err := f.limiter.Status(key)
+	return err == nil && rate >= float64(f.limit)
+}
+
+// Failed counts one failure of key.
+func (f *Failures) Failed(key string) {
+	if f != nil {
+		f.limiter.OnLimit(headerSink{}, &http.Request{Method: http.MethodPost}, key)
+	}
+}
+
+// Window is how long a blocked key waits at most.
+func (f *Failures) Window() time.Duration { return f.window }
+
 // headerSink is a ResponseWriter that keeps nothing.
 type headerSink struct{}
 

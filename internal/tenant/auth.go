@@ -1,7 +1,6 @@
 package tenant
 
 import (
-	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -13,11 +12,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-chi/httprate"
 	"github.com/hashicorp/golang-lru/v2/expirable"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/ratelimit"
 	"github.com/oncepay/oncepay/internal/respond"
 )
 
@@ -35,13 +34,12 @@ type AuthConfig struct {
 	// Timeout bounds the lookup, so a database that stops answering yields
 	// a prompt 503. Defaults to 5s.
 	Timeout time.Duration
-	// FailureLimit is how many failed authentications a client address may
-	// make per FailureWindow (default 1m) before it is answered 429 without
-	// its key being looked at, so keys cannot be guessed at speed. Zero
-	// disables it. OnLimited, if set, counts each refusal (metrics).
-	FailureLimit  int
-	FailureWindow time.Duration
-	OnLimited     func()
+	// Failures, if set, counts failed authentications per client address:
+	// an address past its limit is answered 429 without its key being
+	// looked at, so keys cannot be guessed at speed. OnLimited, if set,
+	// counts each refusal (metrics).
+	Failures  *ratelimit.Failures
+	OnLimited func()
 }
 
 // Authenticator finds the tenant of an API key.
@@ -53,7 +51,7 @@ type Authenticator struct {
 	// is looked up every time.
 	cache *expirable.LRU[string, validKey]
 	// failures counts failed authentications per address; nil when off.
-	failures *failureLimit
+	failures *ratelimit.Failures
 	// onLimited counts a refusal of an address past its failures.
 	onLimited func()
 }
@@ -67,10 +65,7 @@ type validKey struct {
 
 // NewAuthenticator returns an Authenticator reading keys from db.
 func NewAuthenticator(db DB, cfg AuthConfig) *Authenticator {
-	a := &Authenticator{db: db, timeout: cfg.Timeout, onLimited: cfg.OnLimited}
-	if cfg.FailureLimit > 0 {
-		a.failures = newFailureLimit(cfg.FailureLimit, cmp.Or(cfg.FailureWindow, time.Minute))
-	}
+	a := &Authenticator{db: db, timeout: cfg.Timeout, failures: cfg.Failures, onLimited: cfg.OnLimited}
 	if a.timeout <= 0 {
 		a.timeout = 5 * time.Second
 	}
@@ -155,19 +150,17 @@ func (a *Authenticator) Middleware(logger *slog.Logger) func(http.Handler) http.
 				return
 			}
 			addr := clientAddress(r)
-			if a.failures != nil && a.failures.blocked(addr) {
+			if a.failures.Blocked(addr) {
 				if a.onLimited != nil {
 					a.onLimited()
 				}
-				respond.Problem(w, r, logger, &problem.Error{Type: problem.RateLimited, RetryAfter: a.failures.window,
+				respond.Problem(w, r, logger, &problem.Error{Type: problem.RateLimited, RetryAfter: a.failures.Window(),
 					Detail: "Too many requests from your address failed to authenticate; wait before trying again."})
 				return
 			}
 			tenantID, err := a.Authenticate(r.Context(), strings.TrimSpace(token))
 			if errors.Is(err, ErrUnauthorized) {
-				if a.failures != nil {
-					a.failures.failed(addr)
-				}
+				a.failures.Failed(addr)
 				w.Header().Set("WWW-Authenticate", `Bearer realm="oncepay", error="invalid_token"`)
 				respond.Problem(w, r, logger, problem.New(problem.Unauthorized, "The API key is not valid."))
 				return
@@ -180,37 +173,6 @@ func (a *Authenticator) Middleware(logger *slog.Logger) func(http.Handler) http.
 		})
 	}
 }
-
-// failureLimit counts failed authentications per client address in a
-// sliding window (httprate keeps the counts).
-type failureLimit struct {
-	limiter *httprate.RateLimiter
-	limit   int
-	window  time.Duration
-}
-
-func newFailureLimit(limit int, window time.Duration) *failureLimit {
-	return &failureLimit{limiter: httprate.NewRateLimiter(limit, window), limit: limit, window: window}
-}
-
-// blocked reports whether addr has failed limit times within the window.
-func (f *failureLimit) blocked(addr string) bool {
-	_, rate, err := f.limiter.Status(addr)
-	return err == nil && rate >= float64(f.limit)
-}
-
-// failed counts one failure of addr.
-func (f *failureLimit) failed(addr string) {
-	f.limiter.OnLimit(discard{}, &http.Request{Method: http.MethodPost}, addr)
-}
-
-// discard is a ResponseWriter that keeps nothing: httprate reports its
-// counts in headers nobody reads here.
-type discard struct{}
-
-func (discard) Header() http.Header         { return http.Header{} }
-func (discard) Write(b []byte) (int, error) { return len(b), nil }
-func (discard) WriteHeader(int)             {}
 
 // clientAddress is the address a request came from: the connection's
 // peer. Behind a proxy every client shares the proxy's address; put the

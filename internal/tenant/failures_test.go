@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncepay/oncepay/internal/ratelimit"
 	"github.com/oncepay/oncepay/internal/tenant"
 	"github.com/oncepay/oncepay/internal/testkit/pgtest"
 )
@@ -24,7 +25,7 @@ func TestFailedAuthenticationIsLimited(t *testing.T) {
 	acme, err := tenant.Create(context.Background(), pool, "acme")
 	require.NoError(t, err)
 	var limited atomic.Int64
-	auth := tenant.NewAuthenticator(pool, tenant.AuthConfig{FailureLimit: 3, FailureWindow: time.Second, OnLimited: func() { limited.Add(1) }})
+	auth := tenant.NewAuthenticator(pool, tenant.AuthConfig{Failures: ratelimit.NewFailures(3, time.Second), OnLimited: func() { limited.Add(1) }})
 	handler := auth.Middleware(nil)(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
 	send := func(addr, key string) *httptest.ResponseRecorder {
 		req := httptest.NewRequest(http.MethodGet, "/v1/payments", nil)
