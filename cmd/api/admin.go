@@ -20,6 +20,7 @@ import (
 	"github.com/oncepay/oncepay/internal/envconfig"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/ledger"
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/provider"
 	"github.com/oncepay/oncepay/internal/refunds"
@@ -474,70 +475,99 @@ func (a admin) reconciler(logger *slog.Logger) (*payments.Reconciler, error) {
 	return payments.NewReconciler(a.pool, a.keys(), pc, logger, cfg), nil
 }
 
-// refundReconciler is the worker's refund reconciler.
-func (a admin) refundReconciler(logger *slog.Logger) (*refunds.Reconciler, error) {
-	pc, cfg, err := a.reconcileSetup()
-	if err != nil {
-		return nil, err
+// engineKind is an operation kind run on the engine (refunds, captures,
+// cancels), as the operator's commands reach it by an id.
+type engineKind struct {
+	// name labels the operation in the output; jsonKey names it in the
+	// JSON of a release.
+	name, jsonKey string
+	// table is where its ids are; notFound the kind's error for an id
+	// that is not there.
+	table    string
+	notFound error
+	// reconciler is the worker's reconciler of the kind.
+	reconciler func(a admin, logger *slog.Logger) (engineReconciler, error)
+	// show reads one operation as the operator sees it.
+	show func(ctx context.Context, a admin, tenantID, id string) (shownOp, error)
+}
+
+// engineReconciler is what the commands use of a kind's reconciler.
+type engineReconciler interface {
+	ReconcileNow(ctx context.Context, tenantID, id string) (operation.ReconcileResult, error)
+	ReleaseKey(ctx context.Context, tenantID, key, reason, operator string) (operation.Released, error)
+}
+
+// shownOp is one operation as a command prints it: View in JSON, the rest
+// in a table.
+type shownOp struct {
+	View                                               any
+	ID, PaymentID, Status, FailureCode, FailureMessage string
+}
+
+// kindOf is the engine kind an id belongs to, or nil for a payment's.
+func kindOf(id string) *engineKind {
+	if strings.HasPrefix(id, refunds.IDPrefix+"_") {
+		return &engineKind{name: "refund", jsonKey: "refund", table: "refunds", notFound: refunds.ErrNotFound,
+			reconciler: func(a admin, logger *slog.Logger) (engineReconciler, error) {
+				pc, cfg, err := a.reconcileSetup()
+				return refunds.NewReconciler(a.pool, a.keys(), pc, logger, cfg), err
+			},
+			show: func(ctx context.Context, a admin, tenantID, id string) (shownOp, error) {
+				r, err := refunds.GetRefund(ctx, a.pool, tenantID, id)
+				return shownOp{View: refundView(r), ID: r.ID, PaymentID: r.PaymentID, Status: string(r.Status),
+					FailureCode: str(r.FailureCode), FailureMessage: str(r.FailureMessage)}, err
+			}}
 	}
-	return refunds.NewReconciler(a.pool, a.keys(), pc, logger, cfg), nil
-}
-
-// isRefund tells a refund's id from a payment's.
-func isRefund(id string) bool { return strings.HasPrefix(id, refunds.IDPrefix+"_") }
-
-// isAction tells a capture's or a cancel's id (cap_…, ccl_…) from the
-// others'.
-func isAction(id string) bool {
-	_, ok := authorizations.KindOf(id)
-	return ok
-}
-
-// actionReconciler is the worker's reconciler of the captures or the
-// cancels, as actionID is one or the other.
-func (a admin) actionReconciler(logger *slog.Logger, actionID string) (*authorizations.Reconciler, error) {
-	pc, cfg, err := a.reconcileSetup()
-	if err != nil {
-		return nil, err
+	if kind, ok := authorizations.KindOf(id); ok {
+		return &engineKind{name: string(kind), jsonKey: "action", table: "payment_actions", notFound: authorizations.ErrNotFound,
+			reconciler: func(a admin, logger *slog.Logger) (engineReconciler, error) {
+				pc, cfg, err := a.reconcileSetup()
+				return authorizations.NewReconciler(a.pool, a.keys(), pc, logger, cfg, kind), err
+			},
+			show: func(ctx context.Context, a admin, tenantID, id string) (shownOp, error) {
+				act, err := authorizations.GetAction(ctx, a.pool, tenantID, id)
+				return shownOp{View: act, ID: act.ID, PaymentID: act.PaymentID, Status: string(act.Status),
+					FailureCode: str(act.FailureCode), FailureMessage: str(act.FailureMessage)}, err
+			}}
 	}
-	kind, _ := authorizations.KindOf(actionID)
-	return authorizations.NewReconciler(a.pool, a.keys(), pc, logger, cfg, kind), nil
+	return nil
 }
 
-// reconcileAction reconciles one capture or cancel awaiting reconciliation
+// reconcileOne reconciles one operation of kind awaiting reconciliation
 // now, as its reconciler's next run would.
-func (a admin) reconcileAction(ctx context.Context, actionID string, logger *slog.Logger) error {
-	r, err := a.actionReconciler(logger, actionID)
+func (a admin) reconcileOne(ctx context.Context, kind *engineKind, id string, logger *slog.Logger) error {
+	r, err := kind.reconciler(a, logger)
 	if err != nil {
 		return err
 	}
 	var tenantID string
-	if err := a.pool.QueryRow(ctx, `SELECT tenant_id FROM payment_actions WHERE id = $1`, actionID).Scan(&tenantID); err != nil {
-		return fmt.Errorf("%w: no capture or cancel %q (\"api payments show PAYMENT\" lists a payment's operations)", authorizations.ErrNotFound, actionID)
+	if err := a.pool.QueryRow(ctx, `SELECT tenant_id FROM `+kind.table+` WHERE id = $1`, id).Scan(&tenantID); err != nil {
+		return fmt.Errorf("%w: no %s %q (\"api payments show PAYMENT\" lists a payment's operations)", kind.notFound, kind.name, id)
 	}
-	before, err := authorizations.GetAction(ctx, a.pool, tenantID, actionID)
+	before, err := kind.show(ctx, a, tenantID, id)
 	if err != nil {
 		return err
 	}
-	counts, err := r.ReconcileNow(ctx, tenantID, actionID)
+	counts, err := r.ReconcileNow(ctx, tenantID, id)
 	if err != nil {
 		return fmt.Errorf("%w (only an operation awaiting reconciliation is looked up; it is %s)", err, before.Status)
 	}
-	after, err := authorizations.GetAction(ctx, a.pool, tenantID, actionID)
+	after, err := kind.show(ctx, a, tenantID, id)
 	if err != nil {
 		return err
 	}
 	if a.cmd.opts.json {
-		return a.writeJSON(map[string]any{"verdict": counts.Verdict(), "before": before, "after": after})
+		return a.writeJSON(map[string]any{"verdict": counts.Verdict(), "before": before.View, "after": after.View})
 	}
-	return a.fields(string(after.Kind), after.ID, "verdict", counts.Verdict(), "status", fmt.Sprintf("%s -> %s", before.Status, after.Status),
-		"failure", fmt.Sprintf("%s: %s", str(after.FailureCode), str(after.FailureMessage)), "payment", after.PaymentID)
+	return a.fields(kind.name, after.ID, "verdict", counts.Verdict(), "status", fmt.Sprintf("%s -> %s", before.Status, after.Status),
+		"failure", fmt.Sprintf("%s: %s", after.FailureCode, after.FailureMessage), "payment", after.PaymentID)
 }
 
-// releaseActionKey releases a capture's or a cancel's key stuck unknown,
-// only on the provider's proof that the authorization is untouched.
-func (a admin) releaseActionKey(ctx context.Context, tenantID, key, actionID string) error {
-	r, err := a.actionReconciler(slog.New(slog.DiscardHandler), actionID)
+// releaseOne releases the key, stuck unknown, of an operation of kind, as
+// keysRelease does a payment's: only on the provider's proof that the
+// operation was never made.
+func (a admin) releaseOne(ctx context.Context, kind *engineKind, tenantID, key string) error {
+	r, err := kind.reconciler(a, slog.New(slog.DiscardHandler))
 	if err != nil {
 		return err
 	}
@@ -545,7 +575,7 @@ func (a admin) releaseActionKey(ctx context.Context, tenantID, key, actionID str
 	if err != nil {
 		return err
 	}
-	act, err := authorizations.GetAction(ctx, a.pool, tenantID, res.ID)
+	op, err := kind.show(ctx, a, tenantID, res.ID)
 	if err != nil {
 		return err
 	}
@@ -554,13 +584,13 @@ func (a admin) releaseActionKey(ctx context.Context, tenantID, key, actionID str
 		keyStatus = idempotency.StatusCompleted
 	}
 	if a.cmd.opts.json {
-		out := map[string]any{"verdict": res.Verdict, "action": act, "key_status": keyStatus}
+		out := map[string]any{"verdict": res.Verdict, kind.jsonKey: op.View, "key_status": keyStatus}
 		if res.Verdict == "released" {
 			out["release"] = res.Release
 		}
 		return a.writeJSON(out)
 	}
-	return a.fields("verdict", res.Verdict, string(act.Kind), fmt.Sprintf("%s of payment %s is %s (%s)", act.ID, act.PaymentID, act.Status, str(act.FailureCode)),
+	return a.fields("verdict", res.Verdict, kind.name, fmt.Sprintf("%s of payment %s is %s (%s)", op.ID, op.PaymentID, op.Status, op.FailureCode),
 		"key", fmt.Sprintf("%s is %s", key, keyStatus))
 }
 
@@ -583,36 +613,6 @@ func refundView(r refunds.Refund) operatorRefund {
 		ReconcileAttempts: r.ReconcileAttempts}
 }
 
-// reconcileRefund reconciles one refund awaiting reconciliation now, as
-// the refund reconciler's next run would.
-func (a admin) reconcileRefund(ctx context.Context, refundID string, logger *slog.Logger) error {
-	r, err := a.refundReconciler(logger)
-	if err != nil {
-		return err
-	}
-	var tenantID string
-	if err := a.pool.QueryRow(ctx, `SELECT tenant_id FROM refunds WHERE id = $1`, refundID).Scan(&tenantID); err != nil {
-		return fmt.Errorf("%w: no refund %q (\"api payments show PAYMENT\" lists a payment's refunds)", refunds.ErrNotFound, refundID)
-	}
-	before, err := refunds.GetRefund(ctx, a.pool, tenantID, refundID)
-	if err != nil {
-		return err
-	}
-	counts, err := r.ReconcileNow(ctx, tenantID, refundID)
-	if err != nil {
-		return fmt.Errorf("%w (only a refund awaiting reconciliation is looked up; it is %s)", err, before.Status)
-	}
-	after, err := refunds.GetRefund(ctx, a.pool, tenantID, refundID)
-	if err != nil {
-		return err
-	}
-	if a.cmd.opts.json {
-		return a.writeJSON(map[string]any{"verdict": counts.Verdict(), "before": refundView(before), "after": refundView(after)})
-	}
-	return a.fields("refund", after.ID, "verdict", counts.Verdict(), "status", fmt.Sprintf("%s -> %s", before.Status, after.Status),
-		"failure", fmt.Sprintf("%s: %s", str(after.FailureCode), str(after.FailureMessage)), "provider refund", str(after.ProviderRefundID))
-}
-
 func (a admin) reconcile(ctx context.Context) error {
 	// The reconciler's notes ("a charge request may still be in flight")
 	// are shown with the answer.
@@ -625,12 +625,8 @@ func (a admin) reconcile(ctx context.Context) error {
 			return at
 		},
 	}))
-	if isRefund(a.cmd.args[0]) || isAction(a.cmd.args[0]) {
-		reconcileOne := a.reconcileRefund
-		if isAction(a.cmd.args[0]) {
-			reconcileOne = a.reconcileAction
-		}
-		if err := reconcileOne(ctx, a.cmd.args[0], logger); err != nil {
+	if kind := kindOf(a.cmd.args[0]); kind != nil {
+		if err := a.reconcileOne(ctx, kind, a.cmd.args[0], logger); err != nil {
 			return err
 		}
 		if logs.Len() > 0 && !a.cmd.opts.json {
@@ -682,11 +678,8 @@ func (a admin) keysRelease(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if isRefund(rec.ResourceID) {
-		return a.releaseRefundKey(ctx, tenantID, key)
-	}
-	if isAction(rec.ResourceID) {
-		return a.releaseActionKey(ctx, tenantID, key, rec.ResourceID)
+	if kind := kindOf(rec.ResourceID); kind != nil {
+		return a.releaseOne(ctx, kind, tenantID, key)
 	}
 	r, err := a.reconciler(slog.New(slog.DiscardHandler))
 	if err != nil {
@@ -716,36 +709,6 @@ func (a admin) keysRelease(ctx context.Context) error {
 		"key", fmt.Sprintf("%s is %s: the client's retry with it charges the payment under generation %d", rel.Key,
 			idempotency.StatusFailedRetryable, p.ProviderKeyGeneration+1),
 		"by", rel.Operator, "reason", rel.Reason)
-}
-
-// releaseRefundKey releases a refund's key stuck unknown, as keysRelease
-// does a payment's: only on the provider's proof that no refund exists.
-func (a admin) releaseRefundKey(ctx context.Context, tenantID, key string) error {
-	r, err := a.refundReconciler(slog.New(slog.DiscardHandler))
-	if err != nil {
-		return err
-	}
-	res, err := r.ReleaseKey(ctx, tenantID, key, a.cmd.opts.reason, a.cmd.opts.operator)
-	if err != nil {
-		return err
-	}
-	ref, err := refunds.GetRefund(ctx, a.pool, tenantID, res.ID)
-	if err != nil {
-		return err
-	}
-	keyStatus := idempotency.StatusFailedRetryable
-	if res.Verdict == "settled" {
-		keyStatus = idempotency.StatusCompleted
-	}
-	if a.cmd.opts.json {
-		out := map[string]any{"verdict": res.Verdict, "refund": refundView(ref), "key_status": keyStatus}
-		if res.Verdict == "released" {
-			out["release"] = res.Release
-		}
-		return a.writeJSON(out)
-	}
-	return a.fields("verdict", res.Verdict, "refund", fmt.Sprintf("%s of payment %s is %s (%s)", ref.ID, ref.PaymentID, ref.Status, str(ref.FailureCode)),
-		"key", fmt.Sprintf("%s is %s", key, keyStatus))
 }
 
 func (a admin) ledgerCheck(ctx context.Context) error {
