@@ -267,19 +267,9 @@ func ensureServer(ctx context.Context, cfg Config) (dbURL, clusterDir string, er
 
 // ensureDatabase creates the database dbURL names if it does not exist.
 func ensureDatabase(ctx context.Context, dbURL string) error {
-	u, err := url.Parse(dbURL)
+	conn, name, err := connectAdmin(ctx, dbURL)
 	if err != nil {
 		return err
-	}
-	name := strings.TrimPrefix(u.Path, "/")
-	if name == "" {
-		return fmt.Errorf("DATABASE_URL %q names no database", redact(dbURL))
-	}
-	admin := *u
-	admin.Path = "/postgres"
-	conn, err := pgx.Connect(ctx, admin.String())
-	if err != nil {
-		return fmt.Errorf("connect to %s: %w", redact(admin.String()), err)
 	}
 	defer conn.Close(ctx)
 	var exists bool
@@ -298,22 +288,35 @@ func ensureDatabase(ctx context.Context, dbURL string) error {
 // dropDatabase drops the database dbURL names, with whatever connections
 // are left.
 func dropDatabase(ctx context.Context, dbURL string) error {
-	u, err := url.Parse(dbURL)
+	conn, name, err := connectAdmin(ctx, dbURL)
 	if err != nil {
 		return err
-	}
-	name := strings.TrimPrefix(u.Path, "/")
-	admin := *u
-	admin.Path = "/postgres"
-	conn, err := pgx.Connect(ctx, admin.String())
-	if err != nil {
-		return fmt.Errorf("connect to %s: %w", redact(admin.String()), err)
 	}
 	defer conn.Close(ctx)
 	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
 		return fmt.Errorf("drop database %s: %w", name, err)
 	}
 	return nil
+}
+
+// connectAdmin connects to the maintenance database of dbURL's server and
+// returns the name of the database dbURL names.
+func connectAdmin(ctx context.Context, dbURL string) (*pgx.Conn, string, error) {
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		return nil, "", err
+	}
+	name := strings.TrimPrefix(u.Path, "/")
+	if name == "" {
+		return nil, "", fmt.Errorf("DATABASE_URL %q names no database", redact(dbURL))
+	}
+	admin := *u
+	admin.Path = "/postgres"
+	conn, err := pgx.Connect(ctx, admin.String())
+	if err != nil {
+		return nil, "", fmt.Errorf("connect to %s: %w", redact(admin.String()), err)
+	}
+	return conn, name, nil
 }
 
 // redact hides a URL's password for logs and errors.
