@@ -127,19 +127,14 @@ func (r *run) operation(ctx context.Context, client *http.Client, c, n int, past
 	if r.chance(r.cfg.DeclineRate) {
 		method = "pm_card_chargeDeclined"
 	}
-	if r.chance(r.cfg.ManualRate) {
-		// The body names the capture method after the payment method, so
-		// every request of the operation (retries, duplicates, mismatches)
-		// sends the same kind.
-		method += manualSuffix
-	}
+	manual := r.chance(r.cfg.ManualRate)
 	var first answer
 	if r.chance(r.cfg.DuplicateRate) {
 		var wg sync.WaitGroup
 		var mu sync.Mutex
 		for range 3 {
 			wg.Go(func() {
-				a := r.pay(ctx, client, tenant, key, amount, method, OpDuplicate)
+				a := r.pay(ctx, client, tenant, key, amount, method, manual, OpDuplicate)
 				mu.Lock()
 				defer mu.Unlock()
 				if a.PaymentID != "" {
@@ -149,18 +144,18 @@ func (r *run) operation(ctx context.Context, client *http.Client, c, n int, past
 		}
 		wg.Wait()
 	} else {
-		first = r.pay(ctx, client, tenant, key, amount, method, OpCreate)
+		first = r.pay(ctx, client, tenant, key, amount, method, manual, OpCreate)
 	}
 	if r.chance(r.cfg.RetryRate) {
 		if old := past; len(old) > 0 && r.chance(0.5) {
 			o := old[r.intn(len(old))]
-			r.pay(ctx, client, o.tenant, o.key, o.amount, o.method, OpRetry)
+			r.pay(ctx, client, o.tenant, o.key, o.amount, o.method, o.manual, OpRetry)
 		} else {
-			r.pay(ctx, client, tenant, key, amount, method, OpRetry)
+			r.pay(ctx, client, tenant, key, amount, method, manual, OpRetry)
 		}
 	}
 	if r.chance(r.cfg.MismatchRate) {
-		r.send(ctx, client, tenant, key, amount+1, method, OpMismatch)
+		r.send(ctx, client, tenant, key, amount+1, method, manual, OpMismatch)
 	}
 	// Refunds go to earlier payments of the client's, most of them settled
 	// by now: two in a row with different keys, racing for what is left.
@@ -183,7 +178,7 @@ func (r *run) operation(ctx context.Context, client *http.Client, c, n int, past
 		wg.Wait()
 	}
 	past = append(past, pastOp{tenant: tenant, key: key, method: method, amount: amount, paymentID: first.PaymentID,
-		manual: strings.HasSuffix(method, manualSuffix)})
+		manual: manual})
 	if len(past) > 200 {
 		past = past[1:]
 	}
@@ -193,8 +188,8 @@ func (r *run) operation(ctx context.Context, client *http.Client, c, n int, past
 // pay sends the request, retrying with the same key while the answer says
 // to (transport errors, 409, 429, 5xx), with full-jitter backoff, until it
 // is answered for good or ctx ends.
-func (r *run) pay(ctx context.Context, client *http.Client, tenant int, key string, amount int64, method string, op Op) answer {
-	return r.retry(ctx, func() answer { return r.send(ctx, client, tenant, key, amount, method, op) })
+func (r *run) pay(ctx context.Context, client *http.Client, tenant int, key string, amount int64, method string, manual bool, op Op) answer {
+	return r.retry(ctx, func() answer { return r.send(ctx, client, tenant, key, amount, method, manual, op) })
 }
 
 // retry sends until the answer is one a client keeps (see retryable), with
@@ -223,20 +218,17 @@ func (r *run) retry(ctx context.Context, send func() answer) answer {
 func refundable(past []pastOp) []pastOp {
 	var out []pastOp
 	for _, o := range past {
-		if o.paymentID != "" && o.method == "pm_card_visa" {
+		if o.paymentID != "" && o.method == "pm_card_visa" && !o.manual {
 			out = append(out, o)
 		}
 	}
 	return out
 }
 
-// manualSuffix marks a payment method sent with capture_method manual.
-const manualSuffix = "+manual"
-
 func manualOnes(past []pastOp) []pastOp {
 	var out []pastOp
 	for _, o := range past {
-		if o.paymentID != "" && o.manual && !strings.HasPrefix(o.method, "pm_card_chargeDeclined") {
+		if o.paymentID != "" && o.manual && o.method == "pm_card_visa" {
 			out = append(out, o)
 		}
 	}
@@ -276,11 +268,12 @@ func retryable(a answer) bool {
 	return a.Status == 0 || a.Status == http.StatusTooManyRequests || a.Status >= 500
 }
 
-// send creates a payment, in one request.
-func (r *run) send(ctx context.Context, client *http.Client, tenant int, key string, amount int64, method string, op Op) answer {
+// send creates a payment, in one request; a manual one is only authorized
+// (capture_method manual).
+func (r *run) send(ctx context.Context, client *http.Client, tenant int, key string, amount int64, method string, manual bool, op Op) answer {
 	capture := ""
-	if pm, ok := strings.CutSuffix(method, manualSuffix); ok {
-		method, capture = pm, `, "capture_method": "manual"`
+	if manual {
+		capture = `, "capture_method": "manual"`
 	}
 	body := fmt.Sprintf(`{"amount": %d, "currency": "usd", "payment_method": %q, "metadata": {"loadgen_key": %q}%s}`, amount, method, key, capture)
 	return r.post(ctx, client, tenant, "/v1/payments", key, body, op, amount, "")
@@ -348,7 +341,7 @@ func (r *run) primeReplays(ctx context.Context) error {
 	for c := range r.cfg.Clients * 4 {
 		tenant := c % len(r.tenants)
 		key := fmt.Sprintf("lg-replay-%d-%s", c, strings.ToLower(id.New("k")[2:]))
-		a := r.pay(ctx, client, tenant, key, 2000, "pm_card_visa", OpCreate)
+		a := r.pay(ctx, client, tenant, key, 2000, "pm_card_visa", false, OpCreate)
 		if !a.acknowledged() {
 			return fmt.Errorf("priming the replay keys: %d %s %s", a.Status, a.Problem, a.Err)
 		}
@@ -364,7 +357,7 @@ type replayKey struct {
 
 func (r *run) replayOne(ctx context.Context, client *http.Client, _ int) {
 	k := r.replayKeys[r.intn(len(r.replayKeys))]
-	r.pay(ctx, client, k.tenant, k.key, 2000, "pm_card_visa", OpRetry)
+	r.pay(ctx, client, k.tenant, k.key, 2000, "pm_card_visa", false, OpRetry)
 }
 
 // progress prints a live line every second on a terminal; it returns a
