@@ -3,7 +3,6 @@ package authorizations
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -74,12 +73,9 @@ func decode(w http.ResponseWriter, r *http.Request, kind Kind) (Request, error) 
 	if !id.Valid("pay", paymentID) {
 		return Request{}, problem.New(problem.NotFound, "No payment %q.", paymentID)
 	}
-	obj := jsonbody.Object{Members: map[string]json.RawMessage{}}
-	if r.ContentLength != 0 {
-		var err error
-		if obj, err = jsonbody.Read(w, r); err != nil {
-			return Request{}, err
-		}
+	obj, err := jsonbody.ReadOptional(w, r)
+	if err != nil {
+		return Request{}, err
 	}
 	v := jsonbody.NewValidator(obj)
 	req := Request{PaymentID: paymentID, Kind: kind}

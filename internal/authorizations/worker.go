@@ -42,10 +42,7 @@ func (attemptable) Entry(a Action) operation.Entry { return entryOf(a) }
 // refusal is read again, so the payment is recorded as the intent now
 // stands (an authorization the provider voided makes it canceled).
 func (k attemptable) Send(ctx context.Context, a Action) (provider.Outcome, error) {
-	return send(ctx, k.provider, a), nil
-}
-
-func send(ctx context.Context, pc *provider.Client, a Action) provider.Outcome {
+	pc := k.provider
 	var out provider.Outcome
 	if a.Kind == Capture {
 		out = pc.CaptureIntent(ctx, a.ProviderPaymentIntentID, deref(a.AmountToCapture), a.ProviderIdempotencyKey)
@@ -57,7 +54,7 @@ func send(ctx context.Context, pc *provider.Client, a Action) provider.Outcome {
 			out.Intent = read.Intent
 		}
 	}
-	return out
+	return out, nil
 }
 
 func (attemptable) Judge(out provider.Outcome) operation.Judged {

@@ -28,6 +28,15 @@ type Object struct {
 	Members map[string]json.RawMessage
 }
 
+// ReadOptional is Read for a body that may be left out: an empty body
+// (Content-Length: 0) is the empty object.
+func ReadOptional(w http.ResponseWriter, r *http.Request) (Object, error) {
+	if r.ContentLength == 0 {
+		return Object{Members: map[string]json.RawMessage{}}, nil
+	}
+	return Read(w, r)
+}
+
 // Read reads r's body as one JSON object of at most MaxBytes. Errors are
 // *problem.Error values: 415 for a compressed body or a non-JSON content
 // type, 413 for a body that is too large, 400 for anything that is not a

@@ -1,7 +1,6 @@
 package refunds
 
 import (
-	"encoding/json"
 	"net/http"
 	"slices"
 	"strings"
@@ -33,12 +32,9 @@ func DecodeCreate(w http.ResponseWriter, r *http.Request) (CreateRequest, error)
 	if !id.Valid("pay", paymentID) {
 		return CreateRequest{}, problem.New(problem.NotFound, "No payment %q.", paymentID)
 	}
-	obj := jsonbody.Object{Members: map[string]json.RawMessage{}}
-	if r.ContentLength != 0 {
-		var err error
-		if obj, err = jsonbody.Read(w, r); err != nil {
-			return CreateRequest{}, err
-		}
+	obj, err := jsonbody.ReadOptional(w, r)
+	if err != nil {
+		return CreateRequest{}, err
 	}
 	req, err := ValidateCreate(obj)
 	req.PaymentID = paymentID
