@@ -27,7 +27,8 @@ PG_MAJOR=${PG_MAJOR:-15}
 
 DEBIAN_TAG=oncepay-local/debian:$DEBIAN_SUITE
 GO_TAG=oncepay-local/golang:$GO_VERSION
-PG_TAG=oncepay-local/postgres:$PG_MAJOR
+# The PostgreSQL image is ours: a change to its files must build it again.
+PG_TAG=oncepay-local/postgres:$PG_MAJOR-$(cat postgres/* | sha256sum | cut -c1-12)
 
 log() { echo "base-images: $*" >&2; }
 have() { "$DOCKER" image inspect "$1" >/dev/null 2>&1; }

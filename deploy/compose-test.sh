@@ -218,6 +218,26 @@ for url in "http://127.0.0.1:$ONCEPAY_API_METRICS_PORT/metrics" "http://127.0.0.
 done
 say "metrics published by the API and the worker"
 
+# Least privilege: the services connect as the runtime role, which can
+# change rows and no structure; the schema's owner can.
+phase "least privilege"
+users=$(compose exec -T postgres psql -X -At -U postgres -d oncepay -c \
+	"SELECT string_agg(DISTINCT usename, ',') FROM pg_stat_activity WHERE datname = 'oncepay' AND pid <> pg_backend_pid()")
+[ "$users" = oncepay_app ] || fail "the services connect as '$users', not only as oncepay_app"
+as_role() { # as_role ROLE SQL: runs SQL as ROLE with the password its secret holds
+	compose run --rm -T --no-deps db-roles -c \
+		"PGPASSFILE=/secrets/${1#oncepay_}/pgpass psql -X -At -v ON_ERROR_STOP=1 -h postgres -U $1 -d oncepay -c \"$2\""
+}
+for ddl in "DROP TABLE payments" "ALTER TABLE payments ADD COLUMN smuggled text" "CREATE TABLE smuggled (id int)"; do
+	out=$(as_role oncepay_app "$ddl" 2>&1) && fail "oncepay_app could run: $ddl"
+	grep -Eq 'must be owner|permission denied' <<<"$out" || fail "$ddl as oncepay_app: $out"
+done
+out=$(as_role oncepay_app "SELECT count(*) > 0 FROM payments" 2>/dev/null) || true
+[ "$out" = t ] || fail "oncepay_app cannot read payments: '$out'"
+as_role oncepay_owner "BEGIN; ALTER TABLE payments ADD COLUMN smuggled text; ROLLBACK" >/dev/null 2>&1 ||
+	fail "oncepay_owner cannot alter its schema"
+say "the services run as oncepay_app, which cannot DROP, ALTER or CREATE; oncepay_owner can"
+
 # The stripe-mock profile: its service starts and answers as Stripe would.
 compose --profile stripe-mock up -d stripe-mock
 for _ in $(seq 1 30); do

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"net/url"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -113,7 +115,9 @@ func TestCompose(t *testing.T) {
 
 	t.Run("Order", func(t *testing.T) {
 		t.Parallel()
-		requireDependsOn(t, project, "migrate", map[string]string{"postgres": types.ServiceConditionHealthy})
+		requireDependsOn(t, project, "postgres", map[string]string{"db-secrets": types.ServiceConditionCompletedSuccessfully})
+		requireDependsOn(t, project, "db-roles", map[string]string{"postgres": types.ServiceConditionHealthy})
+		requireDependsOn(t, project, "migrate", map[string]string{"db-roles": types.ServiceConditionCompletedSuccessfully})
 		requireDependsOn(t, project, "demo-tenant", map[string]string{"migrate": types.ServiceConditionCompletedSuccessfully})
 		requireDependsOn(t, project, "api", map[string]string{"migrate": types.ServiceConditionCompletedSuccessfully})
 		// service_healthy waits forever on a service without a health check.
@@ -123,10 +127,52 @@ func TestCompose(t *testing.T) {
 		require.False(t, pg.HealthCheck.Disable, "postgres's health check is disabled")
 		require.Contains(t, pg.HealthCheck.Test, "pg_isready")
 		// One-shots must not be restarted, or "completed" never comes.
-		for _, oneShot := range []string{"migrate", "demo-tenant"} {
+		for _, oneShot := range []string{"db-secrets", "db-roles", "migrate", "demo-tenant"} {
 			s, err := project.GetService(oneShot)
 			require.NoError(t, err)
 			require.Contains(t, []string{"", "no"}, s.Restart, "one-shot %s is restarted", oneShot)
+		}
+	})
+	// No password is written in the file, and each service reaches only the
+	// secret of the role it runs as: the schema's owner migrates, everything
+	// else runs as a role that cannot change the schema (deploy/db/roles.sql).
+	t.Run("LeastPrivilege", func(t *testing.T) {
+		t.Parallel()
+		wantRole := map[string]string{"migrate": "oncepay_owner", "demo-tenant": "oncepay_app", "api": "oncepay_app", "worker": "oncepay_app"}
+		wantSecrets := map[string][]string{"postgres": {"db-superuser"}, "migrate": {"db-owner"},
+			"demo-tenant": {"db-app"}, "api": {"db-app"}, "worker": {"db-app"}}
+		for name, s := range project.AllServices() {
+			for k, v := range composecheck.Env(s) {
+				if strings.Contains(k, "PASSWORD") && !strings.HasSuffix(k, "_FILE") {
+					require.Empty(t, v, "service %s: %s has a value written in the file", name, k)
+				}
+			}
+			var secrets []string
+			for _, v := range s.Volumes {
+				if strings.HasPrefix(v.Source, "db-") {
+					secrets = append(secrets, v.Source)
+					if name != "db-secrets" {
+						require.True(t, v.ReadOnly, "service %s mounts %s writable", name, v.Source)
+					}
+				}
+			}
+			slices.Sort(secrets)
+			if want, ok := wantSecrets[name]; ok {
+				require.Equal(t, want, secrets, "service %s: the secrets it mounts", name)
+			}
+
+			dbURL, ok := composecheck.Env(s)["DATABASE_URL"]
+			if !ok {
+				require.NotContains(t, wantRole, name, "service %s has no DATABASE_URL", name)
+				continue
+			}
+			u, err := url.Parse(dbURL)
+			require.NoError(t, err)
+			_, hasPassword := u.User.Password()
+			require.False(t, hasPassword, "service %s: DATABASE_URL carries a password", name)
+			require.Equal(t, wantRole[name], u.User.Username(), "service %s connects as", name)
+			require.Equal(t, "/secrets/"+strings.TrimPrefix(secrets[0], "db-")+"/pgpass", u.Query().Get("passfile"),
+				"service %s: DATABASE_URL's passfile", name)
 		}
 	})
 }

@@ -156,21 +156,7 @@ func TestMigrateIsIdempotentAndTenantsCreate(t *testing.T) {
 
 func TestMigrateEmptyDatabase(t *testing.T) {
 	t.Parallel()
-	admin := pgtest.AdminURL(t)
-	name := "oncepay_empty_" + strings.ToLower(id.New("x")[2:12])
-	conn, err := pgxpool.New(context.Background(), admin)
-	require.NoError(t, err)
-	_, err = conn.Exec(context.Background(), "CREATE DATABASE "+name)
-	require.NoError(t, err)
-	// Cleanups run after the test function returns: the pool must outlive
-	// it, or the drop fails silently and the database is left behind.
-	t.Cleanup(func() {
-		defer conn.Close()
-		_, err := conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-		assert.NoError(t, err, "drop %s", name)
-	})
-	dbURL := strings.Replace(admin, "/postgres?", "/"+name+"?", 1)
-	require.NotEqual(t, admin, dbURL)
+	dbURL := pgtest.NewEmptyDatabase(t)
 
 	for i := range 2 {
 		var out bytes.Buffer

@@ -176,7 +176,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		// Authorizations are voided after seven days: an hour late is soon.
 		periodicJob(cfg.LedgerCheckInterval, authorizations.ExpireAuthorizationsArgs{}),
 	}
+	// The worker starts while the database is down; then River keeps its
+	// nightly reindex, which fails harmlessly if the role is not the owner.
+	askCtx, cancelAsk := context.WithTimeout(ctx, 5*time.Second)
+	ownsQueue, err := outbox.OwnsQueueTables(askCtx, pool)
+	cancelAsk()
+	if err != nil {
+		logger.WarnContext(ctx, "could not tell whether this role may reindex River's tables", slog.Any("error", err))
+	} else if !ownsQueue {
+		logger.InfoContext(ctx, "River's nightly reindex is off: this role does not own its tables (the owner may run it)")
+	}
 	client, err := outbox.NewWorkerClient(pool, outbox.WorkerConfig{
+		NoReindex:            err == nil && !ownsQueue,
 		Workers:              workers,
 		Concurrency:          cfg.Concurrency,
 		JobTimeout:           chargeCfg.MaxAttemptDuration(),

@@ -1,9 +1,9 @@
 #!/bin/sh
 # Starts PostgreSQL the way the official image does, for the variables
 # docker-compose.yml uses: on first start (an empty PGDATA) it creates the
-# cluster with POSTGRES_USER as superuser, password POSTGRES_PASSWORD for
-# connections over TCP, and the database POSTGRES_DB; then it serves on every
-# address as the postgres user.
+# cluster with POSTGRES_USER as superuser, password POSTGRES_PASSWORD (or the
+# content of POSTGRES_PASSWORD_FILE) for connections over TCP, and the
+# database POSTGRES_DB; then it serves on every address as the postgres user.
 set -eu
 
 : "${POSTGRES_USER:=postgres}"
@@ -13,6 +13,14 @@ export PGDATA
 
 if [ "$1" != postgres ]; then
 	exec "$@"
+fi
+
+# As the official image does: the password may come from a file (a secret
+# only root can read), read before the server drops to the postgres user.
+if [ -n "${POSTGRES_PASSWORD_FILE:-}" ]; then
+	POSTGRES_PASSWORD=$(cat "$POSTGRES_PASSWORD_FILE")
+	export POSTGRES_PASSWORD
+	unset POSTGRES_PASSWORD_FILE
 fi
 
 if [ "$(id -u)" = 0 ]; then

@@ -43,7 +43,22 @@ type WorkerConfig struct {
 	FetchPollInterval time.Duration
 	// PeriodicJobs are scheduled jobs (the lifecycle sweepers, later).
 	PeriodicJobs []*river.PeriodicJob
-	Logger       *slog.Logger
+	// NoReindex turns River's nightly REINDEX of its job table off: only the
+	// table's owner may run it, and a runtime role that is not (deploy/db/roles.sql)
+	// would log a failure every night. See OwnsQueueTables.
+	NoReindex bool
+	Logger    *slog.Logger
+}
+
+// OwnsQueueTables reports whether the connected role owns River's job table
+// (or is a member of its owner): whether River's maintenance may reindex it.
+func OwnsQueueTables(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
+	var owns bool
+	err := pool.QueryRow(ctx, `SELECT pg_has_role(current_user, relowner, 'USAGE') FROM pg_class WHERE oid = to_regclass('river_job')`).Scan(&owns)
+	if err != nil {
+		return false, fmt.Errorf("ask who owns river_job: %w", err)
+	}
+	return owns, nil
 }
 
 // NewWorkerClient returns a River client that works WorkerConfig.Workers on
@@ -54,7 +69,12 @@ func NewWorkerClient(pool *pgxpool.Pool, cfg WorkerConfig) (*Client, error) {
 	if rescueAfter <= jobTimeout {
 		return nil, fmt.Errorf("rescue-stuck-jobs-after (%s) must exceed the job timeout (%s)", rescueAfter, jobTimeout)
 	}
+	var reindex []string // nil: River's default indexes
+	if cfg.NoReindex {
+		reindex = []string{}
+	}
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		ReindexerIndexNames: reindex,
 		Queues: map[string]river.QueueConfig{
 			QueuePayments: {MaxWorkers: cmp.Or(cfg.Concurrency, 100)},
 			// One slot per periodic job kind (payments' and refunds'

@@ -68,13 +68,58 @@ func NewDatabase(tb testing.TB) string {
 	if err := copyTemplate(ctx, name); err != nil {
 		tb.Fatalf("pgtest: create database from template: %v", err)
 	}
+	dropAtCleanup(tb, name)
+	return withDatabase(server.adminURL, name)
+}
+
+// NewEmptyDatabase creates a database with no schema at all (for tests of
+// migrations and of who may run them) and returns its URL. The database is
+// dropped when the test ends.
+func NewEmptyDatabase(tb testing.TB) string {
+	tb.Helper()
+	prepare(tb)
+	name := "oncepay_empty_" + randomHex(6)
+	if err := adminExec(context.Background(), server.adminURL, "CREATE DATABASE "+name); err != nil {
+		tb.Fatalf("pgtest: create database: %v", err)
+	}
+	dropAtCleanup(tb, name)
+	return withDatabase(server.adminURL, name)
+}
+
+func dropAtCleanup(tb testing.TB, name string) {
 	tb.Cleanup(func() {
 		// FORCE ends connections a test left behind (a killed child process).
 		if err := adminExec(context.Background(), server.adminURL, fmt.Sprintf("DROP DATABASE IF EXISTS %s WITH (FORCE)", name)); err != nil {
 			tb.Logf("pgtest: drop database %s: %v", name, err)
 		}
 	})
-	return withDatabase(server.adminURL, name)
+}
+
+// DropRolesAtCleanup drops the named roles when the test ends, after the
+// databases it created (cleanups run last-registered first, so call it
+// before NewEmptyDatabase): roles are the server's, not a database's, and
+// would outlive it.
+func DropRolesAtCleanup(tb testing.TB, roles ...string) {
+	tb.Helper()
+	prepare(tb)
+	tb.Cleanup(func() {
+		for _, role := range roles {
+			if err := adminExec(context.Background(), server.adminURL, "DROP ROLE IF EXISTS "+pgx.Identifier{role}.Sanitize()); err != nil {
+				tb.Errorf("pgtest: drop role %s: %v", role, err)
+			}
+		}
+	})
+}
+
+// AsRole returns dbURL with its user and password replaced.
+func AsRole(tb testing.TB, dbURL, user, password string) string {
+	tb.Helper()
+	u, err := url.Parse(dbURL)
+	if err != nil || u.Scheme == "" {
+		tb.Fatalf("pgtest: AsRole needs a URL, not %q", dbURL)
+	}
+	u.User = url.UserPassword(user, password)
+	return u.String()
 }
 
 // shared is the database SharedDatabase hands out, one per test binary.
