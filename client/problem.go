@@ -30,6 +30,7 @@ const (
 	ProblemMethodNotAllowed           = "method-not-allowed"
 	ProblemCardDeclined               = "card-declined"
 	ProblemProviderRejected           = "provider-rejected"
+	ProblemCustomerForbidden          = "customer-forbidden"
 	ProblemPaymentNotRefundable       = "payment-not-refundable"
 	ProblemRefundExceedsRemaining     = "refund-exceeds-remaining"
 	ProblemRefundFailed               = "refund-failed"

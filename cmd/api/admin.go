@@ -42,6 +42,8 @@ func runAdmin(ctx context.Context, a admin) error {
 	switch a.cmd.name {
 	case "tenants list":
 		err = a.tenantsList(ctx)
+	case "tenants set-account":
+		err = a.tenantsSetAccount(ctx)
 	case "tenants rotate-key":
 		err = a.tenantsRotateKey(ctx)
 	case "tenants revoke-key":
@@ -160,8 +162,12 @@ func (a admin) tenantsList(ctx context.Context) error {
 	}
 	var rows [][]string
 	for _, t := range list {
+		account := "-"
+		if t.StripeAccount != nil {
+			account = *t.StripeAccount
+		}
 		if len(t.Keys) == 0 {
-			rows = append(rows, []string{t.ID, t.Name, ts(t.CreatedAt), "-", "-", "no keys"})
+			rows = append(rows, []string{t.ID, t.Name, account, ts(t.CreatedAt), "-", "-", "no keys"})
 		}
 		for _, k := range t.Keys {
 			state := "active"
@@ -173,10 +179,29 @@ func (a admin) tenantsList(ctx context.Context) error {
 			case k.ExpiresAt != nil:
 				state = "active until " + tsp(k.ExpiresAt)
 			}
-			rows = append(rows, []string{t.ID, t.Name, ts(t.CreatedAt), k.ID, ts(k.CreatedAt), state})
+			rows = append(rows, []string{t.ID, t.Name, account, ts(t.CreatedAt), k.ID, ts(k.CreatedAt), state})
 		}
 	}
-	return a.table("TENANT\tNAME\tCREATED\tKEY\tISSUED\tSTATE", rows)
+	return a.table("TENANT\tNAME\tSTRIPE ACCOUNT\tCREATED\tKEY\tISSUED\tSTATE", rows)
+}
+
+func (a admin) tenantsSetAccount(ctx context.Context) error {
+	account := a.cmd.args[1]
+	if account == "none" {
+		account = ""
+	}
+	tenantID, err := tenant.SetStripeAccount(ctx, a.pool, a.cmd.args[0], account)
+	if err != nil {
+		return err
+	}
+	if a.cmd.opts.json {
+		out := map[string]any{"tenant_id": tenantID, "stripe_account": nil}
+		if account != "" {
+			out["stripe_account"] = account
+		}
+		return a.writeJSON(out)
+	}
+	return a.fields("tenant", tenantID, "stripe account", cmp.Or(account, "none (the platform's own)"))
 }
 
 func (a admin) tenantsRotateKey(ctx context.Context) error {

@@ -385,3 +385,50 @@ func TestKeysReleaseFollowsTheLockOrder(t *testing.T) {
 		t.Fatal("the release did not finish once the payment was free")
 	}
 }
+
+// TestTenantStripeAccounts: a tenant is created on a connected account or
+// given one later; its payments are made on the account it had when they
+// were made; one account is one tenant's; "none" takes it away.
+func TestTenantStripeAccounts(t *testing.T) {
+	t.Parallel()
+	b := setupOps(t)
+	account := "acct_" + strings.ToLower(id.New("a")[2:])
+	other := "acct_" + strings.ToLower(id.New("a")[2:])
+	var created tenant.Created
+	out, err := b.cli("tenants", "create", b.name+"-connected", "--stripe-account", account)
+	require.NoError(t, err, out)
+	require.NoError(t, json.Unmarshal([]byte(out), &created), out)
+
+	out, err = b.cli("tenants", "create", b.name+"-second", "--stripe-account", account)
+	require.ErrorIs(t, err, tenant.ErrAccountTaken, out)
+	_, err = b.cli("tenants", "create", b.name+"-bad", "--stripe-account", "acct-1")
+	require.ErrorContains(t, err, "not a Stripe connected account id")
+	_, err = b.cli("tenants", "set-account", b.name, account)
+	require.ErrorIs(t, err, tenant.ErrAccountTaken, "an account is one tenant's")
+
+	before := b.pay(id.New("key"))
+	var set map[string]any
+	b.cliJSON(&set, "tenants", "set-account", b.name, other)
+	require.Equal(t, map[string]any{"tenant_id": b.tenant.TenantID, "stripe_account": other}, set)
+	after := b.pay(id.New("key"))
+	b.cliJSON(&set, "tenants", "set-account", b.tenant.TenantID, "none")
+	require.Nil(t, set["stripe_account"])
+	var accounts []*string
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT array_agg(provider_account ORDER BY id) FROM payments WHERE id IN ($1, $2)`,
+		before, after).Scan(&accounts))
+	require.Nil(t, accounts[0], "made on the platform's account")
+	require.Equal(t, other, *accounts[1], "made on the tenant's account of the time")
+
+	var list []tenant.Tenant
+	b.cliJSON(&list, "tenants", "list")
+	byName := map[string]tenant.Tenant{}
+	for _, tn := range list {
+		byName[tn.Name] = tn
+	}
+	require.Equal(t, account, *byName[b.name+"-connected"].StripeAccount)
+	require.Nil(t, byName[b.name].StripeAccount)
+	table, err := b.cli("tenants", "list")
+	require.NoError(t, err)
+	require.Contains(t, table, "STRIPE ACCOUNT")
+	require.Contains(t, table, account)
+}

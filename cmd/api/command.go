@@ -40,6 +40,7 @@ type options struct {
 	reason, operator string
 	note             string
 	grace            time.Duration
+	stripeAccount    string
 }
 
 // spec describes one command: its words, its arguments, its help and its
@@ -66,7 +67,18 @@ of its own; /readyz answers whether the server's pool reaches the database.`},
 again: a database that is up to date is left as it is.`},
 	{name: "tenants create", args: []string{"NAME"}, summary: "create a tenant and print its API key once, as JSON", help: `Creates a tenant named NAME (1 to 200 characters, unique) with one API key, and
 prints {"tenant_id": ..., "api_key": ...} as JSON. The key is shown only this
-once: only its hash is stored. Fails if a tenant with that name exists.`},
+once: only its hash is stored. Fails if a tenant with that name exists.
+
+With --stripe-account, every provider call made for the tenant acts on that
+Stripe connected account (the Stripe-Account header), where other accounts'
+customers, intents and refunds do not exist. One account belongs to one tenant.`, flags: func(fs *flag.FlagSet, o *options) {
+		fs.StringVar(&o.stripeAccount, "stripe-account", "", "the tenant's Stripe connected account (acct_…); none: the platform's own")
+	}, check: func(o *options) error {
+		if o.stripeAccount == "" {
+			return nil
+		}
+		return tenant.ValidStripeAccount(o.stripeAccount)
+	}},
 	{name: "tenants ensure", args: []string{"NAME"}, summary: "create the tenant if needed, print a new API key", help: `Creates the tenant NAME if it does not exist, then issues a new API key for it
 and prints {"tenant_id": ..., "api_key": ...} as JSON. Keys issued before stay
 valid. Meant for scripts and one-shot setup steps that may run more than once.`},
@@ -85,6 +97,12 @@ its earlier end. --grace 0 ends the old keys at once.`, flags: func(fs *flag.Fla
 		}
 		return nil
 	}},
+	{name: "tenants set-account", args: []string{"TENANT", "ACCOUNT"}, summary: "set or change the tenant's Stripe connected account", help: `Gives TENANT (its id or its name) the Stripe connected account ACCOUNT
+(acct_…): its new payments, and their refunds, captures and cancels, are made
+on that account. "none" takes the account away: new payments are made on the
+platform's own account, where a customer belongs to the first tenant that paid
+with it. Payments made before keep the account they were made on. One account
+belongs to one tenant.`, flags: jsonFlag},
 	{name: "tenants revoke-key", args: []string{"TENANT", "KEY"}, summary: "end one API key at once", help: `Revokes one API key of TENANT (its id or its name) at once: the next request
 with it is answered 401. KEY is the key's id, as "api tenants list" shows it,
 or the whole key (opk_<id>_<secret>), as found in a leak. Revoking a revoked

@@ -6,6 +6,7 @@
 //	api migrate              apply all migrations (River's and oncepay's) and exit
 //	api tenants create NAME  create a tenant and print its API key once, as JSON
 //	api tenants ensure NAME  the same, or a new key for an existing tenant
+//	api tenants set-account TENANT ACCOUNT  the tenant's Stripe connected account
 //	api tenants list | rotate-key TENANT | revoke-key TENANT KEY
 //	api payments list | show ID
 //	api reconcile ID         look a payment up at the provider now, never charging
@@ -112,8 +113,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return postgres.Migrate(ctx, pool, logger)
 	case "tenants create", "tenants ensure":
 		create := tenant.Create
-		if cmd.name == "tenants ensure" {
+		switch {
+		case cmd.name == "tenants ensure":
 			create = tenant.Ensure
+		case cmd.opts.stripeAccount != "":
+			create = func(ctx context.Context, db tenant.Beginner, name string) (tenant.Created, error) {
+				return tenant.CreateOnAccount(ctx, db, name, cmd.opts.stripeAccount)
+			}
 		}
 		created, err := create(ctx, pool, cmd.tenant)
 		if err != nil {

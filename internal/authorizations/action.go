@@ -72,25 +72,27 @@ var CancellationReasons = []string{"duplicate", "fraudulent", "requested_by_cust
 
 // Action is a capture or a cancel as stored.
 type Action struct {
-	ID                      string     `json:"id" db:"id"`
-	TenantID                string     `json:"tenant_id" db:"tenant_id"`
-	PaymentID               string     `json:"payment_id" db:"payment_id"`
-	IdempotencyKey          string     `json:"idempotency_key" db:"idempotency_key"`
-	Kind                    Kind       `json:"action" db:"action"`
-	AmountToCapture         *int64     `json:"amount_to_capture" db:"amount_to_capture"`
-	CancellationReason      *string    `json:"cancellation_reason" db:"cancellation_reason"`
-	Status                  Status     `json:"status" db:"status"`
-	ProviderPaymentIntentID string     `json:"provider_payment_intent_id" db:"provider_payment_intent_id"`
-	FailureCode             *string    `json:"failure_code" db:"failure_code"`
-	FailureMessage          *string    `json:"failure_message" db:"failure_message"`
-	ProviderIdempotencyKey  string     `json:"provider_idempotency_key" db:"provider_idempotency_key"`
-	ProviderKeyGeneration   int        `json:"provider_key_generation" db:"provider_key_generation"`
-	FirstProviderAttemptAt  *time.Time `json:"first_provider_attempt_at" db:"first_provider_attempt_at"`
-	LastProviderAttemptAt   *time.Time `json:"last_provider_attempt_at" db:"last_provider_attempt_at"`
-	ReconcileAfter          *time.Time `json:"reconcile_after" db:"reconcile_after"`
-	ReconcileAttempts       int        `json:"reconcile_attempts" db:"reconcile_attempts"`
-	CreatedAt               time.Time  `json:"created_at" db:"created_at"`
-	UpdatedAt               time.Time  `json:"updated_at" db:"updated_at"`
+	ID                      string  `json:"id" db:"id"`
+	TenantID                string  `json:"tenant_id" db:"tenant_id"`
+	PaymentID               string  `json:"payment_id" db:"payment_id"`
+	IdempotencyKey          string  `json:"idempotency_key" db:"idempotency_key"`
+	Kind                    Kind    `json:"action" db:"action"`
+	AmountToCapture         *int64  `json:"amount_to_capture" db:"amount_to_capture"`
+	CancellationReason      *string `json:"cancellation_reason" db:"cancellation_reason"`
+	Status                  Status  `json:"status" db:"status"`
+	ProviderPaymentIntentID string  `json:"provider_payment_intent_id" db:"provider_payment_intent_id"`
+	// ProviderAccount is the payment's: where its intent is.
+	ProviderAccount        *string    `json:"-" db:"provider_account"`
+	FailureCode            *string    `json:"failure_code" db:"failure_code"`
+	FailureMessage         *string    `json:"failure_message" db:"failure_message"`
+	ProviderIdempotencyKey string     `json:"provider_idempotency_key" db:"provider_idempotency_key"`
+	ProviderKeyGeneration  int        `json:"provider_key_generation" db:"provider_key_generation"`
+	FirstProviderAttemptAt *time.Time `json:"first_provider_attempt_at" db:"first_provider_attempt_at"`
+	LastProviderAttemptAt  *time.Time `json:"last_provider_attempt_at" db:"last_provider_attempt_at"`
+	ReconcileAfter         *time.Time `json:"reconcile_after" db:"reconcile_after"`
+	ReconcileAttempts      int        `json:"reconcile_attempts" db:"reconcile_attempts"`
+	CreatedAt              time.Time  `json:"created_at" db:"created_at"`
+	UpdatedAt              time.Time  `json:"updated_at" db:"updated_at"`
 }
 
 // ProviderIdempotencyKey derives the key of every attempt of one action in

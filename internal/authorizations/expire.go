@@ -55,27 +55,27 @@ type ExpireResult struct {
 func (e *Expirer) Run(ctx context.Context) (ExpireResult, error) {
 	var res ExpireResult
 	rows, err := e.pool.Query(ctx, `
-		SELECT tenant_id, id, provider_payment_intent_id FROM payments
+		SELECT tenant_id, id, provider_payment_intent_id, coalesce(provider_account, '') FROM payments
 		WHERE status = 'requires_capture' AND updated_at < now() - $1 * interval '1 microsecond'
 		ORDER BY updated_at LIMIT $2`, AuthorizationLifetime.Microseconds(), cmp.Or(e.Batch, 100))
 	if err != nil {
 		return res, fmt.Errorf("find old authorizations: %w", err)
 	}
-	old, err := pgx.CollectRows(rows, pgx.RowToStructByPos[struct{ TenantID, ID, IntentID string }])
+	old, err := pgx.CollectRows(rows, pgx.RowToStructByPos[struct{ TenantID, ID, IntentID, Account string }])
 	if err != nil {
 		return res, fmt.Errorf("find old authorizations: %w", err)
 	}
 	for _, p := range old {
 		res.Looked++
 		callCtx, cancel := context.WithTimeout(ctx, cmp.Or(e.CallTimeout, 20*time.Second))
-		out := e.provider.RetrieveIntent(callCtx, p.IntentID)
+		out := e.provider.For(p.Account).RetrieveIntent(callCtx, p.IntentID)
 		cancel()
 		log := e.logger.With(slog.String("tenant_id", p.TenantID), slog.String("payment_id", p.ID), slog.String("intent_id", p.IntentID))
 		if out.Err != nil {
 			log.WarnContext(ctx, "could not read an old authorization's intent; looking again next run", slog.Any("error", out.Err))
 			continue
 		}
-		s, err := payments.Settle(ctx, e.pool, e.keys, out)
+		s, err := payments.Settle(ctx, e.pool, e.keys, p.Account, out)
 		if err != nil {
 			return res, err
 		}

@@ -57,7 +57,7 @@ func (k reconcilable) Lock(ctx context.Context, tx pgx.Tx, tenantID, id string) 
 // LookUp reads the payment's intent; it never sends the action again.
 func (k reconcilable) LookUp(ctx context.Context, c claim) (provider.Outcome, operation.Look) {
 	callCtx, cancel := context.WithTimeout(ctx, k.cfg.CallTimeout)
-	read := k.provider.RetrieveIntent(callCtx, c.ProviderPaymentIntentID)
+	read := k.provider.For(deref(c.ProviderAccount)).RetrieveIntent(callCtx, c.ProviderPaymentIntentID)
 	cancel()
 	if read.Err != nil {
 		return read, operation.Look{Note: "reading the payment's intent failed", Err: read.Err}

@@ -18,7 +18,7 @@ var ErrNotFound = errors.New("payment action not found")
 const actionColumns = `id, tenant_id, payment_id, idempotency_key, action, amount_to_capture, cancellation_reason,
 	status, provider_payment_intent_id, failure_code, failure_message, provider_idempotency_key,
 	provider_key_generation, first_provider_attempt_at, last_provider_attempt_at, reconcile_after,
-	reconcile_attempts, created_at, updated_at`
+	reconcile_attempts, created_at, updated_at, provider_account`
 
 // actionsTable is where the engine finds the actions.
 var actionsTable = operation.Table{
@@ -46,11 +46,11 @@ const notReachedMessage = "The request never reached the payment provider and th
 func insertAction(ctx context.Context, tx pgx.Tx, a Action) (Action, error) {
 	rows, err := tx.Query(ctx, `
 		INSERT INTO payment_actions (id, tenant_id, payment_id, idempotency_key, action, amount_to_capture,
-			cancellation_reason, status, provider_payment_intent_id, provider_idempotency_key)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+			cancellation_reason, status, provider_payment_intent_id, provider_idempotency_key, provider_account)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 		RETURNING `+actionColumns,
 		a.ID, a.TenantID, a.PaymentID, a.IdempotencyKey, a.Kind, a.AmountToCapture, a.CancellationReason, a.Status,
-		a.ProviderPaymentIntentID, a.ProviderIdempotencyKey)
+		a.ProviderPaymentIntentID, a.ProviderIdempotencyKey, a.ProviderAccount)
 	return collectAction(rows, err, "insert payment action")
 }
 

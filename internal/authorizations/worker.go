@@ -38,11 +38,12 @@ func (attemptable) Load(ctx context.Context, db operation.Querier, tenantID, id 
 
 func (attemptable) Entry(a Action) operation.Entry { return entryOf(a) }
 
-// Send captures or cancels the payment's intent under the action's key. A
-// refusal is read again, so the payment is recorded as the intent now
-// stands (an authorization the provider voided makes it canceled).
+// Send captures or cancels the payment's intent under the action's key, on
+// the payment's account. A refusal is read again, so the payment is
+// recorded as the intent now stands (an authorization the provider voided
+// makes it canceled).
 func (k attemptable) Send(ctx context.Context, a Action) (provider.Outcome, error) {
-	pc := k.provider
+	pc := k.provider.For(deref(a.ProviderAccount))
 	var out provider.Outcome
 	if a.Kind == Capture {
 		out = pc.CaptureIntent(ctx, a.ProviderPaymentIntentID, deref(a.AmountToCapture), a.ProviderIdempotencyKey)

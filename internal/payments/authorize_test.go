@@ -119,12 +119,12 @@ func TestExpiredAuthorizationIsCanceled(t *testing.T) {
 	p := b.waitStatus(paymentID, payments.StatusRequiresCapture)
 
 	// Still authorized: nothing changes.
-	s, err := payments.Settle(b.ctx, b.pool, b.keys, b.provider.RetrieveIntent(b.ctx, *p.ProviderPaymentIntentID))
+	s, err := payments.Settle(b.ctx, b.pool, b.keys, "", b.provider.RetrieveIntent(b.ctx, *p.ProviderPaymentIntentID))
 	require.NoError(t, err)
 	require.Equal(t, payments.Unchanged, s.Verdict)
 
 	require.NoError(t, b.sim.AdvanceClock(b.ctx, 7*24*time.Hour))
-	s, err = payments.Settle(b.ctx, b.pool, b.keys, b.provider.RetrieveIntent(b.ctx, *p.ProviderPaymentIntentID))
+	s, err = payments.Settle(b.ctx, b.pool, b.keys, "", b.provider.RetrieveIntent(b.ctx, *p.ProviderPaymentIntentID))
 	require.NoError(t, err)
 	require.Equal(t, payments.Recorded, s.Verdict)
 	require.Equal(t, payments.StatusCanceled, s.Payment.Status)

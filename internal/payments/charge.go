@@ -144,9 +144,9 @@ func (w *ChargeWorker) work(ctx context.Context, job *river.Job[ChargePaymentArg
 	callCtx, cancelCall := context.WithTimeout(ctx, w.cfg.ProviderCallTimeout())
 	var out provider.Outcome
 	if p.ProviderPaymentIntentID != nil {
-		out = w.provider.RetrieveIntent(callCtx, *p.ProviderPaymentIntentID)
+		out = w.provider.For(p.Account()).RetrieveIntent(callCtx, *p.ProviderPaymentIntentID)
 	} else {
-		out = w.provider.CreateIntent(callCtx, chargeOf(p))
+		out = w.provider.For(p.Account()).CreateIntent(callCtx, chargeOf(p))
 	}
 	cancelCall()
 	// What the provider said must be written down even if the job's own
@@ -186,7 +186,7 @@ func (w *ChargeWorker) work(ctx context.Context, job *river.Job[ChargePaymentArg
 		// Waiting for the customer (3-D Secure) that never came. Nothing was
 		// charged, and canceling makes sure nothing will be.
 		log.WarnContext(ctx, "customer action not completed in time; canceling the intent")
-		canceled := w.provider.CancelIntent(ctx, out.IntentID(), cancelKey(p))
+		canceled := w.provider.For(p.Account()).CancelIntent(ctx, out.IntentID(), cancelKey(p))
 		if canceled.Kind != provider.Declined {
 			return retryLater(ctx, p, log, canceled.Err)
 		}

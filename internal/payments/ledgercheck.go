@@ -96,17 +96,21 @@ type LedgerCheckResult struct {
 // Check compares the intents created in [from, to] (widened by the clock
 // skew) with our payments, and the payments that succeeded with a first
 // provider attempt in [from, to] with the provider's intents.
+//
+// The platform's account is listed, and every connected account of a
+// tenant or of a payment of the window: each has intents of its own.
 func (c *LedgerChecker) Check(ctx context.Context, from, to time.Time) (LedgerCheckResult, error) {
 	res := LedgerCheckResult{From: from, To: to}
 	listed := map[string]*provider.Intent{}
-	err := c.provider.ListIntents(ctx, provider.ListWindow{
-		CreatedFrom: from.Add(-c.cfg.ClockSkew), CreatedTo: to.Add(c.cfg.ClockSkew), MaxPages: c.cfg.MaxPages,
-	}, func(page []*provider.Intent) error {
-		res.Intents += len(page)
-		for _, in := range page {
-			listed[in.ID] = in
-		}
-		return c.comparePage(ctx, page, &res)
+	window := provider.ListWindow{CreatedFrom: from.Add(-c.cfg.ClockSkew), CreatedTo: to.Add(c.cfg.ClockSkew), MaxPages: c.cfg.MaxPages}
+	err := EachAccount(ctx, c.pool, window.CreatedFrom, c.provider, func(account string, pc *provider.Client) error {
+		return pc.ListIntents(ctx, window, func(page []*provider.Intent) error {
+			res.Intents += len(page)
+			for _, in := range page {
+				listed[in.ID] = in
+			}
+			return c.comparePage(ctx, account, page, &res)
+		})
 	})
 	if err != nil {
 		return res, fmt.Errorf("ledger check: %w", err)
@@ -117,9 +121,11 @@ func (c *LedgerChecker) Check(ctx context.Context, from, to time.Time) (LedgerCh
 	return res, nil
 }
 
-// comparePage compares one page of the provider's intents with the
-// payments they name (by metadata) or that recorded them.
-func (c *LedgerChecker) comparePage(ctx context.Context, page []*provider.Intent, res *LedgerCheckResult) error {
+// comparePage compares one page of the provider's intents, listed on
+// account, with the payments they name (by metadata) or that recorded them.
+// A payment of another account is not the intent's: an account's intent
+// can name any payment id.
+func (c *LedgerChecker) comparePage(ctx context.Context, account string, page []*provider.Intent, res *LedgerCheckResult) error {
 	var paymentIDs, intentIDs []string
 	for _, in := range page {
 		if id := in.Metadata[MetadataPaymentID]; id != "" {
@@ -152,7 +158,13 @@ func (c *LedgerChecker) comparePage(ctx context.Context, page []*provider.Intent
 		if !ok {
 			p, ok = byIntent[in.ID]
 		}
+		if ok && p.Account() != account {
+			ok = false
+		}
 		evidence := map[string]any{"intent": intentEvidence(in)}
+		if account != "" {
+			evidence["account"] = account
+		}
 		if !ok {
 			if mayHaveMoved(in) {
 				if err := c.record(ctx, res, ledger.KindUnknownIntent, "", in.ID,
@@ -233,7 +245,7 @@ func (c *LedgerChecker) checkIntentExists(ctx context.Context, p Payment, listed
 		return nil // compared with the payment already
 	}
 	callCtx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
-	out := c.provider.RetrieveIntent(callCtx, intentID)
+	out := c.provider.For(p.Account()).RetrieveIntent(callCtx, intentID)
 	cancel()
 	switch {
 	case out.Err != nil && out.HTTPStatus == http.StatusNotFound:

@@ -75,13 +75,17 @@ type Payment struct {
 	DeclineCode             *string           `json:"decline_code" db:"decline_code"`
 	FailureMessage          *string           `json:"failure_message" db:"failure_message"`
 	ProviderKeyGeneration   int               `json:"-" db:"provider_key_generation"`
-	FirstProviderAttemptAt  *time.Time        `json:"-" db:"first_provider_attempt_at"`
-	LastProviderAttemptAt   *time.Time        `json:"-" db:"last_provider_attempt_at"`
-	ReconcileAfter          *time.Time        `json:"-" db:"reconcile_after"`
-	ReconcileAttempts       int               `json:"-" db:"reconcile_attempts"`
-	NextAction              *NextAction       `json:"next_action,omitempty" db:"provider_next_action"`
-	CreatedAt               time.Time         `json:"created_at" db:"created_at"`
-	UpdatedAt               time.Time         `json:"updated_at" db:"updated_at"`
+	// ProviderAccount is the tenant's connected account when the payment
+	// was made: every provider call about the payment acts on it. Nil is
+	// the platform's own account.
+	ProviderAccount        *string     `json:"-" db:"provider_account"`
+	FirstProviderAttemptAt *time.Time  `json:"-" db:"first_provider_attempt_at"`
+	LastProviderAttemptAt  *time.Time  `json:"-" db:"last_provider_attempt_at"`
+	ReconcileAfter         *time.Time  `json:"-" db:"reconcile_after"`
+	ReconcileAttempts      int         `json:"-" db:"reconcile_attempts"`
+	NextAction             *NextAction `json:"next_action,omitempty" db:"provider_next_action"`
+	CreatedAt              time.Time   `json:"created_at" db:"created_at"`
+	UpdatedAt              time.Time   `json:"updated_at" db:"updated_at"`
 
 	// AmountRefunded is what succeeded refunds gave back; pending ones are
 	// not counted until the provider confirms them.
@@ -142,3 +146,7 @@ func ProviderIdempotencyKey(tenantID, clientKey, paymentID string, generation in
 	}
 	return "oncepay-" + paymentID + "-" + base64.RawURLEncoding.EncodeToString(h.Sum(nil))
 }
+
+// Account is the connected account the payment's provider calls act on;
+// "" for the platform's own.
+func (p Payment) Account() string { return deref(p.ProviderAccount) }

@@ -94,7 +94,7 @@ func (k reconcilable) LookUp(ctx context.Context, c claim) (provider.Outcome, op
 		r.logger.WarnContext(ctx, "customer action not completed in time; canceling the intent",
 			slog.String("payment_id", p.ID), slog.String("intent_id", out.IntentID()))
 		callCtx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
-		canceled := r.provider.CancelIntent(callCtx, out.IntentID(), cancelKey(p))
+		canceled := r.provider.For(p.Account()).CancelIntent(callCtx, out.IntentID(), cancelKey(p))
 		cancel()
 		if canceled.Kind == provider.Declined {
 			return canceled, operation.Look{Found: operation.Final, ProviderID: canceled.IntentID()}
@@ -115,14 +115,14 @@ func (r *Reconciler) lookUp(ctx context.Context, p Payment, settled bool) (out p
 	callCtx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
 	defer cancel()
 	if p.ProviderPaymentIntentID != nil {
-		out := r.provider.RetrieveIntent(callCtx, *p.ProviderPaymentIntentID)
+		out := r.provider.For(p.Account()).RetrieveIntent(callCtx, *p.ProviderPaymentIntentID)
 		return out, false, "reading intent " + *p.ProviderPaymentIntentID + ": " + errText(out.Err)
 	}
 	last := *p.FirstProviderAttemptAt
 	if p.LastProviderAttemptAt != nil {
 		last = *p.LastProviderAttemptAt
 	}
-	found, err := r.provider.FindIntents(callCtx, provider.Find{
+	found, err := r.provider.For(p.Account()).FindIntents(callCtx, provider.Find{
 		MetadataKey: MetadataPaymentID, MetadataValue: p.ID,
 		CreatedFrom: p.FirstProviderAttemptAt.Add(-r.cfg.ClockSkew),
 		CreatedTo:   last.Add(r.cfg.WorkerCallTimeout + r.cfg.ClockSkew),
@@ -140,7 +140,7 @@ func (r *Reconciler) lookUp(ctx context.Context, p Payment, settled bool) (out p
 	switch {
 	case len(mine) == 1:
 		// Search results can be stale: read the intent itself.
-		out := r.provider.RetrieveIntent(callCtx, mine[0].ID)
+		out := r.provider.For(p.Account()).RetrieveIntent(callCtx, mine[0].ID)
 		if out.Kind == provider.Ambiguous && out.Intent == nil {
 			out.Intent = mine[0]
 		}

@@ -48,12 +48,12 @@ func (r *Reconciler) ReconcilePayment(ctx context.Context, paymentID string) (Re
 		res.Verdict = counts.Verdict()
 	case p.ProviderPaymentIntentID != nil:
 		callCtx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
-		out := r.provider.RetrieveIntent(callCtx, *p.ProviderPaymentIntentID)
+		out := r.provider.For(p.Account()).RetrieveIntent(callCtx, *p.ProviderPaymentIntentID)
 		cancel()
 		if out.Kind == provider.Ambiguous {
 			return res, fmt.Errorf("read intent %s: %w (nothing changed; try again)", *p.ProviderPaymentIntentID, out.Err)
 		}
-		s, err := Settle(ctx, r.pool, r.keys, out)
+		s, err := Settle(ctx, r.pool, r.keys, p.Account(), out)
 		if err != nil {
 			return res, err
 		}

@@ -37,6 +37,11 @@ func (s *Service) create(ctx context.Context, tx pgx.Tx, attempt idempotency.Att
 	if attempt.ResourceID != "" {
 		return s.resume(ctx, tx, attempt)
 	}
+	if req.Customer != "" {
+		if err := claimCustomer(ctx, tx, tenantID, req.Customer); err != nil {
+			return idempotency.Outcome{}, err
+		}
+	}
 	// A new payment is known in full before it is written (its time is the
 	// transaction's, as the key's), so its row and the stored 202 go to the
 	// database together, after the job: one round trip fewer per payment.

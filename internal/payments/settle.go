@@ -79,8 +79,10 @@ var ErrNotOurs = errors.New("the intent belongs to no payment")
 //     caller records the evidence for an operator.
 //
 // The intent's metadata names the payment (payment_id, tenant_id); an
-// intent without it is looked up by its id. out must carry an intent.
-func Settle(ctx context.Context, pool *pgxpool.Pool, keys *idempotency.Store, out provider.Outcome) (Settlement, error) {
+// intent without it is looked up by its id. out must carry an intent, read
+// on account: a payment of another account is not the intent's
+// (ErrNotOurs), whatever its metadata says.
+func Settle(ctx context.Context, pool *pgxpool.Pool, keys *idempotency.Store, account string, out provider.Outcome) (Settlement, error) {
 	in := out.Intent
 	if in == nil {
 		return Settlement{}, errors.New("settle: the outcome carries no intent")
@@ -104,6 +106,10 @@ func Settle(ctx context.Context, pool *pgxpool.Pool, keys *idempotency.Store, ou
 		}
 		if err != nil {
 			return err
+		}
+		if p.Account() != account {
+			// An account's intent may name any payment in its metadata.
+			return fmt.Errorf("settle intent %s of account %q: payment %s is of account %q: %w", in.ID, account, p.ID, p.Account(), ErrNotOurs)
 		}
 		s, err = settleLocked(ctx, tx, keys, p, out)
 		return err

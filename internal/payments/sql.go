@@ -26,7 +26,7 @@ const paymentColumns = `id, tenant_id, idempotency_key, amount, currency, paymen
 	metadata, status, provider_idempotency_key, provider_payment_intent_id, failure_code, decline_code,
 	failure_message, provider_key_generation, first_provider_attempt_at, last_provider_attempt_at,
 	reconcile_after, reconcile_attempts, amount_refunded, created_at, updated_at, provider_next_action,
-	capture_method, amount_capturable, amount_captured`
+	capture_method, amount_capturable, amount_captured, provider_account`
 
 // queueInsertPayment queues the insert of a new payment known in full,
 // stamped by the caller, for a batch that does not read it back.
@@ -34,8 +34,9 @@ func queueInsertPayment(batch *pgx.Batch, p Payment) {
 	batch.Queue(`
 		INSERT INTO payments (id, tenant_id, idempotency_key, amount, currency, payment_method, customer,
 			description, metadata, status, provider_idempotency_key, provider_key_generation, created_at, updated_at,
-			capture_method)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`,
+			capture_method, provider_account)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15,
+			(SELECT stripe_account FROM tenants WHERE id = $2))`,
 		p.ID, p.TenantID, p.IdempotencyKey, p.Amount, p.Currency, p.PaymentMethod, p.Customer,
 		p.Description, p.Metadata, p.Status, p.ProviderIdempotencyKey, p.ProviderKeyGeneration, p.CreatedAt, p.UpdatedAt,
 		p.CaptureMethod)
@@ -257,4 +258,66 @@ func texts[T ~string](values []T) []string {
 		out[i] = string(v)
 	}
 	return out
+}
+
+// claimCustomer makes tenantID the owner of customer, if it is the first
+// tenant to pay with it, and refuses a customer another tenant owns: a
+// *problem.Error that rolls the key's transaction back, so nothing is
+// stored or sent. Only tenants without a connected account share the
+// platform's customers; a tenant with one claims nothing, as the provider
+// finds no other account's customer there.
+func claimCustomer(ctx context.Context, tx pgx.Tx, tenantID, customer string) error {
+	var owner string
+	// DO UPDATE, not DO NOTHING: it returns the owner that won a race.
+	err := tx.QueryRow(ctx, `
+		INSERT INTO customer_owners (customer, tenant_id)
+		SELECT $1, id FROM tenants WHERE id = $2 AND stripe_account IS NULL
+		ON CONFLICT (customer) DO UPDATE SET tenant_id = customer_owners.tenant_id
+		RETURNING tenant_id`, customer, tenantID).Scan(&owner)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil
+	case err != nil:
+		return fmt.Errorf("claim customer: %w", err)
+	case owner != tenantID:
+		pe := problem.New(problem.CustomerForbidden, "Customer %s was first used by another tenant: it cannot be charged for this one.", customer)
+		pe.Extensions = map[string]any{"field": "customer"}
+		return pe
+	}
+	return nil
+}
+
+// ProviderAccounts lists the accounts that hold payments made since since:
+// the platform's own (""), every tenant's connected account, and any other
+// account a payment of the window was made on (its tenant's account since
+// changed). What a ledger check lists.
+func ProviderAccounts(ctx context.Context, db Querier, since time.Time) ([]string, error) {
+	rows, err := db.Query(ctx, `
+		SELECT '' AS account
+		UNION SELECT stripe_account FROM tenants WHERE stripe_account IS NOT NULL
+		UNION SELECT DISTINCT provider_account FROM payments WHERE provider_account IS NOT NULL AND created_at >= $1
+		ORDER BY account`, since)
+	if err != nil {
+		return nil, fmt.Errorf("list provider accounts: %w", err)
+	}
+	accounts, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("list provider accounts: %w", err)
+	}
+	return accounts, nil
+}
+
+// EachAccount calls fn, in turn, with each account ProviderAccounts lists
+// and pc made for it, and stops at fn's first error.
+func EachAccount(ctx context.Context, db Querier, since time.Time, pc *provider.Client, fn func(account string, pc *provider.Client) error) error {
+	accounts, err := ProviderAccounts(ctx, db, since)
+	if err != nil {
+		return err
+	}
+	for _, account := range accounts {
+		if err := fn(account, pc.For(account)); err != nil {
+			return fmt.Errorf("account %q: %w", account, err)
+		}
+	}
+	return nil
 }

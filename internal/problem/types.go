@@ -48,6 +48,10 @@ var (
 	ProviderRejected = Type{"provider-rejected", "The payment provider rejected the payment", http.StatusBadRequest,
 		"The provider refused the request without charging anything (for example an unknown payment method); provider_code says why. " +
 			"The payment is failed. Fix the request and create a new payment with a new Idempotency-Key."}
+	CustomerForbidden = Type{"customer-forbidden", "The customer belongs to another account", http.StatusForbidden,
+		"The customer was first used by another tenant of this service: a customer is one account's, and another's payments " +
+			"cannot charge it. Nothing was sent to the provider, nothing was stored and the Idempotency-Key was not used. Use a " +
+			"customer of your own."}
 	PaymentNotRefundable = Type{"payment-not-refundable", "The payment cannot be refunded", http.StatusConflict,
 		"Only a succeeded payment can be refunded; payment_status names the payment's state. A payment still processing, requiring action " +
 			"or being reconciled may succeed later: nothing was stored under the Idempotency-Key, so the same request with the same key " +
@@ -94,7 +98,7 @@ func Catalog() []Type {
 		MissingIdempotencyKey, InvalidIdempotencyKey, IdempotencyKeyMismatch, IdempotencyKeyInUse, IdempotencyOutcomeUnknown,
 		IdempotencyKeyExpired, IdempotencyRetryNeeded,
 		InvalidRequest, RequestTooLarge, UnsupportedMediaType, UnsupportedContentEncoding, Unauthorized, NotFound, MethodNotAllowed,
-		CardDeclined, ProviderRejected, PaymentNotRefundable, RefundExceedsRemaining, RefundFailed, PaymentNotCapturable,
+		CardDeclined, ProviderRejected, CustomerForbidden, PaymentNotRefundable, RefundExceedsRemaining, RefundFailed, PaymentNotCapturable,
 		PaymentNotCancelable, PaymentBusy,
 		RateLimited, TooManyPending, ServiceUnavailable, Internal,
 	}

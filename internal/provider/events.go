@@ -1,6 +1,7 @@
 package provider
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -23,6 +24,9 @@ type Event struct {
 	Created    time.Time
 	// ObjectID is the id of the object the event is about (data.object.id).
 	ObjectID string
+	// Account is the connected account the event happened on; "" for the
+	// platform's own.
+	Account string
 	// Payload is the event as JSON, for the record.
 	Payload json.RawMessage
 }
@@ -33,7 +37,8 @@ func EventOf(e *stripe.Event) (Event, error) {
 	if err != nil {
 		return Event{}, fmt.Errorf("encode event %s: %w", e.ID, err)
 	}
-	ev := Event{ID: e.ID, Type: string(e.Type), APIVersion: e.APIVersion, Created: time.Unix(e.Created, 0).UTC(), Payload: payload}
+	ev := Event{ID: e.ID, Type: string(e.Type), APIVersion: e.APIVersion, Created: time.Unix(e.Created, 0).UTC(), Account: e.Account,
+		Payload: payload}
 	if e.Data != nil {
 		var obj struct {
 			ID string `json:"id"`
@@ -57,6 +62,7 @@ func (c *Client) ListEvents(ctx context.Context, after string, since time.Time, 
 	params := &stripe.EventListParams{}
 	params.Limit = stripe.Int64(100)
 	params.Context = ctx
+	c.scope(params)
 	if after != "" {
 		// ending_before pages towards newer events, and stripe-go returns
 		// each page oldest first: the order the events happened in.
@@ -75,6 +81,8 @@ func (c *Client) ListEvents(ctx context.Context, after string, since time.Time, 
 		if err != nil {
 			return events, false, err
 		}
+		// Listed on the client's account, it happened there.
+		ev.Account = cmp.Or(ev.Account, c.account)
 		events = append(events, ev)
 	}
 	if err := it.Err(); err != nil {

@@ -56,6 +56,7 @@ func (c *Client) searchIntents(ctx context.Context, key, value string) ([]*Inten
 	params.Limit = stripe.Int64(10)
 	params.Single = true
 	params.Context = ctx
+	c.scope(params)
 	it := c.api.PaymentIntents.Search(params)
 	var found []*Intent
 	for it.Next() {
@@ -91,6 +92,7 @@ func (c *Client) scanIntents(ctx context.Context, f Find) (Found, error) {
 	}
 	params.Limit = stripe.Int64(100)
 	params.Context = ctx
+	c.scope(params)
 	it := c.api.PaymentIntents.List(params)
 	var found []*Intent
 	for n := 0; it.Next(); n++ {

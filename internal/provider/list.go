@@ -30,6 +30,7 @@ func (c *Client) ListIntents(ctx context.Context, w ListWindow, fn func([]*Inten
 	params := &stripe.PaymentIntentListParams{CreatedRange: created}
 	params.Limit = stripe.Int64(listPageSize)
 	params.Context = ctx
+	c.scope(params)
 	it := c.api.PaymentIntents.List(params)
 	return inPages("payment intents", it.Next, func() *Intent { return intentOf(it.PaymentIntent()) }, it.Err, maxPages, fn)
 }
@@ -46,6 +47,7 @@ func (c *Client) ListRefundsCreated(ctx context.Context, w ListWindow, fn func([
 	params := &stripe.RefundListParams{CreatedRange: created}
 	params.Limit = stripe.Int64(listPageSize)
 	params.Context = ctx
+	c.scope(params)
 	it := c.api.Refunds.List(params)
 	return inPages("refunds", it.Next, func() *Refund { return RefundOf(it.Refund()) }, it.Err, maxPages, fn)
 }

@@ -27,9 +27,32 @@ type Config struct {
 	HTTPClient *http.Client
 }
 
-// Client calls the provider.
+// Client calls the provider, on the platform's own account or, made by For,
+// on one connected account.
 type Client struct {
-	api *client.API
+	api     *client.API
+	account string
+}
+
+// For returns a client whose every call acts on the connected account
+// account (the Stripe-Account header), where the objects of other accounts
+// do not exist; "" is the platform's own account. A tenant given a connected
+// account has every call made for it made this way.
+func (c *Client) For(account string) *Client {
+	scoped := *c
+	scoped.account = account
+	return &scoped
+}
+
+// Account is the connected account the client acts on; "" for the
+// platform's own.
+func (c *Client) Account() string { return c.account }
+
+// scope puts the client's account on a call's parameters.
+func (c *Client) scope(params interface{ SetStripeAccount(string) }) {
+	if c.account != "" {
+		params.SetStripeAccount(c.account)
+	}
 }
 
 // New returns a Client with stripe-go's own retries turned off.
@@ -352,6 +375,7 @@ func (c *Client) CreateIntent(ctx context.Context, ch Charge) Outcome {
 	}
 	params.SetIdempotencyKey(ch.IdempotencyKey)
 	params.Context = ctx
+	c.scope(params)
 	pi, err := c.api.PaymentIntents.New(params)
 	return classify(pi, err, rec.get())
 }
@@ -362,6 +386,7 @@ func (c *Client) CreateIntent(ctx context.Context, ch Charge) Outcome {
 func (c *Client) RetrieveIntent(ctx context.Context, intentID string) Outcome {
 	params := &stripe.PaymentIntentParams{}
 	params.Context = ctx
+	c.scope(params)
 	pi, err := c.api.PaymentIntents.Get(intentID, params)
 	out := classify(pi, err, false)
 	if out.Err != nil {
@@ -380,6 +405,7 @@ func (c *Client) CancelIntent(ctx context.Context, intentID, idempotencyKey stri
 	params := &stripe.PaymentIntentCancelParams{CancellationReason: stripe.String(string(stripe.PaymentIntentCancellationReasonAbandoned))}
 	params.SetIdempotencyKey(idempotencyKey)
 	params.Context = ctx
+	c.scope(params)
 	pi, err := c.api.PaymentIntents.Cancel(intentID, params)
 	if err != nil {
 		return Outcome{Kind: Ambiguous, Intent: &Intent{ID: intentID}, Err: Redact(err)}
@@ -408,6 +434,7 @@ func (c *Client) CaptureIntent(ctx context.Context, intentID string, amount int6
 	}
 	params.SetIdempotencyKey(idempotencyKey)
 	params.Context = ctx
+	c.scope(params)
 	pi, err := c.api.PaymentIntents.Capture(intentID, params)
 	return settledBy(classify(pi, err, rec.get()), stripe.PaymentIntentStatusSucceeded)
 }
@@ -424,6 +451,7 @@ func (c *Client) CancelAuthorization(ctx context.Context, intentID, reason, idem
 	}
 	params.SetIdempotencyKey(idempotencyKey)
 	params.Context = ctx
+	c.scope(params)
 	pi, err := c.api.PaymentIntents.Cancel(intentID, params)
 	return settledBy(classify(pi, err, rec.get()), stripe.PaymentIntentStatusCanceled)
 }

@@ -140,6 +140,7 @@ func (c *Client) CreateRefund(ctx context.Context, r RefundRequest) RefundOutcom
 	}
 	params.SetIdempotencyKey(r.IdempotencyKey)
 	params.Context = ctx
+	c.scope(params)
 	re, err := c.api.Refunds.New(params)
 	return classifyRefund(re, err, rec.get())
 }
@@ -149,6 +150,7 @@ func (c *Client) CreateRefund(ctx context.Context, r RefundRequest) RefundOutcom
 func (c *Client) RetrieveRefund(ctx context.Context, refundID string) RefundOutcome {
 	params := &stripe.RefundParams{}
 	params.Context = ctx
+	c.scope(params)
 	re, err := c.api.Refunds.Get(refundID, params)
 	out := classifyRefund(re, err, false)
 	if out.Err != nil {
@@ -178,6 +180,7 @@ func (c *Client) ListRefunds(ctx context.Context, intentID, metadataKey, metadat
 	params := &stripe.RefundListParams{PaymentIntent: stripe.String(intentID)}
 	params.Limit = stripe.Int64(100)
 	params.Context = ctx
+	c.scope(params)
 	it := c.api.Refunds.List(params)
 	var found []*Refund
 	for n := 0; it.Next(); n++ {

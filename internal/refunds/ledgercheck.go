@@ -51,17 +51,22 @@ type LedgerCheckResult struct {
 // Check compares the provider refunds created in [from, to] (widened by
 // the clock skew) with our refunds, and the refunds that succeeded with a
 // first provider attempt in [from, to] with the provider's refunds.
+//
+// Each account that holds payments is listed, as for the payments' check.
 func (c *LedgerChecker) Check(ctx context.Context, from, to time.Time) (LedgerCheckResult, error) {
 	res := LedgerCheckResult{From: from, To: to}
+	// A refund may come long after its payment: every account that any
+	// payment used is listed.
 	listed := map[string]*provider.Refund{}
-	err := c.provider.ListRefundsCreated(ctx, provider.ListWindow{
-		CreatedFrom: from.Add(-c.cfg.ClockSkew), CreatedTo: to.Add(c.cfg.ClockSkew), MaxPages: c.cfg.MaxPages,
-	}, func(page []*provider.Refund) error {
-		res.Listed += len(page)
-		for _, re := range page {
-			listed[re.ID] = re
-		}
-		return c.comparePage(ctx, page, &res)
+	window := provider.ListWindow{CreatedFrom: from.Add(-c.cfg.ClockSkew), CreatedTo: to.Add(c.cfg.ClockSkew), MaxPages: c.cfg.MaxPages}
+	err := payments.EachAccount(ctx, c.pool, time.Time{}, c.provider, func(account string, pc *provider.Client) error {
+		return pc.ListRefundsCreated(ctx, window, func(page []*provider.Refund) error {
+			res.Listed += len(page)
+			for _, re := range page {
+				listed[re.ID] = re
+			}
+			return c.comparePage(ctx, account, page, &res)
+		})
 	})
 	if err != nil {
 		return res, fmt.Errorf("ledger check of refunds: %w", err)
@@ -72,9 +77,10 @@ func (c *LedgerChecker) Check(ctx context.Context, from, to time.Time) (LedgerCh
 	return res, nil
 }
 
-// comparePage compares one page of the provider's refunds with the refunds
-// they name (by metadata) or that recorded them.
-func (c *LedgerChecker) comparePage(ctx context.Context, page []*provider.Refund, res *LedgerCheckResult) error {
+// comparePage compares one page of the provider's refunds, listed on
+// account, with the refunds they name (by metadata) or that recorded them;
+// a refund of another account is not theirs.
+func (c *LedgerChecker) comparePage(ctx context.Context, account string, page []*provider.Refund, res *LedgerCheckResult) error {
 	var refundIDs, providerIDs, intentIDs []string
 	for _, re := range page {
 		if id := re.Metadata[MetadataRefundID]; id != "" {
@@ -123,7 +129,13 @@ func (c *LedgerChecker) comparePage(ctx context.Context, page []*provider.Refund
 		if !ok {
 			r, ok = byProviderID[re.ID]
 		}
+		if ok && r.Account() != account {
+			ok = false
+		}
 		evidence := map[string]any{"provider_refund": providerRefundEvidence(re)}
+		if account != "" {
+			evidence["account"] = account
+		}
 		if !ok {
 			if re.Status == stripe.RefundStatusSucceeded || re.Status == stripe.RefundStatusPending || re.Status == stripe.RefundStatusRequiresAction {
 				if err := c.record(ctx, res, ledger.KindUnknownRefund, paymentOfIntent[re.PaymentIntentID], "", re.ID,
@@ -193,7 +205,7 @@ func (c *LedgerChecker) checkProviderRefund(ctx context.Context, r Refund, liste
 		return nil // compared with the refund already
 	}
 	callCtx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
-	out := c.provider.RetrieveRefund(callCtx, providerID)
+	out := c.provider.For(r.Account()).RetrieveRefund(callCtx, providerID)
 	cancel()
 	switch {
 	case out.Err != nil && out.HTTPStatus == http.StatusNotFound:

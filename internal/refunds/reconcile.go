@@ -101,13 +101,13 @@ func (r *Reconciler) lookUp(ctx context.Context, c claim) (out provider.RefundOu
 	callCtx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
 	defer cancel()
 	if c.ProviderRefundID != nil {
-		out := r.provider.RetrieveRefund(callCtx, *c.ProviderRefundID)
+		out := r.provider.For(c.Account()).RetrieveRefund(callCtx, *c.ProviderRefundID)
 		return out, false, "reading refund " + *c.ProviderRefundID + ": " + errText(out.Err)
 	}
 	if c.IntentID == nil {
 		return provider.RefundOutcome{Kind: provider.Ambiguous}, false, "the refund's payment has no payment intent"
 	}
-	found, err := r.provider.ListRefunds(callCtx, *c.IntentID, MetadataRefundID, c.ID, 0)
+	found, err := r.provider.For(c.Account()).ListRefunds(callCtx, *c.IntentID, MetadataRefundID, c.ID, 0)
 	if err != nil {
 		return provider.RefundOutcome{Kind: provider.Ambiguous, Err: err}, false, "listing the intent's refunds failed"
 	}

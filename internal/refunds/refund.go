@@ -80,7 +80,14 @@ type Refund struct {
 	ReconcileAttempts      int        `json:"-" db:"reconcile_attempts"`
 	CreatedAt              time.Time  `json:"created_at" db:"created_at"`
 	UpdatedAt              time.Time  `json:"updated_at" db:"updated_at"`
+	// ProviderAccount is the payment's: where its intent, and so the
+	// refund, is at the provider.
+	ProviderAccount *string `json:"-" db:"provider_account"`
 }
+
+// Account is the connected account the refund's provider calls act on; ""
+// for the platform's own.
+func (r Refund) Account() string { return deref(r.ProviderAccount) }
 
 // MarshalJSON fills the constant "object" member.
 func (r Refund) MarshalJSON() ([]byte, error) {

@@ -104,6 +104,7 @@ func (s *Service) insert(ctx context.Context, tx pgx.Tx, tenantID, clientKey str
 		Reason:                 nonEmpty(req.Reason),
 		Status:                 StatusPending,
 		ProviderIdempotencyKey: ProviderIdempotencyKey(tenantID, clientKey, refundID, 1),
+		ProviderAccount:        p.ProviderAccount,
 	})
 }
 

@@ -23,7 +23,7 @@ import (
 // the event's refund, whose tenant_id metadata names the tenant. The worker
 // and the reconciler record through the same recordOutcome. A refund that
 // the provider fails after it succeeded is not handled: it stays succeeded.
-func Settle(ctx context.Context, db idempotency.TxBeginner, keys *idempotency.Store, tenantID string, re *provider.Refund) (r Refund, changed bool, err error) {
+func Settle(ctx context.Context, db idempotency.TxBeginner, keys *idempotency.Store, account, tenantID string, re *provider.Refund) (r Refund, changed bool, err error) {
 	refundID := re.Metadata[MetadataRefundID]
 	if refundID == "" {
 		return Refund{}, false, fmt.Errorf("settle provider refund %s: no %s metadata: %w", re.ID, MetadataRefundID, ErrNotFound)
@@ -32,6 +32,10 @@ func Settle(ctx context.Context, db idempotency.TxBeginner, keys *idempotency.St
 		locked, err := lockForOutcome(ctx, tx, keys, tenantID, refundID)
 		if err != nil {
 			return err
+		}
+		if locked.Account() != account {
+			// An account's refund may name any refund in its metadata.
+			return fmt.Errorf("settle provider refund %s of account %q: refund %s is of account %q: %w", re.ID, account, refundID, locked.Account(), ErrNotFound)
 		}
 		r = locked
 		if re.Metadata[MetadataGeneration] != strconv.Itoa(locked.ProviderKeyGeneration) {

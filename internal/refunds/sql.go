@@ -21,15 +21,17 @@ type Querier = operation.Querier
 
 const refundColumns = `id, tenant_id, payment_id, idempotency_key, amount, currency, reason, status,
 	provider_refund_id, failure_code, failure_message, provider_idempotency_key, provider_key_generation,
-	first_provider_attempt_at, last_provider_attempt_at, reconcile_after, reconcile_attempts, created_at, updated_at`
+	first_provider_attempt_at, last_provider_attempt_at, reconcile_after, reconcile_attempts, created_at, updated_at,
+	provider_account`
 
 func insertRefund(ctx context.Context, tx pgx.Tx, r Refund) (Refund, error) {
 	rows, err := tx.Query(ctx, `
 		INSERT INTO refunds (id, tenant_id, payment_id, idempotency_key, amount, currency, reason, status,
-			provider_idempotency_key)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+			provider_idempotency_key, provider_account)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
 		RETURNING `+refundColumns,
-		r.ID, r.TenantID, r.PaymentID, r.IdempotencyKey, r.Amount, r.Currency, r.Reason, r.Status, r.ProviderIdempotencyKey)
+		r.ID, r.TenantID, r.PaymentID, r.IdempotencyKey, r.Amount, r.Currency, r.Reason, r.Status, r.ProviderIdempotencyKey,
+		r.ProviderAccount)
 	return collectRefund(rows, err, "insert refund")
 }
 

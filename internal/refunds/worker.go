@@ -44,7 +44,7 @@ func (attemptable) Entry(r Refund) operation.Entry { return entryOf(r) }
 // earlier attempt found.
 func (k attemptable) Send(ctx context.Context, r Refund) (provider.RefundOutcome, error) {
 	if r.ProviderRefundID != nil {
-		return k.provider.RetrieveRefund(ctx, *r.ProviderRefundID), nil
+		return k.provider.For(r.Account()).RetrieveRefund(ctx, *r.ProviderRefundID), nil
 	}
 	p, err := payments.GetPayment(ctx, k.pool, r.TenantID, r.PaymentID)
 	if err != nil {
@@ -54,7 +54,7 @@ func (k attemptable) Send(ctx context.Context, r Refund) (provider.RefundOutcome
 		// Refunds are accepted only for succeeded payments, which have one.
 		return provider.RefundOutcome{}, &operation.HandOverError{Reason: "the refund's payment has no payment intent"}
 	}
-	return k.provider.CreateRefund(ctx, requestOf(r, *p.ProviderPaymentIntentID)), nil
+	return k.provider.For(r.Account()).CreateRefund(ctx, requestOf(r, *p.ProviderPaymentIntentID)), nil
 }
 
 func (attemptable) Judge(out provider.RefundOutcome) operation.Judged {

@@ -29,7 +29,9 @@ type Tenant struct {
 	ID        string    `db:"id" json:"id"`
 	Name      string    `db:"name" json:"name"`
 	CreatedAt time.Time `db:"created_at" json:"created_at"`
-	Keys      []Key     `db:"keys" json:"keys"`
+	// StripeAccount is the tenant's connected account; nil: the platform's.
+	StripeAccount *string `db:"stripe_account" json:"stripe_account"`
+	Keys          []Key   `db:"keys" json:"keys"`
 }
 
 // Key is one API key of a tenant, without its secret.
@@ -46,7 +48,7 @@ type Key struct {
 // List returns every tenant with its keys, oldest tenant first.
 func List(ctx context.Context, db Querier) ([]Tenant, error) {
 	rows, err := db.Query(ctx, `
-		SELECT t.id, t.name, t.created_at,
+		SELECT t.id, t.name, t.created_at, t.stripe_account,
 			coalesce(jsonb_agg(jsonb_build_object(
 				'id', k.id, 'created_at', k.created_at, 'expires_at', k.expires_at, 'revoked_at', k.revoked_at,
 				'active', k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now()))

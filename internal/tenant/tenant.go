@@ -44,17 +44,17 @@ type Beginner interface {
 
 // Create makes a tenant with one API key; a name already taken is ErrExists.
 func Create(ctx context.Context, db Beginner, name string) (Created, error) {
-	return create(ctx, db, name, false)
+	return create(ctx, db, name, false, "")
 }
 
 // Ensure makes the tenant named name if there is none, then issues a new API
 // key for it. Keys issued before stay valid, so a setup step that runs more
 // than once never breaks a client configured by an earlier run.
 func Ensure(ctx context.Context, db Beginner, name string) (Created, error) {
-	return create(ctx, db, name, true)
+	return create(ctx, db, name, true, "")
 }
 
-func create(ctx context.Context, db Beginner, name string, existingOK bool) (Created, error) {
+func create(ctx context.Context, db Beginner, name string, existingOK bool, account string) (Created, error) {
 	name = strings.TrimSpace(name)
 	if name == "" || len(name) > 200 {
 		return Created{}, errors.New("tenant name must be 1 to 200 characters")
@@ -77,6 +77,11 @@ func create(ctx context.Context, db Beginner, name string, existingOK bool) (Cre
 	}
 	if !inserted && !existingOK {
 		return Created{}, fmt.Errorf("%w: %q is %s (\"api tenants ensure\" issues a new key for it)", ErrExists, name, tenantID)
+	}
+	if account != "" {
+		if err := setAccount(ctx, tx, tenantID, account); err != nil {
+			return Created{}, err
+		}
 	}
 	key, err := insertAPIKey(ctx, tx, tenantID)
 	if err != nil {

@@ -76,6 +76,9 @@ func (p *Processor) Process(ctx context.Context, eventID string) (string, error)
 		return "", nil
 	}
 	log := p.logger.With(slog.String("event_id", ev.ID), slog.String("event_type", ev.Type))
+	if ev.Account != "" {
+		log = log.With(slog.String("account", ev.Account))
+	}
 	result := ResultIgnored
 	if h, ok := p.handlers[ev.Type]; ok {
 		if result, err = h(ctx, ev, log); err != nil {
@@ -97,12 +100,15 @@ func (p *Processor) settleIntent(ctx context.Context, ev storedEvent, log *slog.
 	}
 	intentID := *ev.ObjectID
 	callCtx, cancel := context.WithTimeout(ctx, p.callTimeout)
-	out := p.provider.RetrieveIntent(callCtx, intentID)
+	out := p.provider.For(ev.Account).RetrieveIntent(callCtx, intentID)
 	cancel()
+	if out.Kind == provider.Ambiguous && out.HTTPStatus == http.StatusNotFound {
+		return ResultNotOurs, nil // not an intent this account knows
+	}
 	if out.Kind == provider.Ambiguous {
 		return "", fmt.Errorf("read intent %s: %w", intentID, out.Err)
 	}
-	s, err := payments.Settle(ctx, p.pool, p.keys, out)
+	s, err := payments.Settle(ctx, p.pool, p.keys, ev.Account, out)
 	if errors.Is(err, payments.ErrNotOurs) {
 		log.InfoContext(ctx, "event about an intent of no payment of ours", slog.String("intent_id", intentID))
 		return ResultNotOurs, nil
@@ -145,7 +151,7 @@ func (p *Processor) settleRefund(ctx context.Context, ev storedEvent, log *slog.
 		return ResultNotOurs, nil
 	}
 	callCtx, cancel := context.WithTimeout(ctx, p.callTimeout)
-	out := p.provider.RetrieveRefund(callCtx, *ev.ObjectID)
+	out := p.provider.For(ev.Account).RetrieveRefund(callCtx, *ev.ObjectID)
 	cancel()
 	if out.Refund == nil {
 		if out.HTTPStatus == http.StatusNotFound {
@@ -153,7 +159,7 @@ func (p *Processor) settleRefund(ctx context.Context, ev storedEvent, log *slog.
 		}
 		return "", fmt.Errorf("read refund %s: %w", *ev.ObjectID, out.Err)
 	}
-	return p.settleRefunds(ctx, []*provider.Refund{out.Refund}, log)
+	return p.settleRefunds(ctx, ev.Account, []*provider.Refund{out.Refund}, log)
 }
 
 // settleChargeRefunds settles every refund of the charge's payment intent:
@@ -168,24 +174,24 @@ func (p *Processor) settleChargeRefunds(ctx context.Context, ev storedEvent, log
 		return ResultNotOurs, nil
 	}
 	callCtx, cancel := context.WithTimeout(ctx, p.callTimeout)
-	found, err := p.provider.ListRefunds(callCtx, intentID, "", "", 0)
+	found, err := p.provider.For(ev.Account).ListRefunds(callCtx, intentID, "", "", 0)
 	cancel()
 	if err != nil {
 		return "", fmt.Errorf("list the refunds of %s: %w", intentID, err)
 	}
-	return p.settleRefunds(ctx, found.Refunds, log)
+	return p.settleRefunds(ctx, ev.Account, found.Refunds, log)
 }
 
-// settleRefunds records the provider's refunds that are ours, each under the
-// refund's locks; it reports "settled" if any changed.
-func (p *Processor) settleRefunds(ctx context.Context, list []*provider.Refund, log *slog.Logger) (string, error) {
+// settleRefunds records the provider's refunds of account that are ours,
+// each under the refund's locks; it reports "settled" if any changed.
+func (p *Processor) settleRefunds(ctx context.Context, account string, list []*provider.Refund, log *slog.Logger) (string, error) {
 	result := ResultNotOurs
 	for _, re := range list {
 		tenantID := re.Metadata[refunds.MetadataTenantID]
 		if re.Metadata[refunds.MetadataRefundID] == "" || tenantID == "" {
 			continue
 		}
-		r, changed, err := refunds.Settle(ctx, p.pool, p.keys, tenantID, re)
+		r, changed, err := refunds.Settle(ctx, p.pool, p.keys, account, tenantID, re)
 		if errors.Is(err, refunds.ErrNotFound) {
 			continue
 		}

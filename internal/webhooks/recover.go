@@ -12,6 +12,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/oncepay/oncepay/internal/outbox"
+	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
@@ -61,41 +62,53 @@ type RecoverResult struct {
 	Complete bool
 }
 
-// Run lists the events after the cursor, stores the new ones with a job
-// each, and moves the cursor to the newest listed.
+// Run lists, for the platform's account and every connected account that
+// holds payments, the events after that account's cursor, stores the new
+// ones with a job each, and moves each cursor to the newest listed.
 func (r *Recoverer) Run(ctx context.Context, jobs Inserter) (RecoverResult, error) {
-	var res RecoverResult
-	cursor, err := readCursor(ctx, r.pool)
+	res := RecoverResult{Complete: true}
+	err := payments.EachAccount(ctx, r.pool, time.Now().Add(-r.cfg.Lookback), r.provider, func(account string, pc *provider.Client) error {
+		listed, stored, complete, err := r.runAccount(ctx, jobs, account, pc)
+		res.Listed += listed
+		res.Stored += stored
+		res.Complete = res.Complete && complete
+		return err
+	})
+	return res, err
+}
+
+func (r *Recoverer) runAccount(ctx context.Context, jobs Inserter, account string, pc *provider.Client) (listed, stored int, complete bool, err error) {
+	cursor, err := readCursor(ctx, r.pool, account)
 	if err != nil {
-		return res, err
+		return 0, 0, false, err
 	}
 	since := time.Now().Add(-r.cfg.Lookback)
 	callCtx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
 	defer cancel()
-	events, complete, err := r.provider.ListEvents(callCtx, cursor, since, r.cfg.MaxPages)
+	events, complete, err := pc.ListEvents(callCtx, cursor, since, r.cfg.MaxPages)
 	if errors.Is(err, provider.ErrUnknownCursor) {
 		r.logger.WarnContext(ctx, "the provider no longer knows the recovery cursor; listing the lookback window",
-			slog.String("cursor", cursor), slog.Duration("lookback", r.cfg.Lookback))
-		events, complete, err = r.provider.ListEvents(callCtx, "", since, r.cfg.MaxPages)
+			slog.String("account", account), slog.String("cursor", cursor), slog.Duration("lookback", r.cfg.Lookback))
+		events, complete, err = pc.ListEvents(callCtx, "", since, r.cfg.MaxPages)
 	}
-	res.Listed, res.Complete = len(events), complete
 	// Whatever was listed before an error is stored: each event is
 	// independent, and the cursor moves only over stored events.
 	for _, ev := range events {
-		stored, ierr := Ingest(ctx, r.pool, jobs, ev, SourceRecovery)
+		isNew, ierr := Ingest(ctx, r.pool, jobs, ev, SourceRecovery)
 		if ierr != nil {
-			return res, errors.Join(err, ierr)
+			return len(events), stored, false, errors.Join(err, ierr)
 		}
-		if stored {
-			res.Stored++
-			r.logger.InfoContext(ctx, "recovered an event whose webhook never arrived", slog.String("event_id", ev.ID), slog.String("event_type", ev.Type))
+		if isNew {
+			stored++
+			r.logger.InfoContext(ctx, "recovered an event whose webhook never arrived", slog.String("event_id", ev.ID),
+				slog.String("event_type", ev.Type), slog.String("account", account))
 		}
 		// Events come oldest first: the cursor is the newest stored.
-		if werr := writeCursor(ctx, r.pool, ev.ID); werr != nil {
-			return res, errors.Join(err, werr)
+		if werr := writeCursor(ctx, r.pool, account, ev.ID); werr != nil {
+			return len(events), stored, false, errors.Join(err, werr)
 		}
 	}
-	return res, err
+	return len(events), stored, complete, err
 }
 
 // RecoverWorker runs the Recoverer as a periodic River job.

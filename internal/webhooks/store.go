@@ -39,10 +39,10 @@ type Inserter interface {
 func Ingest(ctx context.Context, pool *pgxpool.Pool, jobs Inserter, ev provider.Event, source Source) (stored bool, err error) {
 	err = pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `
-			INSERT INTO webhook_events (id, type, api_version, object_id, created, payload, source)
-			VALUES ($1, $2, nullif($3, ''), nullif($4, ''), $5, $6, $7)
+			INSERT INTO webhook_events (id, type, api_version, object_id, created, payload, source, account)
+			VALUES ($1, $2, nullif($3, ''), nullif($4, ''), $5, $6, $7, nullif($8, ''))
 			ON CONFLICT (id) DO NOTHING`,
-			ev.ID, ev.Type, ev.APIVersion, ev.ObjectID, ev.Created, redacted(ev.Payload), source)
+			ev.ID, ev.Type, ev.APIVersion, ev.ObjectID, ev.Created, redacted(ev.Payload), source, ev.Account)
 		if err != nil {
 			return fmt.Errorf("store event %s: %w", ev.ID, err)
 		}
@@ -82,12 +82,15 @@ type storedEvent struct {
 	Type        string     `db:"type"`
 	ObjectID    *string    `db:"object_id"`
 	ProcessedAt *time.Time `db:"processed_at"`
+	// Account is the connected account the event happened on; "" the
+	// platform's. Only its operations are settled from the event.
+	Account string `db:"account"`
 }
 
 var errEventNotFound = errors.New("webhook event not found")
 
 func loadEvent(ctx context.Context, db querier, eventID string) (storedEvent, error) {
-	rows, err := db.Query(ctx, `SELECT id, type, object_id, processed_at FROM webhook_events WHERE id = $1`, eventID)
+	rows, err := db.Query(ctx, `SELECT id, type, object_id, processed_at, coalesce(account, '') AS account FROM webhook_events WHERE id = $1`, eventID)
 	if err != nil {
 		return storedEvent{}, fmt.Errorf("load event %s: %w", eventID, err)
 	}
@@ -112,9 +115,10 @@ func markProcessed(ctx context.Context, db execer, eventID, result string) error
 	return nil
 }
 
-// readCursor returns the newest event the recovery has listed, or "".
-func readCursor(ctx context.Context, db querier) (string, error) {
-	rows, err := db.Query(ctx, `SELECT last_event_id FROM webhook_recovery_cursor`)
+// readCursor returns the newest event of account the recovery has listed,
+// or "".
+func readCursor(ctx context.Context, db querier, account string) (string, error) {
+	rows, err := db.Query(ctx, `SELECT last_event_id FROM webhook_recovery_cursor WHERE account = $1`, account)
 	if err != nil {
 		return "", fmt.Errorf("read recovery cursor: %w", err)
 	}
@@ -128,10 +132,10 @@ func readCursor(ctx context.Context, db querier) (string, error) {
 	return id, nil
 }
 
-func writeCursor(ctx context.Context, db execer, eventID string) error {
+func writeCursor(ctx context.Context, db execer, account, eventID string) error {
 	_, err := db.Exec(ctx, `
-		INSERT INTO webhook_recovery_cursor (last_event_id) VALUES ($1)
-		ON CONFLICT (singleton) DO UPDATE SET last_event_id = excluded.last_event_id, updated_at = now()`, eventID)
+		INSERT INTO webhook_recovery_cursor (account, last_event_id) VALUES ($1, $2)
+		ON CONFLICT (account) DO UPDATE SET last_event_id = excluded.last_event_id, updated_at = now()`, account, eventID)
 	if err != nil {
 		return fmt.Errorf("write recovery cursor: %w", err)
 	}

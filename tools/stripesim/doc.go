@@ -3,8 +3,10 @@
 //
 // stripe-mock answers from fixtures and forgets every request, so it cannot
 // show that a payment was charged exactly once. This simulator keeps the
-// objects it creates, honours Idempotency-Key the way Stripe does (the first
-// response is stored per API key and key and replayed with
+// objects it creates, per connected account (Stripe-Account: an object of
+// one account does not exist for another), honours Idempotency-Key the way
+// Stripe does (the first response is stored per API key, account and key
+// and replayed with
 // Idempotent-Replayed: true; other parameters under the same key are an
 // idempotency_error; a key still executing is a 409), injects faults such as
 // "commit the charge, then fail the response", and exposes a ledger that

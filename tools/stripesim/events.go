@@ -30,6 +30,7 @@ type event struct {
 	id         string
 	seq        int64
 	created    int64
+	account    string // the connected account of its object; "" the platform's
 	typ        string
 	apiVersion string
 	object     json.RawMessage
@@ -43,10 +44,13 @@ type event struct {
 }
 
 type eventJSON struct {
-	ID              string            `json:"id"`
-	Object          string            `json:"object"`
-	APIVersion      *string           `json:"api_version"`
-	Created         int64             `json:"created"`
+	ID         string  `json:"id"`
+	Object     string  `json:"object"`
+	APIVersion *string `json:"api_version"`
+	Created    int64   `json:"created"`
+	// Account is the connected account the event happened on; absent for
+	// the platform's own events, as at Stripe.
+	Account         *string           `json:"account,omitempty"`
 	Data            eventDataJSON     `json:"data"`
 	Livemode        bool              `json:"livemode"`
 	PendingWebhooks int64             `json:"pending_webhooks"`
@@ -72,7 +76,7 @@ type eventListJSON struct {
 
 func (e *event) json() *eventJSON {
 	return &eventJSON{
-		ID: e.id, Object: "event", APIVersion: nullable(e.apiVersion), Created: e.created,
+		ID: e.id, Object: "event", APIVersion: nullable(e.apiVersion), Created: e.created, Account: nullable(e.account),
 		Data: eventDataJSON{Object: e.object}, PendingWebhooks: e.pendingWebhooks,
 		Request: &eventRequestJSON{ID: nullable(e.requestID), IdempotencyKey: nullable(e.idempotencyKey)},
 		Type:    e.typ,
@@ -82,12 +86,12 @@ func (e *event) json() *eventJSON {
 // emit records an event of type typ about obj, rendered now. Called with
 // Server.mu held; the server stamps it with the request that caused it and
 // hands it to the webhook sender once the request has executed.
-func (st *state) emit(typ string, obj any, now time.Time, apiVersion string) {
+func (st *state) emit(account, typ string, obj any, now time.Time, apiVersion string) {
 	raw, err := json.Marshal(obj)
 	if err != nil {
 		panic("stripesim: marshal event object: " + err.Error())
 	}
-	e := &event{id: newID("evt_", 24), seq: st.nextSeq(), created: now.Unix(), typ: typ, apiVersion: apiVersion, object: raw}
+	e := &event{id: newID("evt_", 24), seq: st.nextSeq(), created: now.Unix(), account: account, typ: typ, apiVersion: apiVersion, object: raw}
 	st.events = append(st.events, e)
 	st.eventsByID[e.id] = e
 	st.unsent = append(st.unsent, e)
@@ -115,14 +119,14 @@ func (s *Server) intentEvent(in *intent, now time.Time) {
 	default:
 		return
 	}
-	s.st.emit(typ, s.st.intentJSON(in, nil), now, s.cfg.EventAPIVersion)
+	s.st.emit(in.account, typ, s.st.intentJSON(in, nil), now, s.cfg.EventAPIVersion)
 }
 
 // refundEvents records what a refund changes: the refund and its charge.
 func (s *Server) refundEvents(re *refund, now time.Time) {
-	s.st.emit(eventRefundCreated, s.st.refundJSON(re, nil), now, s.cfg.EventAPIVersion)
+	s.st.emit(re.account, eventRefundCreated, s.st.refundJSON(re, nil), now, s.cfg.EventAPIVersion)
 	if ch, ok := s.st.charges[re.chargeID]; ok {
-		s.st.emit(eventChargeRefunded, s.st.chargeJSON(ch, nil), now, s.cfg.EventAPIVersion)
+		s.st.emit(ch.account, eventChargeRefunded, s.st.chargeJSON(ch, nil), now, s.cfg.EventAPIVersion)
 	}
 }
 
@@ -184,7 +188,7 @@ func (s *Server) listEvents(req *apiRequest) response {
 	var cursor *event
 	if id := cmp.Or(after, before); id != "" {
 		var ok bool
-		if cursor, ok = s.st.eventsByID[id]; !ok {
+		if cursor, ok = s.st.eventOf(req.account, id); !ok {
 			param := "starting_after"
 			if before != "" {
 				param = "ending_before"
@@ -198,6 +202,8 @@ func (s *Server) listEvents(req *apiRequest) response {
 	for i := len(s.st.events) - 1; i >= 0; i-- {
 		ev := s.st.events[i]
 		switch {
+		case ev.account != req.account:
+			continue
 		case after != "" && ev.seq >= cursor.seq, before != "" && ev.seq <= cursor.seq:
 			continue
 		case !created.contains(ev.created):
@@ -228,7 +234,7 @@ func (s *Server) getEvent(req *apiRequest) response {
 	if _, e := expandParam(req.params); e != nil {
 		return rejected(e)
 	}
-	ev, ok := s.st.eventsByID[req.id]
+	ev, ok := s.st.eventOf(req.account, req.id)
 	if !ok {
 		return notFound("id", "event", req.id)
 	}

@@ -3,9 +3,10 @@ package stripesim
 import "net/url"
 
 // keyScope is what an idempotency key is unique within: Stripe scopes keys
-// to the account, which for the simulator is the API key.
+// to the account, which for the simulator is the API key and the connected
+// account the request acts on (Stripe-Account).
 type keyScope struct {
-	apiKey, key string
+	apiKey, account, key string
 }
 
 // keyState is where a key's first request is.

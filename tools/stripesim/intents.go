@@ -151,16 +151,25 @@ func (s *Server) createIntent(req *apiRequest) response {
 	if pm != "" && !ok {
 		return noSuchPaymentMethod(pm)
 	}
+	customer := p.Get("customer")
+	if customer != "" {
+		owner, known := s.st.customers[customer]
+		if known && owner != req.account {
+			return badRequest("resource_missing", "customer", "No such customer: '%s'", customer)
+		}
+		s.st.customers[customer] = req.account
+	}
 
 	in := &intent{
 		id:                 newID("pi_", 24),
 		seq:                s.st.nextSeq(),
 		created:            req.now.Unix(),
 		createdAt:          req.now,
+		account:            req.account,
 		idempotencyKey:     req.key,
 		amount:             amount,
 		currency:           currency,
-		customer:           p.Get("customer"),
+		customer:           customer,
 		description:        p.Get("description"),
 		receiptEmail:       p.Get("receipt_email"),
 		paymentMethod:      pm,
@@ -178,7 +187,7 @@ func (s *Server) createIntent(req *apiRequest) response {
 	if pm != "" {
 		in.status = statusRequiresConfirmation
 	}
-	s.st.emit(eventIntentCreated, s.st.intentJSON(in, nil), req.now, s.cfg.EventAPIVersion)
+	s.st.emit(in.account, eventIntentCreated, s.st.intentJSON(in, nil), req.now, s.cfg.EventAPIVersion)
 	if !confirm {
 		return jsonResponse(http.StatusOK, s.st.intentJSON(in, exp))
 	}
@@ -198,7 +207,7 @@ func (s *Server) confirmIntent(req *apiRequest) response {
 	if e != nil {
 		return rejected(e)
 	}
-	in, ok := s.st.intents[req.id]
+	in, ok := s.st.intentOf(req.account, req.id)
 	if !ok {
 		return notFound("intent", "payment_intent", req.id)
 	}
@@ -234,7 +243,7 @@ func (s *Server) captureIntent(req *apiRequest) response {
 	if e != nil {
 		return rejected(e)
 	}
-	in, ok := s.st.intents[req.id]
+	in, ok := s.st.intentOf(req.account, req.id)
 	if !ok {
 		return notFound("intent", "payment_intent", req.id)
 	}
@@ -293,7 +302,7 @@ func (s *Server) cancelIntent(req *apiRequest) response {
 		return rejectParam("parameter_invalid_string", "cancellation_reason",
 			"Invalid cancellation_reason: must be one of duplicate, fraudulent, requested_by_customer or abandoned")
 	}
-	in, ok := s.st.intents[req.id]
+	in, ok := s.st.intentOf(req.account, req.id)
 	if !ok {
 		return notFound("intent", "payment_intent", req.id)
 	}
@@ -360,7 +369,7 @@ func (s *Server) getIntent(req *apiRequest) response {
 	if e != nil {
 		return rejected(e)
 	}
-	in, ok := s.st.intents[req.id]
+	in, ok := s.st.intentOf(req.account, req.id)
 	if !ok {
 		return notFound("intent", "payment_intent", req.id)
 	}
@@ -383,7 +392,7 @@ func (s *Server) getCharge(req *apiRequest) response {
 	if e != nil {
 		return rejected(e)
 	}
-	ch, ok := s.st.charges[req.id]
+	ch, ok := s.st.chargeOf(req.account, req.id)
 	if !ok {
 		return notFound("charge", "charge", req.id)
 	}
@@ -430,7 +439,7 @@ func (s *Server) searchIntents(req *apiRequest) response {
 	var hits []*intent
 	for _, in := range s.st.intents {
 		indexed := !req.now.Before(in.createdAt.Add(s.cfg.SearchIndexDelay))
-		if indexed && q.matches(in) {
+		if indexed && in.account == req.account && q.matches(in) {
 			hits = append(hits, in)
 		}
 	}
@@ -488,7 +497,7 @@ func (s *Server) listIntents(req *apiRequest) response {
 	var cursor *intent
 	if id := cmp.Or(after, before); id != "" {
 		var ok bool
-		if cursor, ok = s.st.intents[id]; !ok {
+		if cursor, ok = s.st.intentOf(req.account, id); !ok {
 			param := "starting_after"
 			if before != "" {
 				param = "ending_before"
@@ -499,7 +508,7 @@ func (s *Server) listIntents(req *apiRequest) response {
 
 	var all []*intent
 	for _, in := range s.st.intents {
-		if created.contains(in.created) && (customer == "" || in.customer == customer) {
+		if in.account == req.account && created.contains(in.created) && (customer == "" || in.customer == customer) {
 			all = append(all, in)
 		}
 	}

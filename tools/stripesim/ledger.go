@@ -46,12 +46,18 @@ type LedgerObject struct {
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
 	// Created is a Unix time in seconds.
 	Created int64 `json:"created"`
+	// Account is the connected account the object belongs to (the
+	// Stripe-Account it was created with); empty for the platform's own.
+	Account string `json:"account,omitempty"`
 }
 
 // KeyStats counts what happened to requests carrying one idempotency key.
 type KeyStats struct {
 	// Key is the Idempotency-Key header.
 	Key string `json:"key"`
+	// Account is the connected account the key was used on: keys are
+	// scoped to it. Empty for the platform's own.
+	Account string `json:"account,omitempty"`
 	// Method and Path are those of the request the key was first used with.
 	Method string `json:"method"`
 	Path   string `json:"path"`
@@ -150,19 +156,21 @@ func (st *state) ledger() Ledger {
 		entries = append(entries, entry{in.seq, LedgerObject{
 			ID: in.id, Object: "payment_intent", Amount: in.amount, Currency: in.currency, Status: in.status,
 			Metadata: metadataJSON(in.metadata), IdempotencyKey: in.idempotencyKey, Created: in.created, Captures: in.captures,
+			Account: in.account,
 		}})
 	}
 	for _, ch := range st.charges {
 		entries = append(entries, entry{ch.seq, LedgerObject{
 			ID: ch.id, Object: "charge", Amount: ch.amount, AmountRefunded: ch.amountRefunded, AmountCaptured: st.amountCaptured(ch), Currency: ch.currency,
 			Status: ch.status, PaymentIntent: ch.intentID, Metadata: metadataJSON(ch.metadata),
-			IdempotencyKey: ch.idempotencyKey, Created: ch.created,
+			IdempotencyKey: ch.idempotencyKey, Created: ch.created, Account: ch.account,
 		}})
 	}
 	for _, re := range st.refunds {
 		entries = append(entries, entry{re.seq, LedgerObject{
 			ID: re.id, Object: "refund", Amount: re.amount, Currency: re.currency, Status: "succeeded",
 			PaymentIntent: re.intentID, Metadata: metadataJSON(re.metadata), IdempotencyKey: re.idempotencyKey, Created: re.created,
+			Account: re.account,
 		}})
 	}
 	slices.SortFunc(entries, func(a, b entry) int { return cmp.Compare(a.seq, b.seq) })
@@ -177,7 +185,7 @@ func (st *state) ledger() Ledger {
 			status = k.resp.status
 		}
 		l.Keys = append(l.Keys, KeyStats{
-			Key: k.scope.key, Method: k.method, Path: k.path, Status: status,
+			Key: k.scope.key, Account: k.scope.account, Method: k.method, Path: k.path, Status: status,
 			Executions: k.executions, Rejections: k.rejections, Replays: k.replays, Conflicts: k.conflicts,
 			Mismatches: k.mismatches,
 		})

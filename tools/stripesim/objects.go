@@ -85,6 +85,7 @@ type intent struct {
 	seq                  int64 // creation order, for the ledger and lists
 	created              int64
 	createdAt            time.Time // created to the nanosecond, for the search delay
+	account              string    // the connected account it belongs to; "" the platform's
 	idempotencyKey       string
 	amount               int64
 	currency             string
@@ -113,6 +114,7 @@ type intent struct {
 // charge is the Charge a confirmation creates.
 type charge struct {
 	id, intentID   string
+	account        string // its intent's
 	seq            int64
 	created        int64
 	idempotencyKey string
@@ -135,6 +137,7 @@ type charge struct {
 // refund is a Refund of (part of) a charge.
 type refund struct {
 	id, chargeID, intentID string
+	account                string // its charge's
 	seq                    int64
 	created                int64
 	idempotencyKey         string
@@ -150,8 +153,11 @@ type state struct {
 	intents map[string]*intent
 	charges map[string]*charge
 	refunds map[string]*refund
-	keys    map[keyScope]*keyEntry
-	faults  []*activeFault
+	// customers maps a customer id to the account that first used it: at
+	// Stripe a customer belongs to one account.
+	customers map[string]string
+	keys      map[keyScope]*keyEntry
+	faults    []*activeFault
 	// events in creation order, and by id.
 	events     []*event
 	eventsByID map[string]*event
@@ -163,10 +169,11 @@ type state struct {
 
 func newState() *state {
 	return &state{
-		intents: map[string]*intent{},
-		charges: map[string]*charge{},
-		refunds: map[string]*refund{},
-		keys:    map[keyScope]*keyEntry{},
+		intents:   map[string]*intent{},
+		charges:   map[string]*charge{},
+		refunds:   map[string]*refund{},
+		customers: map[string]string{},
+		keys:      map[keyScope]*keyEntry{},
 
 		eventsByID: map[string]*event{},
 	}
@@ -182,6 +189,7 @@ func (st *state) newCharge(in *intent, card testCard, status string, now time.Ti
 	ch := &charge{
 		id:             newID("ch_", 24),
 		intentID:       in.id,
+		account:        in.account,
 		seq:            st.nextSeq(),
 		created:        now.Unix(),
 		idempotencyKey: in.idempotencyKey,
@@ -264,4 +272,27 @@ func (st *state) fail(in *intent, card testCard, e *apiError, now time.Time) {
 	in.lastError = e.withDocURL()
 	in.status = statusRequiresPaymentMethod
 	in.paymentMethod = ""
+}
+
+// The lookups of one account: an object of another account does not exist
+// for it, as at Stripe, where each connected account has its own objects.
+
+func (st *state) intentOf(account, id string) (*intent, bool) {
+	in, ok := st.intents[id]
+	return in, ok && in.account == account
+}
+
+func (st *state) chargeOf(account, id string) (*charge, bool) {
+	ch, ok := st.charges[id]
+	return ch, ok && ch.account == account
+}
+
+func (st *state) refundOf(account, id string) (*refund, bool) {
+	re, ok := st.refunds[id]
+	return re, ok && re.account == account
+}
+
+func (st *state) eventOf(account, id string) (*event, bool) {
+	ev, ok := st.eventsByID[id]
+	return ev, ok && ev.account == account
 }

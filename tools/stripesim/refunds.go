@@ -42,7 +42,7 @@ func (s *Server) createRefund(req *apiRequest) response {
 	case piID != "" && chID != "":
 		return rejectParam("parameters_exclusive", "charge", "You may only specify one of these parameters: charge, payment_intent.")
 	case piID != "":
-		in, ok := s.st.intents[piID]
+		in, ok := s.st.intentOf(req.account, piID)
 		if !ok {
 			return badRequest("resource_missing", "payment_intent", "No such payment_intent: '%s'", piID)
 		}
@@ -53,7 +53,7 @@ func (s *Server) createRefund(req *apiRequest) response {
 		ch = s.st.charges[in.latestCharge]
 	case chID != "":
 		var ok bool
-		if ch, ok = s.st.charges[chID]; !ok {
+		if ch, ok = s.st.chargeOf(req.account, chID); !ok {
 			return badRequest("resource_missing", "charge", "No such charge: '%s'", chID)
 		}
 		if ch.status != chargeSucceeded {
@@ -80,6 +80,7 @@ func (s *Server) createRefund(req *apiRequest) response {
 		id:             newID("re_", 24),
 		chargeID:       ch.id,
 		intentID:       ch.intentID,
+		account:        ch.account,
 		seq:            s.st.nextSeq(),
 		created:        req.now.Unix(),
 		idempotencyKey: req.key,
@@ -102,7 +103,7 @@ func (s *Server) getRefund(req *apiRequest) response {
 	if e != nil {
 		return rejected(e)
 	}
-	re, ok := s.st.refunds[req.id]
+	re, ok := s.st.refundOf(req.account, req.id)
 	if !ok {
 		return notFound("refund", "refund", req.id)
 	}
@@ -161,7 +162,7 @@ func (s *Server) listRefunds(req *apiRequest) response {
 	var cursor *refund
 	if id := cmp.Or(after, before); id != "" {
 		var ok bool
-		if cursor, ok = s.st.refunds[id]; !ok {
+		if cursor, ok = s.st.refundOf(req.account, id); !ok {
 			param := "starting_after"
 			if before != "" {
 				param = "ending_before"
@@ -172,7 +173,7 @@ func (s *Server) listRefunds(req *apiRequest) response {
 	intentID, chargeID := p.Get("payment_intent"), p.Get("charge")
 	var all []*refund
 	for _, re := range s.st.refunds {
-		if created.contains(re.created) && (intentID == "" || re.intentID == intentID) && (chargeID == "" || re.chargeID == chargeID) {
+		if re.account == req.account && created.contains(re.created) && (intentID == "" || re.intentID == intentID) && (chargeID == "" || re.chargeID == chargeID) {
 			all = append(all, re)
 		}
 	}

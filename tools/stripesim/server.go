@@ -3,6 +3,7 @@ package stripesim
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -56,7 +57,11 @@ type apiRequest struct {
 	id           string // the {id} path value, if any
 	params       url.Values
 	key          string // Idempotency-Key, for POSTs
-	now          time.Time
+	// account is the connected account the request acts on (the
+	// Stripe-Account header); "" for the platform's own. Objects belong to
+	// the account that created them and do not exist for any other.
+	account string
+	now     time.Time
 }
 
 func (s *Server) routes() {
@@ -216,11 +221,16 @@ func (s *Server) process(w http.ResponseWriter, r *http.Request, requestID strin
 		w.Header().Set("Stripe-Version", apiVersion)
 		return outcome{resp: errorResponse(http.StatusBadRequest, invalidRequest("", "", "Invalid Stripe API version: %s", v))}
 	}
+	account := r.Header.Get("Stripe-Account")
+	if account != "" && !validAccount(account) {
+		return outcome{resp: errorResponse(http.StatusForbidden, &apiError{Type: errTypeInvalidRequest, Code: "account_invalid",
+			Message: fmt.Sprintf("The provided key does not have access to account '%s' (or that account does not exist).", account)})}
+	}
 	params, paramErr := readParams(w, r)
 	if paramErr != nil {
 		return outcome{resp: errorResponse(http.StatusBadRequest, paramErr)}
 	}
-	req := &apiRequest{method: r.Method, path: r.URL.Path, id: r.PathValue("id"), params: params}
+	req := &apiRequest{method: r.Method, path: r.URL.Path, id: r.PathValue("id"), params: params, account: account}
 
 	// Stripe honours keys on POST only: GETs are idempotent by nature.
 	var entry *keyEntry
@@ -230,7 +240,7 @@ func (s *Server) process(w http.ResponseWriter, r *http.Request, requestID strin
 		}
 		req.key = key
 		s.mu.Lock()
-		d, e := s.st.reserve(keyScope{apiKey: apiKey, key: key}, r.Method, r.URL.Path, fingerprint(r.Method, r.URL.Path, params))
+		d, e := s.st.reserve(keyScope{apiKey: apiKey, account: account, key: key}, r.Method, r.URL.Path, fingerprint(r.Method, r.URL.Path, params))
 		stored, origin := e.resp, e.requestID
 		s.mu.Unlock()
 		switch d {
@@ -281,6 +291,21 @@ func (s *Server) process(w http.ResponseWriter, r *http.Request, requestID strin
 		entry.settle(resp, requestID)
 	}
 	return outcome{resp: resp, key: req.key}
+}
+
+// validAccount reports whether a Stripe-Account header names an account the
+// simulator serves: any acct_ id, each an account of its own from first use.
+func validAccount(account string) bool {
+	id, ok := strings.CutPrefix(account, "acct_")
+	if !ok || id == "" || len(id) > 255 {
+		return false
+	}
+	for _, c := range id {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9') {
+			return false
+		}
+	}
+	return true
 }
 
 // authenticate returns the API key from Bearer (as stripe-go sends it) or
