@@ -257,6 +257,9 @@ type operatorPayment struct {
 }
 
 type providerCalls struct {
+	// Account is the connected account the calls act on; nil: the
+	// platform's own.
+	Account           *string    `json:"account"`
 	IntentID          *string    `json:"intent_id"`
 	IdempotencyKey    string     `json:"idempotency_key"`
 	Generation        int        `json:"generation"`
@@ -272,11 +275,20 @@ func operatorView(p payments.Payment) operatorPayment {
 		PaymentMethod: p.PaymentMethod, Metadata: p.Metadata, FailureCode: p.FailureCode, DeclineCode: p.DeclineCode,
 		FailureMessage: p.FailureMessage, CreatedAt: p.CreatedAt.UTC(), UpdatedAt: p.UpdatedAt.UTC(),
 		Provider: providerCalls{
-			IntentID: p.ProviderPaymentIntentID, IdempotencyKey: p.ProviderIdempotencyKey, Generation: p.ProviderKeyGeneration,
+			Account: p.ProviderAccount, IntentID: p.ProviderPaymentIntentID, IdempotencyKey: p.ProviderIdempotencyKey,
+			Generation:     p.ProviderKeyGeneration,
 			FirstAttemptAt: p.FirstProviderAttemptAt, LastAttemptAt: p.LastProviderAttemptAt,
 			ReconcileAfter: p.ReconcileAfter, ReconcileAttempts: p.ReconcileAttempts,
 		},
 	}
+}
+
+// accountOf names the account a payment was made on.
+func accountOf(account *string) string {
+	if account == nil {
+		return "the platform's own"
+	}
+	return *account
 }
 
 // reconcileState says where a payment stands with the reconciler.
@@ -431,6 +443,7 @@ func (a admin) paymentsShow(ctx context.Context) error {
 		"failure", fmt.Sprintf("%s / %s: %s", str(p.FailureCode), str(p.DeclineCode), str(p.FailureMessage)),
 		"created / updated", ts(p.CreatedAt)+" / "+ts(p.UpdatedAt),
 		"idempotency key", p.IdempotencyKey, "key state", keyState,
+		"provider account", accountOf(p.ProviderAccount),
 		"provider intent", str(p.ProviderPaymentIntentID), "provider key", p.ProviderIdempotencyKey,
 		"generation", fmt.Sprint(p.ProviderKeyGeneration),
 		"provider attempts", "first "+tsp(p.FirstProviderAttemptAt)+", last "+tsp(p.LastProviderAttemptAt),

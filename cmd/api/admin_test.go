@@ -418,6 +418,12 @@ func TestTenantStripeAccounts(t *testing.T) {
 		before, after).Scan(&accounts))
 	require.Nil(t, accounts[0], "made on the platform's account")
 	require.Equal(t, other, *accounts[1], "made on the tenant's account of the time")
+	shown, err := b.cli("payments", "show", after)
+	require.NoError(t, err, shown)
+	require.Regexp(t, `provider account:\s+`+other, shown)
+	shown, err = b.cli("payments", "show", before)
+	require.NoError(t, err, shown)
+	require.Regexp(t, `provider account:\s+the platform's own`, shown)
 
 	var list []tenant.Tenant
 	b.cliJSON(&list, "tenants", "list")
