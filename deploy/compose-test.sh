@@ -218,6 +218,17 @@ for url in "http://127.0.0.1:$ONCEPAY_API_METRICS_PORT/metrics" "http://127.0.0.
 done
 say "metrics published by the API and the worker"
 
+# Webhooks are on: the simulator's signed events reached the API and the
+# worker processed them. The console, on the worker's published admin
+# port, shows the demo's payments.
+processed=$(compose exec -T postgres psql -X -At -U postgres -d oncepay -c \
+	"SELECT count(*) FROM webhook_events WHERE source = 'webhook' AND processed_at IS NOT NULL")
+[ "${processed:-0}" -gt 0 ] || fail "no webhook event was delivered and processed"
+say "webhooks: $processed events delivered by the simulator and processed"
+curl -fsS "http://127.0.0.1:$ONCEPAY_WORKER_ADMIN_PORT/console/" -o "$tmp/console" || fail "the console does not answer"
+grep -q 'href="/console/payments/pay_' "$tmp/console" || fail "the console lists no payment"
+say "the console lists the payments"
+
 # Least privilege: the services connect as the runtime role, which can
 # change rows and no structure; the schema's owner can.
 phase "least privilege"

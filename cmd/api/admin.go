@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncepay/oncepay/internal/authorizations"
+	"github.com/oncepay/oncepay/internal/console"
 	"github.com/oncepay/oncepay/internal/envconfig"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/ledger"
@@ -347,55 +347,12 @@ type shownPayment struct {
 	Payment operatorPayment `json:"payment"`
 	// Operations are the payment's provider operations in order: its
 	// charge, then each refund.
-	Operations []shownOperation      `json:"operations"`
+	Operations []console.Operation   `json:"operations"`
 	Key        *shownKey             `json:"key"`
 	Releases   []idempotency.Release `json:"key_releases"`
 	Jobs       []payments.Job        `json:"jobs"`
 	Events     []payments.Event      `json:"webhook_events"`
 	Findings   []ledger.Finding      `json:"findings"`
-}
-
-// shownOperation is one provider operation of a payment, as an operator
-// follows it: what it is, its state, its key and what the provider knows.
-type shownOperation struct {
-	Operation        string    `json:"operation"`
-	ID               string    `json:"id"`
-	Status           string    `json:"status"`
-	Amount           int64     `json:"amount"`
-	IdempotencyKey   string    `json:"idempotency_key"`
-	ProviderObjectID *string   `json:"provider_object_id"`
-	Generation       int       `json:"generation"`
-	CreatedAt        time.Time `json:"created_at"`
-}
-
-// operationsOf lists p's operations in order: its charge, then its refunds.
-func (a admin) operationsOf(ctx context.Context, p payments.Payment) ([]shownOperation, error) {
-	ops := []shownOperation{{Operation: "payment", ID: p.ID, Status: string(p.Status), Amount: p.Amount, IdempotencyKey: p.IdempotencyKey,
-		ProviderObjectID: p.ProviderPaymentIntentID, Generation: p.ProviderKeyGeneration, CreatedAt: p.CreatedAt.UTC()}}
-	list, err := refunds.OfPayment(ctx, a.pool, p.TenantID, p.ID)
-	if err != nil {
-		return nil, err
-	}
-	for _, r := range list {
-		ops = append(ops, shownOperation{Operation: "refund", ID: r.ID, Status: string(r.Status), Amount: r.Amount, IdempotencyKey: r.IdempotencyKey,
-			ProviderObjectID: r.ProviderRefundID, Generation: r.ProviderKeyGeneration, CreatedAt: r.CreatedAt.UTC()})
-	}
-	actions, err := authorizations.OfPayment(ctx, a.pool, p.TenantID, p.ID)
-	if err != nil {
-		return nil, err
-	}
-	for _, act := range actions {
-		amount := int64(0)
-		if act.Kind == authorizations.Capture {
-			amount = cmp.Or(deref(act.AmountToCapture), p.Amount)
-		}
-		intent := act.ProviderPaymentIntentID
-		ops = append(ops, shownOperation{Operation: string(act.Kind), ID: act.ID, Status: string(act.Status), Amount: amount,
-			IdempotencyKey: act.IdempotencyKey, ProviderObjectID: &intent, Generation: act.ProviderKeyGeneration, CreatedAt: act.CreatedAt.UTC()})
-	}
-	// The charge first, then the others as they were made.
-	slices.SortStableFunc(ops[1:], func(x, y shownOperation) int { return x.CreatedAt.Compare(y.CreatedAt) })
-	return ops, nil
 }
 
 func deref[T any](p *T) T {
@@ -415,7 +372,7 @@ func (a admin) paymentsShow(ctx context.Context) error {
 		return err
 	}
 	shown := shownPayment{Payment: operatorView(d.Payment), Releases: d.Releases, Jobs: d.Jobs, Events: d.Events, Findings: d.Findings}
-	if shown.Operations, err = a.operationsOf(ctx, d.Payment); err != nil {
+	if shown.Operations, err = console.OperationsOf(ctx, a.pool, d.Payment); err != nil {
 		return err
 	}
 	if d.Key != nil {

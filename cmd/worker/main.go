@@ -26,6 +26,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/oncepay/oncepay/internal/authorizations"
+	"github.com/oncepay/oncepay/internal/console"
 	"github.com/oncepay/oncepay/internal/envconfig"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/metrics"
@@ -204,7 +205,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err != nil {
 		return fmt.Errorf("listen on WORKER_ADMIN_ADDR=%s: %w", cfg.AdminAddr, err)
 	}
-	admin := newAdminServer(pool, m)
+	admin := newAdminServer(pool, m, console.Handler(console.Config{Pool: pool, Keys: keys, Metrics: m.Registry(), Logger: logger}))
 	go func() { _ = admin.Serve(ln) }()
 	defer admin.Close()
 
@@ -276,10 +277,12 @@ func periodicJob(interval time.Duration, args river.JobArgs) *river.PeriodicJob 
 	return outbox.PeriodicJob(interval, args)
 }
 
-// newAdminServer serves /healthz and /readyz with the same timeouts as the
-// API's server, so that a stalled prober cannot hold connections forever.
-func newAdminServer(pool *pgxpool.Pool, m *metrics.Metrics) *http.Server {
+// newAdminServer serves /healthz, /readyz, /metrics and the operator's
+// console with the same timeouts as the API's server, so that a stalled
+// prober cannot hold connections forever.
+func newAdminServer(pool *pgxpool.Pool, m *metrics.Metrics, operatorConsole http.Handler) *http.Server {
 	mux := http.NewServeMux()
+	mux.Handle(console.Path, operatorConsole)
 	mux.HandleFunc("GET /healthz", serve.Healthz)
 	mux.HandleFunc("GET /readyz", serve.Readyz(pool))
 	mux.Handle("GET /metrics", m.Handler())

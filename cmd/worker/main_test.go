@@ -66,10 +66,24 @@ type pipeline struct {
 func newPipeline(t *testing.T) *pipeline {
 	t.Helper()
 	pool, url := pgtest.NewPool(t)
+	return newPipelineOn(t, pool, url, false)
+}
+
+// newPipelineOn is newPipeline on a database of the caller's; withWebhooks
+// has the simulator deliver its signed events to the API.
+func newPipelineOn(t *testing.T, pool *pgxpool.Pool, url string, withWebhooks bool) *pipeline {
+	t.Helper()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	sim := httptest.NewServer(stripesim.New(stripesim.Config{Logger: logger, MaxHold: 30 * time.Second}))
+	api := apitest.Start(t, pool)
+	cfg := stripesim.Config{Logger: logger, MaxHold: 30 * time.Second}
+	if withWebhooks {
+		cfg.WebhookURL, cfg.WebhookSecret = api.URL+"/v1/webhooks/stripe", apitest.WebhookSecret
+	}
+	simulator := stripesim.New(cfg)
+	sim := httptest.NewServer(simulator)
 	t.Cleanup(sim.Close)
-	return &pipeline{t: t, ctx: context.Background(), pool: pool, url: url, api: apitest.Start(t, pool),
+	t.Cleanup(simulator.Close) // runs first: deliveries stop before the servers
+	return &pipeline{t: t, ctx: context.Background(), pool: pool, url: url, api: api,
 		sim: stripesim.AdminClient{BaseURL: sim.URL}, base: sim.URL}
 }
 
@@ -397,7 +411,7 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 // connection, as the API's does.
 func TestAdminServerTimeouts(t *testing.T) {
 	t.Parallel()
-	srv := newAdminServer(nil, metrics.New())
+	srv := newAdminServer(nil, metrics.New(), http.NotFoundHandler())
 	require.Equal(t, 5*time.Second, srv.ReadHeaderTimeout)
 	require.Positive(t, srv.ReadTimeout)
 	require.Positive(t, srv.WriteTimeout)

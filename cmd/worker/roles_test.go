@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"os/exec"
 	"strings"
 	"testing"
@@ -19,9 +18,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/postgres"
-	"github.com/oncepay/oncepay/internal/testkit/apitest"
 	"github.com/oncepay/oncepay/internal/testkit/pgtest"
-	"github.com/oncepay/oncepay/tools/stripesim"
 )
 
 // TestRuntimeRoleRunsTheService: deploy/db/roles.sql makes an owner role
@@ -66,10 +63,7 @@ func TestRuntimeRoleRunsTheService(t *testing.T) {
 		require.Equal(t, "42501", pgErr.Code, "%s: %s", ddl, pgErr.Message)
 	}
 
-	sim := httptest.NewServer(stripesim.New(stripesim.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}))
-	t.Cleanup(sim.Close)
-	p := &pipeline{t: t, ctx: ctx, pool: appPool, url: appURL, api: apitest.Start(t, appPool),
-		sim: stripesim.AdminClient{BaseURL: sim.URL}, base: sim.URL}
+	p := newPipelineOn(t, appPool, appURL, true)
 	w := p.startWorker("RECONCILE_INTERVAL=200ms", "SWEEP_INTERVAL=200ms", "LEDGER_CHECK_INTERVAL=200ms",
 		"WEBHOOK_RECOVER_INTERVAL=200ms", "IDEMPOTENCY_REAP_INTERVAL=1s")
 	require.True(t, w.out.contains("River's nightly reindex is off: this role does not own its tables (the owner may run it)"),

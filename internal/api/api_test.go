@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"html/template"
 	"io"
 	"log/slog"
 	"net/http"
@@ -19,7 +20,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
 
+	apispec "github.com/oncepay/oncepay/api"
 	"github.com/oncepay/oncepay/internal/api"
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
@@ -659,6 +662,34 @@ func TestDocsAndHealth(t *testing.T) {
 	require.Equal(t, http.StatusOK, b.do(http.MethodGet, "/healthz", "", nil, "").status)
 	require.Equal(t, http.StatusOK, b.do(http.MethodGet, "/readyz", "", nil, "").status)
 	requireProblem(t, b.do(http.MethodGet, "/nope", "", nil, ""), problem.NotFound)
+
+	// Whoever opens the API in a browser finds what it is and where its
+	// documentation is, at / and at /docs.
+	for _, path := range []string{"/", "/docs"} {
+		landing := b.do(http.MethodGet, path, "", nil, "")
+		require.Equal(t, http.StatusOK, landing.status, path)
+		require.Equal(t, "text/html; charset=utf-8", landing.header.Get("Content-Type"))
+		for _, link := range []string{"/docs/idempotency", problem.DocsPath, api.OpenAPIPath, api.ReferencePath} {
+			require.Contains(t, string(landing.body), `href="`+link+`"`, path)
+		}
+	}
+	// The reference is the OpenAPI document's every route, with its
+	// parameters, its body's members and its answers.
+	ref := string(b.do(http.MethodGet, api.ReferencePath, "", nil, "").body)
+	var spec struct {
+		Paths map[string]map[string]any
+	}
+	require.NoError(t, yaml.Unmarshal(apispec.OpenAPI(), &spec))
+	for path, methods := range spec.Paths {
+		for method := range methods {
+			if method != "parameters" {
+				require.Contains(t, ref, "<code>"+strings.ToUpper(method)+" "+template.HTMLEscapeString(path)+"</code>")
+			}
+		}
+	}
+	for _, s := range []string{"<code>Idempotency-Key</code>", "<code>amount</code>", "<code>capture_method</code>", "<code>422</code>"} {
+		require.Contains(t, ref, s)
+	}
 	requireProblem(t, b.do(http.MethodDelete, "/v1/payments", b.tenant.APIKey, nil, ""), problem.MethodNotAllowed)
 }
 

@@ -83,6 +83,15 @@ func NewHandler(d Deps) http.Handler {
 	r.Get(problem.DocsPath, handleProblemIndex)
 	r.Get(problem.DocsPath+"/{slug}", handleProblemDoc)
 	r.Get(OpenAPIPath, handleOpenAPI(apispec.OpenAPI()))
+	r.Get("/", handleLanding)
+	r.Get("/docs", handleLanding)
+	reference, err := renderReference(apispec.OpenAPI())
+	if err != nil {
+		// The document is embedded: the API's tests render it.
+		d.Logger.Error("render the API reference", slog.Any("error", err))
+		reference = `<p>The reference could not be rendered here; <a href="` + OpenAPIPath + `">openapi.yaml</a> is the contract.</p>`
+	}
+	r.Get(ReferencePath, handleReference(reference))
 
 	if d.Webhooks != nil {
 		// Authenticated by its signature, not by a tenant's API key: outside

@@ -3,6 +3,7 @@ package payments
 import (
 	"crypto/sha256"
 	"encoding/base64"
+	"slices"
 	"strconv"
 	"time"
 
@@ -36,6 +37,15 @@ const (
 	// not be determined; an operator or the reconciler must settle it.
 	StatusRequiresReconciliation Status = "requires_reconciliation"
 )
+
+// Statuses lists every payment status, in the order a payment meets them.
+func Statuses() []Status {
+	return []Status{StatusProcessing, StatusRequiresAction, StatusRequiresCapture, StatusSucceeded, StatusCanceled,
+		StatusFailed, StatusRequiresReconciliation}
+}
+
+// Valid reports whether s is a payment status.
+func (s Status) Valid() bool { return slices.Contains(Statuses(), s) }
 
 // FailureProviderNotReached is the failure code of a payment proven never
 // to have reached the provider: nothing was charged, and a retry of the

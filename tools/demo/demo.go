@@ -193,6 +193,9 @@ func (s *Story) failsAfterCharging(ctx context.Context) error {
 		return err
 	}
 	s.printf("   %s the simulator will charge the next payment, then answer 500 and replay that 500 to every retry, as Stripe does\n", s.dim("⚡"))
+	if err := s.dropNextChargeWebhook(ctx); err != nil {
+		return err
+	}
 	a, err := s.pay(ctx, keyFor("fails-after"), visa(2000), "")
 	if err != nil {
 		return err
@@ -206,6 +209,20 @@ func (s *Story) failsAfterCharging(ctx context.Context) error {
 	return s.chargedOnce(ctx, a.paymentID())
 }
 
+// dropNextChargeWebhook has the simulator drop the event of the next
+// charge that succeeds, so that the step shows the mechanism it is about
+// (the reconciler, the rescued job) and not the webhook, which would
+// otherwise settle the payment first. The event stays in the provider's
+// list, where the webhook recovery finds it later.
+func (s *Story) dropNextChargeWebhook(ctx context.Context) error {
+	fault := stripesim.WebhookFault{Mode: stripesim.WebhookDrop, Type: "payment_intent.succeeded", Count: 1}
+	if err := s.Sim.InjectWebhookFault(ctx, fault); err != nil {
+		return err
+	}
+	s.printf("   %s and drop its webhook: only a lookup can learn of the charge\n", s.dim("⚡"))
+	return nil
+}
+
 func (s *Story) workerKilled(ctx context.Context) error {
 	if s.KillWorker == nil {
 		s.printf("   %s skipped: this run cannot kill the worker\n", s.dim("-"))
@@ -216,6 +233,9 @@ func (s *Story) workerKilled(ctx context.Context) error {
 		return err
 	}
 	s.printf("   %s the simulator will charge the next payment and hold its answer\n", s.dim("⚡"))
+	if err := s.dropNextChargeWebhook(ctx); err != nil {
+		return err
+	}
 	a, err := s.pay(ctx, keyFor("killed"), visa(2000), "")
 	if err != nil {
 		return err

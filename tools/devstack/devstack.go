@@ -9,6 +9,8 @@ package devstack
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -93,6 +95,9 @@ type Stack struct {
 	// APIURLs are every API process's base URLs, APIURL first.
 	APIURLs []string `json:"api_urls"`
 	SimURL  string   `json:"sim_url,omitempty"`
+	// ConsoleURL is the operator console, on the first worker's admin
+	// listener.
+	ConsoleURL string `json:"console_url"`
 	// ClusterDir is the local cluster's directory, if the stack started it.
 	ClusterDir string `json:"cluster_dir,omitempty"`
 	// Processes are in start order.
@@ -159,9 +164,16 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if out, err := s.command("api", "migrate").CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("api migrate: %w\n%s", err, out)
 	}
+	// With the simulator, webhooks are on: it signs its events with a
+	// secret made for this stack and delivers them to the first API.
+	var apiEnv []string
 	if simAddr != "" {
 		s.SimURL = "http://" + simAddr
-		err := s.start(&Process{Name: "stripesim", Binary: "stripesim", Env: []string{"STRIPESIM_ADDR=" + simAddr}, Ready: s.SimURL + "/_sim/faults"})
+		secret := "whsec_" + randomHex(16)
+		apiEnv = append(apiEnv, "STRIPE_WEBHOOK_SECRET="+secret)
+		err := s.start(&Process{Name: "stripesim", Binary: "stripesim", Env: []string{"STRIPESIM_ADDR=" + simAddr,
+			"STRIPESIM_WEBHOOK_URL=http://" + cfg.APIAddr + "/v1/webhooks/stripe", "STRIPESIM_WEBHOOK_SECRET=" + secret},
+			Ready: s.SimURL + "/_sim/faults"})
 		if err != nil {
 			return nil, err
 		}
@@ -178,12 +190,13 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 			metricsAddr = cfg.APIMetricsAddr
 		}
 		err := s.start(&Process{Name: instance("api", i), Binary: "api", Args: []string{"serve"},
-			Env: []string{"LISTEN_ADDR=" + addr, "METRICS_ADDR=" + metricsAddr}, Ready: "http://" + addr + "/readyz"})
+			Env: append([]string{"LISTEN_ADDR=" + addr, "METRICS_ADDR=" + metricsAddr}, apiEnv...), Ready: "http://" + addr + "/readyz"})
 		if err != nil {
 			return nil, err
 		}
 		s.APIURLs = append(s.APIURLs, "http://"+addr)
 	}
+	s.ConsoleURL = "http://" + cfg.WorkerAdminAddr + "/console/"
 	return s, nil
 }
 
@@ -632,4 +645,10 @@ func Interactive(w io.Writer) bool {
 	}
 	info, err := f.Stat()
 	return err == nil && info.Mode()&os.ModeCharDevice != 0 && os.Getenv("NO_COLOR") == ""
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }

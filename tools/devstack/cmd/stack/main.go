@@ -145,6 +145,7 @@ func printReady(w io.Writer, s *devstack.Stack, cfg devstack.Config) {
 	if s.SimURL != "" {
 		fmt.Fprintf(w, ", Stripe simulator %s", s.SimURL)
 	}
+	fmt.Fprintf(w, "\nconsole (payments, their timelines, findings, alerts): %s", s.ConsoleURL)
 	fmt.Fprintf(w, "\ndatabase: %s\nlogs: .run/logs/\n", s.DatabaseURL)
 	created, err := s.Tenant(localTenant)
 	if err != nil {

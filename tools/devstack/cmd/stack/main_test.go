@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -85,6 +86,17 @@ func TestStackDiesWithItsParent(t *testing.T) {
 	require.Equal(t, "succeeded", paid.Status, "the payment, settled within its wait")
 	require.Contains(t, paste(pasted[2], pasted[3]), paid.ID, "the operator's list shows it")
 
+	// The console's address is printed on a line of its own; the payment's
+	// page there shows its provider call and, webhooks being on, the
+	// provider's event arriving.
+	console := regexp.MustCompile(`(?m)^console .*: (http://\S+)$`).FindStringSubmatch(output())
+	require.NotNil(t, console, "no console line:\n%s", output())
+	require.Equal(t, "http://"+addrs[2]+"/console/", console[1])
+	require.Eventually(t, func() bool {
+		page := fetch(console[1] + "payments/" + paid.ID)
+		return strings.Contains(page, "Provider call: charge sent") && strings.Contains(page, "Webhook payment_intent.succeeded received")
+	}, 30*time.Second, 200*time.Millisecond, "the console never showed the payment's provider call and webhook:\n%s", fetch(console[1]+"payments/"+paid.ID))
+
 	require.NoError(t, parent.Process.Signal(syscall.SIGKILL))
 	_ = parent.Wait()
 	require.Eventually(t, func() bool {
@@ -147,4 +159,16 @@ func pidsOf(path string) []int {
 		}
 	}
 	return pids
+}
+
+// fetch is a page's body, or the error that kept it.
+func fetch(url string) string {
+	resp, err := http.Get(url)
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	var b bytes.Buffer
+	_, _ = b.ReadFrom(resp.Body)
+	return b.String()
 }

@@ -1,0 +1,89 @@
+package console
+
+import (
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
+)
+
+// TestChecksAreTheAlertRules: every rule of deploy/alerts.yml is either a
+// check the console evaluates, with the rule's very expression and
+// runbook, or a rate rule it names as Prometheus's; a rule changed in one
+// place and not the other fails here.
+func TestChecksAreTheAlertRules(t *testing.T) {
+	t.Parallel()
+	data, err := os.ReadFile("../../deploy/alerts.yml")
+	require.NoError(t, err)
+	var doc struct {
+		Groups []struct {
+			Rules []struct {
+				Alert       string
+				Expr        string
+				Annotations map[string]string
+			}
+		}
+	}
+	require.NoError(t, yaml.Unmarshal(data, &doc))
+	seen := map[string]bool{}
+	for _, g := range doc.Groups {
+		for _, r := range g.Rules {
+			seen[r.Alert] = true
+			i := slices.IndexFunc(checks, func(c check) bool { return c.Alert == r.Alert })
+			if i < 0 {
+				require.Contains(t, rateRules, r.Alert, "rule %s is neither a console check nor a rate rule", r.Alert)
+				require.Regexp(t, `\b(rate|increase)\(`, r.Expr, "rule %s is listed as a rate rule", r.Alert)
+				continue
+			}
+			require.Equal(t, strings.TrimSpace(r.Expr), checks[i].Expr(), "rule %s", r.Alert)
+			require.Equal(t, r.Annotations["runbook"], checks[i].Runbook, "rule %s", r.Alert)
+		}
+	}
+	for _, c := range checks {
+		require.True(t, seen[c.Alert], "console check %s is no rule of deploy/alerts.yml", c.Alert)
+	}
+	for _, name := range rateRules {
+		require.True(t, seen[name], "rate rule %s is no rule of deploy/alerts.yml", name)
+	}
+}
+
+// TestEvaluate: a gauge over its threshold holds, per series or summed as
+// the rule says; one at or under it is clear; series the rule's labels do
+// not match are left out.
+func TestEvaluate(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	awaiting := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "oncepay_operations_awaiting_operator"}, []string{"operation"})
+	awaiting.WithLabelValues("payment").Set(0)
+	awaiting.WithLabelValues("refund").Set(2)
+	operations := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "oncepay_operations"}, []string{"operation", "status"})
+	operations.WithLabelValues("payment", "succeeded").Set(500)
+	operations.WithLabelValues("payment", "requires_reconciliation").Set(20)
+	findings := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "oncepay_ledger_findings_open"}, []string{"kind"})
+	findings.WithLabelValues("unknown_intent").Set(1)
+	findings.WithLabelValues("missing_intent").Set(2)
+	up := prometheus.NewGauge(prometheus.GaugeOpts{Name: "oncepay_database_scrape_ok"})
+	up.Set(1)
+	reg.MustRegister(awaiting, operations, findings, up)
+	families, err := reg.Gather()
+	require.NoError(t, err)
+
+	got := map[string][]string{}
+	for _, a := range evaluate(families) {
+		if !a.Prometheus {
+			got[a.Name] = a.Firing
+		}
+	}
+	require.Equal(t, map[string][]string{
+		"OncepayOperationsAwaitingOperator": {"operation=refund: 2"},
+		"OncepayReconciliationBacklog":      nil, // 20 is not over 20; succeeded is not matched
+		"OncepayChargeBacklog":              nil, // no series: nothing waits
+		"OncepayLedgerFindings":             {"3"},
+		"OncepayDatabaseUnreadable":         nil,
+		"OncepayWebhooksBacklog":            nil,
+	}, got)
+}

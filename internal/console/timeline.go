@@ -1,0 +1,109 @@
+package console
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/oncepay/oncepay/internal/payments"
+)
+
+// Entry is one moment of a payment's life.
+type Entry struct {
+	At time.Time
+	// Kind groups entries (key, payment, job, provider, webhook, operation,
+	// reconciliation, finding): the page colours by it.
+	Kind   string
+	What   string
+	Detail string
+}
+
+// timeline puts what is known of a payment in the order it happened. Each
+// entry is read from a record (the key's row, River's job rows and their
+// errors, the payment's provider attempt times, the stored events, the
+// operations, the key's releases and the findings): nothing is inferred
+// that the books do not hold.
+func timeline(d payments.Detail, ops []Operation) []Entry {
+	p := d.Payment
+	var out []Entry
+	add := func(at time.Time, kind, what, detail string) {
+		out = append(out, Entry{At: at.UTC(), Kind: kind, What: what, Detail: detail})
+	}
+	if k := d.Key; k != nil {
+		detail := "Idempotency-Key " + k.Key + " of tenant " + k.TenantID + ", now " + string(k.Status)
+		if k.Response != nil {
+			detail += ", answering " + strconv.Itoa(k.Response.StatusCode)
+		}
+		add(k.CreatedAt, "key", "Key reserved", detail)
+	}
+	add(p.CreatedAt, "payment", "Payment accepted", fmt.Sprintf("%s, %s, capture %s; its charge job queued in the same transaction",
+		formatAmount(p.Amount, p.Currency), p.PaymentMethod, p.CaptureMethod))
+	for _, j := range d.Jobs {
+		name := fmt.Sprintf("Job %d (%s)", j.ID, j.Kind)
+		if j.CreatedAt.Sub(p.CreatedAt).Abs() > time.Second {
+			add(j.CreatedAt, "job", name+" queued", "")
+		}
+		for _, e := range j.Errors {
+			add(e.At, "job", fmt.Sprintf("%s attempt %d failed", name, e.Attempt), e.Error)
+		}
+		if j.AttemptedAt != nil {
+			add(*j.AttemptedAt, "job", fmt.Sprintf("%s attempt %d started", name, j.Attempt), "")
+		}
+		if j.FinalizedAt != nil {
+			add(*j.FinalizedAt, "job", name+" "+j.State, fmt.Sprintf("after %d of %d attempts", j.Attempt, j.MaxAttempts))
+		}
+	}
+	call := fmt.Sprintf("on account %s with provider key %s (generation %d)", accountOf(p.ProviderAccount), p.ProviderIdempotencyKey,
+		p.ProviderKeyGeneration)
+	if p.FirstProviderAttemptAt != nil {
+		add(*p.FirstProviderAttemptAt, "provider", "Provider call: charge sent", call)
+	}
+	if p.LastProviderAttemptAt != nil && p.FirstProviderAttemptAt != nil && !p.LastProviderAttemptAt.Equal(*p.FirstProviderAttemptAt) {
+		add(*p.LastProviderAttemptAt, "provider", "Provider call: charge sent again, same key", call)
+	}
+	if p.ProviderPaymentIntentID != nil && p.Status != payments.StatusProcessing {
+		detail := "intent " + *p.ProviderPaymentIntentID
+		if p.FailureCode != nil {
+			detail += ", " + *p.FailureCode
+		}
+		if p.DeclineCode != nil {
+			detail += " / " + *p.DeclineCode
+		}
+		add(p.UpdatedAt, "provider", "Provider outcome recorded: "+string(p.Status), detail)
+	}
+	for _, e := range d.Events {
+		result := "not processed yet"
+		if e.Result != nil {
+			result = "processed: " + *e.Result
+		}
+		add(e.ReceivedAt, "webhook", "Webhook "+e.Type+" received", fmt.Sprintf("event %s by %s, %s", e.ID, e.Source, result))
+	}
+	for _, op := range ops[1:] {
+		add(op.CreatedAt, "operation", fmt.Sprintf("%s %s requested", op.Operation, op.ID),
+			fmt.Sprintf("key %s, amount %d", op.IdempotencyKey, op.Amount))
+		if op.Status != "pending" {
+			add(op.UpdatedAt, "operation", fmt.Sprintf("%s %s %s", op.Operation, op.ID, op.Status),
+				"provider object "+formatString(op.ProviderObjectID))
+		}
+	}
+	if p.Status == payments.StatusRequiresReconciliation {
+		next := "left to an operator: api reconcile " + p.ID
+		if p.ReconcileAfter != nil {
+			next = "next look at " + formatTime(*p.ReconcileAfter)
+		}
+		add(p.UpdatedAt, "reconciliation", "Awaiting reconciliation", fmt.Sprintf("%d looks so far; %s", p.ReconcileAttempts, next))
+	}
+	for _, rel := range d.Releases {
+		add(rel.ReleasedAt, "reconciliation", "Key released by "+rel.Operator, rel.Reason)
+	}
+	for _, f := range d.Findings {
+		state := "open"
+		if f.ResolvedAt != nil {
+			state = "resolved by " + formatString(f.ResolvedBy)
+		}
+		add(f.CreatedAt, "finding", "Ledger finding: "+f.Kind, state+"; provider object "+formatString(f.ProviderObjectID))
+	}
+	slices.SortStableFunc(out, func(a, b Entry) int { return a.At.Compare(b.At) })
+	return out
+}
