@@ -10,7 +10,7 @@ STATICCHECK_VERSION ?= v0.8.2
 
 export DATABASE_URL STRIPE_SECRET_KEY STRIPE_API_BASE
 
-.PHONY: run up down demo chaos build db migrate test fuzz bench bench-go lint pg-stop
+.PHONY: run up down demo chaos build db migrate test e2e fuzz bench bench-go lint pg-stop
 
 ## run: the simulator, the worker and the API in the foreground (Ctrl-C stops all three); logs in .run/logs/
 run: build
@@ -52,6 +52,14 @@ test:
 	go test -race -count=1 -timeout 10m ./...
 	cd client && go test -race -count=1 ./...
 
+## e2e: a newcomer's first hour in headless Chromium (as root, installs Debian's chromium when missing): the stack up, the printed curl pasted, the payment's timeline found in the console, a restart; screenshots in E2E_ARTIFACTS
+E2E_ARTIFACTS ?= .run/e2e
+e2e:
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || command -v google-chrome >/dev/null || \
+		{ [ "$$(id -u)" = 0 ] && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
+		{ echo "e2e needs Chromium: apt-get install chromium"; exit 1; }
+	E2E_ARTIFACTS=$(abspath $(E2E_ARTIFACTS)) go test -tags e2e -count=1 -timeout 10m ./tools/e2e
+
 ## fuzz: run each fuzz target for FUZZTIME (default 20s); each target compiles first (about 15 s each on 2 cores)
 FUZZTIME ?= 20s
 fuzz:
@@ -68,8 +76,9 @@ fuzz:
 ## lint: gofmt, go vet and staticcheck
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	go vet ./...
+	go vet ./... && go vet -tags e2e ./tools/e2e
 	go run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+	go run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) -tags e2e ./tools/e2e
 	cd client && go vet ./... && go run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
 ## pg-stop: stop the throwaway cluster the tests start when no server is running

@@ -355,14 +355,6 @@ type shownPayment struct {
 	Findings   []ledger.Finding      `json:"findings"`
 }
 
-func deref[T any](p *T) T {
-	var zero T
-	if p == nil {
-		return zero
-	}
-	return *p
-}
-
 func (a admin) paymentsShow(ctx context.Context) error {
 	d, err := payments.Show(ctx, a.pool, a.keys(), a.cmd.args[0])
 	if errors.Is(err, payments.ErrNotFound) {

@@ -1,0 +1,189 @@
+//go:build e2e
+
+package e2e_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncepay/oncepay/internal/testkit/bintest"
+	"github.com/oncepay/oncepay/internal/testkit/pgtest"
+)
+
+// workDir holds bin/ (the binaries, built once) and the stack's .run/.
+var workDir string
+
+func TestMain(m *testing.M) {
+	bintest.Main(m, &workDir, "github.com/oncepay/oncepay/cmd/api", "github.com/oncepay/oncepay/cmd/worker",
+		"github.com/oncepay/oncepay/tools/stripesim/cmd/stripesim", "github.com/oncepay/oncepay/tools/devstack/cmd/stack")
+}
+
+// TestFirstHour is a newcomer's first hour, in a real browser: the stack
+// comes up (make up) and says what to do next; the printed key and curl,
+// pasted, make a payment; the console, opened in Chromium at the printed
+// address, lists it, and its page's timeline shows the provider call and
+// the provider's webhook; the API's landing page leads to its reference;
+// the stack stops and comes up again with the payment still there.
+func TestFirstHour(t *testing.T) {
+	addrs := freeAddrs(t, 4)
+	env := append(os.Environ(),
+		"DATABASE_URL="+pgtest.NewDatabase(t),
+		"STRIPE_API_BASE=http://"+addrs[0],
+		"LISTEN_ADDR="+addrs[1],
+		"WORKER_ADMIN_ADDR="+addrs[2],
+		"METRICS_ADDR="+addrs[3],
+	)
+	stack := func(verb string) string {
+		cmd := exec.Command(filepath.Join(workDir, "bin", "stack"), verb)
+		cmd.Dir, cmd.Env = workDir, env
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "stack %s:\n%s", verb, out)
+		return string(out)
+	}
+	up := stack("up")
+	t.Cleanup(func() { _, _ = exec.Command(filepath.Join(workDir, "bin", "stack"), "down").Output() })
+
+	// The lines it prints work pasted as written.
+	var key, payment string
+	for _, line := range strings.Split(up, "\n") {
+		switch l := strings.TrimSpace(line); {
+		case strings.HasPrefix(l, "export ONCEPAY_API_KEY="):
+			key = l
+		case strings.HasPrefix(l, "curl "):
+			payment = l
+		}
+	}
+	require.NotEmpty(t, key, up)
+	require.NotEmpty(t, payment, up)
+	sh := exec.Command("sh", "-ec", key+"\n"+payment)
+	sh.Dir = workDir
+	out, err := sh.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	var paid struct{ ID, Status string }
+	require.NoError(t, json.Unmarshal(out, &paid), "%s", out)
+	require.Equal(t, "succeeded", paid.Status)
+	console := regexp.MustCompile(`(?m)^console .*: (http://\S+)$`).FindStringSubmatch(up)
+	require.NotNil(t, console, "no console line:\n%s", up)
+
+	browser := newBrowser(t)
+	artifacts := artifactDir(t)
+
+	// The console lists the payment; its link opens the payment's page.
+	require.Contains(t, listedPayments(t, browser, console[1]), paid.ID)
+	require.NoError(t, chromedp.Do(browser,
+		chromedp.Click(chromedp.CSS(fmt.Sprintf(`a[href="/console/payments/%s"]`, paid.ID))),
+		chromedp.WaitVisible(chromedp.CSS(`#timeline`)),
+	))
+	// The webhook is processed a moment after the payment's answer: the
+	// page is read again until its timeline shows it.
+	var timeline string
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		timeline, err = chromedp.Run(browser, chromedp.Text(chromedp.CSS(`#timeline`)))
+		require.NoError(t, err)
+		if strings.Contains(timeline, "Webhook payment_intent.succeeded received") || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(300 * time.Millisecond)
+		require.NoError(t, chromedp.Do(browser, chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS(`#timeline`))))
+	}
+	location, err := chromedp.Run(browser, chromedp.Location())
+	require.NoError(t, err)
+	require.Equal(t, console[1]+"payments/"+paid.ID, location)
+	for _, want := range []string{"Key reserved", "Payment accepted", "Provider call: charge sent", "Provider outcome recorded: succeeded",
+		"Webhook payment_intent.succeeded received", "processed: "} {
+		require.Contains(t, timeline, want)
+	}
+	screenshot(t, browser, filepath.Join(artifacts, "console-payment.png"))
+
+	// The API's own address explains itself and leads to its reference.
+	apiURL := "http://" + addrs[1]
+	require.NoError(t, chromedp.Do(browser,
+		chromedp.Navigate(apiURL+"/"),
+		chromedp.Click(chromedp.CSS(`a[href="/docs/api"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`h2`)),
+	))
+	heading, err := chromedp.Run(browser, chromedp.Text(chromedp.CSS(`h1`)))
+	require.NoError(t, err)
+	require.Equal(t, "API reference", heading)
+	location, err = chromedp.Run(browser, chromedp.Location())
+	require.NoError(t, err)
+	require.Equal(t, apiURL+"/docs/api", location)
+
+	// Stopped and started again: the books are kept.
+	stack("down")
+	stack("up")
+	require.Contains(t, listedPayments(t, browser, console[1]), paid.ID, "the payment is still there after a restart")
+	stack("down")
+}
+
+// newBrowser starts headless Chromium (Debian's chromium, or whatever
+// chromedp finds) for the test.
+func newBrowser(t *testing.T) context.Context {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.WindowSize(1280, 900))
+	if os.Geteuid() == 0 {
+		// Chromium refuses to sandbox itself as root (CI runs as root).
+		opts = append(opts, chromedp.NoSandbox)
+	}
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancelAlloc)
+	ctx, cancel := chromedp.NewContext(allocCtx)
+	t.Cleanup(cancel)
+	ctx, cancelTimeout := context.WithTimeout(ctx, 3*time.Minute)
+	t.Cleanup(cancelTimeout)
+	require.NoError(t, chromedp.Do(ctx), "start Chromium (apt-get install chromium)")
+	return ctx
+}
+
+// listedPayments opens the console's payments page and returns its table.
+func listedPayments(t *testing.T, browser context.Context, consoleURL string) string {
+	t.Helper()
+	require.NoError(t, chromedp.Do(browser, chromedp.Navigate(consoleURL), chromedp.WaitVisible(chromedp.CSS(`#payments`))))
+	listed, err := chromedp.Run(browser, chromedp.Text(chromedp.CSS(`#payments`)))
+	require.NoError(t, err)
+	return listed
+}
+
+// artifactDir is where screenshots go: E2E_ARTIFACTS, or the test's own
+// temporary folder.
+func artifactDir(t *testing.T) string {
+	if dir := os.Getenv("E2E_ARTIFACTS"); dir != "" {
+		require.NoError(t, os.MkdirAll(dir, 0o755))
+		return dir
+	}
+	return t.TempDir()
+}
+
+func screenshot(t *testing.T, browser context.Context, path string) {
+	t.Helper()
+	png, err := chromedp.Run(browser, chromedp.FullScreenshot(100))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(path, png, 0o644))
+	t.Logf("screenshot: %s", path)
+}
+
+// freeAddrs returns n loopback addresses no one listens on now.
+func freeAddrs(t *testing.T, n int) []string {
+	t.Helper()
+	var addrs []string
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		addrs = append(addrs, l.Addr().String())
+		defer l.Close()
+	}
+	return addrs
+}
