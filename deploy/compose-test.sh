@@ -228,6 +228,11 @@ say "webhooks: $processed events delivered by the simulator and processed"
 curl -fsS "http://127.0.0.1:$ONCEPAY_WORKER_ADMIN_PORT/console/" -o "$tmp/console" || fail "the console does not answer"
 grep -q 'href="/console/payments/pay_' "$tmp/console" || fail "the console lists no payment"
 say "the console lists the payments"
+compose exec -T worker api payments list >"$tmp/list" || fail "api payments list in the worker's container failed"
+grep -q '^pay_' "$tmp/list" || fail "api payments list in the worker's container lists no payment"
+compose exec -T worker api ledger check --since 1h >"$tmp/check" ||
+	fail "api ledger check in the worker's container found disagreements: $(cat "$tmp/check")"
+say "the operator's commands run in the worker's container; the ledger check finds the books in agreement"
 
 # Least privilege: the services connect as the runtime role, which can
 # change rows and no structure; the schema's owner can.

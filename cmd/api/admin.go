@@ -283,6 +283,23 @@ func operatorView(p payments.Payment) operatorPayment {
 	}
 }
 
+// keyAnswer says what the API answers a retry with the key in this state:
+// the stored response only where the API replays it.
+func keyAnswer(status idempotency.Status, stored *int) string {
+	switch status {
+	case idempotency.StatusUnknown:
+		return "a retry is answered 409 idempotency-outcome-unknown while it is reconciled"
+	case idempotency.StatusFailedRetryable:
+		return "a retry runs the operation again (202)"
+	case idempotency.StatusExpired:
+		return "a retry is answered 422 idempotency-key-expired"
+	}
+	if stored == nil {
+		return "a retry is answered 409 idempotency-key-in-use"
+	}
+	return fmt.Sprintf("a retry replays %d", *stored)
+}
+
 // accountOf names the account a payment was made on.
 func accountOf(account *string) string {
 	if account == nil {
@@ -380,10 +397,7 @@ func (a admin) paymentsShow(ctx context.Context) error {
 	p := d.Payment
 	keyState := "reaped (no row)"
 	if k := shown.Key; k != nil {
-		keyState = string(k.Status)
-		if k.ResponseStatus != nil {
-			keyState += fmt.Sprintf(", answers %d", *k.ResponseStatus)
-		}
+		keyState = string(k.Status) + ", " + keyAnswer(k.Status, k.ResponseStatus)
 		keyState += ", expires " + ts(k.ExpiresAt)
 	}
 	if err := a.fields(

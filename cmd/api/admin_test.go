@@ -205,9 +205,14 @@ func TestPaymentsListAndShow(t *testing.T) {
 
 	out, err = b.cli("payments", "show", first)
 	require.NoError(t, err)
-	for _, want := range []string{"requires_reconciliation", key, "processing, answers 202", "provider timed out", "status_mismatch", "generation:", "evt_2", "recovery"} {
+	for _, want := range []string{"requires_reconciliation", key, "processing, a retry replays 202", "provider timed out", "status_mismatch", "generation:", "evt_2", "recovery"} {
 		require.Contains(t, out, want)
 	}
+	// A key left unknown is what the API says of it, not the 202 it stores.
+	b.exec(`UPDATE idempotency_keys SET status = 'unknown' WHERE idempotency_key = $1`, key)
+	out, err = b.cli("payments", "show", first)
+	require.NoError(t, err)
+	require.Contains(t, out, "unknown, a retry is answered 409 idempotency-outcome-unknown")
 	_, err = b.cli("payments", "show", "pay_missing")
 	require.ErrorContains(t, err, "api payments list")
 	_, err = b.cli("payments", "list", "--status", "lost")

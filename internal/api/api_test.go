@@ -308,6 +308,7 @@ func TestCreatePayment(t *testing.T) {
 		r := b.pay(key, strings.Replace(visa2000, "2000", "2001", 1))
 		body := requireProblem(t, r, problem.IdempotencyKeyMismatch)
 		require.Contains(t, body["detail"], "different request")
+		require.Contains(t, body["detail"], "send this request with a new key", "the detail says what to do")
 		require.Equal(t, 1, b.paymentsForKey(key))
 	})
 

@@ -102,7 +102,8 @@ func (e *Endpoint[T]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		})
 	case Mismatch:
 		respond.Problem(w, r, e.Logger, problem.New(problem.IdempotencyKeyMismatch,
-			"This Idempotency-Key was first used with a different request to %s %s; nothing was done for this one.",
+			"This Idempotency-Key was first used with a different request to %s %s; nothing was done for this one. "+
+				"A key names one operation: send this request with a new key, or resend the first request unchanged to get its answer.",
 			res.Record.Method, res.Record.Path))
 	case Unresolved:
 		e.writeUnresolved(w, r)

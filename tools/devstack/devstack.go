@@ -43,7 +43,13 @@ type Config struct {
 	// Defaults to ".run".
 	StateDir string
 	// DatabaseURL is the database to run on; it is created if missing.
+	// When no server answers at a loopback address, a local cluster is
+	// started in its place, unless DatabaseURLChosen.
 	DatabaseURL string
+	// DatabaseURLChosen says the URL is the user's own choice (DATABASE_URL
+	// was set): a server that does not answer there is an error that names
+	// it, never a silent fall back to a private cluster.
+	DatabaseURLChosen bool
 	// StripeSecretKey is the worker's key.
 	StripeSecretKey string
 	// StripeAPIBase is where the worker sends provider calls. When it
@@ -133,6 +139,28 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 			_ = s.Stop(context.WithoutCancel(ctx))
 		}
 	}()
+	simAddr, err := simulatorAddr(cfg.StripeAPIBase)
+	if err != nil {
+		return nil, err
+	}
+	// Before anything is touched: a stack that cannot start must leave a
+	// running one (and its logs) as they are.
+	ports := []struct{ variable, addr string }{
+		{"LISTEN_ADDR", cfg.APIAddr}, {"WORKER_ADMIN_ADDR", cfg.WorkerAdminAddr}, {"STRIPE_API_BASE", simAddr},
+		{"METRICS_ADDR", cfg.APIMetricsAddr},
+	}
+	for _, addr := range cfg.MoreAPIAddrs {
+		ports = append(ports, struct{ variable, addr string }{"an API's address", addr})
+	}
+	for _, addr := range cfg.MoreWorkerAdminAddrs {
+		ports = append(ports, struct{ variable, addr string }{"a worker's admin address", addr})
+	}
+	for _, p := range ports {
+		if p.addr != "" && listening(p.addr) {
+			return nil, fmt.Errorf("%s: something already listens on %s (a stack started by `make up`? `make down` stops it; or set %s to a free address)",
+				p.variable, p.addr, p.variable)
+		}
+	}
 	logs := filepath.Join(cfg.StateDir, "logs")
 	if err := os.MkdirAll(logs, 0o755); err != nil {
 		return nil, err
@@ -142,16 +170,6 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	for _, name := range old {
 		if err := os.Remove(name); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return nil, err
-		}
-	}
-	simAddr, err := simulatorAddr(cfg.StripeAPIBase)
-	if err != nil {
-		return nil, err
-	}
-	addrs := append([]string{cfg.APIAddr, cfg.WorkerAdminAddr, simAddr, cfg.APIMetricsAddr}, cfg.MoreAPIAddrs...)
-	for _, addr := range append(addrs, cfg.MoreWorkerAdminAddrs...) {
-		if addr != "" && listening(addr) {
-			return nil, fmt.Errorf("something already listens on %s (a stack started by `make up`? stop it with `make down`)", addr)
 		}
 	}
 	if s.DatabaseURL, s.ClusterDir, err = ensureServer(ctx, cfg); err != nil {
@@ -253,13 +271,16 @@ func listening(addr string) bool {
 func ensureServer(ctx context.Context, cfg Config) (dbURL, clusterDir string, err error) {
 	u, err := url.Parse(cfg.DatabaseURL)
 	if err != nil || u.Host == "" {
-		return "", "", fmt.Errorf("DATABASE_URL %q is not a postgres:// URL", redact(cfg.DatabaseURL))
+		return "", "", fmt.Errorf("DATABASE_URL=%s is not a postgres:// URL", redact(cfg.DatabaseURL))
 	}
 	admin := *u
 	admin.Path = "/postgres"
 	pingErr := localpg.Ping(ctx, admin.String())
 	if pingErr == nil {
 		return cfg.DatabaseURL, "", nil
+	}
+	if cfg.DatabaseURLChosen {
+		return "", "", fmt.Errorf("DATABASE_URL=%s: %w (unset it to use, or start, the local server)", redact(cfg.DatabaseURL), pingErr)
 	}
 	if !isLoopback(u.Hostname()) {
 		return "", "", fmt.Errorf("database server at %s: %w", u.Host, pingErr)

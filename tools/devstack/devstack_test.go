@@ -1,8 +1,11 @@
 package devstack_test
 
 import (
+	"cmp"
 	"context"
 	"io"
+	"net"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -47,4 +50,58 @@ func TestThrowawayStackDropsItsDatabase(t *testing.T) {
 	var exists bool
 	require.NoError(t, conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists))
 	require.False(t, exists, "the stack's database was dropped")
+}
+
+// TestAPortInUseTouchesNothing: a stack that cannot start because a port
+// is taken (a running stack's) says which variable sets that port, and
+// leaves the running stack's logs as they are.
+func TestAPortInUseTouchesNothing(t *testing.T) {
+	t.Parallel()
+	addrs, err := devstack.FreeAddrs(3)
+	require.NoError(t, err)
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer taken.Close()
+	state := t.TempDir()
+	logs := filepath.Join(state, "logs")
+	require.NoError(t, os.MkdirAll(logs, 0o755))
+	running := filepath.Join(logs, "api.log")
+	require.NoError(t, os.WriteFile(running, []byte("the running stack's log\n"), 0o644))
+
+	for variable, cfg := range map[string]devstack.Config{
+		"LISTEN_ADDR":       {APIAddr: taken.Addr().String(), WorkerAdminAddr: addrs[0]},
+		"WORKER_ADMIN_ADDR": {APIAddr: addrs[0], WorkerAdminAddr: taken.Addr().String()},
+		"METRICS_ADDR":      {APIAddr: addrs[0], WorkerAdminAddr: addrs[1], APIMetricsAddr: taken.Addr().String()},
+		"STRIPE_API_BASE":   {APIAddr: addrs[0], WorkerAdminAddr: addrs[1], StripeAPIBase: "http://" + taken.Addr().String()},
+	} {
+		cfg.BinDir, cfg.StateDir, cfg.DatabaseURL = filepath.Join(root, "bin"), state, pgtest.NewDatabase(t)
+		cfg.StripeAPIBase = cmp.Or(cfg.StripeAPIBase, "http://"+addrs[2])
+		_, err := devstack.Start(context.Background(), cfg)
+		require.ErrorContains(t, err, variable+": something already listens on "+taken.Addr().String())
+		require.ErrorContains(t, err, "set "+variable+" to a free address")
+		data, err := os.ReadFile(running)
+		require.NoError(t, err)
+		require.Equal(t, "the running stack's log\n", string(data), "the running stack's log is kept")
+	}
+}
+
+// TestAChosenDatabaseURLNeverFallsBack: a DATABASE_URL that was set and
+// does not answer (a wrong port), or does not parse, is an error that
+// names it; only an unset one may fall back to a private local cluster.
+func TestAChosenDatabaseURLNeverFallsBack(t *testing.T) {
+	t.Parallel()
+	addrs, err := devstack.FreeAddrs(4)
+	require.NoError(t, err)
+	for dbURL, want := range map[string]string{
+		"postgres://postgres@" + addrs[3] + "/oncepay?sslmode=disable": "DATABASE_URL=postgres://postgres@" + addrs[3] + "/oncepay",
+		"not a url at all": "DATABASE_URL=",
+	} {
+		state := t.TempDir()
+		_, err := devstack.Start(context.Background(), devstack.Config{
+			BinDir: filepath.Join(root, "bin"), StateDir: state, DatabaseURL: dbURL, DatabaseURLChosen: true,
+			StripeAPIBase: "http://" + addrs[0], APIAddr: addrs[1], WorkerAdminAddr: addrs[2],
+		})
+		require.ErrorContains(t, err, want)
+		require.NoDirExists(t, filepath.Join(state, "postgres"), "no private cluster was started")
+	}
 }

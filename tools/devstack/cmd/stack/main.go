@@ -5,9 +5,10 @@
 //	stack up     start everything in the background and return once it is ready
 //	stack down   stop what `stack up` started
 //
-// It creates the database DATABASE_URL names if missing and migrates it;
-// when no server answers at a loopback DATABASE_URL it starts a local
-// cluster from the installed PostgreSQL binaries under .run/postgres.
+// It creates the database DATABASE_URL names if missing and migrates it.
+// When DATABASE_URL is unset and no server answers at its default address,
+// it starts a local cluster from the installed PostgreSQL binaries under
+// .run/postgres; a DATABASE_URL that was set and fails is an error.
 // Logs go to .run/logs/, one file per process.
 package main
 
@@ -39,7 +40,8 @@ const usage = `usage: stack run | up | down
   up     start them in the background; return once every one answers /readyz
   down   stop what "stack up" started
 
-Environment: DATABASE_URL (default postgres://postgres@127.0.0.1:5432/oncepay?sslmode=disable),
+Environment: DATABASE_URL (default postgres://postgres@127.0.0.1:5432/oncepay?sslmode=disable;
+only when it is unset and nothing answers there is a local cluster started in .run/postgres),
 STRIPE_SECRET_KEY (default sk_test_oncepay_local), STRIPE_API_BASE (default
 http://127.0.0.1:12111, where the simulator is started; set it empty to call
 Stripe itself, with STRIPE_SECRET_KEY a test-mode key), LISTEN_ADDR (the API,
@@ -60,14 +62,16 @@ func run(ctx context.Context, args []string, lookup func(string) (string, bool),
 		}
 		return def
 	}
+	_, chosen := lookup("DATABASE_URL")
 	cfg := devstack.Config{
-		DatabaseURL:     getenv("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/oncepay?sslmode=disable"),
-		StripeSecretKey: getenv("STRIPE_SECRET_KEY", "sk_test_oncepay_local"),
-		StripeAPIBase:   getenv("STRIPE_API_BASE", "http://127.0.0.1:12111"),
-		APIAddr:         getenv("LISTEN_ADDR", ""),
-		WorkerAdminAddr: getenv("WORKER_ADMIN_ADDR", ""),
-		APIMetricsAddr:  getenv("METRICS_ADDR", "127.0.0.1:9080"),
-		Progress:        stdout,
+		DatabaseURL:       getenv("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/oncepay?sslmode=disable"),
+		DatabaseURLChosen: chosen,
+		StripeSecretKey:   getenv("STRIPE_SECRET_KEY", "sk_test_oncepay_local"),
+		StripeAPIBase:     getenv("STRIPE_API_BASE", "http://127.0.0.1:12111"),
+		APIAddr:           getenv("LISTEN_ADDR", ""),
+		WorkerAdminAddr:   getenv("WORKER_ADMIN_ADDR", ""),
+		APIMetricsAddr:    getenv("METRICS_ADDR", "127.0.0.1:9080"),
+		Progress:          stdout,
 	}
 	switch args[1] {
 	case "-h", "--help", "help":
