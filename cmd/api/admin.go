@@ -29,7 +29,7 @@ import (
 
 // admin runs the operator commands against one database.
 type admin struct {
-	cfg    config
+	cfg    databaseConfig
 	pool   *pgxpool.Pool
 	getenv func(string) string
 	out    io.Writer

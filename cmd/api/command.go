@@ -6,9 +6,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/oncepay/oncepay/internal/envconfig"
 	"github.com/oncepay/oncepay/internal/tenant"
 )
 
@@ -25,8 +27,10 @@ type command struct {
 	args []string
 	// opts are the flags.
 	opts options
-	// help is the text printed by "help".
-	help string
+	// help is the text printed by "help", and variables the environment
+	// variables the command it describes reads.
+	help      string
+	variables []string
 }
 
 // options are the flags of every command; each command defines the ones it
@@ -53,13 +57,41 @@ type spec struct {
 	flags   func(fs *flag.FlagSet, o *options)
 	// check validates the parsed flags (required ones, ranges).
 	check func(o *options) error
+	// reads is the configuration the command reads; the zero value is the
+	// database's, what every operator's command reads.
+	reads reads
+}
+
+// reads names a command's configuration.
+type reads int
+
+const (
+	readsDatabase reads = iota
+	readsServe
+	readsHealthcheck
+	// readsProvider: the database's and the provider's, as the worker has
+	// them (the commands that look something up at the provider).
+	readsProvider
+)
+
+// variables lists the environment variables a command reads.
+func (r reads) variables() []string {
+	switch r {
+	case readsServe:
+		return envconfig.Names(loadConfig)
+	case readsHealthcheck:
+		return envconfig.Names(loadHealthcheckConfig)
+	case readsProvider:
+		return slices.Sorted(slices.Values(append(envconfig.Names(loadDatabaseConfig), envconfig.Names(loadProviderConfig)...)))
+	}
+	return envconfig.Names(loadDatabaseConfig)
 }
 
 // commands is the command table, in the order of the usage text.
 var commands = []spec{
-	{name: "serve", summary: "serve HTTP on LISTEN_ADDR (the default command)", help: `Serves the HTTP API on LISTEN_ADDR until SIGINT or SIGTERM, then drains
+	{name: "serve", reads: readsServe, summary: "serve HTTP on LISTEN_ADDR (the default command)", help: `Serves the HTTP API on LISTEN_ADDR until SIGINT or SIGTERM, then drains
 in-flight requests for up to SHUTDOWN_TIMEOUT.`},
-	{name: "healthcheck", summary: "exit 0 if the API on LISTEN_ADDR is ready, 1 if not", help: `Asks the API serving on LISTEN_ADDR (this machine's, for a wildcard address
+	{name: "healthcheck", reads: readsHealthcheck, summary: "exit 0 if the API on LISTEN_ADDR is ready, 1 if not", help: `Asks the API serving on LISTEN_ADDR (this machine's, for a wildcard address
 such as 0.0.0.0) for /readyz and exits 0 if it answers 200 within 3s, 1 if not:
 the health check of an image without curl. It opens no database connection
 of its own; /readyz answers whether the server's pool reaches the database.`},
@@ -130,7 +162,7 @@ release of it), what we know of its provider calls (intent, provider key,
 generation, attempt times, reconciliation schedule), its River jobs with the
 errors of their attempts, the provider's events about it and its ledger
 findings. It only reads.`, flags: jsonFlag},
-	{name: "reconcile", args: []string{"ID"}, summary: "look a payment or a refund up at the provider now and settle it", help: `Looks payment ID up at the provider now and settles it with the reconciler's
+	{name: "reconcile", reads: readsProvider, args: []string{"ID"}, summary: "look a payment or a refund up at the provider now and settle it", help: `Looks payment ID up at the provider now and settles it with the reconciler's
 own code; it never charges. A refund's id (rfd_…), a capture's (cap_…) or a
 cancel's (ccl_…) awaiting reconciliation is looked up the same way by its own
 reconciler (a refund among the intent's refunds; a capture or a cancel by
@@ -143,7 +175,7 @@ as it is, with a ledger finding.
 Needs STRIPE_SECRET_KEY and STRIPE_API_BASE as the worker has them, and reads
 WORKER_JOB_TIMEOUT and RECONCILE_SETTLE like it: "never charged" is proven only
 once no charge request can still be in flight.`, flags: jsonFlag},
-	{name: "keys release", args: []string{"TENANT", "KEY"}, summary: "release a key stuck unknown, once the provider proves nothing was charged", help: `Releases idempotency key KEY of TENANT (its id or its name), stuck "unknown".
+	{name: "keys release", reads: readsProvider, args: []string{"TENANT", "KEY"}, summary: "release a key stuck unknown, once the provider proves nothing was charged", help: `Releases idempotency key KEY of TENANT (its id or its name), stuck "unknown".
 Your word alone never releases a key: a charge can exist at the provider that
 we never heard of, and a released key lets the client's retry charge again.
 So the payment's charge is first looked up at the provider with the
@@ -165,7 +197,7 @@ other state. Needs the provider's settings as for "api reconcile".`, flags: func
 		fs.StringVar(&o.reason, "reason", "", "why, with what you checked (required)")
 		fs.StringVar(&o.operator, "operator", "", "who releases it (required)")
 	}, check: requireFlags("reason", "operator")},
-	{name: "ledger check", summary: "compare the provider's intents and refunds with ours", help: `Lists the provider's payment intents and refunds created in a window and
+	{name: "ledger check", reads: readsProvider, summary: "compare the provider's intents and refunds with ours", help: `Lists the provider's payment intents and refunds created in a window and
 compares them with our payments and refunds; every disagreement is recorded as
 a ledger finding (one open finding per disagreement) and printed. It only
 reads at the provider: it never charges, refunds or cancels. The worker runs
@@ -323,15 +355,15 @@ func isHelpFlag(w string) bool { return w == "-h" || w == "-help" || w == "--hel
 func parseCommand(args []string) (command, error) {
 	words := args[1:]
 	if len(words) == 1 && words[0] == "help" {
-		return command{name: "help", help: usage()}, nil
+		return command{name: "help", help: usage(), variables: readsServe.variables()}, nil
 	}
 	s, rest, ok := match(words)
 	for _, w := range words {
 		if isHelpFlag(w) {
 			if !ok {
-				return command{name: "help", help: usage()}, nil
+				return command{name: "help", help: usage(), variables: readsServe.variables()}, nil
 			}
-			return command{name: "help", help: s.fullHelp()}, nil
+			return command{name: "help", help: s.fullHelp(), variables: s.reads.variables()}, nil
 		}
 	}
 	if !ok {

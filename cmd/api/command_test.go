@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/tenant"
 	"github.com/oncepay/oncepay/internal/testkit/pgtest"
 )
@@ -85,5 +86,56 @@ func TestTenantNamesAreUnique(t *testing.T) {
 		got, err := auth.Authenticate(context.Background(), c.APIKey)
 		require.NoError(t, err)
 		require.Equal(t, c.TenantID, got)
+	}
+}
+
+// TestEachCommandReadsWhatItsHelpLists: every command is run with a
+// recording environment, and reads no variable its --help does not list;
+// an operator's command lists none of the API server's own, and a bad
+// value of one of those stops no operator's command.
+func TestEachCommandReadsWhatItsHelpLists(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.NewDatabase(t)
+	serverOnly := map[string]string{"API_TENANT_RATE": "nonsense", "HTTP_WRITE_TIMEOUT": "1ms", "LISTEN_ADDR": "not an address"}
+	args := map[string][]string{
+		"tenants create": {"readers-" + id.New("t")[2:]}, "tenants ensure": {"readers"}, "tenants set-account": {"readers", "none"},
+		"tenants rotate-key": {"readers"}, "tenants revoke-key": {"readers", "k_nosuchkey"},
+		"payments show": {"pay_nosuchpayment"}, "reconcile": {"pay_nosuchpayment"},
+		"keys release":     {"readers", "no-such-key", "--reason", "r", "--operator", "o"},
+		"findings resolve": {"fnd_nosuchfinding", "--note", "n", "--operator", "o"},
+	}
+	for _, s := range commands {
+		if s.name == "serve" || s.name == "healthcheck" {
+			continue // they serve, or ask a server; their lists are checked by the compose tests
+		}
+		var out bytes.Buffer
+		require.NoError(t, run(context.Background(), append([]string{"api"}, append(strings.Fields(s.name), "--help")...), env(nil), &out))
+		listed := map[string]bool{}
+		for _, line := range strings.Split(out.String(), "\n") {
+			if name, ok := strings.CutPrefix(line, "  "); ok && name == strings.ToUpper(name) && strings.Contains(name, "_") {
+				listed[name] = true
+			}
+		}
+		require.True(t, listed["DATABASE_URL"], "%s --help lists DATABASE_URL", s.name)
+		for name := range serverOnly {
+			require.False(t, listed[name], "%s --help lists the API server's %s", s.name, name)
+		}
+
+		vars := map[string]string{"DATABASE_URL": dbURL, "STRIPE_SECRET_KEY": "sk_test_oncepay", "STRIPE_API_BASE": "http://127.0.0.1:1"}
+		for k, v := range serverOnly {
+			vars[k] = v
+		}
+		read := map[string]bool{}
+		getenv := func(name string) string {
+			read[name] = true
+			return vars[name]
+		}
+		err := run(context.Background(), append([]string{"api"}, append(strings.Fields(s.name), args[s.name]...)...), getenv, io.Discard)
+		if err != nil {
+			require.NotContains(t, err.Error(), "configuration", "%s is stopped by a variable it does not read", s.name)
+		}
+		for name := range read {
+			require.True(t, listed[name], "%s reads %s, which its --help does not list", s.name, name)
+		}
 	}
 }

@@ -11,9 +11,7 @@ import (
 // config is the API's configuration, read from the environment. Every
 // variable is documented in docs/configuration.md.
 type config struct {
-	// DatabaseURL (DATABASE_URL) is the PostgreSQL URL. Defaults to the
-	// local server's "oncepay" database.
-	DatabaseURL string
+	databaseConfig
 	// ListenAddr (LISTEN_ADDR) is where HTTP is served. Defaults to
 	// 127.0.0.1:8080.
 	ListenAddr string
@@ -42,17 +40,9 @@ type config struct {
 	// MetricsAddr (METRICS_ADDR) is where /metrics is served, apart from
 	// the public listener. Defaults to 127.0.0.1:9080; "off" disables it.
 	MetricsAddr string
-	// IdempotencyRetention (IDEMPOTENCY_RETENTION) is how long a finished
-	// key is replayed. Defaults to 24h.
-	IdempotencyRetention time.Duration
 	// IdempotencyLockWait (IDEMPOTENCY_LOCK_WAIT) is how long a duplicate
 	// waits for the original request's transaction before 409. Defaults to 2s.
 	IdempotencyLockWait time.Duration
-	// IdempotencyTombstoneRetention (IDEMPOTENCY_TOMBSTONE_RETENTION) is how
-	// long an expired key is kept as a tombstone, as documented at
-	// /docs/idempotency; the worker's reaper must use the same value.
-	// Defaults to 720h (30 days).
-	IdempotencyTombstoneRetention time.Duration
 	// MaxWaiters (API_MAX_WAITERS) caps the requests that wait at once for
 	// their outcome (Prefer: wait); beyond it they are answered at once.
 	// Defaults to 1000.
@@ -63,11 +53,6 @@ type config struct {
 	// WaitPoll (API_WAIT_POLL) is how often a waiting request re-reads its
 	// key when no notification wakes it. Defaults to 1s.
 	WaitPoll time.Duration
-	// DatabaseConnectTimeout (DATABASE_CONNECT_TIMEOUT) bounds opening one
-	// connection. Defaults to 3s.
-	DatabaseConnectTimeout time.Duration
-	// DatabaseMaxConns (DATABASE_MAX_CONNS) caps the pool. Defaults to 10.
-	DatabaseMaxConns int
 	// RequestDBTimeout (REQUEST_DB_TIMEOUT) bounds a request's database
 	// work beyond the lock wait, pool wait included. Defaults to 5s.
 	RequestDBTimeout time.Duration
@@ -91,8 +76,59 @@ type config struct {
 	// leaves the endpoint answering 503, so the provider keeps retrying its
 	// events until one is set.
 	StripeWebhookSecret string
+}
+
+// databaseConfig is what every command that opens the database reads:
+// the serve command and the operator's commands alike.
+type databaseConfig struct {
+	// DatabaseURL (DATABASE_URL) is the PostgreSQL URL. Defaults to the
+	// local server's "oncepay" database.
+	DatabaseURL string
+	// DatabaseConnectTimeout (DATABASE_CONNECT_TIMEOUT) bounds opening one
+	// connection. Defaults to 3s.
+	DatabaseConnectTimeout time.Duration
+	// DatabaseMaxConns (DATABASE_MAX_CONNS) caps the pool. Defaults to 10.
+	DatabaseMaxConns int
+	// IdempotencyRetention (IDEMPOTENCY_RETENTION) is how long a finished
+	// key is replayed. Defaults to 24h.
+	IdempotencyRetention time.Duration
+	// IdempotencyTombstoneRetention (IDEMPOTENCY_TOMBSTONE_RETENTION) is how
+	// long an expired key is kept as a tombstone, as documented at
+	// /docs/idempotency; the worker's reaper must use the same value.
+	// Defaults to 720h (30 days).
+	IdempotencyTombstoneRetention time.Duration
 	// LogLevel (LOG_LEVEL) is debug, info, warn or error. Defaults to info.
 	LogLevel string
+}
+
+// readDatabaseConfig reads databaseConfig from env.
+func readDatabaseConfig(env *envconfig.Reader) databaseConfig {
+	return databaseConfig{
+		DatabaseURL:                   env.String("DATABASE_URL", defaultDatabaseURL),
+		DatabaseConnectTimeout:        env.Duration("DATABASE_CONNECT_TIMEOUT", 3*time.Second, 100*time.Millisecond, time.Minute),
+		DatabaseMaxConns:              env.Int("DATABASE_MAX_CONNS", 10, 2, 1000),
+		IdempotencyRetention:          env.Duration("IDEMPOTENCY_RETENTION", 24*time.Hour, 24*time.Hour, 90*24*time.Hour),
+		IdempotencyTombstoneRetention: env.Duration("IDEMPOTENCY_TOMBSTONE_RETENTION", 30*24*time.Hour, time.Hour, 10*365*24*time.Hour),
+		LogLevel:                      env.OneOf("LOG_LEVEL", "info", "debug", "info", "warn", "error"),
+	}
+}
+
+// loadDatabaseConfig is what an operator's command reads.
+func loadDatabaseConfig(getenv func(string) string) (databaseConfig, error) {
+	env := envconfig.New(getenv)
+	cfg := readDatabaseConfig(env)
+	return cfg, env.Err()
+}
+
+// healthcheckConfig is what "api healthcheck" reads: where the API serves.
+type healthcheckConfig struct {
+	ListenAddr string
+}
+
+func loadHealthcheckConfig(getenv func(string) string) (healthcheckConfig, error) {
+	env := envconfig.New(getenv)
+	cfg := healthcheckConfig{ListenAddr: env.String("LISTEN_ADDR", "127.0.0.1:8080")}
+	return cfg, env.Err()
 }
 
 // defaultDatabaseURL is the local server's oncepay database.
@@ -103,31 +139,26 @@ const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/oncepay?sslmode=d
 func loadConfig(getenv func(string) string) (config, error) {
 	env := envconfig.New(getenv)
 	cfg := config{
-		DatabaseURL:                   env.String("DATABASE_URL", defaultDatabaseURL),
-		ListenAddr:                    env.String("LISTEN_ADDR", "127.0.0.1:8080"),
-		MetricsAddr:                   env.String("METRICS_ADDR", "127.0.0.1:9080"),
-		TenantRate:                    env.Int("API_TENANT_RATE", 100, 0, 1_000_000),
-		TenantRateWindow:              env.Duration("API_TENANT_RATE_WINDOW", time.Second, time.Second, time.Hour),
-		TenantMaxPending:              env.Int("API_TENANT_MAX_PENDING", 1000, 0, 10_000_000),
-		AuthCacheTTL:                  env.Duration("API_AUTH_CACHE_TTL", 2*time.Second, 0, time.Minute),
-		AuthFailureLimit:              env.Int("API_AUTH_FAILURE_LIMIT", 20, 0, 1_000_000),
-		AuthFailureWindow:             env.Duration("API_AUTH_FAILURE_WINDOW", time.Minute, time.Second, time.Hour),
-		ReplayCacheTTL:                env.Duration("API_REPLAY_CACHE_TTL", time.Minute, 0, time.Hour),
-		IdempotencyRetention:          env.Duration("IDEMPOTENCY_RETENTION", 24*time.Hour, 24*time.Hour, 90*24*time.Hour),
-		IdempotencyLockWait:           env.Duration("IDEMPOTENCY_LOCK_WAIT", 2*time.Second, time.Millisecond, 30*time.Second),
-		IdempotencyTombstoneRetention: env.Duration("IDEMPOTENCY_TOMBSTONE_RETENTION", 30*24*time.Hour, time.Hour, 10*365*24*time.Hour),
-		MaxWaiters:                    env.Int("API_MAX_WAITERS", 1000, 1, 1_000_000),
-		MaxWaitersPerTenant:           env.Int("API_MAX_WAITERS_PER_TENANT", 0, 0, 1_000_000),
-		WaitPoll:                      env.Duration("API_WAIT_POLL", time.Second, 10*time.Millisecond, time.Minute),
-		DatabaseConnectTimeout:        env.Duration("DATABASE_CONNECT_TIMEOUT", 3*time.Second, 100*time.Millisecond, time.Minute),
-		DatabaseMaxConns:              env.Int("DATABASE_MAX_CONNS", 10, 2, 1000),
-		RequestDBTimeout:              env.Duration("REQUEST_DB_TIMEOUT", 5*time.Second, 100*time.Millisecond, time.Minute),
-		ShutdownTimeout:               env.Duration("SHUTDOWN_TIMEOUT", 10*time.Second, 0, 10*time.Minute),
-		HTTPReadTimeout:               env.Duration("HTTP_READ_TIMEOUT", serve.DefaultReadTimeout, 100*time.Millisecond, 10*time.Minute),
-		HTTPWriteTimeout:              env.Duration("HTTP_WRITE_TIMEOUT", serve.DefaultWriteTimeout, 100*time.Millisecond, 30*time.Minute),
-		HTTPIdleTimeout:               env.Duration("HTTP_IDLE_TIMEOUT", serve.DefaultIdleTimeout, 100*time.Millisecond, time.Hour),
-		StripeWebhookSecret:           env.String("STRIPE_WEBHOOK_SECRET", ""),
-		LogLevel:                      env.OneOf("LOG_LEVEL", "info", "debug", "info", "warn", "error"),
+		databaseConfig:      readDatabaseConfig(env),
+		ListenAddr:          env.String("LISTEN_ADDR", "127.0.0.1:8080"),
+		MetricsAddr:         env.String("METRICS_ADDR", "127.0.0.1:9080"),
+		TenantRate:          env.Int("API_TENANT_RATE", 100, 0, 1_000_000),
+		TenantRateWindow:    env.Duration("API_TENANT_RATE_WINDOW", time.Second, time.Second, time.Hour),
+		TenantMaxPending:    env.Int("API_TENANT_MAX_PENDING", 1000, 0, 10_000_000),
+		AuthCacheTTL:        env.Duration("API_AUTH_CACHE_TTL", 2*time.Second, 0, time.Minute),
+		AuthFailureLimit:    env.Int("API_AUTH_FAILURE_LIMIT", 20, 0, 1_000_000),
+		AuthFailureWindow:   env.Duration("API_AUTH_FAILURE_WINDOW", time.Minute, time.Second, time.Hour),
+		ReplayCacheTTL:      env.Duration("API_REPLAY_CACHE_TTL", time.Minute, 0, time.Hour),
+		IdempotencyLockWait: env.Duration("IDEMPOTENCY_LOCK_WAIT", 2*time.Second, time.Millisecond, 30*time.Second),
+		MaxWaiters:          env.Int("API_MAX_WAITERS", 1000, 1, 1_000_000),
+		MaxWaitersPerTenant: env.Int("API_MAX_WAITERS_PER_TENANT", 0, 0, 1_000_000),
+		WaitPoll:            env.Duration("API_WAIT_POLL", time.Second, 10*time.Millisecond, time.Minute),
+		RequestDBTimeout:    env.Duration("REQUEST_DB_TIMEOUT", 5*time.Second, 100*time.Millisecond, time.Minute),
+		ShutdownTimeout:     env.Duration("SHUTDOWN_TIMEOUT", 10*time.Second, 0, 10*time.Minute),
+		HTTPReadTimeout:     env.Duration("HTTP_READ_TIMEOUT", serve.DefaultReadTimeout, 100*time.Millisecond, 10*time.Minute),
+		HTTPWriteTimeout:    env.Duration("HTTP_WRITE_TIMEOUT", serve.DefaultWriteTimeout, 100*time.Millisecond, 30*time.Minute),
+		HTTPIdleTimeout:     env.Duration("HTTP_IDLE_TIMEOUT", serve.DefaultIdleTimeout, 100*time.Millisecond, time.Hour),
+		StripeWebhookSecret: env.String("STRIPE_WEBHOOK_SECRET", ""),
 	}
 	// The longest answer: authentication and the transaction (each bounded
 	// by the request timeout, the latter after the lock wait), then a

@@ -37,7 +37,6 @@ import (
 
 	"github.com/oncepay/oncepay/internal/api"
 	"github.com/oncepay/oncepay/internal/authorizations"
-	"github.com/oncepay/oncepay/internal/envconfig"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/metrics"
 	"github.com/oncepay/oncepay/internal/outbox"
@@ -86,15 +85,26 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	if cmd.name == "help" {
 		_, err := fmt.Fprintf(stdout, "%s\n\nEnvironment variables read (docs/configuration.md describes each):\n  %s\n",
-			cmd.help, strings.Join(envconfig.Names(loadConfig), "\n  "))
+			cmd.help, strings.Join(cmd.variables, "\n  "))
 		return err
 	}
-	cfg, err := loadConfig(getenv)
+	// Each command reads only its own configuration, so that a variable
+	// the API server needs can never stop an operator's command.
+	if cmd.name == "healthcheck" {
+		hc, err := loadHealthcheckConfig(getenv)
+		if err != nil {
+			return fmt.Errorf("configuration: %w", err)
+		}
+		return serve.Healthcheck(ctx, hc.ListenAddr, serve.HealthcheckTimeout)
+	}
+	var cfg config
+	if cmd.name == "serve" {
+		cfg, err = loadConfig(getenv)
+	} else {
+		cfg.databaseConfig, err = loadDatabaseConfig(getenv)
+	}
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
-	}
-	if cmd.name == "healthcheck" {
-		return serve.Healthcheck(ctx, cfg.ListenAddr, serve.HealthcheckTimeout)
 	}
 	logger := serve.NewLogger(stdout, cfg.LogLevel)
 
@@ -127,7 +137,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		}
 		return json.NewEncoder(stdout).Encode(created)
 	default:
-		return runAdmin(ctx, admin{cfg: cfg, pool: pool, getenv: getenv, out: stdout, cmd: cmd})
+		return runAdmin(ctx, admin{cfg: cfg.databaseConfig, pool: pool, getenv: getenv, out: stdout, cmd: cmd})
 	}
 }
 

@@ -117,7 +117,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		Concurrency:            env.Int("WORKER_CONCURRENCY", 100, 1, 1000),
 		JobTimeout:             env.Duration("WORKER_JOB_TIMEOUT", 30*time.Second, 100*time.Millisecond, 10*time.Minute),
 		RescueStuckAfter:       env.Duration("WORKER_RESCUE_STUCK_AFTER", 5*time.Minute, time.Second, 24*time.Hour),
-		AdminAddr:              env.String("WORKER_ADMIN_ADDR", "127.0.0.1:8081"),
+		AdminAddr:              env.String("WORKER_ADMIN_ADDR", defaultAdminAddr),
 		ShutdownGrace:          env.Duration("WORKER_SHUTDOWN_GRACE", 30*time.Second, 0, time.Hour),
 		RetryBase:              env.Duration("WORKER_RETRY_BACKOFF_BASE", time.Second, time.Millisecond, time.Hour),
 		RetryMax:               env.Duration("WORKER_RETRY_BACKOFF_MAX", 10*time.Minute, time.Millisecond, 6*time.Hour),
@@ -169,3 +169,7 @@ func (c config) chargeConfig() payments.ChargeConfig {
 		RecordTimeout:     c.RecordTimeout,
 	}
 }
+
+// defaultAdminAddr is where the worker serves /readyz, /metrics and the
+// console unless WORKER_ADMIN_ADDR says otherwise: loopback only.
+const defaultAdminAddr = "127.0.0.1:8081"

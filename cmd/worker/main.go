@@ -235,16 +235,22 @@ func healthcheck(ctx context.Context, args []string, getenv func(string) string,
 
 Asks the worker's admin server on WORKER_ADMIN_ADDR (this machine's, for a
 wildcard address such as 0.0.0.0) for /readyz and exits 0 if it answers 200
-within 3s, 1 if not: the health check of an image without curl. It reads the
-worker's environment, and opens no database connection of its own.
+within 3s, 1 if not: the health check of an image without curl. It opens no
+database connection of its own.
+
+Environment variables read (docs/configuration.md describes each):
+  WORKER_ADMIN_ADDR
 `)
 		return err
 	}
-	cfg, err := loadConfig(getenv)
-	if err != nil {
+	// Only the address: a setting the worker itself needs must never fail
+	// its health check.
+	env := envconfig.New(getenv)
+	addr := env.String("WORKER_ADMIN_ADDR", defaultAdminAddr)
+	if err := env.Err(); err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
-	return serve.Healthcheck(ctx, cfg.AdminAddr, serve.HealthcheckTimeout)
+	return serve.Healthcheck(ctx, addr, serve.HealthcheckTimeout)
 }
 
 // shutdown stops fetching new jobs and lets running ones finish within the

@@ -472,7 +472,9 @@ func TestHealthcheck(t *testing.T) {
 	addr := w.out.field("worker started", "admin_addr")
 	check := func(args ...string) (string, int) {
 		cmd := exec.Command(workerBinary, args...)
-		cmd.Env = []string{"STRIPE_SECRET_KEY=sk_test_oncepay", "WORKER_ADMIN_ADDR=" + addr,
+		// Only WORKER_ADMIN_ADDR is read: no secret key, and a setting
+		// the worker would refuse, stop no health check.
+		cmd.Env = []string{"WORKER_ADMIN_ADDR=" + addr, "WORKER_CONCURRENCY=nonsense",
 			"DATABASE_URL=postgres://postgres@127.0.0.1:1/none?sslmode=disable"}
 		out, err := cmd.CombinedOutput()
 		if err != nil {
@@ -494,6 +496,7 @@ func TestHealthcheck(t *testing.T) {
 	out, code = check("healthcheck", "--help")
 	require.Equal(t, 0, code, out)
 	require.Contains(t, out, "usage: worker healthcheck")
+	require.Regexp(t, `Environment variables read[^\n]*\n  WORKER_ADMIN_ADDR\n$`, out, "it lists only what it reads")
 	out, code = check("healthcheck", "now")
 	require.Equal(t, 1, code, out)
 	require.Contains(t, out, `"now"`)
