@@ -68,8 +68,8 @@ func Start(ctx context.Context, dir string, port int, opts Options) (string, err
 	}
 	data := filepath.Join(dir, "data")
 	if _, err := os.Stat(filepath.Join(data, "PG_VERSION")); errors.Is(err, os.ErrNotExist) {
-		if out, err := command(ctx, asUser, filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8").CombinedOutput(); err != nil {
-			return "", fmt.Errorf("initdb: %w: %s", err, out)
+		if err := initCluster(ctx, asUser, bin, data); err != nil {
+			return "", err
 		}
 	}
 	settings := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c max_connections=300", port, dir)
@@ -92,9 +92,47 @@ func Start(ctx context.Context, dir string, port int, opts Options) (string, err
 	}
 }
 
+// ErrInterrupted is returned when the context ended while the cluster was
+// being made: nothing was left behind, and the next Start makes it afresh.
+var ErrInterrupted = errors.New("making the local cluster was interrupted; nothing was left behind")
+
+// initCluster makes the cluster in data. initdb writes into a directory of
+// its own, renamed to data once complete: an interrupted run (Ctrl-C during
+// the first make run) leaves no half cluster that the next start would
+// trip over, and says so in one line.
+func initCluster(ctx context.Context, asUser []string, bin, data string) error {
+	partial := data + ".partial"
+	// A half cluster of an earlier interrupted run, in either place.
+	for _, leftover := range []string{partial, data} {
+		if err := os.RemoveAll(leftover); err != nil {
+			return err
+		}
+	}
+	out, err := command(ctx, asUser, filepath.Join(bin, "initdb"), "-D", partial, "-U", "postgres", "--auth=trust", "-E", "UTF8").CombinedOutput()
+	if err == nil {
+		err = os.Rename(partial, data)
+	}
+	if err == nil {
+		return nil
+	}
+	_ = os.RemoveAll(partial)
+	if ctx.Err() != nil {
+		return fmt.Errorf("%w (%w)", ErrInterrupted, ctx.Err())
+	}
+	return fmt.Errorf("initdb: %w: %s", err, out)
+}
+
+// command runs a server binary in a process group of its own: a Ctrl-C at
+// the terminal reaches the program that started it, which stops it by
+// cancelling ctx (the whole group, runuser's child included) and cleans up,
+// rather than the binary dying half-way with its own complaints.
 func command(ctx context.Context, prefix []string, name string, args ...string) *exec.Cmd {
 	full := append(append(append([]string{}, prefix...), name), args...)
-	return exec.CommandContext(ctx, full[0], full[1:]...)
+	cmd := exec.CommandContext(ctx, full[0], full[1:]...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	return cmd
 }
 
 // BinDir finds the newest installed server's binaries (Debian keeps them
