@@ -72,6 +72,12 @@ type Config struct {
 	// Detached processes outlive the program that started them (make up);
 	// otherwise each is signalled when that program dies.
 	Detached bool
+	// KeepProviderState has the simulator keep its state in StateDir across
+	// restarts, as the database keeps the books (make run and make up):
+	// a restarted stack's provider still has what the books name. Stacks
+	// with a fresh database each run (the demo, the bench, the chaos
+	// driver) start the simulator fresh too.
+	KeepProviderState bool
 	// DropDatabase makes Stop drop the stack's database once its processes
 	// are gone: for a throwaway stack (the demo), which must leave nothing
 	// behind on the server.
@@ -189,9 +195,16 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		s.SimURL = "http://" + simAddr
 		secret := "whsec_" + randomHex(16)
 		apiEnv = append(apiEnv, "STRIPE_WEBHOOK_SECRET="+secret)
-		err := s.start(&Process{Name: "stripesim", Binary: "stripesim", Env: []string{"STRIPESIM_ADDR=" + simAddr,
-			"STRIPESIM_WEBHOOK_URL=http://" + cfg.APIAddr + "/v1/webhooks/stripe", "STRIPESIM_WEBHOOK_SECRET=" + secret},
-			Ready: s.SimURL + "/_sim/faults"})
+		simEnv := []string{"STRIPESIM_ADDR=" + simAddr}
+		if cfg.KeepProviderState {
+			state, err := filepath.Abs(filepath.Join(cfg.StateDir, "stripesim-state.json"))
+			if err != nil {
+				return nil, err
+			}
+			simEnv = append(simEnv, "STRIPESIM_STATE_FILE="+state)
+		}
+		simEnv = append(simEnv, "STRIPESIM_WEBHOOK_URL=http://"+cfg.APIAddr+"/v1/webhooks/stripe", "STRIPESIM_WEBHOOK_SECRET="+secret)
+		err := s.start(&Process{Name: "stripesim", Binary: "stripesim", Env: simEnv, Ready: s.SimURL + "/_sim/faults"})
 		if err != nil {
 			return nil, err
 		}

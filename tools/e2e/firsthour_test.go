@@ -122,10 +122,18 @@ func TestFirstHour(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, apiURL+"/docs/api", location)
 
-	// Stopped and started again: the books are kept.
+	// Stopped and started again: the books are kept, and so is the
+	// simulator's side of them: the ledger check, run as the printed
+	// export line sets it up, finds them in agreement.
 	stack("down")
-	stack("up")
+	again := stack("up")
 	require.Contains(t, listedPayments(t, browser, console[1]), paid.ID, "the payment is still there after a restart")
+	operator := regexp.MustCompile(`(?m)^\s*(export DATABASE_URL=.*)$`).FindStringSubmatch(again)
+	require.NotNil(t, operator, "no export line for the operator's commands:\n%s", again)
+	check := exec.Command("sh", "-ec", operator[1]+"\nbin/api ledger check --since 1h")
+	check.Dir = workDir
+	out, err = check.CombinedOutput()
+	require.NoError(t, err, "the ledger check after a restart:\n%s", out)
 	stack("down")
 }
 

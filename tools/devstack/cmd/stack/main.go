@@ -66,6 +66,7 @@ func run(ctx context.Context, args []string, lookup func(string) (string, bool),
 	cfg := devstack.Config{
 		DatabaseURL:       getenv("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/oncepay?sslmode=disable"),
 		DatabaseURLChosen: chosen,
+		KeepProviderState: true,
 		StripeSecretKey:   getenv("STRIPE_SECRET_KEY", "sk_test_oncepay_local"),
 		StripeAPIBase:     getenv("STRIPE_API_BASE", "http://127.0.0.1:12111"),
 		APIAddr:           getenv("LISTEN_ADDR", ""),

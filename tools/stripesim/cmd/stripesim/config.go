@@ -38,6 +38,10 @@ type config struct {
 	// WebhookRetryBase (STRIPESIM_WEBHOOK_RETRY_BASE) is the wait after a
 	// failed delivery, doubling per attempt. Defaults to 500ms.
 	WebhookRetryBase time.Duration
+	// StateFile (STRIPESIM_STATE_FILE) keeps the simulator's objects, keys
+	// and events across restarts: loaded at start if it exists, saved each
+	// second something changed and at shutdown. Empty keeps nothing.
+	StateFile string
 	// LogLevel (LOG_LEVEL) is debug, info, warn or error. Defaults to info.
 	LogLevel string
 }
@@ -55,6 +59,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		WebhookURL:           env.URL("STRIPESIM_WEBHOOK_URL"),
 		WebhookSecret:        env.String("STRIPESIM_WEBHOOK_SECRET", ""),
 		WebhookRetryBase:     env.Duration("STRIPESIM_WEBHOOK_RETRY_BASE", 500*time.Millisecond, time.Millisecond, time.Hour),
+		StateFile:            env.String("STRIPESIM_STATE_FILE", ""),
 		LogLevel:             env.OneOf("LOG_LEVEL", "info", "debug", "info", "warn", "error"),
 	}
 	if cfg.WebhookURL != "" && cfg.WebhookSecret == "" {

@@ -10,8 +10,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -19,6 +21,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/oncepay/oncepay/internal/envconfig"
 	"github.com/oncepay/oncepay/internal/serve"
@@ -77,10 +80,81 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	defer cancelRequests()
 	sim := stripesim.New(simCfg)
 	defer sim.Close() // after the server has drained: no more events come
+	if cfg.StateFile != "" {
+		if err := loadState(sim, cfg.StateFile); err != nil {
+			ln.Close()
+			return err
+		}
+		saved := sim.Changes()
+		stopSaving := make(chan struct{})
+		savingDone := make(chan struct{})
+		go func() {
+			defer close(savingDone)
+			tick := time.NewTicker(time.Second)
+			defer tick.Stop()
+			for {
+				select {
+				case <-stopSaving:
+					return
+				case <-tick.C:
+				}
+				if now := sim.Changes(); now != saved {
+					if err := saveState(sim, cfg.StateFile); err != nil {
+						logger.Error("save the simulator's state", slog.Any("error", err))
+						continue
+					}
+					saved = now
+				}
+			}
+		}()
+		// The last save, once the server has drained.
+		defer func() {
+			close(stopSaving)
+			<-savingDone
+			if err := saveState(sim, cfg.StateFile); err != nil {
+				logger.Error("save the simulator's state", slog.Any("error", err))
+			}
+		}()
+	}
 	srv := &http.Server{
 		Handler:     sim,
 		BaseContext: func(net.Listener) context.Context { return reqCtx },
 	}
 	srv.RegisterOnShutdown(cancelRequests)
 	return serve.HTTP(ctx, "stripesim", srv, ln, cfg.ShutdownTimeout, logger)
+}
+
+// loadState loads what an earlier run saved in path; a missing file is a
+// first run.
+func loadState(sim *stripesim.Server, path string) error {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("STRIPESIM_STATE_FILE=%s: %w", path, err)
+	}
+	defer f.Close()
+	if err := sim.LoadState(f); err != nil {
+		return fmt.Errorf("STRIPESIM_STATE_FILE=%s: %w (remove it to start afresh)", path, err)
+	}
+	return nil
+}
+
+// saveState writes the state beside path and renames it over path: a
+// crash mid-write leaves the previous state whole.
+func saveState(sim *stripesim.Server, path string) error {
+	tmp := path + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	if err := sim.SaveState(f); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }
