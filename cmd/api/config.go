@@ -57,7 +57,8 @@ type config struct {
 	// work beyond the lock wait, pool wait included. Defaults to 5s.
 	RequestDBTimeout time.Duration
 	// ShutdownTimeout (SHUTDOWN_TIMEOUT) is how long in-flight requests get
-	// to finish on SIGTERM. Defaults to 10s.
+	// to finish on SIGTERM; those held by Prefer: wait are answered at once
+	// (idempotency.Store.Drain). Defaults to 10s.
 	ShutdownTimeout time.Duration
 	// HTTPReadTimeout (HTTP_READ_TIMEOUT) bounds reading a whole request,
 	// body included: a client that trickles its body is cut off after it.

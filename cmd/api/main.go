@@ -194,6 +194,10 @@ func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.
 		return fmt.Errorf("listen on LISTEN_ADDR=%s: %w", cfg.ListenAddr, err)
 	}
 	srv := &http.Server{Handler: handler, ReadTimeout: cfg.HTTPReadTimeout, WriteTimeout: cfg.HTTPWriteTimeout, IdleTimeout: cfg.HTTPIdleTimeout}
+	// On SIGTERM the listener closes, requests in flight finish, and those
+	// held by Prefer: wait are answered at once with their key as it stands
+	// (their 202), rather than cut at SHUTDOWN_TIMEOUT.
+	srv.RegisterOnShutdown(keys.Drain)
 	if cfg.MetricsAddr == "off" {
 		return serve.HTTP(ctx, "api", srv, ln, cfg.ShutdownTimeout, logger)
 	}

@@ -423,3 +423,77 @@ func startProxy(t *testing.T, target string) *faultproxy.Proxy {
 	t.Cleanup(func() { _ = p.Close() })
 	return p
 }
+
+// TestStopAnswersHeldWaits: on SIGTERM (its context ending) the API
+// answers a request held by Prefer: wait at once with the key as it stands,
+// its 202, instead of holding it until SHUTDOWN_TIMEOUT cuts it; then it
+// exits cleanly. No worker runs, so the payment stays processing.
+func TestStopAnswersHeldWaits(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.NewDatabase(t)
+	created := createTenant(t, dbURL)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := newLineWriter()
+	vars := map[string]string{"DATABASE_URL": dbURL, "LISTEN_ADDR": "127.0.0.1:0", "METRICS_ADDR": "off", "SHUTDOWN_TIMEOUT": "20s"}
+	stopped := make(chan error, 1)
+	go func() { stopped <- run(ctx, []string{"api", "serve"}, env(vars), out) }()
+	var base string
+	select {
+	case addr := <-out.addrc:
+		base = "http://" + addr
+	case <-time.After(15 * time.Second):
+		t.Fatalf("api did not start\n%s", out)
+	}
+
+	type answer struct {
+		status int
+		header http.Header
+		body   []byte
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		req, err := http.NewRequest(http.MethodPost, base+"/v1/payments", strings.NewReader(visa))
+		if !assert.NoError(t, err) {
+			return
+		}
+		req.Header.Set("Authorization", "Bearer "+created.APIKey)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", id.New("key"))
+		req.Header.Set("Prefer", "wait=30")
+		resp, err := http.DefaultClient.Do(req)
+		if !assert.NoError(t, err) {
+			return
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		answered <- answer{resp.StatusCode, resp.Header, body}
+	}()
+	// The request is held once its key is marked awaited.
+	pool, err := pgxpool.New(context.Background(), dbURL)
+	require.NoError(t, err)
+	defer pool.Close()
+	require.Eventually(t, func() bool {
+		var n int
+		_ = pool.QueryRow(context.Background(), `SELECT count(*) FROM idempotency_keys WHERE awaited`).Scan(&n)
+		return n == 1
+	}, 10*time.Second, 20*time.Millisecond, "the request never waited")
+
+	stopAt := time.Now()
+	cancel()
+	select {
+	case a := <-answered:
+		require.Equal(t, http.StatusAccepted, a.status, "%s", a.body)
+		require.Equal(t, "wait=30", a.header.Get("Preference-Applied"))
+		require.Contains(t, string(a.body), `"status":"processing"`)
+		require.Less(t, time.Since(stopAt), 5*time.Second, "answered at once, not at the shutdown timeout")
+	case <-time.After(15 * time.Second):
+		t.Fatal("the held request was not answered when the API stopped")
+	}
+	select {
+	case err := <-stopped:
+		require.NoError(t, err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("the API did not stop")
+	}
+}

@@ -225,13 +225,23 @@ type Store struct {
 	places  waitPlaces
 	recent  *recentKeys
 	replays *finishedReplays
+	// draining is closed by Drain: held waits end at once.
+	draining  chan struct{}
+	drainOnce sync.Once
 }
 
 // NewStore returns a Store.
 func NewStore(cfg Config) *Store {
 	cfg = cfg.WithDefaults()
-	return &Store{cfg: cfg, recent: newRecentKeys(cfg.RecentKeys), replays: newFinishedReplays(cfg.ReplayCacheSize, cfg.ReplayCacheTTL)}
+	return &Store{cfg: cfg, recent: newRecentKeys(cfg.RecentKeys), replays: newFinishedReplays(cfg.ReplayCacheSize, cfg.ReplayCacheTTL),
+		draining: make(chan struct{})}
 }
+
+// Drain ends every wait held now or begun later (Prefer: wait) at once,
+// with the key as it stands: a stopping server answers its waiting clients
+// their 202 rather than holding them past its shutdown timeout. The
+// operation goes on; the client's retry with the key learns its outcome.
+func (s *Store) Drain() { s.drainOnce.Do(func() { close(s.draining) }) }
 
 // Config returns the Store's configuration, defaults applied.
 func (s *Store) Config() Config { return s.cfg }
@@ -529,6 +539,11 @@ func (s *Store) Await(ctx context.Context, db Querier, tenantID, key string, unt
 		defer cancel()
 		return getKey(readCtx, db, tenantID, key)
 	}
+	select {
+	case <-s.draining:
+		return read()
+	default:
+	}
 	if !s.places.take(tenantID, s.cfg.MaxWaiters, s.cfg.MaxWaitersPerTenant) {
 		return read()
 	}
@@ -564,6 +579,9 @@ func (s *Store) Await(ctx context.Context, db Querier, tenantID, key string, unt
 		case <-ctx.Done():
 			timer.Stop()
 			return rec, nil
+		case <-s.draining:
+			timer.Stop()
+			return read()
 		case <-wake:
 			timer.Stop()
 		case <-timer.C:
