@@ -28,9 +28,9 @@ type config struct {
 	// RescueStuckAfter (WORKER_RESCUE_STUCK_AFTER) is when a job whose
 	// worker died runs again; it must exceed the job timeout. Defaults to 5m.
 	RescueStuckAfter time.Duration
-	// AdminAddr (WORKER_ADMIN_ADDR) serves /healthz, /readyz, /metrics and
-	// the operator console (/console/). Defaults to 127.0.0.1:8081: never
-	// publish it as a public port.
+	// AdminAddr (WORKER_ADMIN_ADDR) serves /healthz, /readyz, /metrics, the
+	// operator console (/console/) and River's UI (/riverui/). Defaults to
+	// 127.0.0.1:8081: never publish it as a public port.
 	AdminAddr string
 	// ShutdownGrace (WORKER_SHUTDOWN_GRACE) is how long in-flight jobs may
 	// finish after SIGTERM before they are cancelled. Defaults to 30s.

@@ -68,6 +68,18 @@ func TestConsole(t *testing.T) {
 		assert.Contains(c, page, "Webhook payment_intent.succeeded received")
 		assert.Contains(c, page, "processed: ")
 	}, 20*time.Second, 100*time.Millisecond, "the timeline lacks the key, the provider call or the webhook")
+	// The payment's jobs link into River's UI, served beside the console.
+	_, page = w.get(t, "/console/payments/"+paymentID)
+	job := regexp.MustCompile(`href="/riverui/jobs/(\d+)"`).FindStringSubmatch(page)
+	require.NotNil(t, job, "no link into River's UI:\n%s", page)
+	status, ui := w.get(t, "/riverui/jobs/"+job[1])
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, ui, "<html")
+	status, api := w.get(t, "/riverui/api/jobs/"+job[1])
+	require.Equal(t, http.StatusOK, status, api)
+	require.Contains(t, api, `"kind":"charge_payment"`)
+	require.Contains(t, api, paymentID)
+
 	status, _ = w.get(t, "/console/payments/pay_nosuchpayment")
 	require.Equal(t, http.StatusNotFound, status)
 

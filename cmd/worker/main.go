@@ -24,6 +24,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"riverqueue.com/riverui"
 
 	"github.com/oncepay/oncepay/internal/authorizations"
 	"github.com/oncepay/oncepay/internal/console"
@@ -205,7 +206,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err != nil {
 		return fmt.Errorf("listen on WORKER_ADMIN_ADDR=%s: %w", cfg.AdminAddr, err)
 	}
-	admin := newAdminServer(pool, m, console.Handler(console.Config{Pool: pool, Keys: keys, Metrics: m.Registry(), Logger: logger}))
+	// River's own UI, beside the console on the admin listener: queues,
+	// jobs and their errors (and River's job actions: the listener is the
+	// operator's, never the public port).
+	queueUI, err := riverui.NewHandler(&riverui.HandlerOpts{Endpoints: riverui.NewEndpoints(client, nil), Logger: logger, Prefix: riverUIPath})
+	if err != nil {
+		return fmt.Errorf("river ui: %w", err)
+	}
+	if err := queueUI.Start(ctx); err != nil {
+		return fmt.Errorf("start river ui: %w", err)
+	}
+	operatorConsole := console.Handler(console.Config{Pool: pool, Keys: keys, Metrics: m.Registry(), Logger: logger, QueueUI: riverUIPath})
+	admin := newAdminServer(pool, m, map[string]http.Handler{console.Path: operatorConsole, riverUIPath + "/": queueUI})
 	go func() { _ = admin.Serve(ln) }()
 	defer admin.Close()
 
@@ -283,12 +295,18 @@ func periodicJob(interval time.Duration, args river.JobArgs) *river.PeriodicJob 
 	return outbox.PeriodicJob(interval, args)
 }
 
+// riverUIPath is where River's UI is served on the admin listener.
+const riverUIPath = "/riverui"
+
 // newAdminServer serves /healthz, /readyz, /metrics and the operator's
-// console with the same timeouts as the API's server, so that a stalled
-// prober cannot hold connections forever.
-func newAdminServer(pool *pgxpool.Pool, m *metrics.Metrics, operatorConsole http.Handler) *http.Server {
+// pages (the console, River's UI: mounted at their paths) with the same
+// timeouts as the API's server, so that a stalled prober cannot hold
+// connections forever.
+func newAdminServer(pool *pgxpool.Pool, m *metrics.Metrics, pages map[string]http.Handler) *http.Server {
 	mux := http.NewServeMux()
-	mux.Handle(console.Path, operatorConsole)
+	for path, page := range pages {
+		mux.Handle(path, page)
+	}
 	mux.HandleFunc("GET /healthz", serve.Healthz)
 	mux.HandleFunc("GET /readyz", serve.Readyz(pool))
 	mux.Handle("GET /metrics", m.Handler())

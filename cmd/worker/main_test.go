@@ -411,7 +411,7 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 // connection, as the API's does.
 func TestAdminServerTimeouts(t *testing.T) {
 	t.Parallel()
-	srv := newAdminServer(nil, metrics.New(), http.NotFoundHandler())
+	srv := newAdminServer(nil, metrics.New(), nil)
 	require.Equal(t, 5*time.Second, srv.ReadHeaderTimeout)
 	require.Positive(t, srv.ReadTimeout)
 	require.Positive(t, srv.WriteTimeout)

@@ -39,6 +39,9 @@ type Config struct {
 	// with the gauges its alert rules read.
 	Metrics prometheus.Gatherer
 	Logger  *slog.Logger
+	// QueueUI is where River's UI is served on the same listener
+	// (/riverui); the pages link jobs and queues into it. Empty: no links.
+	QueueUI string
 }
 
 //go:embed templates/*.html
@@ -68,7 +71,8 @@ type server struct {
 
 // render writes a page with the shared layout; a template error after the
 // header is written can only be logged.
-func (c *server) render(w http.ResponseWriter, r *http.Request, status int, name string, data any) {
+func (c *server) render(w http.ResponseWriter, r *http.Request, status int, name string, data map[string]any) {
+	data["QueueUI"] = c.cfg.QueueUI
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	// Operator pages hold customer data: never cached on the way.
 	w.Header().Set("Cache-Control", "no-store")
