@@ -1,14 +1,14 @@
 package console
 
 import (
-	"os"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
-	"go.yaml.in/yaml/v3"
+
+	"github.com/oncepay/oncepay/internal/testkit/alertrules"
 )
 
 // TestChecksAreTheAlertRules: every rule of deploy/alerts.yml is either a
@@ -17,31 +17,17 @@ import (
 // place and not the other fails here.
 func TestChecksAreTheAlertRules(t *testing.T) {
 	t.Parallel()
-	data, err := os.ReadFile("../../deploy/alerts.yml")
-	require.NoError(t, err)
-	var doc struct {
-		Groups []struct {
-			Rules []struct {
-				Alert       string
-				Expr        string
-				Annotations map[string]string
-			}
-		}
-	}
-	require.NoError(t, yaml.Unmarshal(data, &doc))
 	seen := map[string]bool{}
-	for _, g := range doc.Groups {
-		for _, r := range g.Rules {
-			seen[r.Alert] = true
-			i := slices.IndexFunc(checks, func(c check) bool { return c.Alert == r.Alert })
-			if i < 0 {
-				require.Contains(t, rateRules, r.Alert, "rule %s is neither a console check nor a rate rule", r.Alert)
-				require.Regexp(t, `\b(rate|increase)\(`, r.Expr, "rule %s is listed as a rate rule", r.Alert)
-				continue
-			}
-			require.Equal(t, strings.TrimSpace(r.Expr), checks[i].Expr(), "rule %s", r.Alert)
-			require.Equal(t, r.Annotations["runbook"], checks[i].Runbook, "rule %s", r.Alert)
+	for _, r := range alertrules.Load(t, "../..") {
+		seen[r.Alert] = true
+		i := slices.IndexFunc(checks, func(c check) bool { return c.Alert == r.Alert })
+		if i < 0 {
+			require.Contains(t, rateRules, r.Alert, "rule %s is neither a console check nor a rate rule", r.Alert)
+			require.Regexp(t, `\b(rate|increase)\(`, r.Expr, "rule %s is listed as a rate rule", r.Alert)
+			continue
 		}
+		require.Equal(t, strings.TrimSpace(r.Expr), checks[i].Expr(), "rule %s", r.Alert)
+		require.Equal(t, r.Annotations["runbook"], checks[i].Runbook, "rule %s", r.Alert)
 	}
 	for _, c := range checks {
 		require.True(t, seen[c.Alert], "console check %s is no rule of deploy/alerts.yml", c.Alert)

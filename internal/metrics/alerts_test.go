@@ -1,7 +1,6 @@
 package metrics_test
 
 import (
-	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -9,9 +8,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
-	"go.yaml.in/yaml/v3"
 
 	"github.com/oncepay/oncepay/internal/metrics"
+	"github.com/oncepay/oncepay/internal/testkit/alertrules"
 )
 
 // TestAlertRulesNameOurMetrics parses deploy/alerts.yml: every rule is
@@ -19,22 +18,7 @@ import (
 // so that a renamed metric cannot silently disarm an alert.
 func TestAlertRulesNameOurMetrics(t *testing.T) {
 	t.Parallel()
-	data, err := os.ReadFile("../../deploy/alerts.yml")
-	require.NoError(t, err)
-	var doc struct {
-		Groups []struct {
-			Name  string
-			Rules []struct {
-				Alert       string
-				Expr        string
-				For         string
-				Labels      map[string]string
-				Annotations map[string]string
-			}
-		}
-	}
-	require.NoError(t, yaml.Unmarshal(data, &doc))
-	require.NotEmpty(t, doc.Groups)
+	rules := alertrules.Load(t, "../..")
 
 	m := metrics.New()
 	m.RegisterDatabase(nil) // descriptions only: nothing is scraped
@@ -50,23 +34,21 @@ func TestAlertRulesNameOurMetrics(t *testing.T) {
 	}
 	used := regexp.MustCompile(`\boncepay_[a-z_]+`)
 	var alerts []string
-	for _, g := range doc.Groups {
-		for _, r := range g.Rules {
-			alerts = append(alerts, r.Alert)
-			require.NotEmpty(t, r.Alert)
-			require.NotEmpty(t, strings.TrimSpace(r.Expr), r.Alert)
-			require.Contains(t, []string{"page", "ticket"}, r.Labels["severity"], r.Alert)
-			require.NotEmpty(t, r.Annotations["summary"], r.Alert)
-			// tools/doccheck checks that the anchor is a heading of the runbook.
-			require.True(t, strings.HasPrefix(r.Annotations["runbook"], "docs/operations.md#"), r.Alert)
-			for _, metric := range used.FindAllString(r.Expr, -1) {
-				// Every operation kind is watched alike: an alert on one
-				// kind's gauge would leave the others unwatched.
-				require.NotContains(t, []string{"oncepay_payments", "oncepay_payments_awaiting_operator"}, metric,
-					"%s watches payments only; use the gauge of every operation (oncepay_operations…)", r.Alert)
-				base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(metric, "_bucket"), "_count"), "_sum")
-				require.True(t, exported[base], "%s uses %s, which oncepay does not export", r.Alert, metric)
-			}
+	for _, r := range rules {
+		alerts = append(alerts, r.Alert)
+		require.NotEmpty(t, r.Alert)
+		require.NotEmpty(t, strings.TrimSpace(r.Expr), r.Alert)
+		require.Contains(t, []string{"page", "ticket"}, r.Labels["severity"], r.Alert)
+		require.NotEmpty(t, r.Annotations["summary"], r.Alert)
+		// tools/doccheck checks that the anchor is a heading of the runbook.
+		require.True(t, strings.HasPrefix(r.Annotations["runbook"], "docs/operations.md#"), r.Alert)
+		for _, metric := range used.FindAllString(r.Expr, -1) {
+			// Every operation kind is watched alike: an alert on one
+			// kind's gauge would leave the others unwatched.
+			require.NotContains(t, []string{"oncepay_payments", "oncepay_payments_awaiting_operator"}, metric,
+				"%s watches payments only; use the gauge of every operation (oncepay_operations…)", r.Alert)
+			base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(metric, "_bucket"), "_count"), "_sum")
+			require.True(t, exported[base], "%s uses %s, which oncepay does not export", r.Alert, metric)
 		}
 	}
 	require.False(t, slices.Contains(alerts, ""), "every rule is an alert")

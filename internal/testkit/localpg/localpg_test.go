@@ -21,17 +21,7 @@ func TestThrowawayCluster(t *testing.T) {
 	if _, err := localpg.BinDir(); err != nil {
 		t.Fatalf("the PostgreSQL server binaries are needed: %v", err)
 	}
-	dir, err := os.MkdirTemp("", "oncepay-cluster-test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	dir, port := clusterPlace(t)
 
 	ctx := context.Background()
 	adminURL, err := localpg.Start(ctx, dir, port, localpg.Options{})
@@ -57,23 +47,11 @@ func TestThrowawayCluster(t *testing.T) {
 // half cluster; the next start makes the cluster afresh.
 func TestInterruptedInitLeavesNothing(t *testing.T) {
 	t.Parallel()
-	// Directly under the temporary folder: as root the server runs as the
-	// postgres user, who cannot enter t.TempDir()'s private parent.
-	dir, err := os.MkdirTemp("", "oncepay-cluster-interrupted")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	dir, port := clusterPlace(t)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
 	defer cancel()
-	_, err = localpg.Start(ctx, dir, port, localpg.Options{})
+	_, err := localpg.Start(ctx, dir, port, localpg.Options{})
 	if !errors.Is(err, localpg.ErrInterrupted) {
 		t.Fatalf("an interrupted start: got %v, want ErrInterrupted", err)
 	}
@@ -98,4 +76,23 @@ func TestInterruptedInitLeavesNothing(t *testing.T) {
 	if err := localpg.Ping(context.Background(), adminURL); err != nil {
 		t.Fatalf("cluster not reachable after the interrupted start: %v", err)
 	}
+}
+
+// clusterPlace is a directory and a free port for a cluster of the test's
+// own. The directory is directly under the temporary folder: as root the
+// server runs as the postgres user, who cannot enter t.TempDir()'s private
+// parent.
+func clusterPlace(t *testing.T) (string, int) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "oncepay-cluster-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return dir, ln.Addr().(*net.TCPAddr).Port
 }
