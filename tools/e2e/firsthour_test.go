@@ -53,7 +53,12 @@ func TestFirstHour(t *testing.T) {
 		return string(out)
 	}
 	up := stack("up")
-	t.Cleanup(func() { _, _ = exec.Command(filepath.Join(workDir, "bin", "stack"), "down").Output() })
+	// Whatever happens, the stack goes: down reads the state in workDir.
+	t.Cleanup(func() {
+		down := exec.Command(filepath.Join(workDir, "bin", "stack"), "down")
+		down.Dir, down.Env = workDir, env
+		_, _ = down.CombinedOutput()
+	})
 
 	// The lines it prints work pasted as written.
 	var key, payment string
