@@ -300,14 +300,6 @@ func keyAnswer(status idempotency.Status, stored *int) string {
 	return fmt.Sprintf("a retry replays %d", *stored)
 }
 
-// accountOf names the account a payment was made on.
-func accountOf(account *string) string {
-	if account == nil {
-		return "the platform's own"
-	}
-	return *account
-}
-
 // reconcileState says where a payment stands with the reconciler.
 func reconcileState(p payments.Payment) string {
 	switch {
@@ -406,7 +398,7 @@ func (a admin) paymentsShow(ctx context.Context) error {
 		"failure", fmt.Sprintf("%s / %s: %s", str(p.FailureCode), str(p.DeclineCode), str(p.FailureMessage)),
 		"created / updated", ts(p.CreatedAt)+" / "+ts(p.UpdatedAt),
 		"idempotency key", p.IdempotencyKey, "key state", keyState,
-		"provider account", accountOf(p.ProviderAccount),
+		"provider account", console.AccountName(p.ProviderAccount),
 		"provider intent", str(p.ProviderPaymentIntentID), "provider key", p.ProviderIdempotencyKey,
 		"generation", fmt.Sprint(p.ProviderKeyGeneration),
 		"provider attempts", "first "+tsp(p.FirstProviderAttemptAt)+", last "+tsp(p.LastProviderAttemptAt),

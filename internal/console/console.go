@@ -152,7 +152,7 @@ func (c *server) payment(w http.ResponseWriter, r *http.Request) {
 	}
 	c.render(w, r, http.StatusOK, "payment.html", map[string]any{
 		"Title": "Payment " + d.Payment.ID, "Payment": d.Payment, "Detail": d, "Operations": ops,
-		"Account": accountOf(d.Payment.ProviderAccount), "Timeline": timeline(d, ops),
+		"Account": AccountName(d.Payment.ProviderAccount), "Timeline": timeline(d, ops),
 	})
 }
 
@@ -174,7 +174,9 @@ func (c *server) alerts(w http.ResponseWriter, r *http.Request) {
 	c.render(w, r, http.StatusOK, "alerts.html", map[string]any{"Title": "Alerts", "Alerts": evaluate(families)})
 }
 
-func accountOf(account *string) string {
+// AccountName names the provider account a payment was made on, as an
+// operator reads it.
+func AccountName(account *string) string {
 	if account == nil {
 		return "the platform's own"
 	}

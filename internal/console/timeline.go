@@ -54,7 +54,7 @@ func timeline(d payments.Detail, ops []Operation) []Entry {
 			add(*j.FinalizedAt, "job", name+" "+j.State, fmt.Sprintf("after %d of %d attempts", j.Attempt, j.MaxAttempts))
 		}
 	}
-	call := fmt.Sprintf("on account %s with provider key %s (generation %d)", accountOf(p.ProviderAccount), p.ProviderIdempotencyKey,
+	call := fmt.Sprintf("on account %s with provider key %s (generation %d)", AccountName(p.ProviderAccount), p.ProviderIdempotencyKey,
 		p.ProviderKeyGeneration)
 	if p.FirstProviderAttemptAt != nil {
 		add(*p.FirstProviderAttemptAt, "provider", "Provider call: charge sent", call)

@@ -44,10 +44,6 @@ func (c *Client) For(account string) *Client {
 	return &scoped
 }
 
-// Account is the connected account the client acts on; "" for the
-// platform's own.
-func (c *Client) Account() string { return c.account }
-
 // scope puts the client's account on a call's parameters.
 func (c *Client) scope(params interface{ SetStripeAccount(string) }) {
 	if c.account != "" {

@@ -151,15 +151,14 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	}
 	// Before anything is touched: a stack that cannot start must leave a
 	// running one (and its logs) as they are.
-	ports := []struct{ variable, addr string }{
-		{"LISTEN_ADDR", cfg.APIAddr}, {"WORKER_ADMIN_ADDR", cfg.WorkerAdminAddr}, {"STRIPE_API_BASE", simAddr},
-		{"METRICS_ADDR", cfg.APIMetricsAddr},
-	}
+	type port struct{ variable, addr string }
+	ports := []port{{"LISTEN_ADDR", cfg.APIAddr}, {"WORKER_ADMIN_ADDR", cfg.WorkerAdminAddr}, {"STRIPE_API_BASE", simAddr},
+		{"METRICS_ADDR", cfg.APIMetricsAddr}}
 	for _, addr := range cfg.MoreAPIAddrs {
-		ports = append(ports, struct{ variable, addr string }{"an API's address", addr})
+		ports = append(ports, port{"an API's address", addr})
 	}
 	for _, addr := range cfg.MoreWorkerAdminAddrs {
-		ports = append(ports, struct{ variable, addr string }{"a worker's admin address", addr})
+		ports = append(ports, port{"a worker's admin address", addr})
 	}
 	for _, p := range ports {
 		if p.addr != "" && listening(p.addr) {

@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/testkit/bintest"
 	"github.com/oncepay/oncepay/internal/testkit/pgtest"
+	"github.com/oncepay/oncepay/tools/devstack"
 )
 
 // workDir holds bin/ (the binaries, built once) and the stack's .run/.
@@ -37,7 +37,8 @@ func TestMain(m *testing.M) {
 // the provider's webhook; the API's landing page leads to its reference;
 // the stack stops and comes up again with the payment still there.
 func TestFirstHour(t *testing.T) {
-	addrs := freeAddrs(t, 4)
+	addrs, err := devstack.FreeAddrs(4)
+	require.NoError(t, err)
 	env := append(os.Environ(),
 		"DATABASE_URL="+pgtest.NewDatabase(t),
 		"STRIPE_API_BASE=http://"+addrs[0],
@@ -186,17 +187,4 @@ func screenshot(t *testing.T, browser context.Context, path string) {
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(path, png, 0o644))
 	t.Logf("screenshot: %s", path)
-}
-
-// freeAddrs returns n loopback addresses no one listens on now.
-func freeAddrs(t *testing.T, n int) []string {
-	t.Helper()
-	var addrs []string
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		addrs = append(addrs, l.Addr().String())
-		defer l.Close()
-	}
-	return addrs
 }

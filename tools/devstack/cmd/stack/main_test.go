@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/testkit/bintest"
 	"github.com/oncepay/oncepay/internal/testkit/pgtest"
+	"github.com/oncepay/oncepay/tools/devstack"
 )
 
 var workDir string
@@ -31,7 +31,8 @@ func TestMain(m *testing.M) {
 // its children. The stack notices its parent is gone and stops everything
 // it started, rather than leaving three processes holding their ports.
 func TestStackDiesWithItsParent(t *testing.T) {
-	addrs := freeAddrs(t, 3)
+	addrs, err := devstack.FreeAddrs(3)
+	require.NoError(t, err)
 	// A file, not a pipe: Wait must not wait for the stack to close the
 	// parent's output, which it inherits.
 	log, err := os.CreateTemp(t.TempDir(), "stack-log")
@@ -110,17 +111,6 @@ func TestUsage(t *testing.T) {
 	require.NoError(t, run(t.Context(), []string{"stack", "--help"}, func(string) (string, bool) { return "", false }, &out))
 	require.Contains(t, out.String(), "stack run | up | down")
 	require.ErrorContains(t, run(t.Context(), []string{"stack", "sideways"}, func(string) (string, bool) { return "", false }, &out), "usage")
-}
-
-func freeAddrs(t *testing.T, n int) []string {
-	var addrs []string
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		addrs = append(addrs, ln.Addr().String())
-		defer ln.Close()
-	}
-	return addrs
 }
 
 func answers(url string) bool {
