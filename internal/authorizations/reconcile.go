@@ -23,7 +23,7 @@ type Reconciler = operation.Reconciler[claim, provider.Outcome]
 func NewReconciler(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, logger *slog.Logger, cfg operation.ReconcileConfig, kind Kind) *Reconciler {
 	cfg = cfg.WithDefaults()
 	return operation.NewReconciler(pool, keys, logger, cfg, tableOf(kind),
-		reconcilable{pool: pool, keys: keys, provider: pc, cfg: cfg})
+		reconcilable{actionLocks: actionLocks{keys}, pool: pool, provider: pc, cfg: cfg})
 }
 
 // ReconcileCapturesWorker and ReconcileCancelsWorker run each kind's
@@ -41,18 +41,13 @@ type claim struct {
 }
 
 type reconcilable struct {
+	actionLocks
 	pool     *pgxpool.Pool
-	keys     *idempotency.Store
 	provider *provider.Client
 	cfg      operation.ReconcileConfig
 }
 
 func (reconcilable) Entry(c claim) operation.Entry { return entryOf(c.Action) }
-
-func (k reconcilable) Lock(ctx context.Context, tx pgx.Tx, tenantID, id string) error {
-	_, _, err := lockForOutcome(ctx, tx, k.keys, tenantID, id)
-	return err
-}
 
 // LookUp reads the payment's intent; it never sends the action again.
 func (k reconcilable) LookUp(ctx context.Context, c claim) (provider.Outcome, operation.Look) {
@@ -98,21 +93,8 @@ type (
 
 // NewSweeper returns the Sweeper of one kind's actions.
 func NewSweeper(pool *pgxpool.Pool, keys *idempotency.Store, logger *slog.Logger, cfg operation.SweepConfig, kind Kind) *Sweeper {
-	return operation.NewSweeper(pool, logger, cfg, operation.Stranded{
-		Operation: string(kind), Table: "payment_actions", Scope: tableOf(kind).Scope,
-		InFlight: []string{string(StatusPending)},
-		JobKind:  ActPaymentArgs{}.Kind(), JobArg: "action_id",
+	return operation.NewSweeper(pool, keys, logger, cfg, tableOf(kind), operation.Stranded{
+		JobKind: ActPaymentArgs{}.Kind(), JobArg: "action_id",
 		Reason: "no job was left to send this " + string(kind),
-	}, sweepable{keys})
-}
-
-type sweepable struct{ keys *idempotency.Store }
-
-func (s sweepable) LockInFlight(ctx context.Context, tx pgx.Tx, tenantID, id string) (Action, bool, error) {
-	_, a, err := lockForOutcome(ctx, tx, s.keys, tenantID, id)
-	return a, err == nil && a.Status == StatusPending, err
-}
-
-func (s sweepable) HandToReconciliation(ctx context.Context, tx pgx.Tx, a Action, reason string) error {
-	return actionsTable.HandOver(ctx, tx, s.keys, entryOf(a), reason)
+	}, actionLocks{keys})
 }

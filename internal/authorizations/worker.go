@@ -21,22 +21,31 @@ type Worker = operation.Worker[ActPaymentArgs, Action, provider.Outcome]
 // worker's timers.
 func NewWorker(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, logger *slog.Logger, cfg payments.ChargeConfig) *Worker {
 	return operation.NewWorker(pool, keys, logger, cfg.WithDefaults().Timings(), "payment action", actionsTable,
-		attemptable{keys: keys, provider: pc})
+		attemptable{actionLocks: actionLocks{keys}, provider: pc})
+}
+
+// actionLocks is how the engine reads and locks an action.
+type actionLocks struct{ keys *idempotency.Store }
+
+func (actionLocks) Load(ctx context.Context, db operation.Querier, tenantID, id string) (Action, error) {
+	return GetAction(ctx, db, tenantID, id)
+}
+
+func (actionLocks) Entry(a Action) operation.Entry { return entryOf(a) }
+
+// Lock takes the payment's lock, then the action's, then its key's.
+func (l actionLocks) Lock(ctx context.Context, tx pgx.Tx, tenantID, id string) error {
+	_, _, err := lockForOutcome(ctx, tx, l.keys, tenantID, id)
+	return err
 }
 
 // attemptable is what captures and cancels supply to the engine's worker.
 type attemptable struct {
-	keys     *idempotency.Store
+	actionLocks
 	provider *provider.Client
 }
 
 func (attemptable) Of(args ActPaymentArgs) (string, string) { return args.TenantID, args.ActionID }
-
-func (attemptable) Load(ctx context.Context, db operation.Querier, tenantID, id string) (Action, error) {
-	return GetAction(ctx, db, tenantID, id)
-}
-
-func (attemptable) Entry(a Action) operation.Entry { return entryOf(a) }
 
 // Send captures or cancels the payment's intent under the action's key, on
 // the payment's account. A refusal is read again, so the payment is
@@ -58,14 +67,7 @@ func (k attemptable) Send(ctx context.Context, a Action) (provider.Outcome, erro
 	return out, nil
 }
 
-func (attemptable) Judge(out provider.Outcome) operation.Judged {
-	j := operation.Judged{Kind: out.Kind, Replayed: out.Replayed, HTTPStatus: out.HTTPStatus, ProviderID: out.IntentID(),
-		Code: out.Code, Err: out.Err}
-	if out.Intent != nil {
-		j.State = string(out.Intent.Status)
-	}
-	return j
-}
+func (attemptable) Judge(out provider.Outcome) operation.Judged { return operation.JudgeIntent(out) }
 
 // RecordPending is never needed: a capture or a cancel answers at once.
 func (attemptable) RecordPending(context.Context, operation.Querier, Action, provider.Outcome) error {
@@ -80,15 +82,9 @@ func (k attemptable) RecordFinal(ctx context.Context, tx pgx.Tx, a Action, out p
 	return recordOutcome(ctx, tx, k.keys, p, locked, out)
 }
 
-// Lock takes the payment's lock, then the action's, then its key's.
-func (k attemptable) Lock(ctx context.Context, tx pgx.Tx, tenantID, id string) error {
-	_, _, err := lockForOutcome(ctx, tx, k.keys, tenantID, id)
-	return err
-}
-
 // entryOf is what the engine reads of an action.
 func entryOf(a Action) operation.Entry {
-	return operation.Entry{TenantID: a.TenantID, ID: a.ID, IdempotencyKey: a.IdempotencyKey, Generation: a.ProviderKeyGeneration,
+	return operation.Entry{TenantID: a.TenantID, ID: a.ID, IdempotencyKey: a.IdempotencyKey, Status: string(a.Status), Generation: a.ProviderKeyGeneration,
 		FirstAttemptAt: a.FirstProviderAttemptAt, ReconcileAttempts: a.ReconcileAttempts,
 		LogAttrs: []any{slog.String("payment_id", a.PaymentID), slog.String("action", string(a.Kind)),
 			slog.String("provider_idempotency_key", a.ProviderIdempotencyKey)}}

@@ -107,7 +107,9 @@ type Look struct {
 // Entry is what the engine reads of every claimed operation.
 type Entry struct {
 	TenantID, ID, IdempotencyKey string
-	Generation                   int
+	// Status is the operation's status as it was read.
+	Status     string
+	Generation int
 	// FirstAttemptAt is when the first provider request of this generation
 	// was about to be sent; nil means none ever was.
 	FirstAttemptAt    *time.Time

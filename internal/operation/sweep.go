@@ -5,12 +5,14 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
+	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/outbox"
 )
 
@@ -36,36 +38,14 @@ func (c SweepConfig) WithDefaults() SweepConfig {
 	return c
 }
 
-// Stranded says where a kind's operations live and which job drives them,
-// so that the sweeper can find those no job will finish.
+// Stranded says which job drives a kind's operations, so that the sweeper
+// can find those no job will finish.
 type Stranded struct {
-	// Operation names the kind in logs ("payment", "refund").
-	Operation string
-	// Table is the kind's table; it has tenant_id, id, status and
-	// updated_at columns.
-	Table string
-	// InFlight are the states in which a live job should be driving an
-	// operation.
-	InFlight []string
 	// JobKind is the River kind of that job, and JobArg the argument that
 	// holds the operation's id.
 	JobKind, JobArg string
 	// Reason is what the operation shows once handed over.
 	Reason string
-	// Scope, if set, narrows Table to this kind's rows (see Table.Scope).
-	Scope string
-}
-
-// Sweepable is what a kind supplies to the sweeper: its locks and its
-// hand-over.
-type Sweepable[Op any] interface {
-	// LockInFlight takes the operation's locks in the kind's lock order
-	// and returns it, with whether it is still in one of the InFlight
-	// states.
-	LockInFlight(ctx context.Context, tx pgx.Tx, tenantID, id string) (op Op, inFlight bool, err error)
-	// HandToReconciliation moves the locked operation to
-	// requires_reconciliation and its key to unknown.
-	HandToReconciliation(ctx context.Context, tx pgx.Tx, op Op, reason string) error
 }
 
 // Sweeper is the backstop behind a worker's own last-attempt handling: an
@@ -76,15 +56,18 @@ type Sweepable[Op any] interface {
 // anything.
 type Sweeper[Op any] struct {
 	pool   *pgxpool.Pool
+	keys   *idempotency.Store
 	logger *slog.Logger
 	cfg    SweepConfig
-	where  Stranded
-	kind   Sweepable[Op]
+	table  Table
+	job    Stranded
+	kind   Locking[Op]
 }
 
-// NewSweeper returns a Sweeper of the operations where describes.
-func NewSweeper[Op any](pool *pgxpool.Pool, logger *slog.Logger, cfg SweepConfig, where Stranded, kind Sweepable[Op]) *Sweeper[Op] {
-	return &Sweeper[Op]{pool: pool, logger: logger, cfg: cfg.WithDefaults(), where: where, kind: kind}
+// NewSweeper returns a Sweeper of the operations of table that job drives.
+func NewSweeper[Op any](pool *pgxpool.Pool, keys *idempotency.Store, logger *slog.Logger, cfg SweepConfig, table Table, job Stranded,
+	kind Locking[Op]) *Sweeper[Op] {
+	return &Sweeper[Op]{pool: pool, keys: keys, logger: logger, cfg: cfg.WithDefaults(), table: table, job: job, kind: kind}
 }
 
 // strandedCondition is true for a row (alias o) with no live job. The
@@ -100,18 +83,18 @@ const strandedCondition = `NOT EXISTS (
 // many it handed over.
 func (s *Sweeper[Op]) Run(ctx context.Context) (int, error) {
 	rows, err := s.pool.Query(ctx, `
-		SELECT tenant_id, id FROM `+s.where.Table+` o
+		SELECT tenant_id, id FROM `+s.table.Name+` o
 		WHERE status = ANY($4::text[])
 			AND updated_at < now() - $5 * interval '1 microsecond'
-			AND `+strandedCondition+s.where.scoped()+`
+			AND `+strandedCondition+s.table.scoped()+`
 		ORDER BY updated_at
-		LIMIT $6`, liveStates(), s.where.JobKind, s.where.JobArg, s.where.InFlight, s.cfg.Grace.Microseconds(), s.cfg.Batch)
+		LIMIT $6`, liveStates(), s.job.JobKind, s.job.JobArg, s.table.InFlight, s.cfg.Grace.Microseconds(), s.cfg.Batch)
 	if err != nil {
-		return 0, fmt.Errorf("find stranded %ss: %w", s.where.Operation, err)
+		return 0, fmt.Errorf("find stranded %ss: %w", s.table.Operation, err)
 	}
 	candidates, err := pgx.CollectRows(rows, pgx.RowToStructByPos[struct{ TenantID, ID string }])
 	if err != nil {
-		return 0, fmt.Errorf("find stranded %ss: %w", s.where.Operation, err)
+		return 0, fmt.Errorf("find stranded %ss: %w", s.table.Operation, err)
 	}
 	swept := 0
 	for _, c := range candidates {
@@ -124,8 +107,8 @@ func (s *Sweeper[Op]) Run(ctx context.Context) (int, error) {
 			if s.cfg.OnSwept != nil {
 				s.cfg.OnSwept()
 			}
-			s.logger.WarnContext(ctx, s.where.Operation+" had no job left; handed to reconciliation",
-				slog.String("tenant_id", c.TenantID), slog.String(s.where.Operation+"_id", c.ID))
+			s.logger.WarnContext(ctx, s.table.Operation+" had no job left; handed to reconciliation",
+				slog.String("tenant_id", c.TenantID), slog.String(s.table.Operation+"_id", c.ID))
 		}
 	}
 	return swept, nil
@@ -138,33 +121,32 @@ func (s *Sweeper[Op]) Run(ctx context.Context) (int, error) {
 func (s *Sweeper[Op]) sweep(ctx context.Context, tenantID, id string) (bool, error) {
 	moved := false
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
-		op, inFlight, err := s.kind.LockInFlight(ctx, tx, tenantID, id)
-		if err != nil || !inFlight {
+		if err := s.kind.Lock(ctx, tx, tenantID, id); err != nil {
 			return err
 		}
+		op, err := s.kind.Load(ctx, tx, tenantID, id)
+		if err != nil {
+			return err
+		}
+		e := s.kind.Entry(op)
+		if !slices.Contains(s.table.InFlight, e.Status) {
+			return nil
+		}
 		var stranded bool
-		if err := tx.QueryRow(ctx, `SELECT `+strandedCondition+` FROM `+s.where.Table+` o WHERE o.id = $4`,
-			liveStates(), s.where.JobKind, s.where.JobArg, id).Scan(&stranded); err != nil {
-			return fmt.Errorf("check %s jobs: %w", s.where.JobKind, err)
+		if err := tx.QueryRow(ctx, `SELECT `+strandedCondition+` FROM `+s.table.Name+` o WHERE o.id = $4`,
+			liveStates(), s.job.JobKind, s.job.JobArg, id).Scan(&stranded); err != nil {
+			return fmt.Errorf("check %s jobs: %w", s.job.JobKind, err)
 		}
 		if !stranded {
 			return nil
 		}
 		moved = true
-		return s.kind.HandToReconciliation(ctx, tx, op, s.where.Reason)
+		return s.table.HandOver(ctx, tx, s.keys, e, s.job.Reason)
 	})
 	if err != nil {
-		return false, fmt.Errorf("sweep %s %s: %w", s.where.Operation, id, err)
+		return false, fmt.Errorf("sweep %s %s: %w", s.table.Operation, id, err)
 	}
 	return moved, nil
-}
-
-// scoped is the Scope as a further condition of a WHERE clause.
-func (w Stranded) scoped() string {
-	if w.Scope == "" {
-		return ""
-	}
-	return " AND (" + w.Scope + ")"
 }
 
 // liveStates are River's states of a job that will still run.
@@ -186,7 +168,7 @@ type SweepWorker[Args river.JobArgs, Op any] struct {
 func (w *SweepWorker[Args, Op]) Work(ctx context.Context, _ *river.Job[Args]) error {
 	n, err := w.Sweeper.Run(ctx)
 	if n > 0 || err != nil {
-		w.Sweeper.logger.InfoContext(ctx, w.Sweeper.where.Operation+" sweep", slog.Int("handed_to_reconciliation", n), slog.Any("error", err))
+		w.Sweeper.logger.InfoContext(ctx, w.Sweeper.table.Operation+" sweep", slog.Int("handed_to_reconciliation", n), slog.Any("error", err))
 	}
 	return err
 }

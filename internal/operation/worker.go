@@ -56,16 +56,24 @@ type Judged struct {
 	Err  error
 }
 
-// Attemptable is what a kind supplies to the engine's Worker. A is the
-// job's arguments, Op the operation as the kind reads it, O the kind's
-// provider answer.
-type Attemptable[A river.JobArgs, Op, O any] interface {
-	// Of names the job's operation.
-	Of(args A) (tenantID, id string)
+// Locking is how a kind reads and locks one of its operations: what every
+// part of the engine that changes an operation needs of it.
+type Locking[Op any] interface {
 	// Load reads an operation (in a transaction that holds its locks, or
 	// not); the table's NotFound when it does not exist.
 	Load(ctx context.Context, db Querier, tenantID, id string) (Op, error)
 	Entry(op Op) Entry
+	// Lock takes the operation's locks in the kind's order, key last.
+	Lock(ctx context.Context, tx pgx.Tx, tenantID, id string) error
+}
+
+// Attemptable is what a kind supplies to the engine's Worker. A is the
+// job's arguments, Op the operation as the kind reads it, O the kind's
+// provider answer.
+type Attemptable[A river.JobArgs, Op, O any] interface {
+	Locking[Op]
+	// Of names the job's operation.
+	Of(args A) (tenantID, id string)
 	// Send calls the provider for op under its derived key, or reads the
 	// provider object an earlier attempt found. It may read more of op's
 	// context (the payment a refund gives back).
@@ -77,9 +85,35 @@ type Attemptable[A river.JobArgs, Op, O any] interface {
 	// RecordFinal records a final answer: the operation's state and the
 	// key's final response. The caller holds Lock's locks.
 	RecordFinal(ctx context.Context, tx pgx.Tx, op Op, out O) error
-	// Lock takes the operation's locks in the kind's order, key last.
-	Lock(ctx context.Context, tx pgx.Tx, tenantID, id string) error
 }
+
+// The engine's worker asks a kind for more only where the kind has more to
+// say; each of these is optional.
+type (
+	// Starter reads an operation and starts its attempt (Table.StartAttempt)
+	// in one statement, where the kind can: one round trip, not two, before
+	// every provider call. ok is false, and op is read as it is, when the
+	// operation is no longer in flight.
+	Starter[Op any] interface {
+		Start(ctx context.Context, db Querier, tenantID, id string) (op Op, age time.Duration, ok bool, err error)
+	}
+	// FinalRecorder records a final answer with the job's completion itself,
+	// committed when it returns (payments group the answers of charges that
+	// finish together into one transaction). Without it the engine records
+	// each in its own transaction: Lock, RecordFinal, the job's completion.
+	FinalRecorder[A river.JobArgs, Op, O any] interface {
+		RecordFinalWithJob(ctx context.Context, job *river.Job[A], op Op, out O) error
+	}
+	// Abandoner ends an operation that stayed pending past MaxPollDuration
+	// when the kind knows nothing more will happen (a customer who never
+	// completed authentication: cancel the intent). abandoned is false when
+	// it cannot, and the operation goes to the reconciler; otherwise out is
+	// the provider's answer to the abandonment, recorded if final and
+	// retried if not.
+	Abandoner[Op, O any] interface {
+		Abandon(ctx context.Context, op Op, pending O) (out O, abandoned bool)
+	}
+)
 
 // Worker runs one kind's provider operation as a River job, the way every
 // operation must run to happen exactly once at the provider:
@@ -130,7 +164,7 @@ func (w *Worker[A, Op, O]) Work(ctx context.Context, job *river.Job[A]) error {
 }
 
 func (w *Worker[A, Op, O]) attempt(ctx context.Context, job *river.Job[A], tenantID, id string, log *slog.Logger) error {
-	op, err := w.kind.Load(ctx, w.pool, tenantID, id)
+	op, age, ok, err := w.start(ctx, tenantID, id)
 	if errors.Is(err, w.table.NotFound) {
 		log.ErrorContext(ctx, w.action+" job for a "+w.table.Operation+" that does not exist")
 		return river.JobCancel(err)
@@ -140,10 +174,6 @@ func (w *Worker[A, Op, O]) attempt(ctx context.Context, job *river.Job[A], tenan
 	}
 	e := w.kind.Entry(op)
 	log = log.With(append(e.LogAttrs, slog.Int("generation", e.Generation))...)
-	age, ok, err := w.table.StartAttempt(ctx, w.pool, e)
-	if err != nil {
-		return err
-	}
 	if !ok {
 		log.InfoContext(ctx, w.table.Operation+" no longer waits for its provider call; nothing to do")
 		return nil
@@ -169,22 +199,33 @@ func (w *Worker[A, Op, O]) attempt(ctx context.Context, job *river.Job[A], tenan
 	// the operation in flight with no job.
 	ctx, cancelRecord := context.WithTimeout(context.WithoutCancel(ctx), w.t.RecordTimeout)
 	defer cancelRecord()
+	return w.record(ctx, job, id, op, out, age, log)
+}
+
+// start reads the operation and starts its attempt.
+func (w *Worker[A, Op, O]) start(ctx context.Context, tenantID, id string) (op Op, age time.Duration, ok bool, err error) {
+	if s, one := any(w.kind).(Starter[Op]); one {
+		return s.Start(ctx, w.pool, tenantID, id)
+	}
+	if op, err = w.kind.Load(ctx, w.pool, tenantID, id); err != nil {
+		return op, 0, false, err
+	}
+	age, ok, err = w.table.StartAttempt(ctx, w.pool, w.kind.Entry(op))
+	return op, age, ok, err
+}
+
+// record acts on the provider's answer: records it if final, notes it and
+// polls if pending, hands the operation over if only a look-up can tell,
+// and fails the attempt (retried with the same key) if it proves nothing.
+func (w *Worker[A, Op, O]) record(ctx context.Context, job *river.Job[A], id string, op Op, out O, age time.Duration, log *slog.Logger) error {
 	j := w.kind.Judge(out)
 	log = log.With(slog.String(w.table.ProviderIDLog, j.ProviderID), slog.String("outcome", j.Kind.String()))
 
-	switch j.Kind {
-	case provider.Succeeded, provider.Declined, provider.Rejected, provider.Authorized:
+	switch {
+	case isFinal(j.Kind):
 		log.InfoContext(ctx, w.table.Operation+" final at the provider", slog.String("code", j.Code), slog.Any("error", j.Err))
-		return pgx.BeginTxFunc(ctx, w.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
-			if err := w.kind.Lock(ctx, tx, tenantID, id); err != nil {
-				return err
-			}
-			if err := w.kind.RecordFinal(ctx, tx, op, out); err != nil {
-				return err
-			}
-			return CompleteJob(ctx, tx, job)
-		})
-	case provider.Pending:
+		return w.recordFinal(ctx, job, op, out)
+	case j.Kind == provider.Pending:
 		if age <= w.t.MaxPollDuration {
 			if err := w.kind.RecordPending(ctx, w.pool, op, out); err != nil {
 				return err
@@ -192,9 +233,18 @@ func (w *Worker[A, Op, O]) attempt(ctx context.Context, job *river.Job[A], tenan
 			log.InfoContext(ctx, w.table.Operation+" pending at the provider; polling", slog.String("provider_status", j.State))
 			return river.JobSnooze(w.t.PollInterval)
 		}
-		log.WarnContext(ctx, w.table.Operation+" still pending at the provider; giving up polling")
+		if a, can := any(w.kind).(Abandoner[Op, O]); can {
+			if ended, abandoned := a.Abandon(ctx, op, out); abandoned {
+				log.WarnContext(ctx, w.table.Operation+" still "+j.State+" at the provider; abandoned it")
+				if ej := w.kind.Judge(ended); !isFinal(ej.Kind) {
+					return w.undetermined(ctx, id, ej, log)
+				}
+				return w.recordFinal(ctx, job, op, ended)
+			}
+		}
+		log.WarnContext(ctx, w.table.Operation+" still pending at the provider; giving up polling", slog.String("provider_status", j.State))
 		return w.handOver(ctx, job, "the "+w.table.Operation+" stayed "+j.State+" at the provider")
-	case provider.KeyConflict:
+	case j.Kind == provider.KeyConflict:
 		log.ErrorContext(ctx, "BUG: provider saw this "+w.table.Operation+"'s idempotency key with other parameters", slog.Any("error", j.Err))
 		return w.handOver(ctx, job, "the provider reported an idempotency key conflict")
 	}
@@ -202,8 +252,37 @@ func (w *Worker[A, Op, O]) attempt(ctx context.Context, job *river.Job[A], tenan
 		log.WarnContext(ctx, "provider replays a stored error for this key; looking the "+w.table.Operation+" up instead", slog.Int("http_status", j.HTTPStatus))
 		return w.handOver(ctx, job, fmt.Sprintf("the provider answers this %s's key with a stored %d error", w.table.Operation, j.HTTPStatus))
 	}
+	return w.undetermined(ctx, id, j, log)
+}
+
+// isFinal reports whether an answer ends the operation at the provider.
+func isFinal(k provider.Kind) bool {
+	return k == provider.Succeeded || k == provider.Declined || k == provider.Rejected || k == provider.Authorized
+}
+
+// undetermined fails the attempt so that River retries it with the same
+// key; on the last attempt, Work hands the operation over instead.
+func (w *Worker[A, Op, O]) undetermined(ctx context.Context, id string, j Judged, log *slog.Logger) error {
 	log.WarnContext(ctx, "provider outcome undetermined; will retry with the same key", slog.Any("error", j.Err))
 	return fmt.Errorf("%s %s: the provider's answer proves nothing: %w", w.action, id, j.Err)
+}
+
+// recordFinal commits a final answer: the operation's state, its key's
+// final response and the job's completion, together.
+func (w *Worker[A, Op, O]) recordFinal(ctx context.Context, job *river.Job[A], op Op, out O) error {
+	if r, own := any(w.kind).(FinalRecorder[A, Op, O]); own {
+		return r.RecordFinalWithJob(ctx, job, op, out)
+	}
+	tenantID, id := w.kind.Of(job.Args)
+	return pgx.BeginTxFunc(ctx, w.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+		if err := w.kind.Lock(ctx, tx, tenantID, id); err != nil {
+			return err
+		}
+		if err := w.kind.RecordFinal(ctx, tx, op, out); err != nil {
+			return err
+		}
+		return CompleteJob(ctx, tx, job)
+	})
 }
 
 // handOver gives the job's operation (if still in flight) to the
@@ -301,4 +380,15 @@ func EachSucceeded[Op any](ctx context.Context, db postgres.Querier, table Table
 		return fmt.Errorf("check succeeded %ss: %w", table.Operation, err)
 	}
 	return nil
+}
+
+// JudgeIntent judges an answer about a payment intent (a charge, a capture,
+// a cancel), for the kinds whose provider answer is a provider.Outcome.
+func JudgeIntent(out provider.Outcome) Judged {
+	j := Judged{Kind: out.Kind, Replayed: out.Replayed, HTTPStatus: out.HTTPStatus, ProviderID: out.IntentID(),
+		Code: out.Code, Err: out.Err}
+	if out.Intent != nil {
+		j.State = string(out.Intent.Status)
+	}
+	return j
 }

@@ -3,7 +3,6 @@ package payments
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -11,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stripe/stripe-go/v76"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
@@ -75,8 +73,8 @@ func (c ChargeConfig) WithDefaults() ChargeConfig {
 	return c
 }
 
-// ChargeWorker works charge_payment jobs: it charges a payment at the
-// provider exactly once and records the outcome.
+// ChargeWorker works charge_payment jobs on the engine's worker: it charges
+// a payment at the provider exactly once and records the outcome.
 //
 // Exactly once rests on two facts. Every attempt for a payment sends the
 // same provider idempotency key, so however often the job runs (retries,
@@ -87,154 +85,102 @@ func (c ChargeConfig) WithDefaults() ChargeConfig {
 // and get the same answer. Where asking again cannot tell (the provider
 // replays a stored 5xx, attempts are exhausted, the key's window is ending),
 // the payment goes to the Reconciler, which looks the charge up instead.
-type ChargeWorker struct {
-	river.WorkerDefaults[ChargePaymentArgs]
-
-	pool     *pgxpool.Pool
-	keys     *idempotency.Store
-	provider *provider.Client
-	logger   *slog.Logger
-	cfg      ChargeConfig
-	recorder *outcomeRecorder
-}
+type ChargeWorker = operation.Worker[ChargePaymentArgs, Payment, provider.Outcome]
 
 // NewChargeWorker returns a worker.
 func NewChargeWorker(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, logger *slog.Logger, cfg ChargeConfig) *ChargeWorker {
 	cfg = cfg.WithDefaults()
-	return &ChargeWorker{pool: pool, keys: keys, provider: pc, logger: logger, cfg: cfg,
-		recorder: newOutcomeRecorder(pool, keys, cfg.RecordTimeout)}
+	return operation.NewWorker(pool, keys, logger, cfg.Timings(), "charge", paymentsTable,
+		chargeable{paymentLocks: paymentLocks{keys}, pool: pool, provider: pc, recorder: newOutcomeRecorder(pool, keys, cfg.RecordTimeout)})
 }
 
-// Timeout bounds one attempt; the provider call carries this deadline.
-func (w *ChargeWorker) Timeout(*river.Job[ChargePaymentArgs]) time.Duration {
-	return w.cfg.JobTimeout
+// paymentLocks is how the engine reads and locks a payment.
+type paymentLocks struct{ keys *idempotency.Store }
+
+func (paymentLocks) Load(ctx context.Context, db operation.Querier, tenantID, id string) (Payment, error) {
+	return GetPayment(ctx, db, tenantID, id)
 }
 
-// Work charges the job's payment; on the job's last attempt any failure
-// hands the payment to reconciliation (operation.LastAttempt).
-func (w *ChargeWorker) Work(ctx context.Context, job *river.Job[ChargePaymentArgs]) error {
-	log := w.logger.With(slog.String("tenant_id", job.Args.TenantID), slog.String("payment_id", job.Args.PaymentID),
-		slog.Int64("job_id", job.ID), slog.Int("attempt", job.Attempt))
-	last := operation.LastAttempt{Action: "charge", Operation: "payment", RecordTimeout: w.cfg.RecordTimeout,
-		HandOver: func(ctx context.Context, reason string) error { return w.reconcileJobPayment(ctx, job, reason) }}
-	return last.Run(ctx, job.JobRow, log, func() error { return w.work(ctx, job, log) })
+func (paymentLocks) Entry(p Payment) operation.Entry { return entryOf(p) }
+
+// Lock takes the payment's lock, then its key's.
+func (l paymentLocks) Lock(ctx context.Context, tx pgx.Tx, tenantID, id string) error {
+	_, err := lockForOutcome(ctx, tx, l.keys, tenantID, id)
+	return err
 }
 
-func (w *ChargeWorker) work(ctx context.Context, job *river.Job[ChargePaymentArgs], log *slog.Logger) error {
-	p, age, ok, err := startProviderAttempt(ctx, w.pool, job.Args.TenantID, job.Args.PaymentID)
-	if errors.Is(err, ErrNotFound) {
-		log.ErrorContext(ctx, "charge job for a payment that does not exist")
-		return river.JobCancel(err)
-	}
-	if err != nil {
-		return err
-	}
-	if !ok {
-		log.InfoContext(ctx, "payment already final; nothing to do", slog.String("status", string(p.Status)))
-		return nil
-	}
-	log = log.With(slog.Int("generation", p.ProviderKeyGeneration))
-	if age > w.cfg.ProviderKeyMargin {
-		log.WarnContext(ctx, "provider idempotency window nearly over; not calling the provider", slog.Duration("since_first_attempt", age))
-		return w.reconcileLater(ctx, job, p, "the provider's idempotency window for this payment has passed")
-	}
+// chargeable is what payments supply to the engine's worker.
+type chargeable struct {
+	paymentLocks
+	pool     *pgxpool.Pool
+	provider *provider.Client
+	recorder *outcomeRecorder
+}
 
-	// The provider call gets a deadline short of the job's, so that after a
-	// provider that hangs there is still time to record what happened.
-	callCtx, cancelCall := context.WithTimeout(ctx, w.cfg.ProviderCallTimeout())
-	var out provider.Outcome
+func (chargeable) Of(args ChargePaymentArgs) (string, string) { return args.TenantID, args.PaymentID }
+
+// Start reads the payment and starts its attempt in one statement.
+func (chargeable) Start(ctx context.Context, db operation.Querier, tenantID, id string) (Payment, time.Duration, bool, error) {
+	return startProviderAttempt(ctx, db, tenantID, id)
+}
+
+// Send creates the payment's intent, or reads the one an earlier attempt
+// found.
+func (k chargeable) Send(ctx context.Context, p Payment) (provider.Outcome, error) {
 	if p.ProviderPaymentIntentID != nil {
-		out = w.provider.For(p.Account()).RetrieveIntent(callCtx, *p.ProviderPaymentIntentID)
-	} else {
-		out = w.provider.For(p.Account()).CreateIntent(callCtx, chargeOf(p))
+		return k.provider.For(p.Account()).RetrieveIntent(ctx, *p.ProviderPaymentIntentID), nil
 	}
-	cancelCall()
-	// What the provider said must be written down even if the job's own
-	// deadline or a shutdown has cancelled ctx meanwhile: on the last
-	// attempt, a lost write would leave the payment processing with no job.
-	ctx, cancelRecord := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.RecordTimeout)
-	defer cancelRecord()
-	log = log.With(slog.String("provider_idempotency_key", p.ProviderIdempotencyKey), slog.String("intent_id", out.IntentID()),
-		slog.String("outcome", out.Kind.String()))
-
-	switch out.Kind {
-	case provider.Succeeded:
-		log.InfoContext(ctx, "payment succeeded")
-		return w.finish(ctx, job, p, out)
-	case provider.Authorized:
-		log.InfoContext(ctx, "payment authorized; it awaits capture")
-		return w.finish(ctx, job, p, out)
-	case provider.Declined:
-		log.InfoContext(ctx, "payment declined", slog.String("code", out.Code), slog.String("decline_code", out.DeclineCode))
-		return w.finish(ctx, job, p, out)
-	case provider.Rejected:
-		log.WarnContext(ctx, "provider rejected payment", slog.String("code", out.Code), slog.String("param", out.Param), slog.Any("error", out.Err))
-		return w.finish(ctx, job, p, out)
-	case provider.Pending:
-		if age <= w.cfg.MaxPollDuration {
-			if err := w.notePending(ctx, p, out); err != nil {
-				return err
-			}
-			log.InfoContext(ctx, "payment pending at the provider; polling", slog.String("intent_status", string(out.Intent.Status)))
-			return river.JobSnooze(w.cfg.PollInterval)
-		}
-		if out.Intent.Status != stripe.PaymentIntentStatusRequiresAction {
-			// The provider is settling it; only it knows how this ends.
-			log.WarnContext(ctx, "payment still pending at the provider; giving up polling", slog.String("intent_status", string(out.Intent.Status)))
-			return w.reconcileLater(ctx, job, p, "the payment stayed "+string(out.Intent.Status)+" at the provider")
-		}
-		// Waiting for the customer (3-D Secure) that never came. Nothing was
-		// charged, and canceling makes sure nothing will be.
-		log.WarnContext(ctx, "customer action not completed in time; canceling the intent")
-		canceled := w.provider.For(p.Account()).CancelIntent(ctx, out.IntentID(), cancelKey(p))
-		if canceled.Kind != provider.Declined {
-			return retryLater(ctx, p, log, canceled.Err)
-		}
-		return w.finish(ctx, job, p, canceled)
-	case provider.KeyConflict:
-		log.ErrorContext(ctx, "BUG: provider saw this payment's idempotency key with other parameters", slog.Any("error", out.Err))
-		return w.reconcileLater(ctx, job, p, "the provider reported an idempotency key conflict")
-	default:
-		if out.Replayed && out.HTTPStatus >= 500 {
-			// The provider stored this error under the key and will answer
-			// every retry with it: only a lookup can tell what happened.
-			log.WarnContext(ctx, "provider replays a stored error for this key; looking the charge up instead", slog.Int("http_status", out.HTTPStatus))
-			return w.reconcileLater(ctx, job, p, fmt.Sprintf("the provider answers this charge's key with a stored %d error", out.HTTPStatus))
-		}
-		return retryLater(ctx, p, log, out.Err)
-	}
+	return k.provider.For(p.Account()).CreateIntent(ctx, chargeOf(p)), nil
 }
 
-// retryLater fails the attempt so River retries it with the same key. On
-// the last attempt, Work hands the payment to reconciliation instead.
-// notePending records a pending answer. Only the poll at which the payment
-// starts waiting for its customer takes the locks (payment row, then key)
-// to refresh the key's stored 202; every other poll is one UPDATE.
-func (w *ChargeWorker) notePending(ctx context.Context, p Payment, out provider.Outcome) error {
+func (chargeable) Judge(out provider.Outcome) operation.Judged { return operation.JudgeIntent(out) }
+
+// RecordPending records a pending answer. Only the poll at which the
+// payment starts waiting for its customer takes the locks (payment row,
+// then key) to refresh the key's stored 202; every other poll is one
+// UPDATE.
+func (k chargeable) RecordPending(ctx context.Context, db operation.Querier, p Payment, out provider.Outcome) error {
 	if out.Intent == nil || out.Intent.Status != stripe.PaymentIntentStatusRequiresAction || p.Status == StatusRequiresAction {
-		return recordPending(ctx, w.pool, p.ID, out)
+		return recordPending(ctx, db, p.ID, out)
 	}
-	return pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
-		locked, err := lockForOutcome(ctx, tx, w.keys, p.TenantID, p.ID)
+	return pgx.BeginFunc(ctx, k.pool, func(tx pgx.Tx) error {
+		locked, err := lockForOutcome(ctx, tx, k.keys, p.TenantID, p.ID)
 		if err != nil {
 			return err
 		}
-		return notePending(ctx, tx, w.keys, locked, out)
+		return notePending(ctx, tx, k.keys, locked, out)
 	})
 }
 
-func retryLater(ctx context.Context, p Payment, log *slog.Logger, err error) error {
-	log.WarnContext(ctx, "provider outcome undetermined; will retry with the same key", slog.Any("error", err))
-	return fmt.Errorf("charge payment %s: the provider's answer proves nothing: %w", p.ID, err)
+func (k chargeable) RecordFinal(ctx context.Context, tx pgx.Tx, p Payment, out provider.Outcome) error {
+	return recordOutcome(ctx, tx, k.keys, p, inFlight, out)
 }
 
-// finish records a final outcome: the payment's state, the response that
-// retries of the client's request will replay, and the job's completion, in
-// one transaction, so none of them is ever seen without the others (with
-// other charges' outcomes finishing at the same moment: outcomeRecorder).
-func (w *ChargeWorker) finish(ctx context.Context, job *river.Job[ChargePaymentArgs], p Payment, out provider.Outcome) error {
-	return w.recorder.record(ctx, job, p, out)
+// RecordFinalWithJob records the final outcome with the charges finishing
+// at the same moment (outcomeRecorder).
+func (k chargeable) RecordFinalWithJob(ctx context.Context, job *river.Job[ChargePaymentArgs], p Payment, out provider.Outcome) error {
+	return k.recorder.record(ctx, job, p, out)
 }
+
+// Abandon cancels an intent still waiting, past polling, for a customer
+// action (3-D Secure) that never came: nothing was charged, and canceling
+// makes sure nothing will be. Any other pending state is the provider's to
+// settle, and goes to the reconciler.
+func (k chargeable) Abandon(ctx context.Context, p Payment, pending provider.Outcome) (provider.Outcome, bool) {
+	if pending.Intent == nil || pending.Intent.Status != stripe.PaymentIntentStatusRequiresAction {
+		return pending, false
+	}
+	canceled := k.provider.For(p.Account()).CancelIntent(ctx, pending.IntentID(), cancelKey(p))
+	if canceled.Kind != provider.Declined {
+		// Not canceled (the customer may have completed meanwhile): the
+		// next attempt reads the intent again.
+		canceled.Kind = provider.Ambiguous
+	}
+	return canceled, true
+}
+
+// inFlight are the states a charge's final answer moves a payment from.
+var inFlight = []Status{StatusProcessing, StatusRequiresAction}
 
 // recordOutcome records a final provider outcome for p (a payment in one of
 // the from states): the payment's final state and the idempotency key's
@@ -258,43 +204,6 @@ func recordOutcome(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, p Pa
 	}
 	if err := keys.Complete(ctx, tx, p.TenantID, p.IdempotencyKey, resp); err != nil {
 		return fmt.Errorf("complete idempotency key: %w", err)
-	}
-	return nil
-}
-
-// reconcileLater gives up on determining the outcome by retrying: the
-// payment goes to the Reconciler and the client's key answers 409 until it
-// is settled.
-func (w *ChargeWorker) reconcileLater(ctx context.Context, job *river.Job[ChargePaymentArgs], p Payment, reason string) error {
-	return pgx.BeginTxFunc(ctx, w.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
-		if _, err := lockForOutcome(ctx, tx, w.keys, p.TenantID, p.ID); err != nil {
-			return err
-		}
-		if err := paymentsTable.HandOver(ctx, tx, w.keys, entryOf(p), reason); err != nil {
-			return err
-		}
-		return completeJob(ctx, tx, job)
-	})
-}
-
-// reconcileJobPayment is reconcileLater for a job whose payment was not
-// read (the failure may have been reading it).
-func (w *ChargeWorker) reconcileJobPayment(ctx context.Context, job *river.Job[ChargePaymentArgs], reason string) error {
-	return pgx.BeginTxFunc(ctx, w.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
-		p, err := lockForOutcome(ctx, tx, w.keys, job.Args.TenantID, job.Args.PaymentID)
-		if err != nil {
-			return err
-		}
-		if err := paymentsTable.HandOver(ctx, tx, w.keys, entryOf(p), reason); err != nil {
-			return err
-		}
-		return completeJob(ctx, tx, job)
-	})
-}
-
-func completeJob(ctx context.Context, tx pgx.Tx, job *river.Job[ChargePaymentArgs]) error {
-	if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
-		return fmt.Errorf("complete job: %w", err)
 	}
 	return nil
 }

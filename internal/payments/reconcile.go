@@ -50,7 +50,7 @@ var paymentsTable = operation.Table{
 // NewReconciler returns a Reconciler.
 func NewReconciler(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, logger *slog.Logger, cfg ReconcileConfig) *Reconciler {
 	r := &Reconciler{pool: pool, keys: keys, provider: pc, logger: logger, cfg: cfg.WithDefaults()}
-	r.Reconciler = operation.NewReconciler(pool, keys, logger, cfg, paymentsTable, reconcilable{r})
+	r.Reconciler = operation.NewReconciler(pool, keys, logger, cfg, paymentsTable, reconcilable{paymentLocks{keys}, r})
 	return r
 }
 
@@ -62,19 +62,18 @@ type claim struct {
 }
 
 // reconcilable is what payments supply to the engine's reconciler.
-type reconcilable struct{ r *Reconciler }
+type reconcilable struct {
+	paymentLocks
+	r *Reconciler
+}
 
 func (k reconcilable) Entry(c claim) operation.Entry { return entryOf(c.Payment) }
 
 // entryOf is what the engine reads of a payment.
 func entryOf(p Payment) operation.Entry {
-	return operation.Entry{TenantID: p.TenantID, ID: p.ID, IdempotencyKey: p.IdempotencyKey, Generation: p.ProviderKeyGeneration,
-		FirstAttemptAt: p.FirstProviderAttemptAt, ReconcileAttempts: p.ReconcileAttempts}
-}
-
-func (k reconcilable) Lock(ctx context.Context, tx pgx.Tx, tenantID, id string) error {
-	_, err := lockForOutcome(ctx, tx, k.r.keys, tenantID, id)
-	return err
+	return operation.Entry{TenantID: p.TenantID, ID: p.ID, IdempotencyKey: p.IdempotencyKey, Status: string(p.Status), Generation: p.ProviderKeyGeneration,
+		FirstAttemptAt: p.FirstProviderAttemptAt, ReconcileAttempts: p.ReconcileAttempts,
+		LogAttrs: []any{slog.String("provider_idempotency_key", p.ProviderIdempotencyKey)}}
 }
 
 func (k reconcilable) RecordFinal(ctx context.Context, c claim, out provider.Outcome) error {

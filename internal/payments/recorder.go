@@ -13,6 +13,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
@@ -166,8 +167,8 @@ func (r *outcomeRecorder) recordIn(ctx context.Context, tx pgx.Tx, f *finishing)
 	// No lockForOutcome first: recordOutcome's UPDATE of the payment
 	// (conditional on its state) takes the payment's lock, then its UPDATE
 	// of the key the key's, in the one lock order.
-	if err := recordOutcome(ctx, tx, r.keys, f.p, []Status{StatusProcessing, StatusRequiresAction}, f.out); err != nil {
+	if err := recordOutcome(ctx, tx, r.keys, f.p, inFlight, f.out); err != nil {
 		return err
 	}
-	return completeJob(ctx, tx, f.job)
+	return operation.CompleteJob(ctx, tx, f.job)
 }

@@ -1,10 +1,8 @@
 package payments
 
 import (
-	"context"
 	"log/slog"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
@@ -21,24 +19,10 @@ type Sweeper = operation.Sweeper[Payment]
 
 // NewSweeper returns the payments' Sweeper.
 func NewSweeper(pool *pgxpool.Pool, keys *idempotency.Store, logger *slog.Logger, cfg SweepConfig) *Sweeper {
-	return operation.NewSweeper(pool, logger, cfg, operation.Stranded{
-		Operation: "payment", Table: "payments",
-		InFlight: []string{string(StatusProcessing), string(StatusRequiresAction)},
-		JobKind:  ChargePaymentArgs{}.Kind(), JobArg: "payment_id",
+	return operation.NewSweeper(pool, keys, logger, cfg, paymentsTable, operation.Stranded{
+		JobKind: ChargePaymentArgs{}.Kind(), JobArg: "payment_id",
 		Reason: "no charge job was left to finish this payment",
-	}, sweepable{keys})
-}
-
-// sweepable is how the sweeper locks a payment and hands it over.
-type sweepable struct{ keys *idempotency.Store }
-
-func (s sweepable) LockInFlight(ctx context.Context, tx pgx.Tx, tenantID, id string) (Payment, bool, error) {
-	p, err := lockForOutcome(ctx, tx, s.keys, tenantID, id)
-	return p, err == nil && (p.Status == StatusProcessing || p.Status == StatusRequiresAction), err
-}
-
-func (s sweepable) HandToReconciliation(ctx context.Context, tx pgx.Tx, p Payment, reason string) error {
-	return paymentsTable.HandOver(ctx, tx, s.keys, entryOf(p), reason)
+	}, paymentLocks{keys})
 }
 
 // SweepPaymentsArgs is the Sweeper's periodic job.

@@ -45,7 +45,7 @@ var refundsTable = operation.Table{
 // operation kind's reconciler.
 func NewReconciler(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, logger *slog.Logger, cfg operation.ReconcileConfig) *Reconciler {
 	r := &Reconciler{pool: pool, keys: keys, provider: pc, cfg: cfg.WithDefaults()}
-	r.Reconciler = operation.NewReconciler(pool, keys, logger, cfg, refundsTable, reconcilable{r})
+	r.Reconciler = operation.NewReconciler(pool, keys, logger, cfg, refundsTable, reconcilable{refundLocks{keys}, r})
 	return r
 }
 
@@ -59,14 +59,12 @@ type claim struct {
 }
 
 // reconcilable is what refunds supply to the engine's reconciler.
-type reconcilable struct{ r *Reconciler }
+type reconcilable struct {
+	refundLocks
+	r *Reconciler
+}
 
 func (k reconcilable) Entry(c claim) operation.Entry { return entryOf(c.Refund) }
-
-func (k reconcilable) Lock(ctx context.Context, tx pgx.Tx, tenantID, id string) error {
-	_, err := lockForOutcome(ctx, tx, k.r.keys, tenantID, id)
-	return err
-}
 
 // RecordFinal records a final outcome found by reconciliation, as the
 // worker would, under the one lock order.

@@ -22,23 +22,32 @@ type Worker = operation.Worker[RefundPaymentArgs, Refund, provider.RefundOutcome
 // NewWorker returns a refund worker.
 func NewWorker(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, logger *slog.Logger, cfg payments.ChargeConfig) *Worker {
 	return operation.NewWorker(pool, keys, logger, cfg.WithDefaults().Timings(), "refund", refundsTable,
-		attemptable{pool: pool, keys: keys, provider: pc})
+		attemptable{refundLocks: refundLocks{keys}, pool: pool, provider: pc})
+}
+
+// refundLocks is how the engine reads and locks a refund.
+type refundLocks struct{ keys *idempotency.Store }
+
+func (refundLocks) Load(ctx context.Context, db operation.Querier, tenantID, id string) (Refund, error) {
+	return GetRefund(ctx, db, tenantID, id)
+}
+
+func (refundLocks) Entry(r Refund) operation.Entry { return entryOf(r) }
+
+// Lock takes the payment's lock, then the refund's, then its key's.
+func (l refundLocks) Lock(ctx context.Context, tx pgx.Tx, tenantID, id string) error {
+	_, err := lockForOutcome(ctx, tx, l.keys, tenantID, id)
+	return err
 }
 
 // attemptable is what refunds supply to the engine's worker.
 type attemptable struct {
+	refundLocks
 	pool     *pgxpool.Pool
-	keys     *idempotency.Store
 	provider *provider.Client
 }
 
 func (attemptable) Of(args RefundPaymentArgs) (string, string) { return args.TenantID, args.RefundID }
-
-func (attemptable) Load(ctx context.Context, db operation.Querier, tenantID, id string) (Refund, error) {
-	return GetRefund(ctx, db, tenantID, id)
-}
-
-func (attemptable) Entry(r Refund) operation.Entry { return entryOf(r) }
 
 // Send refunds the payment's intent, or reads the provider refund an
 // earlier attempt found.
@@ -75,15 +84,9 @@ func (k attemptable) RecordFinal(ctx context.Context, tx pgx.Tx, r Refund, out p
 	return err
 }
 
-// Lock takes the payment's lock, then the refund's, then its key's.
-func (k attemptable) Lock(ctx context.Context, tx pgx.Tx, tenantID, id string) error {
-	_, err := lockForOutcome(ctx, tx, k.keys, tenantID, id)
-	return err
-}
-
 // entryOf is what the engine reads of a refund.
 func entryOf(r Refund) operation.Entry {
-	return operation.Entry{TenantID: r.TenantID, ID: r.ID, IdempotencyKey: r.IdempotencyKey, Generation: r.ProviderKeyGeneration,
+	return operation.Entry{TenantID: r.TenantID, ID: r.ID, IdempotencyKey: r.IdempotencyKey, Status: string(r.Status), Generation: r.ProviderKeyGeneration,
 		FirstAttemptAt: r.FirstProviderAttemptAt, ReconcileAttempts: r.ReconcileAttempts,
 		LogAttrs: []any{slog.String("payment_id", r.PaymentID), slog.String("provider_idempotency_key", r.ProviderIdempotencyKey)}}
 }
