@@ -6,6 +6,7 @@ import (
 	"github.com/oncepay/oncepay/internal/envconfig"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/serve"
+	"github.com/oncepay/oncepay/internal/telemetry"
 )
 
 // config is the API's configuration, read from the environment. Every
@@ -77,6 +78,9 @@ type config struct {
 	// leaves the endpoint answering 503, so the provider keeps retrying its
 	// events until one is set.
 	StripeWebhookSecret string
+	// Tracing is OpenTelemetry's (OTEL_EXPORTER_OTLP_ENDPOINT and the other
+	// OTEL_* variables); off unless an endpoint is set.
+	Tracing telemetry.Config
 }
 
 // databaseConfig is what every command that opens the database reads:
@@ -160,6 +164,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		HTTPWriteTimeout:    env.Duration("HTTP_WRITE_TIMEOUT", serve.DefaultWriteTimeout, 100*time.Millisecond, 30*time.Minute),
 		HTTPIdleTimeout:     env.Duration("HTTP_IDLE_TIMEOUT", serve.DefaultIdleTimeout, 100*time.Millisecond, time.Hour),
 		StripeWebhookSecret: env.String("STRIPE_WEBHOOK_SECRET", ""),
+		Tracing:             telemetry.ReadConfig(env, "oncepay-api"),
 	}
 	// The longest answer: authentication and the transaction (each bounded
 	// by the request timeout, the latter after the lock wait), then a

@@ -45,6 +45,7 @@ import (
 	"github.com/oncepay/oncepay/internal/ratelimit"
 	"github.com/oncepay/oncepay/internal/refunds"
 	"github.com/oncepay/oncepay/internal/serve"
+	"github.com/oncepay/oncepay/internal/telemetry"
 	"github.com/oncepay/oncepay/internal/tenant"
 	"github.com/oncepay/oncepay/internal/webhooks"
 )
@@ -108,8 +109,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	logger := serve.NewLogger(stdout, cfg.LogLevel)
 
+	// Only the server traces (an operator's command has no one to show
+	// its spans to): Tracing is the zero Config, off, for the others.
+	tracing, err := telemetry.Start(ctx, cfg.Tracing)
+	if err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	defer tracing.Stop(logger)
 	pool, err := postgres.Open(ctx, postgres.PoolConfig{
 		URL: cfg.DatabaseURL, ConnectTimeout: cfg.DatabaseConnectTimeout, MaxConns: int32(cfg.DatabaseMaxConns),
+		Tracer: tracing.QueryTracer(),
 	})
 	if err != nil {
 		return err
@@ -118,7 +127,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 
 	switch cmd.name {
 	case "serve":
-		return serveAPI(ctx, cfg, pool, logger)
+		return serveAPI(ctx, cfg, pool, tracing, logger)
 	case "migrate":
 		return postgres.Migrate(ctx, pool, logger)
 	case "tenants create", "tenants ensure":
@@ -141,8 +150,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 }
 
-func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.Logger) error {
-	jobs, err := outbox.NewInsertOnly(pool, logger)
+func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, tracing *telemetry.Tracing, logger *slog.Logger) error {
+	jobs, err := outbox.NewInsertOnly(pool, logger, tracing.RiverMiddleware()...)
 	if err != nil {
 		return err
 	}
@@ -193,7 +202,7 @@ func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.
 	if err != nil {
 		return fmt.Errorf("listen on LISTEN_ADDR=%s: %w", cfg.ListenAddr, err)
 	}
-	srv := &http.Server{Handler: handler, ReadTimeout: cfg.HTTPReadTimeout, WriteTimeout: cfg.HTTPWriteTimeout, IdleTimeout: cfg.HTTPIdleTimeout}
+	srv := &http.Server{Handler: tracing.Handler(handler), ReadTimeout: cfg.HTTPReadTimeout, WriteTimeout: cfg.HTTPWriteTimeout, IdleTimeout: cfg.HTTPIdleTimeout}
 	// On SIGTERM the listener closes, requests in flight finish, and those
 	// held by Prefer: wait are answered at once with their key as it stands
 	// (their 202), rather than cut at SHUTDOWN_TIMEOUT.

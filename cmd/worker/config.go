@@ -6,6 +6,7 @@ import (
 	"github.com/oncepay/oncepay/internal/envconfig"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/provider"
+	"github.com/oncepay/oncepay/internal/telemetry"
 )
 
 // config is the worker's configuration, read from the environment. Every
@@ -106,6 +107,9 @@ type config struct {
 	LedgerCheckWindow time.Duration
 	// LogLevel (LOG_LEVEL) is debug, info, warn or error. Defaults to info.
 	LogLevel string
+	// Tracing is OpenTelemetry's (OTEL_EXPORTER_OTLP_ENDPOINT and the other
+	// OTEL_* variables); off unless an endpoint is set.
+	Tracing telemetry.Config
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
@@ -141,6 +145,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		LedgerCheckInterval:    env.Duration("LEDGER_CHECK_INTERVAL", time.Hour, 100*time.Millisecond, 24*time.Hour),
 		LedgerCheckWindow:      env.Duration("LEDGER_CHECK_WINDOW", 26*time.Hour, time.Minute, 30*24*time.Hour),
 		LogLevel:               env.OneOf("LOG_LEVEL", "info", "debug", "info", "warn", "error"),
+		Tracing:                telemetry.ReadConfig(env, "oncepay-worker"),
 	}
 	cfg.DatabaseMaxConns = env.Int("DATABASE_MAX_CONNS", 20, 4, 2000)
 	// A job's attempt may outlive its timeout by the window in which it

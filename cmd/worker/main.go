@@ -37,6 +37,7 @@ import (
 	"github.com/oncepay/oncepay/internal/provider"
 	"github.com/oncepay/oncepay/internal/refunds"
 	"github.com/oncepay/oncepay/internal/serve"
+	"github.com/oncepay/oncepay/internal/telemetry"
 	"github.com/oncepay/oncepay/internal/webhooks"
 )
 
@@ -68,8 +69,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	logger := serve.NewLogger(stdout, cfg.LogLevel)
 	warnIfLive(logger, cfg)
 
+	tracing, err := telemetry.Start(ctx, cfg.Tracing)
+	if err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	defer tracing.Stop(logger)
 	pool, err := postgres.Open(ctx, postgres.PoolConfig{
 		URL: cfg.DatabaseURL, ConnectTimeout: cfg.DatabaseConnectTimeout, MaxConns: int32(cfg.DatabaseMaxConns),
+		Tracer: tracing.QueryTracer(),
 	})
 	if err != nil {
 		return err
@@ -81,7 +88,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	keys := idempotency.NewStore(idempotency.Config{Retention: cfg.IdempotencyRetention, TombstoneRetention: cfg.TombstoneRetention,
 		ObserveReap: func(r idempotency.ReapResult) { m.KeysReaped(r.Tombstoned, r.Deleted) }})
 	providerClient := provider.New(provider.Config{SecretKey: cfg.StripeSecretKey, APIBase: cfg.StripeAPIBase,
-		HTTPClient: &http.Client{Transport: m.ProviderTransport(provider.Transport(cfg.Concurrency + 10))}})
+		HTTPClient: &http.Client{Transport: tracing.Transport(m.ProviderTransport(provider.Transport(cfg.Concurrency + 10)))}})
 	chargeCfg := cfg.chargeConfig()
 	workers := river.NewWorkers()
 	if err := river.AddWorkerSafely(workers, payments.NewChargeWorker(pool, keys, providerClient, logger, chargeCfg)); err != nil {
@@ -196,6 +203,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		RescueStuckJobsAfter: cfg.RescueStuckAfter,
 		Retry:                outbox.RetryPolicy{Base: cfg.RetryBase, Max: cfg.RetryMax},
 		PeriodicJobs:         periodic,
+		Middleware:           tracing.RiverMiddleware(),
 		Logger:               logger,
 	})
 	if err != nil {

@@ -1,5 +1,5 @@
 // Package logctx puts what a context knows of the work in scope (the HTTP
-// request, the River job) on every log line written with it, so that a
+// request, the River job, the trace) on every log line written with it, so that a
 // line deep in a service names its request or job without each caller
 // passing the id along. Code logs with the *Context variants of slog
 // (InfoContext, WarnContext, …) for this to work.
@@ -9,6 +9,8 @@ import (
 	"context"
 	"log/slog"
 	"slices"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 type attrsKey struct{}
@@ -47,9 +49,13 @@ func (h *Handler) Enabled(ctx context.Context, level slog.Level) bool {
 	return h.next.Enabled(ctx, level)
 }
 
-// Handle adds the context's attributes to r and passes it on.
+// Handle adds the context's attributes to r and passes it on, and the
+// trace_id and span_id of the span the context carries, if any.
 func (h *Handler) Handle(ctx context.Context, r slog.Record) error {
 	attrs := Attrs(ctx)
+	if span := trace.SpanContextFromContext(ctx); span.IsValid() {
+		attrs = append(slices.Clip(attrs), slog.String("trace_id", span.TraceID().String()), slog.String("span_id", span.SpanID().String()))
+	}
 	if len(attrs) == 0 {
 		return h.next.Handle(ctx, r)
 	}

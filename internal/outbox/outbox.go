@@ -33,14 +33,14 @@ const FetchCooldown = 10 * time.Millisecond
 type Client = river.Client[pgx.Tx]
 
 // NewInsertOnly returns a client that can insert jobs but works none: what
-// the API needs.
-func NewInsertOnly(pool *pgxpool.Pool, logger *slog.Logger) (*Client, error) {
+// the API needs. middleware runs around each insert (tracing).
+func NewInsertOnly(pool *pgxpool.Pool, logger *slog.Logger, middleware ...rivertype.Middleware) (*Client, error) {
 	// River notifies the workers of inserted jobs at most once per
 	// FetchCooldown per queue and process (the notification costs the
 	// inserting transaction a statement); a job inserted in between waits
 	// for the next one, or for the workers' poll. 10ms keeps that wait
 	// short at the cost of at most 100 statements a second.
-	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: logger, FetchCooldown: FetchCooldown})
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: logger, FetchCooldown: FetchCooldown, Middleware: middleware})
 	if err != nil {
 		return nil, fmt.Errorf("create river client: %w", err)
 	}

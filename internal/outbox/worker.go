@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -47,7 +48,10 @@ type WorkerConfig struct {
 	// table's owner may run it, and a runtime role that is not (deploy/db/roles.sql)
 	// would log a failure every night. See OwnsQueueTables.
 	NoReindex bool
-	Logger    *slog.Logger
+	// Middleware runs around each job and insert, outside the job's own
+	// logging (tracing: the job's log lines then carry its trace).
+	Middleware []rivertype.Middleware
+	Logger     *slog.Logger
 }
 
 // OwnsQueueTables reports whether the connected role owns River's job table
@@ -92,7 +96,7 @@ func NewWorkerClient(pool *pgxpool.Pool, cfg WorkerConfig) (*Client, error) {
 		FetchCooldown:        FetchCooldown,
 		PeriodicJobs:         cfg.PeriodicJobs,
 		Logger:               cfg.Logger,
-		Middleware:           []rivertype.Middleware{river.WorkerMiddlewareFunc(logJob)},
+		Middleware:           append(slices.Clip(cfg.Middleware), river.WorkerMiddlewareFunc(logJob)),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create river worker client: %w", err)

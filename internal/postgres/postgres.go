@@ -9,6 +9,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -24,6 +25,8 @@ type PoolConfig struct {
 	// MaxConns caps open connections. Defaults to pgxpool's default
 	// (the larger of 4 and the number of CPUs).
 	MaxConns int32
+	// Tracer, if set, sees every query (tracing).
+	Tracer pgx.QueryTracer
 }
 
 // Open parses the configuration and creates a pool. It does not wait for the
@@ -37,6 +40,7 @@ func Open(ctx context.Context, cfg PoolConfig) (*pgxpool.Pool, error) {
 	if cfg.MaxConns > 0 {
 		pcfg.MaxConns = cfg.MaxConns
 	}
+	pcfg.ConnConfig.Tracer = cfg.Tracer
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("create pool: %w", err)
