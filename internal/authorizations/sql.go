@@ -65,14 +65,7 @@ func GetAction(ctx context.Context, db operation.Querier, tenantID, actionID str
 func OfPayment(ctx context.Context, db operation.Querier, tenantID, paymentID string) ([]Action, error) {
 	rows, err := db.Query(ctx, `SELECT `+actionColumns+` FROM payment_actions WHERE tenant_id = $1 AND payment_id = $2 ORDER BY id`,
 		tenantID, paymentID)
-	if err != nil {
-		return nil, fmt.Errorf("list a payment's actions: %w", err)
-	}
-	list, err := pgx.CollectRows(rows, pgx.RowToStructByName[Action])
-	if err != nil {
-		return nil, fmt.Errorf("list a payment's actions: %w", err)
-	}
-	return list, nil
+	return operation.CollectAll[Action](rows, err, "list a payment's actions")
 }
 
 // inFlight reports whether the payment has an action in flight (pending or

@@ -50,3 +50,16 @@ func CollectOne[T any](rows pgx.Rows, err error, what string, notFound error) (T
 	}
 	return v, nil
 }
+
+// CollectAll reads every row of a query into T by column name; what names
+// the query in errors.
+func CollectAll[T any](rows pgx.Rows, err error, what string) ([]T, error) {
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	list, err := pgx.CollectRows(rows, pgx.RowToStructByName[T])
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return list, nil
+}

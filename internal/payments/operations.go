@@ -10,6 +10,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/ledger"
+	"github.com/oncepay/oncepay/internal/operation"
 )
 
 // ListFilter selects payments across tenants for an operator.
@@ -39,14 +40,7 @@ func ListAll(ctx context.Context, db Querier, f ListFilter) ([]Payment, error) {
 		WHERE ($1 = '' OR status = $1) AND ($2 = '' OR tenant_id = $2) AND ($3::timestamptz IS NULL OR created_at >= $3)
 		ORDER BY id DESC
 		LIMIT $4`, string(f.Status), f.TenantID, since, f.Limit)
-	if err != nil {
-		return nil, fmt.Errorf("list payments: %w", err)
-	}
-	list, err := pgx.CollectRows(rows, pgx.RowToStructByName[Payment])
-	if err != nil {
-		return nil, fmt.Errorf("list payments: %w", err)
-	}
-	return list, nil
+	return operation.CollectAll[Payment](rows, err, "list payments")
 }
 
 // Lookup reads a payment of any tenant, for an operator who has only its id.

@@ -57,14 +57,7 @@ func listPayments(ctx context.Context, db Querier, tenantID, startingAfter strin
 		WHERE tenant_id = $1 AND ($2 = '' OR id < $2)
 		ORDER BY id DESC
 		LIMIT $3`, tenantID, startingAfter, limit)
-	if err != nil {
-		return nil, fmt.Errorf("list payments: %w", err)
-	}
-	list, err := pgx.CollectRows(rows, pgx.RowToStructByName[Payment])
-	if err != nil {
-		return nil, fmt.Errorf("list payments: %w", err)
-	}
-	return list, nil
+	return operation.CollectAll[Payment](rows, err, "list payments")
 }
 
 // lockPayment reads a tenant's payment and locks its row until tx ends.

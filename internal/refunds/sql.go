@@ -46,14 +46,7 @@ func GetRefund(ctx context.Context, db Querier, tenantID, refundID string) (Refu
 // followed its charge, for an operator's view of the payment.
 func OfPayment(ctx context.Context, db Querier, tenantID, paymentID string) ([]Refund, error) {
 	rows, err := db.Query(ctx, `SELECT `+refundColumns+` FROM refunds WHERE tenant_id = $1 AND payment_id = $2 ORDER BY id`, tenantID, paymentID)
-	if err != nil {
-		return nil, fmt.Errorf("list a payment's refunds: %w", err)
-	}
-	list, err := pgx.CollectRows(rows, pgx.RowToStructByName[Refund])
-	if err != nil {
-		return nil, fmt.Errorf("list a payment's refunds: %w", err)
-	}
-	return list, nil
+	return operation.CollectAll[Refund](rows, err, "list a payment's refunds")
 }
 
 // listRefunds returns up to limit refunds of a payment older than
@@ -64,14 +57,7 @@ func listRefunds(ctx context.Context, db Querier, tenantID, paymentID, startingA
 		WHERE tenant_id = $1 AND payment_id = $2 AND ($3 = '' OR id < $3)
 		ORDER BY id DESC
 		LIMIT $4`, tenantID, paymentID, startingAfter, limit)
-	if err != nil {
-		return nil, fmt.Errorf("list refunds: %w", err)
-	}
-	list, err := pgx.CollectRows(rows, pgx.RowToStructByName[Refund])
-	if err != nil {
-		return nil, fmt.Errorf("list refunds: %w", err)
-	}
-	return list, nil
+	return operation.CollectAll[Refund](rows, err, "list refunds")
 }
 
 // committedAmount sums the payment's refunds that may have given money
