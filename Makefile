@@ -72,6 +72,7 @@ fuzz:
 	go test -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME) ./internal/webhooks
 	go test -run '^$$' -fuzz '^FuzzParseTPS$$' -fuzztime $(FUZZTIME) ./tools/bench
 	go test -run '^$$' -fuzz '^FuzzParseLog$$' -fuzztime $(FUZZTIME) ./tools/bench
+	go test -run '^$$' -fuzz '^FuzzParseStat$$' -fuzztime $(FUZZTIME) ./tools/bench
 
 ## lint: gofmt, go vet and staticcheck
 lint:

@@ -142,6 +142,8 @@ type run struct {
 	sustainedRate float64
 	// maxConnections is the server's max_connections.
 	maxConnections int
+	// baseline is the bare new-key server.
+	baseline *baselineProcess
 }
 
 // Run measures, prints the table and writes the results file, whose path
@@ -225,6 +227,10 @@ func Run(ctx context.Context, cfg Config) (_ *Results, path string, err error) {
 	if err := r.setup(ctx); err != nil {
 		return nil, "", err
 	}
+	if r.baseline, err = r.startBaseline(ctx, dbURL); err != nil {
+		return nil, "", err
+	}
+	defer r.baseline.stop()
 	for _, phase := range []struct {
 		name string
 		run  func(context.Context) (*PhaseResult, error)

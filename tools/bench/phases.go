@@ -81,39 +81,85 @@ func (r *run) warmUp(ctx context.Context, req request) {
 
 // NewKeyRound is one round of phase 1.
 type NewKeyRound struct {
-	Oncepay LoadResult    `json:"oncepay"`
-	Golden  PgbenchResult `json:"golden"`
+	Oncepay LoadResult `json:"oncepay"`
+	// Bare is the bare Go server's load (tools/bench/baseline).
+	Bare   LoadResult    `json:"bare"`
+	Golden PgbenchResult `json:"golden"`
+	// CPU is CPU seconds per 1,000 new keys: the API's and the server's
+	// while oncepay ran, the bare server's and the server's while it ran,
+	// and the server's under golden.sql.
+	CPU NewKeyCPU `json:"cpu_per_1000"`
 }
 
-// newKey compares new-key POSTs with golden.sql, the worker stopped so
-// that the API alone uses the database.
+// NewKeyCPU is CPU seconds per 1,000 new keys, by process.
+type NewKeyCPU struct {
+	API                 num `json:"api"`
+	Postgres            num `json:"postgres"`
+	Bare                num `json:"bare"`
+	PostgresUnderBare   num `json:"postgres_under_bare"`
+	PostgresUnderGolden num `json:"postgres_under_golden"`
+}
+
+// newKey compares new-key POSTs with golden.sql and with the bare Go
+// server, the worker stopped so that the API alone uses the database, and
+// reads what each side cost in CPU, the server's apart.
 func (r *run) newKey(ctx context.Context) (*PhaseResult, error) {
 	if err := r.stack.Kill("worker"); err != nil {
 		return nil, err
 	}
 	pr := &PhaseResult{}
 	req := r.newKeyRequest(r.stack.APIURL, 0, nil)
+	bare := r.newKeyRequest(r.baseline.url, 0, nil)
 	r.warmUp(ctx, req)
+	r.warmUp(ctx, bare)
 	var rounds []NewKeyRound
 	for i := range r.cfg.Rounds {
 		var rd NewKeyRound
+		before := r.sampleCPU("api", "postgres")
 		rd.Oncepay = closedLoop(ctx, r.client, r.cfg.Clients, r.cfg.Round, 0, req)
+		after := r.sampleCPU("api", "postgres")
 		if err := checkErrors("new-key POST", rd.Oncepay); err != nil {
 			return nil, err
 		}
+		rd.CPU.API = num(after.perThousandSince(before, "api", rd.Oncepay.Requests))
+		rd.CPU.Postgres = num(after.perThousandSince(before, "postgres", rd.Oncepay.Requests))
+
+		before = r.sampleCPU("baseline", "postgres")
+		rd.Bare = closedLoop(ctx, r.client, r.cfg.Clients, r.cfg.Round, 0, bare)
+		after = r.sampleCPU("baseline", "postgres")
+		if err := checkErrors("bare new-key POST", rd.Bare); err != nil {
+			return nil, err
+		}
+		rd.CPU.Bare = num(after.perThousandSince(before, "baseline", rd.Bare.Requests))
+		rd.CPU.PostgresUnderBare = num(after.perThousandSince(before, "postgres", rd.Bare.Requests))
+
+		before = r.sampleCPU("postgres")
 		var err error
 		if rd.Golden, err = r.pgbench.run(ctx, r.cfg.Clients, r.cfg.Round, "golden.sql"); err != nil {
 			return nil, err
 		}
-		r.printf("round %d: oncepay %.0f/s p50 %.2f ms p99 %.2f ms | golden.sql %.0f tps p50 %.2f ms p99 %.2f ms", i+1,
-			rd.Oncepay.Throughput, rd.Oncepay.Latency.P50MS, rd.Oncepay.Latency.P99MS, rd.Golden.TPS, rd.Golden.Latency.P50MS, rd.Golden.Latency.P99MS)
+		after = r.sampleCPU("postgres")
+		rd.CPU.PostgresUnderGolden = num(after.perThousandSince(before, "postgres", int(rd.Golden.TPS*r.cfg.Round.Seconds())))
+		r.printf("round %d: oncepay %.0f/s p50 %.2f ms p99 %.2f ms, CPU/1k api %s s postgres %s s | bare %.0f/s p50 %.2f ms, CPU/1k bare %s s postgres %s s | golden.sql %.0f tps p50 %.2f ms p99 %.2f ms, CPU/1k postgres %s s",
+			i+1, rd.Oncepay.Throughput, rd.Oncepay.Latency.P50MS, rd.Oncepay.Latency.P99MS, fmtNum(float64(rd.CPU.API)), fmtNum(float64(rd.CPU.Postgres)),
+			rd.Bare.Throughput, rd.Bare.Latency.P50MS, fmtNum(float64(rd.CPU.Bare)), fmtNum(float64(rd.CPU.PostgresUnderBare)),
+			rd.Golden.TPS, rd.Golden.Latency.P50MS, rd.Golden.Latency.P99MS, fmtNum(float64(rd.CPU.PostgresUnderGolden)))
 		rounds = append(rounds, rd)
 	}
 	pr.Rounds = rounds
 	pr.Rows = []Row{
 		compared("new-key POST", "req/s", rounds, func(rd NewKeyRound) (float64, float64) { return rd.Oncepay.Throughput, rd.Golden.TPS }, atLeast(0.70)),
+		compared("new-key POST vs bare Go server", "req/s", rounds, func(rd NewKeyRound) (float64, float64) { return rd.Oncepay.Throughput, rd.Bare.Throughput }, nil),
+		compared("bare Go server vs pgbench", "req/s", rounds, func(rd NewKeyRound) (float64, float64) { return rd.Bare.Throughput, rd.Golden.TPS }, nil),
 		compared("new-key p50", "ms", rounds, func(rd NewKeyRound) (float64, float64) { return rd.Oncepay.Latency.P50MS, rd.Golden.Latency.P50MS }, nil),
 		compared("new-key p99", "ms", rounds, func(rd NewKeyRound) (float64, float64) { return rd.Oncepay.Latency.P99MS, rd.Golden.Latency.P99MS }, atMost(3)),
+		compared("new-key CPU/1k: api vs bare server", "s", rounds, func(rd NewKeyRound) (float64, float64) { return float64(rd.CPU.API), float64(rd.CPU.Bare) }, nil),
+		compared("new-key CPU/1k: PostgreSQL vs under bare", "s", rounds, func(rd NewKeyRound) (float64, float64) {
+			return float64(rd.CPU.Postgres), float64(rd.CPU.PostgresUnderBare)
+		}, nil),
+		compared("new-key CPU/1k: PostgreSQL vs under pgbench", "s", rounds, func(rd NewKeyRound) (float64, float64) {
+			return float64(rd.CPU.Postgres), float64(rd.CPU.PostgresUnderGolden)
+		}, nil),
 	}
 	if err := r.restartWorker(ctx, nil); err != nil {
 		return nil, err
@@ -220,6 +266,16 @@ type SettledRound struct {
 	// PgbenchPaymentsPerSec is half pgbench's tps: each payment is one
 	// golden.sql and one complete.sql transaction.
 	PgbenchPaymentsPerSec float64 `json:"pgbench_payments_per_sec"`
+	// CPU is CPU seconds per 1,000 payments accepted, from the start of
+	// the load until the last of them was final, by process.
+	CPU SettledCPU `json:"cpu_per_1000"`
+}
+
+// SettledCPU is CPU seconds per 1,000 payments taken from request to final.
+type SettledCPU struct {
+	API      num `json:"api"`
+	Worker   num `json:"worker"`
+	Postgres num `json:"postgres"`
 }
 
 // settled measures payments settled per second under a closed loop of new
@@ -234,6 +290,7 @@ func (r *run) settled(ctx context.Context) (*PhaseResult, error) {
 			return nil, err
 		}
 		var rd SettledRound
+		cpuBefore := r.sampleCPU("api", "worker", "postgres")
 		start := time.Now()
 		rd.Load = closedLoop(ctx, r.client, r.cfg.Clients, r.cfg.Round, 0, req)
 		end := time.Now()
@@ -255,6 +312,10 @@ func (r *run) settled(ctx context.Context) (*PhaseResult, error) {
 			return nil, err
 		}
 		rd.DrainSeconds = time.Since(drainStart).Seconds()
+		cpuAfter, accepted := r.sampleCPU("api", "worker", "postgres"), rd.Load.Statuses["202"]
+		rd.CPU = SettledCPU{API: num(cpuAfter.perThousandSince(cpuBefore, "api", accepted)),
+			Worker:   num(cpuAfter.perThousandSince(cpuBefore, "worker", accepted)),
+			Postgres: num(cpuAfter.perThousandSince(cpuBefore, "postgres", accepted))}
 		if rd.Pgbench, err = r.pgbench.run(ctx, r.cfg.Clients, r.cfg.Round, "golden.sql", "complete.sql"); err != nil {
 			return nil, err
 		}
@@ -271,6 +332,9 @@ func (r *run) settled(ctx context.Context) (*PhaseResult, error) {
 		single("backlog growth, halfway to end of load", "s of load", medianOf(rounds, func(rd SettledRound) float64 { return rd.BacklogGrowthSeconds }), atMostValue(0.1)),
 		single("backlog at end of load", "payments", medianOf(rounds, func(rd SettledRound) float64 { return float64(rd.Backlog) }), nil),
 		single("backlog drain", "s", medianOf(rounds, func(rd SettledRound) float64 { return rd.DrainSeconds }), nil),
+		single("CPU/1k payments settled: api", "s", medianOf(rounds, func(rd SettledRound) float64 { return float64(rd.CPU.API) }), nil),
+		single("CPU/1k payments settled: worker", "s", medianOf(rounds, func(rd SettledRound) float64 { return float64(rd.CPU.Worker) }), nil),
+		single("CPU/1k payments settled: PostgreSQL", "s", medianOf(rounds, func(rd SettledRound) float64 { return float64(rd.CPU.Postgres) }), nil),
 	}
 	return pr, nil
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -20,7 +21,8 @@ import (
 var root string
 
 func TestMain(m *testing.M) {
-	bintest.Main(m, &root, "github.com/oncepay/oncepay/cmd/api", "github.com/oncepay/oncepay/cmd/worker", "github.com/oncepay/oncepay/tools/stripesim/cmd/stripesim")
+	bintest.Main(m, &root, "github.com/oncepay/oncepay/cmd/api", "github.com/oncepay/oncepay/cmd/worker", "github.com/oncepay/oncepay/tools/stripesim/cmd/stripesim",
+		"github.com/oncepay/oncepay/tools/bench/cmd/baseline")
 }
 
 // TestTinyRun runs every phase with the smallest settings: the results
@@ -79,6 +81,20 @@ func TestTinyRun(t *testing.T) {
 		}
 	}
 	require.Equal(t, []string{"newkey", "replay", "settled", "latency", "slowprovider", "rss"}, names)
+	// The bare server's figures and every CPU figure, read from /proc
+	// (the test's server is on this machine), are there.
+	for _, p := range res.Phases {
+		for _, row := range p.Rows {
+			if strings.Contains(row.Measure, "bare") || strings.Contains(row.Measure, "CPU") {
+				require.NotNil(t, row.Oncepay, "%s: %s", p.Name, row.Measure)
+				require.Positive(t, *row.Oncepay, "%s: %s", p.Name, row.Measure)
+				if strings.Contains(row.Measure, " vs ") {
+					require.NotNil(t, row.Baseline, "%s: %s", p.Name, row.Measure)
+					require.Positive(t, *row.Baseline, "%s: %s", p.Name, row.Measure)
+				}
+			}
+		}
+	}
 
 	conn, err := pgx.Connect(context.Background(), adminURL)
 	require.NoError(t, err)

@@ -1,0 +1,102 @@
+package bench
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+)
+
+// userHZ is the unit of /proc's CPU times: fixed at 100 per second by the
+// kernel's ABI, whatever the kernel's own tick.
+const userHZ = 100
+
+// procStat is what the bench reads of /proc/PID/stat.
+type procStat struct {
+	Command string
+	Parent  int
+	// CPU is the process's own user and system time; Children the time of
+	// its children that exited and were waited for.
+	CPU, Children time.Duration
+}
+
+// parseStat reads a /proc/PID/stat line. The command, in parentheses, may
+// hold spaces and parentheses of its own: the fields follow the last ")".
+func parseStat(line []byte) (procStat, error) {
+	open, end := bytes.IndexByte(line, '('), bytes.LastIndexByte(line, ')')
+	if open < 0 || end < open {
+		return procStat{}, errors.New("no command in parentheses")
+	}
+	fields := bytes.Fields(line[end+1:])
+	// After the command: state (3), ppid (4), …, utime (14), stime (15),
+	// cutime (16), cstime (17), counted from 1 with pid and command.
+	if len(fields) < 15 {
+		return procStat{}, fmt.Errorf("%d fields after the command, want at least 15", len(fields))
+	}
+	var n [5]int64
+	for i, f := range []int{1, 11, 12, 13, 14} {
+		v, err := strconv.ParseInt(string(fields[f]), 10, 64)
+		if err != nil || v < 0 || v > 1<<40 {
+			return procStat{}, fmt.Errorf("field %d: %q is not a count", f+3, fields[f])
+		}
+		n[i] = v
+	}
+	tick := time.Second / userHZ
+	return procStat{Command: string(line[open+1 : end]), Parent: int(n[0]),
+		CPU: time.Duration(n[1]+n[2]) * tick, Children: time.Duration(n[3]+n[4]) * tick}, nil
+}
+
+func readStat(pid int) (procStat, error) {
+	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return procStat{}, err
+	}
+	return parseStat(data)
+}
+
+// processCPU is the CPU time a process has used so far.
+func processCPU(pid int) (time.Duration, error) {
+	st, err := readStat(pid)
+	if err != nil {
+		return 0, fmt.Errorf("CPU of process %d: %w", pid, err)
+	}
+	return st.CPU, nil
+}
+
+// serverCPU is the CPU time the PostgreSQL servers of this machine have
+// used so far: every postgres process's own, and, through the postmaster's
+// children's time, that of the backends that have exited (pgbench's, at
+// the end of each of its runs).
+func serverCPU() (time.Duration, error) {
+	dirs, err := filepath.Glob("/proc/[0-9]*")
+	if err != nil {
+		return 0, err
+	}
+	var total time.Duration
+	found := false
+	for _, dir := range dirs {
+		pid, err := strconv.Atoi(filepath.Base(dir))
+		if err != nil {
+			continue
+		}
+		st, err := readStat(pid)
+		if err != nil || st.Command != "postgres" {
+			continue // gone meanwhile, or not a server's
+		}
+		found = true
+		total += st.CPU
+		if parent, err := readStat(st.Parent); err != nil || parent.Command != "postgres" {
+			total += st.Children // a postmaster: its backends that exited
+		}
+	}
+	if !found {
+		return 0, errors.New("no postgres process on this machine (a server elsewhere cannot be measured)")
+	}
+	return total, nil
+}
+
+var nan = math.NaN()
