@@ -399,6 +399,14 @@ func (s *Store) Save(ctx context.Context, tx pgx.Tx, req Request, out Outcome) e
 		}
 	}
 	queueTransition(batch, req.TenantID, req.Key, []Status{StatusProcessing}, out.Status, out.ResourceID, &out.Response, s.cfg.Retention)
+	if p, ok := tx.(*pipelinedTx); ok {
+		// Nothing follows the outcome's writes in a key's transaction:
+		// the commit goes with them.
+		if err := p.commitWith(ctx, batch); err != nil {
+			return fmt.Errorf("save outcome: %w", err)
+		}
+		return nil
+	}
 	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 		return fmt.Errorf("save outcome: %w", err)
 	}
@@ -479,10 +487,7 @@ func (s *Store) Run(ctx context.Context, db TxBeginner, req Request, op Operatio
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
 	var res Result
-	// Read committed is required, whatever the server's default: after a
-	// conflicting insert, the next statement must see the row the other
-	// transaction committed.
-	err := pgx.BeginTxFunc(ctx, db, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+	run := func(tx pgx.Tx) error {
 		dec, err := s.Reserve(ctx, tx, req)
 		if err != nil {
 			return err
@@ -507,7 +512,14 @@ func (s *Store) Run(ctx context.Context, db TxBeginner, req Request, op Operatio
 		res.Record.ResourceID = out.ResourceID
 		res.Record.Response = &out.Response
 		return nil
-	})
+	}
+	var err error
+	if pool, ok := db.(Acquirer); ok {
+		err = runPipelined(ctx, pool, run)
+	} else {
+		// Read committed: see beginReadCommitted.
+		err = pgx.BeginTxFunc(ctx, db, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, run)
+	}
 	if errors.Is(err, errKeyHeld) {
 		return Result{Kind: InProgress}, nil
 	}

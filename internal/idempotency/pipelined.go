@@ -1,0 +1,270 @@
+package idempotency
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Acquirer lends connections: a pool. Run pipelines its transaction on one
+// (pipelinedTx); on anything else it begins a transaction of its own.
+type Acquirer interface {
+	Acquire(ctx context.Context) (*pgxpool.Conn, error)
+}
+
+// beginReadCommitted begins a key's transaction. Read committed is
+// required, whatever the server's default: after a conflicting insert, the
+// next statement must see the row the other transaction committed.
+const beginReadCommitted = "begin isolation level read committed"
+
+// pipelinedTx is a key's transaction whose BEGIN travels with its first
+// statement and whose COMMIT travels with its last writes (commitWith), so
+// that neither costs a network round trip of its own: a new key's
+// transaction is then its reservation, the operation's own statements, and
+// its writes with the commit. On a connection that is not idle when
+// returned (a transaction left open by a failure), the pool closes it.
+type pipelinedTx struct {
+	conn *pgx.Conn
+	// begun: BEGIN was sent; ended: COMMIT or ROLLBACK was.
+	begun, ended bool
+}
+
+var errNested = errors.New("a key's transaction does not nest transactions")
+
+// runPipelined runs fn in a pipelinedTx on a connection of pool: committed
+// if fn succeeds (by Save, or here), rolled back if not.
+func runPipelined(ctx context.Context, pool Acquirer, fn func(pgx.Tx) error) (err error) {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("acquire a connection: %w", err)
+	}
+	defer conn.Release()
+	tx := &pipelinedTx{conn: conn.Conn()}
+	defer func() {
+		if !tx.ended {
+			// Rolled back even when ctx is done: a connection returned in
+			// a transaction is closed by the pool, but one rolled back is
+			// kept.
+			rollbackCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			defer cancel()
+			_ = tx.Rollback(rollbackCtx)
+		}
+	}()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// first prepends BEGIN to the first statements sent.
+func (t *pipelinedTx) first(b *pgx.Batch) {
+	if t.begun {
+		return
+	}
+	t.begun = true
+	begin := &pgx.Batch{}
+	begin.Queue(beginReadCommitted)
+	b.QueuedQueries = append(begin.QueuedQueries, b.QueuedQueries...)
+}
+
+// Query runs a query; the first one carries BEGIN with it.
+func (t *pipelinedTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if t.ended {
+		return nil, pgx.ErrTxClosed
+	}
+	if t.begun {
+		return t.conn.Query(ctx, sql, args...)
+	}
+	b := &pgx.Batch{}
+	b.Queue(sql, args...)
+	t.first(b)
+	results := t.conn.SendBatch(ctx, b)
+	if _, err := results.Exec(); err != nil {
+		return nil, errors.Join(err, results.Close())
+	}
+	rows, err := results.Query()
+	if err != nil {
+		return nil, errors.Join(err, results.Close())
+	}
+	return &batchRows{Rows: rows, results: results}, nil
+}
+
+// batchRows are the rows of a batch's last query: closing them closes the
+// batch, whose error they then report.
+type batchRows struct {
+	pgx.Rows
+	results pgx.BatchResults
+	err     error
+	closed  bool
+}
+
+func (r *batchRows) Close() {
+	if r.closed {
+		return
+	}
+	r.closed = true
+	r.Rows.Close()
+	r.err = r.results.Close()
+}
+
+func (r *batchRows) Err() error {
+	if err := r.Rows.Err(); err != nil {
+		return err
+	}
+	return r.err
+}
+
+func (r *batchRows) Next() bool {
+	if r.Rows.Next() {
+		return true
+	}
+	r.Close()
+	return false
+}
+
+// QueryRow runs a query for one row; the first one carries BEGIN with it.
+func (t *pipelinedTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	rows, err := t.Query(ctx, sql, args...)
+	return errRow{rows: rows, err: err}
+}
+
+// errRow is QueryRow's answer: pgx's own scan of the first row, or the
+// error that kept the query from running.
+type errRow struct {
+	rows pgx.Rows
+	err  error
+}
+
+func (r errRow) Scan(dest ...any) error {
+	if r.err != nil {
+		return r.err
+	}
+	defer r.rows.Close()
+	if !r.rows.Next() {
+		if err := r.rows.Err(); err != nil {
+			return err
+		}
+		return pgx.ErrNoRows
+	}
+	if err := r.rows.Scan(dest...); err != nil {
+		return err
+	}
+	r.rows.Close()
+	return r.rows.Err()
+}
+
+// Exec runs a statement; the first one carries BEGIN with it.
+func (t *pipelinedTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if t.ended {
+		return pgconn.CommandTag{}, pgx.ErrTxClosed
+	}
+	if t.begun {
+		return t.conn.Exec(ctx, sql, args...)
+	}
+	b := &pgx.Batch{}
+	b.Queue(sql, args...)
+	t.first(b)
+	results := t.conn.SendBatch(ctx, b)
+	_, err := results.Exec()
+	var tag pgconn.CommandTag
+	if err == nil {
+		tag, err = results.Exec()
+	}
+	return tag, errors.Join(err, results.Close())
+}
+
+// SendBatch sends a batch; the first carries BEGIN with it.
+func (t *pipelinedTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if t.ended {
+		return failedBatch{pgx.ErrTxClosed}
+	}
+	if !t.begun {
+		t.first(b)
+		results := t.conn.SendBatch(ctx, b)
+		if _, err := results.Exec(); err != nil {
+			return failedBatch{errors.Join(err, results.Close())}
+		}
+		return results
+	}
+	return t.conn.SendBatch(ctx, b)
+}
+
+// commitWith sends b and COMMIT in one round trip.
+func (t *pipelinedTx) commitWith(ctx context.Context, b *pgx.Batch) error {
+	var committed pgconn.CommandTag
+	b.Queue("commit").Exec(func(tag pgconn.CommandTag) error {
+		committed = tag
+		return nil
+	})
+	if err := t.SendBatch(ctx, b).Close(); err != nil {
+		return err
+	}
+	t.ended = true
+	if committed.String() == "ROLLBACK" {
+		return pgx.ErrTxCommitRollback
+	}
+	return nil
+}
+
+// Commit commits, unless commitWith already did.
+func (t *pipelinedTx) Commit(ctx context.Context) error {
+	if t.ended {
+		return nil
+	}
+	t.ended = true
+	if !t.begun {
+		return nil
+	}
+	tag, err := t.conn.Exec(ctx, "commit")
+	if err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	if tag.String() == "ROLLBACK" {
+		return pgx.ErrTxCommitRollback
+	}
+	return nil
+}
+
+// Rollback rolls back a transaction still open.
+func (t *pipelinedTx) Rollback(ctx context.Context) error {
+	if t.ended {
+		return pgx.ErrTxClosed
+	}
+	t.ended = true
+	if !t.begun {
+		return nil
+	}
+	_, err := t.conn.Exec(ctx, "rollback")
+	return err
+}
+
+func (t *pipelinedTx) Begin(context.Context) (pgx.Tx, error) { return nil, errNested }
+
+func (t *pipelinedTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
+	if _, err := t.Exec(ctx, "select"); err != nil { // begins, if not yet
+		return 0, err
+	}
+	return t.conn.CopyFrom(ctx, table, columns, src)
+}
+
+func (t *pipelinedTx) LargeObjects() pgx.LargeObjects { return pgx.LargeObjects{} }
+
+func (t *pipelinedTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	return t.conn.Prepare(ctx, name, sql)
+}
+
+func (t *pipelinedTx) Conn() *pgx.Conn { return t.conn }
+
+// failedBatch is a batch that was not sent, or whose BEGIN failed.
+type failedBatch struct{ err error }
+
+func (b failedBatch) Exec() (pgconn.CommandTag, error) { return pgconn.CommandTag{}, b.err }
+func (b failedBatch) Query() (pgx.Rows, error)         { return nil, b.err }
+func (b failedBatch) QueryRow() pgx.Row                { return errRow{err: b.err} }
+func (b failedBatch) Close() error                     { return b.err }
+func (b failedBatch) Tx() pgx.Tx                       { return nil }
