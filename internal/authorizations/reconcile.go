@@ -9,6 +9,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/operation"
+	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
@@ -71,7 +72,7 @@ func (k reconcilable) LookUp(ctx context.Context, c claim) (provider.Outcome, op
 
 // RecordFinal records what the intent showed, as the worker would.
 func (k reconcilable) RecordFinal(ctx context.Context, c claim, out provider.Outcome) error {
-	return pgx.BeginTxFunc(ctx, k.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+	return postgres.InTx(ctx, k.pool, func(tx pgx.Tx) error {
 		p, a, err := lockForOutcome(ctx, tx, k.keys, c.TenantID, c.ID)
 		if err != nil {
 			return err

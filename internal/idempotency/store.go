@@ -12,6 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/oncepay/oncepay/internal/postgres"
 )
 
 // Status is the state of a key. The names match the CHECK constraint on
@@ -399,15 +401,9 @@ func (s *Store) Save(ctx context.Context, tx pgx.Tx, req Request, out Outcome) e
 		}
 	}
 	queueTransition(batch, req.TenantID, req.Key, []Status{StatusProcessing}, out.Status, out.ResourceID, &out.Response, s.cfg.Retention)
-	if p, ok := tx.(*pipelinedTx); ok {
-		// Nothing follows the outcome's writes in a key's transaction:
-		// the commit goes with them.
-		if err := p.commitWith(ctx, batch); err != nil {
-			return fmt.Errorf("save outcome: %w", err)
-		}
-		return nil
-	}
-	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+	// Nothing follows the outcome's writes in a key's transaction: in Run's
+	// own, the commit goes with them.
+	if err := postgres.SendAndCommit(ctx, tx, batch); err != nil {
 		return fmt.Errorf("save outcome: %w", err)
 	}
 	return nil
@@ -513,11 +509,15 @@ func (s *Store) Run(ctx context.Context, db TxBeginner, req Request, op Operatio
 		res.Record.Response = &out.Response
 		return nil
 	}
+	// Read committed is required, whatever the server's default: after a
+	// conflicting insert, the next statement must see the row the other
+	// transaction committed. On a pool the transaction is pipelined: a new
+	// key's BEGIN goes with its reservation, and its COMMIT with the
+	// outcome's writes (Save).
 	var err error
-	if pool, ok := db.(Acquirer); ok {
-		err = runPipelined(ctx, pool, run)
+	if pool, ok := db.(postgres.Acquirer); ok {
+		err = postgres.InTx(ctx, pool, run)
 	} else {
-		// Read committed: see beginReadCommitted.
 		err = pgx.BeginTxFunc(ctx, db, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, run)
 	}
 	if errors.Is(err, errKeyHeld) {

@@ -12,6 +12,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/postgres"
 )
 
 // ReconcileConfig tunes a Reconciler. Zero values take the defaults.
@@ -385,7 +386,7 @@ func (f Found) String() string {
 // provider and makes its key retryable, under the kind's locks; an
 // operation settled meanwhile is left alone.
 func (r *Reconciler[C, O]) RecordNotReached(ctx context.Context, e Entry) error {
-	return pgx.BeginTxFunc(ctx, r.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+	return postgres.InTx(ctx, r.pool, func(tx pgx.Tx) error {
 		_, err := r.recordNotReachedTx(ctx, tx, e, nil)
 		return err
 	})

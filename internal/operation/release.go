@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/postgres"
 )
 
 // ErrNotReleasable is returned by ReleaseKey for a key that must not be
@@ -93,7 +94,7 @@ func (r *Reconciler[C, O]) ReleaseKey(ctx context.Context, tenantID, key, reason
 	// Proven: no request was ever sent for this generation, or the
 	// provider has no such object in a settled window.
 	released := Released{Verdict: "released", ID: e.ID}
-	err = pgx.BeginTxFunc(ctx, r.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+	err = postgres.InTx(ctx, r.pool, func(tx pgx.Tx) error {
 		changed, err := r.recordNotReachedTx(ctx, tx, e, func(ctx context.Context, tx pgx.Tx) error {
 			rel, err := r.keys.ReleaseUnknown(ctx, tx, tenantID, key, reason, operator)
 			released.Release = rel

@@ -14,6 +14,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/outbox"
+	"github.com/oncepay/oncepay/internal/postgres"
 )
 
 // SweepConfig tunes a Sweeper. Zero values take the defaults.
@@ -120,7 +121,7 @@ func (s *Sweeper[Op]) Run(ctx context.Context) (int, error) {
 // statement sees its job.
 func (s *Sweeper[Op]) sweep(ctx context.Context, tenantID, id string) (bool, error) {
 	moved := false
-	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+	err := postgres.InTx(ctx, s.pool, func(tx pgx.Tx) error {
 		if err := s.kind.Lock(ctx, tx, tenantID, id); err != nil {
 			return err
 		}

@@ -274,7 +274,7 @@ func (w *Worker[A, Op, O]) recordFinal(ctx context.Context, job *river.Job[A], o
 		return r.RecordFinalWithJob(ctx, job, op, out)
 	}
 	tenantID, id := w.kind.Of(job.Args)
-	return pgx.BeginTxFunc(ctx, w.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+	return postgres.InTx(ctx, w.pool, func(tx pgx.Tx) error {
 		if err := w.kind.Lock(ctx, tx, tenantID, id); err != nil {
 			return err
 		}
@@ -289,7 +289,7 @@ func (w *Worker[A, Op, O]) recordFinal(ctx context.Context, job *river.Job[A], o
 // reconciler, its key unknown, and completes the job, in one transaction.
 func (w *Worker[A, Op, O]) handOver(ctx context.Context, job *river.Job[A], reason string) error {
 	tenantID, id := w.kind.Of(job.Args)
-	return pgx.BeginTxFunc(ctx, w.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+	return postgres.InTx(ctx, w.pool, func(tx pgx.Tx) error {
 		if err := w.kind.Lock(ctx, tx, tenantID, id); err != nil {
 			return err
 		}

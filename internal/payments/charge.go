@@ -14,6 +14,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/operation"
+	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/problem"
 	"github.com/oncepay/oncepay/internal/provider"
 )
@@ -143,7 +144,7 @@ func (k chargeable) RecordPending(ctx context.Context, db operation.Querier, p P
 	if out.Intent == nil || out.Intent.Status != stripe.PaymentIntentStatusRequiresAction || p.Status == StatusRequiresAction {
 		return recordPending(ctx, db, p.ID, out)
 	}
-	return pgx.BeginFunc(ctx, k.pool, func(tx pgx.Tx) error {
+	return postgres.InTx(ctx, k.pool, func(tx pgx.Tx) error {
 		locked, err := lockForOutcome(ctx, tx, k.keys, p.TenantID, p.ID)
 		if err != nil {
 			return err

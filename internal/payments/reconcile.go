@@ -13,6 +13,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/operation"
+	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
@@ -165,7 +166,7 @@ func errText(err error) string {
 // recordFinal records a final outcome found by reconciliation, exactly as
 // the charge worker would: payment, then key, in one transaction.
 func (r *Reconciler) recordFinal(ctx context.Context, p Payment, out provider.Outcome) error {
-	return pgx.BeginTxFunc(ctx, r.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+	return postgres.InTx(ctx, r.pool, func(tx pgx.Tx) error {
 		if _, err := lockForOutcome(ctx, tx, r.keys, p.TenantID, p.ID); err != nil {
 			return err
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/operation"
+	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
@@ -138,7 +139,7 @@ func (r *outcomeRecorder) write(group []*finishing) {
 		// cannot each wait for the other.
 		slices.SortFunc(group, func(a, b *finishing) int { return cmp.Compare(a.p.ID, b.p.ID) })
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(group[0].ctx), r.timeout)
-		err := pgx.BeginTxFunc(ctx, r.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+		err := postgres.InTx(ctx, r.pool, func(tx pgx.Tx) error {
 			for _, f := range group {
 				if err := r.recordIn(f.ctx, tx, f); err != nil {
 					return fmt.Errorf("payment %s: %w", f.p.ID, err)
@@ -155,7 +156,7 @@ func (r *outcomeRecorder) write(group []*finishing) {
 		}
 	}
 	for _, f := range group {
-		f.done <- pgx.BeginTxFunc(f.ctx, r.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+		f.done <- postgres.InTx(f.ctx, r.pool, func(tx pgx.Tx) error {
 			return r.recordIn(f.ctx, tx, f)
 		})
 	}

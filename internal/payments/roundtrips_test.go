@@ -67,5 +67,5 @@ func TestChargeRoundTrips(t *testing.T) {
 	var state string
 	require.NoError(t, pool.QueryRow(ctx, `SELECT state FROM river_job WHERE id = $1`, jobID).Scan(&state))
 	require.Equal(t, "completed", state)
-	require.LessOrEqual(t, len(sent), 6, "charge round trips")
+	require.LessOrEqual(t, len(sent), 5, "charge round trips")
 }

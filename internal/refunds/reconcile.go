@@ -11,6 +11,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/operation"
+	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
@@ -69,7 +70,7 @@ func (k reconcilable) Entry(c claim) operation.Entry { return entryOf(c.Refund) 
 // RecordFinal records a final outcome found by reconciliation, as the
 // worker would, under the one lock order.
 func (k reconcilable) RecordFinal(ctx context.Context, c claim, out provider.RefundOutcome) error {
-	return pgx.BeginTxFunc(ctx, k.r.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+	return postgres.InTx(ctx, k.r.pool, func(tx pgx.Tx) error {
 		if _, err := lockForOutcome(ctx, tx, k.r.keys, c.TenantID, c.ID); err != nil {
 			return err
 		}

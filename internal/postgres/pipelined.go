@@ -1,4 +1,4 @@
-package idempotency
+package postgres
 
 import (
 	"context"
@@ -11,34 +11,36 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Acquirer lends connections: a pool. Run pipelines its transaction on one
-// (pipelinedTx); on anything else it begins a transaction of its own.
+// Acquirer lends connections: a pool.
 type Acquirer interface {
 	Acquire(ctx context.Context) (*pgxpool.Conn, error)
 }
 
-// beginReadCommitted begins a key's transaction. Read committed is
-// required, whatever the server's default: after a conflicting insert, the
-// next statement must see the row the other transaction committed.
+// beginReadCommitted begins every transaction of InTx. The service's
+// transactions are read committed, whatever the server's default: after a
+// conflicting insert or a lock wait, the next statement must see the row
+// the other transaction committed.
 const beginReadCommitted = "begin isolation level read committed"
 
-// pipelinedTx is a key's transaction whose BEGIN travels with its first
-// statement and whose COMMIT travels with its last writes (commitWith), so
-// that neither costs a network round trip of its own: a new key's
-// transaction is then its reservation, the operation's own statements, and
-// its writes with the commit. On a connection that is not idle when
-// returned (a transaction left open by a failure), the pool closes it.
+// pipelinedTx is a transaction whose BEGIN travels with its first statement
+// and whose COMMIT may travel with its last writes (SendAndCommit), so that
+// neither costs a network round trip of its own. On a connection that is
+// not idle when returned (a transaction left open by a failure), the pool
+// closes it.
 type pipelinedTx struct {
 	conn *pgx.Conn
 	// begun: BEGIN was sent; ended: COMMIT or ROLLBACK was.
 	begun, ended bool
 }
 
-var errNested = errors.New("a key's transaction does not nest transactions")
+var errNested = errors.New("a pipelined transaction does not nest transactions")
 
-// runPipelined runs fn in a pipelinedTx on a connection of pool: committed
-// if fn succeeds (by Save, or here), rolled back if not.
-func runPipelined(ctx context.Context, pool Acquirer, fn func(pgx.Tx) error) (err error) {
+// InTx runs fn in a read committed transaction on a connection of pool,
+// pipelined: its BEGIN goes with fn's first statement, and its COMMIT with
+// fn's last writes if fn sends them with SendAndCommit, or alone after fn
+// returns. An error or a panic rolls it back. fn must not begin a nested
+// transaction (a savepoint).
+func InTx(ctx context.Context, pool Acquirer, fn func(pgx.Tx) error) (err error) {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("acquire a connection: %w", err)
@@ -194,7 +196,16 @@ func (t *pipelinedTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResu
 	return t.conn.SendBatch(ctx, b)
 }
 
-// commitWith sends b and COMMIT in one round trip.
+// SendAndCommit sends b, the transaction's last statements, and in an
+// InTx transaction its COMMIT with them, in one round trip; in another
+// transaction it sends b alone and leaves the commit to its owner.
+func SendAndCommit(ctx context.Context, tx pgx.Tx, b *pgx.Batch) error {
+	if p, ok := tx.(*pipelinedTx); ok {
+		return p.commitWith(ctx, b)
+	}
+	return tx.SendBatch(ctx, b).Close()
+}
+
 func (t *pipelinedTx) commitWith(ctx context.Context, b *pgx.Batch) error {
 	var committed pgconn.CommandTag
 	b.Queue("commit").Exec(func(tag pgconn.CommandTag) error {
