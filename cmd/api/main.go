@@ -164,6 +164,7 @@ func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, tracing *tele
 	defer notifying.Wait()
 	defer stopNotifier()
 
+	jobsOutbox := outbox.New(jobs).Traced(tracing.Injector())
 	m := metrics.New()
 	limits := ratelimit.New(ratelimit.Config{Rate: cfg.TenantRate, Window: cfg.TenantRateWindow,
 		MaxPending: cfg.TenantMaxPending, OnLimited: m.RateLimited})
@@ -183,15 +184,15 @@ func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, tracing *tele
 	handler := api.NewHandler(api.Deps{
 		Pool:           pool,
 		Keys:           keys,
-		Payments:       &payments.Service{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger, ReadTimeout: cfg.RequestDBTimeout},
-		Refunds:        &refunds.Service{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger, ReadTimeout: cfg.RequestDBTimeout},
-		Authorizations: &authorizations.Service{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger},
+		Payments:       &payments.Service{DB: pool, Keys: keys, Outbox: jobsOutbox, Logger: logger, ReadTimeout: cfg.RequestDBTimeout},
+		Refunds:        &refunds.Service{DB: pool, Keys: keys, Outbox: jobsOutbox, Logger: logger, ReadTimeout: cfg.RequestDBTimeout},
+		Authorizations: &authorizations.Service{DB: pool, Keys: keys, Outbox: jobsOutbox, Logger: logger},
 		Logger:         logger,
 		Metrics:        m,
 		DBTimeout:      cfg.RequestDBTimeout,
 		Auth: tenant.NewAuthenticator(pool, tenant.AuthConfig{CacheTTL: cfg.AuthCacheTTL, Timeout: cfg.RequestDBTimeout,
 			Failures: ratelimit.NewFailures(cfg.AuthFailureLimit, cfg.AuthFailureWindow), OnLimited: func() { m.RateLimited("auth") }}),
-		Webhooks: &webhooks.Handler{Pool: pool, Jobs: outbox.New(jobs), Logger: logger, Secret: cfg.StripeWebhookSecret,
+		Webhooks: &webhooks.Handler{Pool: pool, Jobs: jobsOutbox, Logger: logger, Secret: cfg.StripeWebhookSecret,
 			Timeout: cfg.RequestDBTimeout},
 	})
 	if cfg.StripeWebhookSecret == "" {

@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -50,11 +51,25 @@ func NewInsertOnly(pool *pgxpool.Pool, logger *slog.Logger, middleware ...rivert
 // Outbox inserts jobs inside callers' transactions.
 type Outbox struct {
 	client *Client
+	// trace writes the caller's trace context into a job's metadata
+	// (QueueInsert; River's middleware does it for InsertTx).
+	trace func(ctx context.Context, metadata map[string]string)
+
+	mu sync.Mutex
+	// notified is when each queue's worker was last notified of an insert.
+	notified map[string]time.Time
 }
 
 // New returns an Outbox that inserts through client.
 func New(client *Client) *Outbox {
 	return &Outbox{client: client}
+}
+
+// Traced makes o write the caller's trace context (trace, if not nil) into
+// the metadata of the jobs QueueInsert queues, and returns it.
+func (o *Outbox) Traced(trace func(ctx context.Context, metadata map[string]string)) *Outbox {
+	o.trace = trace
+	return o
 }
 
 // InsertTx inserts a job in tx: it becomes visible to workers only if tx

@@ -43,19 +43,20 @@ func (s *Service) create(ctx context.Context, tx pgx.Tx, attempt idempotency.Att
 		}
 	}
 	// A new payment is known in full before it is written (its time is the
-	// transaction's, as the key's), so its row and the stored 202 go to the
-	// database together, after the job: one round trip fewer per payment.
+	// transaction's, as the key's), so its row, its charge job and the
+	// stored 202 go to the database together, with the commit: after the
+	// key's reservation, one round trip.
 	p := newPayment(tenantID, attempt.Request.Key, req)
 	p.CreatedAt, p.UpdatedAt = attempt.Now, attempt.Now
-	if _, err := s.Outbox.InsertTx(ctx, tx, ChargePaymentArgs{TenantID: tenantID, PaymentID: p.ID}); err != nil {
-		return idempotency.Outcome{}, err
-	}
 	resp, err := s.accepted(p)
 	if err != nil {
 		return idempotency.Outcome{}, err
 	}
 	writes := &pgx.Batch{}
 	queueInsertPayment(writes, p)
+	if err := s.Outbox.QueueInsert(ctx, writes, ChargePaymentArgs{TenantID: tenantID, PaymentID: p.ID}); err != nil {
+		return idempotency.Outcome{}, err
+	}
 	s.Logger.InfoContext(ctx, "payment accepted", slog.String("tenant_id", tenantID), slog.String("payment_id", p.ID), slog.Bool("resumed", false))
 	return idempotency.Outcome{Status: idempotency.StatusProcessing, ResourceID: p.ID, Response: resp, Writes: writes}, nil
 }

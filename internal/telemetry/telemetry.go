@@ -174,6 +174,18 @@ func (t *Tracing) RiverMiddleware() []rivertype.Middleware {
 	}
 }
 
+// Injector writes the trace context of a context's span into a job's
+// metadata, for jobs inserted without River's client (outbox.QueueInsert);
+// nil when off.
+func (t *Tracing) Injector() func(ctx context.Context, metadata map[string]string) {
+	if !t.On() {
+		return nil
+	}
+	return func(ctx context.Context, metadata map[string]string) {
+		propagator.Inject(ctx, propagation.MapCarrier(metadata))
+	}
+}
+
 // continueTrace makes the trace context a job was inserted with the parent
 // of its work. River's own middleware only links the work to it, which
 // starts a trace per attempt; an operator following a payment wants one
