@@ -24,6 +24,7 @@ import (
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/tenant"
 	"github.com/oncepay/oncepay/internal/testkit/faultproxy"
+	"github.com/oncepay/oncepay/internal/testkit/pgbouncertest"
 	"github.com/oncepay/oncepay/internal/testkit/pgtest"
 )
 
@@ -257,12 +258,27 @@ func TestSlowClientsAreCut(t *testing.T) {
 
 // TestPreferWaitIsWokenByNotification completes a payment while its first
 // request waits: the program's notifier must wake it long before its
-// fallback poll would.
+// fallback poll would; also behind PgBouncer in transaction pooling, where
+// it LISTENs on DATABASE_DIRECT_URL.
 func TestPreferWaitIsWokenByNotification(t *testing.T) {
 	t.Parallel()
-	dbURL := migratedDatabase(t)
+	t.Run("OnPostgreSQL", func(t *testing.T) {
+		t.Parallel()
+		dbURL := migratedDatabase(t)
+		testPreferWaitIsWokenByNotification(t, dbURL, map[string]string{"DATABASE_URL": dbURL})
+	})
+	t.Run("BehindTransactionPooling", func(t *testing.T) {
+		t.Parallel()
+		dbURL := migratedDatabase(t)
+		testPreferWaitIsWokenByNotification(t, dbURL, map[string]string{"DATABASE_URL": pgbouncertest.Start(t).URL(t, dbURL),
+			"DATABASE_POOL_MODE": "transaction", "DATABASE_DIRECT_URL": dbURL})
+	})
+}
+
+func testPreferWaitIsWokenByNotification(t *testing.T, dbURL string, vars map[string]string) {
 	created := createTenant(t, dbURL)
-	base := startAPI(t, map[string]string{"DATABASE_URL": dbURL, "API_WAIT_POLL": "20s"})
+	vars["API_WAIT_POLL"] = "20s"
+	base := startAPI(t, vars)
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, dbURL)
 	require.NoError(t, err)
