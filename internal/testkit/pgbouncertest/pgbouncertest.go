@@ -10,6 +10,7 @@ package pgbouncertest
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -115,10 +116,10 @@ func start(tb testing.TB, bin string, server *url.URL) (*Bouncer, error) {
 		return nil, err
 	}
 	password, _ := server.User.Password()
-	b := &Bouncer{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), user: server.User.Username(), out: &logBuffer{}}
+	b := &Bouncer{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), user: cmp.Or(server.User.Username(), "postgres"), out: &logBuffer{}}
 	// trust: clients are the test's own; the password, if the server
 	// wants one, is what the bouncer logs in with.
-	userlist := fmt.Sprintf("%q %q\n", b.user, password)
+	userlist := quote(b.user) + " " + quote(password) + "\n"
 	ini := fmt.Sprintf(`[databases]
 * = host=%s port=%s
 
@@ -134,7 +135,7 @@ default_pool_size = %d
 max_client_conn = 1000
 log_connections = 0
 log_disconnections = 0
-`, server.Hostname(), server.Port(), port, filepath.Join(dir, "userlist.txt"), b.user, PoolSize)
+`, server.Hostname(), cmp.Or(server.Port(), "5432"), port, filepath.Join(dir, "userlist.txt"), b.user, PoolSize)
 	for name, content := range map[string]string{"userlist.txt": userlist, "pgbouncer.ini": ini} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
 			return nil, err
@@ -276,6 +277,9 @@ func unprivileged(dir string) (*syscall.Credential, error) {
 	}
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
 }
+
+// quote quotes s for an auth file, where a quote inside is doubled.
+func quote(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
 
 func freePort() (int, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
