@@ -3,10 +3,12 @@
 # a Docker engine that cannot pull from any registry: a Debian bookworm image
 # made with debootstrap from Debian's mirror, a Go image with this machine's
 # toolchain, and a PostgreSQL image from Debian's packages. Each is built once
-# and kept; a later run finds it and builds nothing. Progress goes to stderr;
-# stdout gets the variables that select these images, ready for eval:
+# and kept; a later run finds it and builds nothing. The Debian image is also
+# the base of the pgbouncer profile's image (DEBIAN_IMAGE), which compose
+# builds itself. Progress goes to stderr; stdout gets the variables that
+# select these images, ready for eval:
 #
-#	eval "$(deploy/base-images.sh)"   # export GO_IMAGE=... POSTGRES_IMAGE=...
+#	eval "$(deploy/base-images.sh)"   # export GO_IMAGE=... POSTGRES_IMAGE=... DEBIAN_IMAGE=...
 #	docker-compose up -d --build
 #
 # Needs root, debootstrap and a running Docker engine.
@@ -76,3 +78,4 @@ fi
 
 echo "export GO_IMAGE=$GO_TAG"
 echo "export POSTGRES_IMAGE=$PG_TAG"
+echo "export DEBIAN_IMAGE=$DEBIAN_TAG"

@@ -10,6 +10,7 @@ import (
 	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/serve"
 	"github.com/oncepay/oncepay/internal/testkit/composecheck"
 )
@@ -99,13 +100,15 @@ func TestCompose(t *testing.T) {
 		composecheck.Publishes(t, s, cfg.MetricsAddr)
 	})
 
-	// Every service built from the Dockerfile names its binary: the
-	// image's default command would silently serve the API.
+	// Every service of the image built from the Dockerfile names its
+	// binary: the image's default command would silently serve the API.
 	t.Run("EveryServiceOfTheImageNamesItsBinary", func(t *testing.T) {
 		t.Parallel()
+		api, err := project.GetService("api")
+		require.NoError(t, err)
 		binaries := []string{"api", "worker", "stripesim", "stripe-mock"}
 		for name, s := range project.AllServices() {
-			if s.Build == nil {
+			if s.Build == nil || s.Image != api.Image {
 				continue
 			}
 			require.NotEmpty(t, s.Command, "service %s has no command", name)
@@ -133,6 +136,35 @@ func TestCompose(t *testing.T) {
 			require.Contains(t, []string{"", "no"}, s.Restart, "one-shot %s is restarted", oneShot)
 		}
 	})
+	// The pgbouncer profile, as the compose file's own comment turns it on:
+	// the API serves through PgBouncer in transaction pooling and LISTENs on
+	// PostgreSQL itself; the migrations and the demo tenant stay on
+	// PostgreSQL, whose session they need or which they do not share.
+	t.Run("BehindPgBouncer", func(t *testing.T) {
+		t.Parallel()
+		behind := composecheck.LoadWithEnvironment(t, "../..",
+			map[string]string{"ONCEPAY_DATABASE_ADDR": "pgbouncer:6432", "ONCEPAY_DATABASE_POOL_MODE": "transaction"})
+		pgbouncer, err := behind.GetService("pgbouncer")
+		require.NoError(t, err)
+		require.Equal(t, []string{"pgbouncer"}, pgbouncer.Profiles)
+		require.Empty(t, pgbouncer.Ports, "PgBouncer is reached inside the project only")
+		api, err := behind.GetService("api")
+		require.NoError(t, err)
+		cfg := composecheck.Config(t, api, "api", loadConfig)
+		require.Equal(t, postgres.TransactionPooling, cfg.DatabasePoolMode)
+		require.Equal(t, "pgbouncer:6432", host(t, cfg.DatabaseURL))
+		require.Equal(t, "postgres:5432", host(t, cfg.sessionURL()))
+		require.Equal(t, time.Second, cfg.WaitPoll, "waiters are woken by the LISTEN, the poll is the fallback")
+		for _, service := range []string{"migrate", "demo-tenant"} {
+			s, err := behind.GetService(service)
+			require.NoError(t, err)
+			cfg, err := loadDatabaseConfig(func(k string) string { return composecheck.Env(s)[k] })
+			require.NoError(t, err)
+			require.Equal(t, "postgres:5432", host(t, cfg.DatabaseURL), "service %s", service)
+			require.Equal(t, postgres.SessionPooling, cfg.DatabasePoolMode, "service %s", service)
+		}
+	})
+
 	// No password is written in the file, and each service reaches only the
 	// secret of the role it runs as: the schema's owner migrates, everything
 	// else runs as a role that cannot change the schema (deploy/db/roles.sql).
@@ -140,7 +172,7 @@ func TestCompose(t *testing.T) {
 		t.Parallel()
 		wantRole := map[string]string{"migrate": "oncepay_owner", "demo-tenant": "oncepay_app", "api": "oncepay_app", "worker": "oncepay_app"}
 		wantSecrets := map[string][]string{"postgres": {"db-superuser"}, "migrate": {"db-owner"},
-			"demo-tenant": {"db-app"}, "api": {"db-app"}, "worker": {"db-app"}}
+			"demo-tenant": {"db-app"}, "api": {"db-app"}, "worker": {"db-app"}, "pgbouncer": {"db-app"}}
 		for name, s := range project.AllServices() {
 			for k, v := range composecheck.Env(s) {
 				if strings.Contains(k, "PASSWORD") && !strings.HasSuffix(k, "_FILE") {
@@ -175,4 +207,11 @@ func TestCompose(t *testing.T) {
 				"service %s: DATABASE_URL's passfile", name)
 		}
 	})
+}
+
+func host(t *testing.T, dbURL string) string {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	require.NoError(t, err)
+	return u.Host
 }

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"errors"
 	"time"
 
 	"github.com/oncepay/oncepay/internal/envconfig"
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/serve"
 	"github.com/oncepay/oncepay/internal/telemetry"
 )
@@ -52,7 +54,10 @@ type config struct {
 	// share of them. Defaults to 0: half of MaxWaiters.
 	MaxWaitersPerTenant int
 	// WaitPoll (API_WAIT_POLL) is how often a waiting request re-reads its
-	// key when no notification wakes it. Defaults to 1s.
+	// key when no notification wakes it. Defaults to 1s, or to
+	// pollingWaitPoll when no session can LISTEN (DATABASE_POOL_MODE=
+	// transaction without DATABASE_DIRECT_URL): the poll is then the only
+	// way a waiter learns of its outcome.
 	WaitPoll time.Duration
 	// RequestDBTimeout (REQUEST_DB_TIMEOUT) bounds a request's database
 	// work beyond the lock wait, pool wait included. Defaults to 5s.
@@ -89,6 +94,16 @@ type databaseConfig struct {
 	// DatabaseURL (DATABASE_URL) is the PostgreSQL URL. Defaults to the
 	// local server's "oncepay" database.
 	DatabaseURL string
+	// DatabasePoolMode (DATABASE_POOL_MODE) is what DATABASE_URL leads to:
+	// "session", PostgreSQL itself (or a pooler in session mode), or
+	// "transaction", a pooler in transaction pooling (PgBouncer's
+	// pool_mode = transaction). Defaults to session.
+	DatabasePoolMode postgres.PoolMode
+	// DatabaseDirectURL (DATABASE_DIRECT_URL) is PostgreSQL itself, for
+	// what needs a session of its own: the migrations' advisory lock and
+	// the LISTEN that wakes Prefer: wait. Empty: DATABASE_URL in session
+	// mode; in transaction mode, migrate refuses to run and waiters poll.
+	DatabaseDirectURL string
 	// DatabaseConnectTimeout (DATABASE_CONNECT_TIMEOUT) bounds opening one
 	// connection. Defaults to 3s.
 	DatabaseConnectTimeout time.Duration
@@ -108,15 +123,50 @@ type databaseConfig struct {
 
 // readDatabaseConfig reads databaseConfig from env.
 func readDatabaseConfig(env *envconfig.Reader) databaseConfig {
-	return databaseConfig{
+	cfg := databaseConfig{
 		DatabaseURL:                   env.String("DATABASE_URL", defaultDatabaseURL),
+		DatabasePoolMode:              postgres.PoolMode(env.OneOf("DATABASE_POOL_MODE", string(postgres.SessionPooling), string(postgres.SessionPooling), string(postgres.TransactionPooling))),
+		DatabaseDirectURL:             env.String("DATABASE_DIRECT_URL", ""),
 		DatabaseConnectTimeout:        env.Duration("DATABASE_CONNECT_TIMEOUT", 3*time.Second, 100*time.Millisecond, time.Minute),
 		DatabaseMaxConns:              env.Int("DATABASE_MAX_CONNS", 10, 2, 1000),
 		IdempotencyRetention:          env.Duration("IDEMPOTENCY_RETENTION", 24*time.Hour, 24*time.Hour, 90*24*time.Hour),
 		IdempotencyTombstoneRetention: env.Duration("IDEMPOTENCY_TOMBSTONE_RETENTION", 30*24*time.Hour, time.Hour, 10*365*24*time.Hour),
 		LogLevel:                      env.OneOf("LOG_LEVEL", "info", "debug", "info", "warn", "error"),
 	}
+	// Checked at start: otherwise a typo would surface only when migrate
+	// runs, or as waiters that are never notified.
+	if cfg.DatabaseDirectURL != "" {
+		if _, err := postgres.ConnConfig(postgres.PoolConfig{URL: cfg.DatabaseDirectURL}); err != nil {
+			env.Fail("DATABASE_DIRECT_URL", "not a PostgreSQL URL: %v", errors.Unwrap(err))
+		}
+	}
+	return cfg
 }
+
+// sessionURL is where what needs a session of its own connects (the
+// migrations' advisory lock, the waiters' LISTEN): DATABASE_DIRECT_URL, or
+// DATABASE_URL when that is a session; "" when there is none.
+func (c databaseConfig) sessionURL() string {
+	if c.DatabaseDirectURL != "" {
+		return c.DatabaseDirectURL
+	}
+	if c.DatabasePoolMode == postgres.TransactionPooling {
+		return ""
+	}
+	return c.DatabaseURL
+}
+
+// pool is the configuration of the pool on DATABASE_URL.
+func (c databaseConfig) pool() postgres.PoolConfig {
+	return postgres.PoolConfig{URL: c.DatabaseURL, Mode: c.DatabasePoolMode,
+		ConnectTimeout: c.DatabaseConnectTimeout, MaxConns: int32(c.DatabaseMaxConns)}
+}
+
+// pollingWaitPoll is API_WAIT_POLL's default when nothing can LISTEN: a
+// waiting request's answer comes at most a fifth of a second after its
+// outcome, for at most five primary-key reads a second per waiter
+// (API_MAX_WAITERS bounds the waiters of a process).
+const pollingWaitPoll = 200 * time.Millisecond
 
 // loadDatabaseConfig is what an operator's command reads.
 func loadDatabaseConfig(getenv func(string) string) (databaseConfig, error) {
@@ -143,8 +193,13 @@ const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/oncepay?sslmode=d
 // variable at fault.
 func loadConfig(getenv func(string) string) (config, error) {
 	env := envconfig.New(getenv)
+	db := readDatabaseConfig(env)
+	waitPoll := time.Second
+	if db.sessionURL() == "" {
+		waitPoll = pollingWaitPoll
+	}
 	cfg := config{
-		databaseConfig:      readDatabaseConfig(env),
+		databaseConfig:      db,
 		ListenAddr:          env.String("LISTEN_ADDR", "127.0.0.1:8080"),
 		MetricsAddr:         env.String("METRICS_ADDR", "127.0.0.1:9080"),
 		TenantRate:          env.Int("API_TENANT_RATE", 100, 0, 1_000_000),
@@ -157,7 +212,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		IdempotencyLockWait: env.Duration("IDEMPOTENCY_LOCK_WAIT", 2*time.Second, time.Millisecond, 30*time.Second),
 		MaxWaiters:          env.Int("API_MAX_WAITERS", 1000, 1, 1_000_000),
 		MaxWaitersPerTenant: env.Int("API_MAX_WAITERS_PER_TENANT", 0, 0, 1_000_000),
-		WaitPoll:            env.Duration("API_WAIT_POLL", time.Second, 10*time.Millisecond, time.Minute),
+		WaitPoll:            env.Duration("API_WAIT_POLL", waitPoll, 10*time.Millisecond, time.Minute),
 		RequestDBTimeout:    env.Duration("REQUEST_DB_TIMEOUT", 5*time.Second, 100*time.Millisecond, time.Minute),
 		ShutdownTimeout:     env.Duration("SHUTDOWN_TIMEOUT", 10*time.Second, 0, 10*time.Minute),
 		HTTPReadTimeout:     env.Duration("HTTP_READ_TIMEOUT", serve.DefaultReadTimeout, 100*time.Millisecond, 10*time.Minute),

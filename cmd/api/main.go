@@ -33,6 +33,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncepay/oncepay/internal/api"
@@ -108,6 +109,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return fmt.Errorf("configuration: %w", err)
 	}
 	logger := serve.NewLogger(stdout, cfg.LogLevel)
+	if cmd.name == "migrate" {
+		return migrate(ctx, cfg.databaseConfig, logger)
+	}
 
 	// Only the server traces (an operator's command has no one to show
 	// its spans to): Tracing is the zero Config, off, for the others.
@@ -116,10 +120,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return fmt.Errorf("configuration: %w", err)
 	}
 	defer tracing.Stop(logger)
-	pool, err := postgres.Open(ctx, postgres.PoolConfig{
-		URL: cfg.DatabaseURL, ConnectTimeout: cfg.DatabaseConnectTimeout, MaxConns: int32(cfg.DatabaseMaxConns),
-		Tracer: tracing.QueryTracer(),
-	})
+	poolCfg := cfg.pool()
+	poolCfg.Tracer = tracing.QueryTracer()
+	pool, err := postgres.Open(ctx, poolCfg)
 	if err != nil {
 		return err
 	}
@@ -128,8 +131,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	switch cmd.name {
 	case "serve":
 		return serveAPI(ctx, cfg, pool, tracing, logger)
-	case "migrate":
-		return postgres.Migrate(ctx, pool, logger)
 	case "tenants create", "tenants ensure":
 		create := tenant.Create
 		switch {
@@ -150,18 +151,34 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 }
 
+// migrate applies the migrations through a session of their own: they hold
+// an advisory lock from start to end, which transaction pooling would lend
+// to whoever runs the next transaction.
+func migrate(ctx context.Context, cfg databaseConfig, logger *slog.Logger) error {
+	url := cfg.sessionURL()
+	if url == "" {
+		return errors.New("migrate: DATABASE_POOL_MODE=transaction needs DATABASE_DIRECT_URL, PostgreSQL itself: " +
+			"the migrations hold a session advisory lock, which transaction pooling cannot keep")
+	}
+	session := cfg
+	session.DatabaseURL, session.DatabasePoolMode = url, postgres.SessionPooling
+	pool, err := postgres.Open(ctx, session.pool())
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	return postgres.Migrate(ctx, pool, logger)
+}
+
 func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, tracing *telemetry.Tracing, logger *slog.Logger) error {
 	jobs, err := outbox.NewInsertOnly(pool, logger, tracing.RiverMiddleware()...)
 	if err != nil {
 		return err
 	}
-	// The notifier outlives ctx until the server has drained, so requests
-	// still waiting during shutdown are woken as promptly as before it.
-	notifier := idempotency.NewNotifier(idempotency.NotifierConfig{Connect: idempotency.PoolConnector(pool), Logger: logger})
-	notifyCtx, stopNotifier := context.WithCancel(context.WithoutCancel(ctx))
-	var notifying sync.WaitGroup
-	notifying.Go(func() { _ = notifier.Run(notifyCtx) })
-	defer notifying.Wait()
+	notifier, stopNotifier, err := startNotifier(ctx, cfg, logger)
+	if err != nil {
+		return err
+	}
 	defer stopNotifier()
 
 	jobsOutbox := outbox.New(jobs).Traced(tracing.Injector())
@@ -230,4 +247,31 @@ func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, tracing *tele
 	stopBoth()
 	serving.Wait()
 	return errors.Join(err, metricsErr)
+}
+
+// startNotifier starts the Notifier of Prefer: wait, which LISTENs on a
+// session of its own (DATABASE_DIRECT_URL, or DATABASE_URL when that is a
+// session), and returns it with the function that stops it. Behind
+// transaction pooling without a direct URL there is none (nil): waiters
+// poll every API_WAIT_POLL. It logs which, with the pool mode.
+func startNotifier(ctx context.Context, cfg config, logger *slog.Logger) (*idempotency.Notifier, func(), error) {
+	url := cfg.sessionURL()
+	logger.InfoContext(ctx, "database", slog.String("pool_mode", string(cfg.DatabasePoolMode)),
+		slog.Bool("direct_url", cfg.DatabaseDirectURL != ""), slog.Bool("prefer_wait_listens", url != ""),
+		slog.Duration("wait_poll", cfg.WaitPoll))
+	if url == "" {
+		return nil, func() {}, nil
+	}
+	connCfg, err := postgres.ConnConfig(postgres.PoolConfig{URL: url, ConnectTimeout: cfg.DatabaseConnectTimeout})
+	if err != nil {
+		return nil, nil, fmt.Errorf("the connection that LISTENs: %w", err)
+	}
+	n := idempotency.NewNotifier(idempotency.NotifierConfig{Logger: logger,
+		Connect: func(ctx context.Context) (*pgx.Conn, error) { return pgx.ConnectConfig(ctx, connCfg.Copy()) }})
+	// The notifier outlives ctx until the server has drained, so requests
+	// still waiting during shutdown are woken as promptly as before it.
+	notifyCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var notifying sync.WaitGroup
+	notifying.Go(func() { _ = n.Run(notifyCtx) })
+	return n, func() { cancel(); notifying.Wait() }, nil
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/tenant"
 	"github.com/oncepay/oncepay/internal/testkit/faultproxy"
+	"github.com/oncepay/oncepay/internal/testkit/pgbouncertest"
 	"github.com/oncepay/oncepay/internal/testkit/pgtest"
 )
 
@@ -176,14 +177,17 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 	err := run(context.Background(), []string{"api"}, env(map[string]string{
 		"IDEMPOTENCY_RETENTION": "forever", "IDEMPOTENCY_LOCK_WAIT": "1h", "DATABASE_MAX_CONNS": "x", "LOG_LEVEL": "loud",
 		"IDEMPOTENCY_TOMBSTONE_RETENTION": "1s", "API_MAX_WAITERS": "0", "API_WAIT_POLL": "soon",
+		"DATABASE_POOL_MODE": "statement", "DATABASE_DIRECT_URL": "postgres://app:s3cret@db:notaport/oncepay",
 	}), io.Discard)
 	require.Error(t, err)
 	for _, name := range []string{
 		"IDEMPOTENCY_RETENTION", "IDEMPOTENCY_LOCK_WAIT", "DATABASE_MAX_CONNS", "LOG_LEVEL",
 		"IDEMPOTENCY_TOMBSTONE_RETENTION", "API_MAX_WAITERS", "API_WAIT_POLL",
+		`DATABASE_POOL_MODE: "statement" must be one of [session transaction]`, "DATABASE_DIRECT_URL: not a PostgreSQL URL",
 	} {
 		require.Contains(t, err.Error(), name)
 	}
+	require.NotContains(t, err.Error(), "s3cret", "a URL's password is never printed")
 	require.ErrorContains(t, run(context.Background(), []string{"api", "frobnicate"}, env(map[string]string{}), io.Discard), "usage")
 
 	// A write timeout the longest answer (Prefer: wait) would outlast.
@@ -192,6 +196,29 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 	cfg, err := loadConfig(env(map[string]string{}))
 	require.NoError(t, err, "the defaults are consistent")
 	require.Greater(t, cfg.HTTPWriteTimeout, idempotency.MaxWait)
+}
+
+// TestWaitPollDefaultsToPollingWhenNothingListens: behind transaction
+// pooling without a direct URL the poll is all a waiter has, and defaults
+// to pollingWaitPoll; a direct URL, or session mode, keeps the notifier and
+// the 1s fallback; an explicit value always wins.
+func TestWaitPollDefaultsToPollingWhenNothingListens(t *testing.T) {
+	t.Parallel()
+	const direct = "postgres://postgres@127.0.0.1:5432/oncepay"
+	for _, c := range []struct {
+		vars map[string]string
+		want time.Duration
+	}{
+		{map[string]string{}, time.Second},
+		{map[string]string{"DATABASE_POOL_MODE": "session"}, time.Second},
+		{map[string]string{"DATABASE_POOL_MODE": "transaction", "DATABASE_DIRECT_URL": direct}, time.Second},
+		{map[string]string{"DATABASE_POOL_MODE": "transaction"}, pollingWaitPoll},
+		{map[string]string{"DATABASE_POOL_MODE": "transaction", "API_WAIT_POLL": "50ms"}, 50 * time.Millisecond},
+	} {
+		cfg, err := loadConfig(env(c.vars))
+		require.NoError(t, err)
+		require.Equal(t, c.want, cfg.WaitPoll, "%v", c.vars)
+	}
 }
 
 // TestSlowClientsAreCut: a client that sends its header and one byte of
@@ -231,12 +258,27 @@ func TestSlowClientsAreCut(t *testing.T) {
 
 // TestPreferWaitIsWokenByNotification completes a payment while its first
 // request waits: the program's notifier must wake it long before its
-// fallback poll would.
+// fallback poll would; also behind PgBouncer in transaction pooling, where
+// it LISTENs on DATABASE_DIRECT_URL.
 func TestPreferWaitIsWokenByNotification(t *testing.T) {
 	t.Parallel()
-	dbURL := migratedDatabase(t)
+	t.Run("OnPostgreSQL", func(t *testing.T) {
+		t.Parallel()
+		dbURL := migratedDatabase(t)
+		testPreferWaitIsWokenByNotification(t, dbURL, map[string]string{"DATABASE_URL": dbURL})
+	})
+	t.Run("BehindTransactionPooling", func(t *testing.T) {
+		t.Parallel()
+		dbURL := migratedDatabase(t)
+		testPreferWaitIsWokenByNotification(t, dbURL, map[string]string{"DATABASE_URL": pgbouncertest.Start(t).URL(t, dbURL),
+			"DATABASE_POOL_MODE": "transaction", "DATABASE_DIRECT_URL": dbURL})
+	})
+}
+
+func testPreferWaitIsWokenByNotification(t *testing.T, dbURL string, vars map[string]string) {
 	created := createTenant(t, dbURL)
-	base := startAPI(t, map[string]string{"DATABASE_URL": dbURL, "API_WAIT_POLL": "20s"})
+	vars["API_WAIT_POLL"] = "20s"
+	base := startAPI(t, vars)
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, dbURL)
 	require.NoError(t, err)

@@ -9,6 +9,7 @@ import (
 	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/serve"
 	"github.com/oncepay/oncepay/internal/testkit/composecheck"
 )
@@ -82,6 +83,19 @@ func TestCompose(t *testing.T) {
 		_, simPort, err := net.SplitHostPort(*sim.Environment["STRIPESIM_ADDR"])
 		require.NoError(t, err)
 		require.Equal(t, simPort, base.Port(), "STRIPE_API_BASE=%s: the simulator listens on %s", base, simPort)
+	})
+
+	// The pgbouncer profile, as the compose file's own comment turns it on.
+	t.Run("BehindPgBouncer", func(t *testing.T) {
+		t.Parallel()
+		behind, err := composecheck.LoadWithEnvironment(t, "../..",
+			map[string]string{"ONCEPAY_DATABASE_ADDR": "pgbouncer:6432", "ONCEPAY_DATABASE_POOL_MODE": "transaction"}).GetService("worker")
+		require.NoError(t, err)
+		cfg := composecheck.Config(t, behind, "the worker", loadConfig)
+		require.Equal(t, postgres.TransactionPooling, cfg.DatabasePoolMode)
+		u, err := url.Parse(cfg.DatabaseURL)
+		require.NoError(t, err)
+		require.Equal(t, "pgbouncer:6432", u.Host)
 	})
 
 	t.Run("Order", func(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/envconfig"
 	"github.com/oncepay/oncepay/internal/payments"
+	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/provider"
 	"github.com/oncepay/oncepay/internal/telemetry"
 )
@@ -14,6 +15,10 @@ import (
 type config struct {
 	// DatabaseURL (DATABASE_URL): as for the API.
 	DatabaseURL string
+	// DatabasePoolMode (DATABASE_POOL_MODE): as for the API. With
+	// "transaction", River polls for jobs and its leader instead of
+	// LISTENing: the worker needs no session of its own.
+	DatabasePoolMode postgres.PoolMode
 	// StripeSecretKey (STRIPE_SECRET_KEY) authenticates to the provider.
 	// Required.
 	StripeSecretKey string
@@ -116,6 +121,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	env := envconfig.New(getenv)
 	cfg := config{
 		DatabaseURL:            env.String("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/oncepay?sslmode=disable"),
+		DatabasePoolMode:       postgres.PoolMode(env.OneOf("DATABASE_POOL_MODE", string(postgres.SessionPooling), string(postgres.SessionPooling), string(postgres.TransactionPooling))),
 		StripeSecretKey:        env.Required("STRIPE_SECRET_KEY", "a Stripe secret key (sk_test_… for test mode or the simulator)"),
 		StripeAPIBase:          env.URL("STRIPE_API_BASE"),
 		Concurrency:            env.Int("WORKER_CONCURRENCY", 100, 1, 1000),

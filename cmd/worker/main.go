@@ -75,7 +75,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	defer tracing.Stop(logger)
 	pool, err := postgres.Open(ctx, postgres.PoolConfig{
-		URL: cfg.DatabaseURL, ConnectTimeout: cfg.DatabaseConnectTimeout, MaxConns: int32(cfg.DatabaseMaxConns),
+		URL: cfg.DatabaseURL, Mode: cfg.DatabasePoolMode, ConnectTimeout: cfg.DatabaseConnectTimeout, MaxConns: int32(cfg.DatabaseMaxConns),
 		Tracer: tracing.QueryTracer(),
 	})
 	if err != nil {
@@ -204,7 +204,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		Retry:                outbox.RetryPolicy{Base: cfg.RetryBase, Max: cfg.RetryMax},
 		PeriodicJobs:         periodic,
 		Middleware:           tracing.RiverMiddleware(),
-		Logger:               logger,
+		// A LISTEN belongs to the server session it ran in, which
+		// transaction pooling lends to other clients right after: River
+		// would hear nothing, so it polls.
+		PollOnly: cfg.DatabasePoolMode == postgres.TransactionPooling,
+		Logger:   logger,
 	})
 	if err != nil {
 		return err
@@ -237,7 +241,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return fmt.Errorf("start river: %w", err)
 	}
 	logger.InfoContext(ctx, "worker started", slog.String("admin_addr", ln.Addr().String()),
-		slog.Int("concurrency", cfg.Concurrency), slog.Bool("simulated_provider", cfg.StripeAPIBase != ""))
+		slog.Int("concurrency", cfg.Concurrency), slog.Bool("simulated_provider", cfg.StripeAPIBase != ""),
+		slog.String("pool_mode", string(cfg.DatabasePoolMode)), slog.Bool("poll_only", cfg.DatabasePoolMode == postgres.TransactionPooling))
 
 	<-ctx.Done()
 	return shutdown(client, cfg.ShutdownGrace, logger)

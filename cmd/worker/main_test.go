@@ -398,11 +398,11 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 	err := run(context.Background(), nil, func(k string) string {
 		return map[string]string{
 			"WORKER_JOB_TIMEOUT": "1m", "WORKER_RESCUE_STUCK_AFTER": "30s", "PROVIDER_KEY_MARGIN": "23h59m30s", "STRIPE_API_BASE": "not a url", "WORKER_CONCURRENCY": "0",
-			"LEDGER_CHECK_INTERVAL": "hourly",
+			"LEDGER_CHECK_INTERVAL": "hourly", "DATABASE_POOL_MODE": "statement",
 		}[k]
 	}, io.Discard)
 	require.Error(t, err)
-	for _, name := range []string{"STRIPE_SECRET_KEY", "PROVIDER_KEY_MARGIN", "WORKER_RESCUE_STUCK_AFTER", "STRIPE_API_BASE", "WORKER_CONCURRENCY", "LEDGER_CHECK_INTERVAL"} {
+	for _, name := range []string{"STRIPE_SECRET_KEY", "PROVIDER_KEY_MARGIN", "WORKER_RESCUE_STUCK_AFTER", "STRIPE_API_BASE", "WORKER_CONCURRENCY", "LEDGER_CHECK_INTERVAL", "DATABASE_POOL_MODE"} {
 		require.Contains(t, err.Error(), name)
 	}
 }

@@ -42,6 +42,11 @@ type WorkerConfig struct {
 	// insert notifications. Defaults to 200ms, so a new payment is picked up
 	// promptly even where notifications do not arrive.
 	FetchPollInterval time.Duration
+	// PollOnly has River LISTEN for nothing: jobs are found by the
+	// FetchPollInterval poll, and a new leader is elected up to five seconds
+	// after the last one left. Required behind transaction pooling, where a
+	// LISTEN would hold on to a session the pooler lends to others.
+	PollOnly bool
 	// PeriodicJobs are scheduled jobs (the lifecycle sweepers, later).
 	PeriodicJobs []*river.PeriodicJob
 	// NoReindex turns River's nightly REINDEX of its job table off: only the
@@ -93,6 +98,7 @@ func NewWorkerClient(pool *pgxpool.Pool, cfg WorkerConfig) (*Client, error) {
 		RescueStuckJobsAfter: rescueAfter,
 		RetryPolicy:          cfg.Retry,
 		FetchPollInterval:    cmp.Or(cfg.FetchPollInterval, 200*time.Millisecond),
+		PollOnly:             cfg.PollOnly,
 		FetchCooldown:        FetchCooldown,
 		PeriodicJobs:         cfg.PeriodicJobs,
 		Logger:               cfg.Logger,

@@ -22,6 +22,9 @@ const migrateLockID int64 = 0x6f6e63657061790 // "oncepay"
 
 // Migrate brings the database to the latest schema: River's tables first,
 // then oncepay's own. Running it on an up-to-date database changes nothing.
+// It holds a session advisory lock throughout, so pool must be opened on
+// PostgreSQL itself (or a pooler in session mode), never through
+// transaction pooling.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {

@@ -14,10 +14,29 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
+// PoolMode says what a connection to the database URL is: a PostgreSQL
+// session of its own, or a pooler's client that is lent a session one
+// transaction at a time.
+type PoolMode string
+
+const (
+	// SessionPooling: each connection is one PostgreSQL session for as long
+	// as it is open (PostgreSQL itself, or a pooler in session mode).
+	SessionPooling PoolMode = "session"
+	// TransactionPooling: a pooler (PgBouncer's pool_mode = transaction)
+	// lends a server session for one transaction, or one statement outside
+	// a transaction, and may lend the client another for the next. Nothing
+	// may outlive a transaction there: no named prepared statement, no
+	// LISTEN, no session advisory lock, no SET outside a transaction.
+	TransactionPooling PoolMode = "transaction"
+)
+
 // PoolConfig tunes the pool. Zero values take the documented defaults.
 type PoolConfig struct {
 	// URL is a libpq connection string or URL. Required.
 	URL string
+	// Mode is what a connection to URL is. Defaults to SessionPooling.
+	Mode PoolMode
 	// ConnectTimeout bounds establishing one connection, so that an
 	// unreachable database fails requests promptly instead of hanging them.
 	// Defaults to 3s.
@@ -36,7 +55,9 @@ func Open(ctx context.Context, cfg PoolConfig) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse database url: %w", err)
 	}
-	pcfg.ConnConfig.ConnectTimeout = cmp.Or(cfg.ConnectTimeout, 3*time.Second)
+	if err := configure(pcfg.ConnConfig, cfg); err != nil {
+		return nil, err
+	}
 	if cfg.MaxConns > 0 {
 		pcfg.MaxConns = cfg.MaxConns
 	}
@@ -46,6 +67,40 @@ func Open(ctx context.Context, cfg PoolConfig) (*pgxpool.Pool, error) {
 		return nil, fmt.Errorf("create pool: %w", err)
 	}
 	return pool, nil
+}
+
+// ConnConfig parses the configuration as Open does, for a connection
+// outside any pool: one held for the life of the process, such as the one
+// that LISTENs for the waiters of Prefer: wait. Connect with
+// pgx.ConnectConfig(ctx, cfg.Copy()).
+func ConnConfig(cfg PoolConfig) (*pgx.ConnConfig, error) {
+	ccfg, err := pgx.ParseConfig(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("parse database url: %w", err)
+	}
+	if err := configure(ccfg, cfg); err != nil {
+		return nil, err
+	}
+	return ccfg, nil
+}
+
+func configure(ccfg *pgx.ConnConfig, cfg PoolConfig) error {
+	ccfg.ConnectTimeout = cmp.Or(cfg.ConnectTimeout, 3*time.Second)
+	switch cfg.Mode {
+	case "", SessionPooling:
+	case TransactionPooling:
+		// pgx names a prepared statement per query in the session it first
+		// ran in, and the pooler may run the next execution in another
+		// session, which has no such statement. Cached descriptions keep
+		// the server's parameter types (a []byte for a jsonb column stays
+		// JSON, as with prepared statements) while each execution parses
+		// the unnamed statement again in its own round trip, which holds
+		// in whatever session runs it.
+		ccfg.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+	default:
+		return fmt.Errorf("pool mode %q is neither %q nor %q", cfg.Mode, SessionPooling, TransactionPooling)
+	}
+	return nil
 }
 
 // IsUnavailable reports whether err means the database could not be reached,

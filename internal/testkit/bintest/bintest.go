@@ -1,5 +1,6 @@
 // Package bintest is the TestMain of tests that run oncepay's binaries as
-// processes: it builds them once per test binary, into a temporary folder.
+// processes: it builds them once per test binary, into a temporary folder;
+// and Start runs one, collecting its log lines.
 package bintest
 
 import (

@@ -26,10 +26,23 @@ func Load(t *testing.T, root string, withTestOverride bool) *types.Project {
 	if withTestOverride {
 		files = append(files, root+"/deploy/compose.test.yml")
 	}
+	return load(t, root, files, types.Mapping{})
+}
+
+// LoadWithEnvironment is Load of docker-compose.yml alone, with env the
+// variables of the environment compose runs in (as a shell line sets them
+// before docker compose up).
+func LoadWithEnvironment(t *testing.T, root string, env map[string]string) *types.Project {
+	t.Helper()
+	return load(t, root, []string{root + "/docker-compose.yml"}, types.Mapping(env))
+}
+
+func load(t *testing.T, root string, files []string, env types.Mapping) *types.Project {
+	t.Helper()
 	ctx := context.Background()
 	details, err := loader.LoadConfigFiles(ctx, files, root)
 	require.NoError(t, err)
-	details.Environment = types.Mapping{}
+	details.Environment = env
 	project, err := loader.LoadWithContext(ctx, *details, loader.WithProfiles([]string{"*"}),
 		func(o *loader.Options) { o.SetProjectName("oncepay", true) })
 	require.NoError(t, err)
