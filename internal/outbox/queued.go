@@ -71,7 +71,8 @@ func (o *Outbox) QueueInsert(ctx context.Context, b *pgx.Batch, args river.JobAr
 		DO UPDATE SET kind = river_job.kind`,
 		encoded, args.Kind(), maxAttempts, metadata, queue, uniqueKey[:], int(uniquestates.UniqueStatesToBitmask(u.ByState)))
 	if o.notifyDue(queue) {
-		b.Queue(`SELECT pg_notify('river_insert', $1)`, fmt.Sprintf(`{"queue": %q}`, queue))
+		// River's channel: the insert topic in the current schema.
+		b.Queue(`SELECT pg_notify(coalesce(current_schema(), '') || '.river_insert', $1)`, fmt.Sprintf(`{"queue": %q}`, queue))
 	}
 	return nil
 }

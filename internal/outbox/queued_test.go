@@ -73,32 +73,39 @@ func TestQueueInsertIsRiversRow(t *testing.T) {
 	})
 	require.Equal(t, rivers, ours)
 
-	// Inserted by River, then queued: one live job.
+	// Inserted by River, then queued: one live job, and each insert
+	// notifies the worker on the same channel (River's workers LISTEN on
+	// the channel River's client notifies).
 	listener, err := pool.Acquire(ctx)
 	require.NoError(t, err)
 	defer listener.Release()
-	_, err = listener.Exec(ctx, "LISTEN river_insert")
+	var schema string
+	require.NoError(t, listener.QueryRow(ctx, "SELECT current_schema()").Scan(&schema))
+	_, err = listener.Exec(ctx, `LISTEN "`+schema+`.river_insert"`)
 	require.NoError(t, err)
+	notified := func(what string) {
+		t.Helper()
+		waitCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		note, err := listener.Conn().WaitForNotification(waitCtx)
+		require.NoError(t, err, "%s notifies the worker", what)
+		require.Equal(t, `{"queue": "payments"}`, note.Payload, what)
+	}
+	// Each client notifies a queue at most once per FetchCooldown.
+	time.Sleep(outbox.FetchCooldown)
 	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		_, err := jobs.InsertTx(ctx, tx, args)
 		return err
 	}))
+	notified("River's insert")
 	time.Sleep(outbox.FetchCooldown)
 	b := &pgx.Batch{}
 	require.NoError(t, jobs.QueueInsert(ctx, b, args))
 	require.NoError(t, pool.SendBatch(ctx, b).Close())
+	notified("the queued insert")
 	var n int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE args->>'payment_id' = $1`, args.PaymentID).Scan(&n))
 	require.Equal(t, 1, n)
-	waitCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	for {
-		note, err := listener.Conn().WaitForNotification(waitCtx)
-		require.NoError(t, err, "the queued insert notifies the worker")
-		if note.Payload == `{"queue": "payments"}` {
-			break
-		}
-	}
 
 	for _, unsupported := range []river.JobArgs{periodicArgs{}, payments.SweepPaymentsArgs{}} {
 		require.Error(t, jobs.QueueInsert(ctx, &pgx.Batch{}, unsupported), "%T", unsupported)
