@@ -140,13 +140,21 @@ type Worker[A river.JobArgs, Op, O any] struct {
 	action string
 	table  Table
 	kind   Attemptable[A, Op, O]
+	// What the kind also says, if it does (nil if not).
+	starter   Starter[Op]
+	recorder  FinalRecorder[A, Op, O]
+	abandoner Abandoner[Op, O]
 }
 
 // NewWorker returns the engine's worker for a kind whose operations live
 // in table.
 func NewWorker[A river.JobArgs, Op, O any](pool *pgxpool.Pool, keys *idempotency.Store, logger *slog.Logger, t Timings,
 	action string, table Table, kind Attemptable[A, Op, O]) *Worker[A, Op, O] {
-	return &Worker[A, Op, O]{pool: pool, keys: keys, log: logger, t: t, action: action, table: table, kind: kind}
+	w := &Worker[A, Op, O]{pool: pool, keys: keys, log: logger, t: t, action: action, table: table, kind: kind}
+	w.starter, _ = any(kind).(Starter[Op])
+	w.recorder, _ = any(kind).(FinalRecorder[A, Op, O])
+	w.abandoner, _ = any(kind).(Abandoner[Op, O])
+	return w
 }
 
 // Timeout bounds one attempt; the provider call carries a shorter deadline.
@@ -204,8 +212,8 @@ func (w *Worker[A, Op, O]) attempt(ctx context.Context, job *river.Job[A], tenan
 
 // start reads the operation and starts its attempt.
 func (w *Worker[A, Op, O]) start(ctx context.Context, tenantID, id string) (op Op, age time.Duration, ok bool, err error) {
-	if s, one := any(w.kind).(Starter[Op]); one {
-		return s.Start(ctx, w.pool, tenantID, id)
+	if w.starter != nil {
+		return w.starter.Start(ctx, w.pool, tenantID, id)
 	}
 	if op, err = w.kind.Load(ctx, w.pool, tenantID, id); err != nil {
 		return op, 0, false, err
@@ -233,8 +241,8 @@ func (w *Worker[A, Op, O]) record(ctx context.Context, job *river.Job[A], id str
 			log.InfoContext(ctx, w.table.Operation+" pending at the provider; polling", slog.String("provider_status", j.State))
 			return river.JobSnooze(w.t.PollInterval)
 		}
-		if a, can := any(w.kind).(Abandoner[Op, O]); can {
-			if ended, abandoned := a.Abandon(ctx, op, out); abandoned {
+		if w.abandoner != nil {
+			if ended, abandoned := w.abandoner.Abandon(ctx, op, out); abandoned {
 				log.WarnContext(ctx, w.table.Operation+" still "+j.State+" at the provider; abandoned it")
 				if ej := w.kind.Judge(ended); !isFinal(ej.Kind) {
 					return w.undetermined(ctx, id, ej, log)
@@ -270,8 +278,8 @@ func (w *Worker[A, Op, O]) undetermined(ctx context.Context, id string, j Judged
 // recordFinal commits a final answer: the operation's state, its key's
 // final response and the job's completion, together.
 func (w *Worker[A, Op, O]) recordFinal(ctx context.Context, job *river.Job[A], op Op, out O) error {
-	if r, own := any(w.kind).(FinalRecorder[A, Op, O]); own {
-		return r.RecordFinalWithJob(ctx, job, op, out)
+	if w.recorder != nil {
+		return w.recorder.RecordFinalWithJob(ctx, job, op, out)
 	}
 	tenantID, id := w.kind.Of(job.Args)
 	return postgres.InTx(ctx, w.pool, func(tx pgx.Tx) error {

@@ -180,7 +180,8 @@ func (k chargeable) Abandon(ctx context.Context, p Payment, pending provider.Out
 	return canceled, true
 }
 
-// inFlight are the states a charge's final answer moves a payment from.
+// inFlight are the states in which the charge still waits on the provider
+// (paymentsTable.InFlight); its final answer moves a payment from them.
 var inFlight = []Status{StatusProcessing, StatusRequiresAction}
 
 // recordOutcome records a final provider outcome for p (a payment in one of

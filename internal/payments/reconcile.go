@@ -44,7 +44,7 @@ var paymentsTable = operation.Table{
 	ProviderIDColumn: "provider_payment_intent_id", ProviderIDLog: "intent_id",
 	ClaimColumns:      func(settled string) string { return paymentColumns + ", " + settled },
 	NotReachedMessage: notReachedMessage, AlsoClear: ", decline_code = NULL", Resumed: string(StatusProcessing),
-	InFlight: []string{string(StatusProcessing), string(StatusRequiresAction)},
+	InFlight: texts(inFlight),
 	NotFound: ErrNotFound,
 }
 

@@ -63,18 +63,7 @@ func InTx(ctx context.Context, pool Acquirer, fn func(pgx.Tx) error) (err error)
 	return tx.Commit(ctx)
 }
 
-// first prepends BEGIN to the first statements sent.
-func (t *pipelinedTx) first(b *pgx.Batch) {
-	if t.begun {
-		return
-	}
-	t.begun = true
-	begin := &pgx.Batch{}
-	begin.Queue(beginReadCommitted)
-	b.QueuedQueries = append(begin.QueuedQueries, b.QueuedQueries...)
-}
-
-// Query runs a query; the first one carries BEGIN with it.
+// Query runs a query; the first statement carries BEGIN with it.
 func (t *pipelinedTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	if t.ended {
 		return nil, pgx.ErrTxClosed
@@ -82,18 +71,19 @@ func (t *pipelinedTx) Query(ctx context.Context, sql string, args ...any) (pgx.R
 	if t.begun {
 		return t.conn.Query(ctx, sql, args...)
 	}
-	b := &pgx.Batch{}
-	b.Queue(sql, args...)
-	t.first(b)
-	results := t.conn.SendBatch(ctx, b)
-	if _, err := results.Exec(); err != nil {
-		return nil, errors.Join(err, results.Close())
-	}
+	results := t.SendBatch(ctx, one(sql, args))
 	rows, err := results.Query()
 	if err != nil {
-		return nil, errors.Join(err, results.Close())
+		_ = results.Close() // its error is err
+		return nil, err
 	}
 	return &batchRows{Rows: rows, results: results}, nil
+}
+
+func one(sql string, args []any) *pgx.Batch {
+	b := &pgx.Batch{}
+	b.Queue(sql, args...)
+	return b
 }
 
 // batchRows are the rows of a batch's last query: closing them closes the
@@ -129,20 +119,24 @@ func (r *batchRows) Next() bool {
 	return false
 }
 
-// QueryRow runs a query for one row; the first one carries BEGIN with it.
+// QueryRow runs a query for one row; the first statement carries BEGIN
+// with it.
 func (t *pipelinedTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if t.begun && !t.ended {
+		return t.conn.QueryRow(ctx, sql, args...)
+	}
 	rows, err := t.Query(ctx, sql, args...)
-	return errRow{rows: rows, err: err}
+	return firstRow{rows: rows, err: err}
 }
 
-// errRow is QueryRow's answer: pgx's own scan of the first row, or the
-// error that kept the query from running.
-type errRow struct {
+// firstRow is the row of a query sent with BEGIN (or the error that kept
+// it from running), scanned as pgx scans a row.
+type firstRow struct {
 	rows pgx.Rows
 	err  error
 }
 
-func (r errRow) Scan(dest ...any) error {
+func (r firstRow) Scan(dest ...any) error {
 	if r.err != nil {
 		return r.err
 	}
@@ -160,7 +154,7 @@ func (r errRow) Scan(dest ...any) error {
 	return r.rows.Err()
 }
 
-// Exec runs a statement; the first one carries BEGIN with it.
+// Exec runs a statement; the first statement carries BEGIN with it.
 func (t *pipelinedTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	if t.ended {
 		return pgconn.CommandTag{}, pgx.ErrTxClosed
@@ -168,16 +162,12 @@ func (t *pipelinedTx) Exec(ctx context.Context, sql string, args ...any) (pgconn
 	if t.begun {
 		return t.conn.Exec(ctx, sql, args...)
 	}
-	b := &pgx.Batch{}
-	b.Queue(sql, args...)
-	t.first(b)
-	results := t.conn.SendBatch(ctx, b)
-	_, err := results.Exec()
-	var tag pgconn.CommandTag
-	if err == nil {
-		tag, err = results.Exec()
+	results := t.SendBatch(ctx, one(sql, args))
+	tag, err := results.Exec()
+	if closeErr := results.Close(); err == nil {
+		err = closeErr
 	}
-	return tag, errors.Join(err, results.Close())
+	return tag, err
 }
 
 // SendBatch sends a batch; the first carries BEGIN with it.
@@ -186,7 +176,10 @@ func (t *pipelinedTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResu
 		return failedBatch{pgx.ErrTxClosed}
 	}
 	if !t.begun {
-		t.first(b)
+		t.begun = true
+		begin := &pgx.Batch{}
+		begin.Queue(beginReadCommitted)
+		b.QueuedQueries = append(begin.QueuedQueries, b.QueuedQueries...)
 		results := t.conn.SendBatch(ctx, b)
 		if _, err := results.Exec(); err != nil {
 			return failedBatch{errors.Join(err, results.Close())}
@@ -276,6 +269,6 @@ type failedBatch struct{ err error }
 
 func (b failedBatch) Exec() (pgconn.CommandTag, error) { return pgconn.CommandTag{}, b.err }
 func (b failedBatch) Query() (pgx.Rows, error)         { return nil, b.err }
-func (b failedBatch) QueryRow() pgx.Row                { return errRow{err: b.err} }
+func (b failedBatch) QueryRow() pgx.Row                { return firstRow{err: b.err} }
 func (b failedBatch) Close() error                     { return b.err }
 func (b failedBatch) Tx() pgx.Tx                       { return nil }

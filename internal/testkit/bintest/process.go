@@ -16,7 +16,7 @@ import (
 type Process struct {
 	tb     testing.TB
 	cmd    *exec.Cmd
-	out    *output
+	out    *Output
 	exited chan struct{}
 	err    error
 }
@@ -29,7 +29,7 @@ func Start(tb testing.TB, path string, env []string, args ...string) *Process {
 	tb.Helper()
 	cmd := exec.Command(path, args...)
 	cmd.Env = env
-	p := &Process{tb: tb, cmd: cmd, out: &output{}, exited: make(chan struct{})}
+	p := &Process{tb: tb, cmd: cmd, out: &Output{}, exited: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -103,19 +103,19 @@ func (p *Process) Wait(within time.Duration) error {
 	}
 }
 
-// output collects a process's output; the process writes while tests read.
-type output struct {
+// Output collects a process's output; the process writes while tests read.
+type Output struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (o *output) Write(b []byte) (int, error) {
+func (o *Output) Write(b []byte) (int, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.buf.Write(b)
 }
 
-func (o *output) String() string {
+func (o *Output) String() string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.buf.String()

@@ -9,7 +9,6 @@
 package pgbouncertest
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -22,13 +21,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/oncepay/oncepay/internal/testkit/bintest"
 	"github.com/oncepay/oncepay/internal/testkit/pgtest"
 )
 
@@ -43,7 +42,7 @@ type Bouncer struct {
 	addr string
 	// user is the role it logs in to the server as, and its admin.
 	user string
-	out  *logBuffer
+	out  *bintest.Output
 }
 
 // Addr is where the bouncer listens (host:port).
@@ -116,7 +115,7 @@ func start(tb testing.TB, bin string, server *url.URL) (*Bouncer, error) {
 		return nil, err
 	}
 	password, _ := server.User.Password()
-	b := &Bouncer{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), user: cmp.Or(server.User.Username(), "postgres"), out: &logBuffer{}}
+	b := &Bouncer{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), user: cmp.Or(server.User.Username(), "postgres"), out: &bintest.Output{}}
 	// trust: clients are the test's own; the password, if the server
 	// wants one, is what the bouncer logs in with.
 	userlist := quote(b.user) + " " + quote(password) + "\n"
@@ -288,23 +287,4 @@ func freePort() (int, error) {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
-// logBuffer collects the bouncer's log; the process writes it while tests
-// read it.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
