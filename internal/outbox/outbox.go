@@ -103,9 +103,13 @@ func PeriodicJob(interval time.Duration, args river.JobArgs) *river.PeriodicJob 
 	if withOpts, ok := args.(river.JobArgsWithInsertOpts); ok {
 		opts = withOpts.InsertOpts()
 	}
-	// River refuses periods under a second; a faster schedule then runs
-	// at most once a second.
-	opts.UniqueOpts.ByPeriod = max(interval, time.Second)
+	// River refuses unique periods under a second, so a faster schedule
+	// runs at most once a second, and is scheduled so: a tick inside the
+	// period of a job still running would insert a duplicate whose
+	// conflict updates (locks) that job's row while River's completer
+	// updates it too, a deadlock River retries but logs as an error.
+	interval = max(interval, time.Second)
+	opts.UniqueOpts.ByPeriod = interval
 	return river.NewPeriodicJob(river.PeriodicInterval(interval),
 		func() (river.JobArgs, *river.InsertOpts) { return args, &opts },
 		&river.PeriodicJobOpts{ID: args.Kind(), RunOnStart: true})
