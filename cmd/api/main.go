@@ -40,6 +40,7 @@ import (
 	"github.com/oncepay/oncepay/internal/authorizations"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/metrics"
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/postgres"
@@ -198,12 +199,13 @@ func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, tracing *tele
 		MaxWaitersPerTenant: cfg.MaxWaitersPerTenant,
 		ReplayCacheTTL:      cmp.Or(cfg.ReplayCacheTTL, -1), // 0 turns it off here, and means the default there
 	})
+	operations := operation.Deps{DB: pool, Keys: keys, Outbox: jobsOutbox, Logger: logger, ReadTimeout: cfg.RequestDBTimeout}
 	handler := api.NewHandler(api.Deps{
 		Pool:           pool,
 		Keys:           keys,
-		Payments:       &payments.Service{DB: pool, Keys: keys, Outbox: jobsOutbox, Logger: logger, ReadTimeout: cfg.RequestDBTimeout},
-		Refunds:        &refunds.Service{DB: pool, Keys: keys, Outbox: jobsOutbox, Logger: logger, ReadTimeout: cfg.RequestDBTimeout},
-		Authorizations: &authorizations.Service{DB: pool, Keys: keys, Outbox: jobsOutbox, Logger: logger},
+		Payments:       &payments.Service{Deps: operations},
+		Refunds:        &refunds.Service{Deps: operations},
+		Authorizations: &authorizations.Service{Deps: operations},
 		Logger:         logger,
 		Metrics:        m,
 		DBTimeout:      cfg.RequestDBTimeout,

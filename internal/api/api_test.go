@@ -26,6 +26,7 @@ import (
 	"github.com/oncepay/oncepay/internal/api"
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/problem"
@@ -79,8 +80,8 @@ func setup(t *testing.T, opts options) *bundle {
 	handler := api.NewHandler(api.Deps{
 		Pool:     pool,
 		Keys:     keys,
-		Payments: &payments.Service{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger},
-		Refunds:  &refunds.Service{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger},
+		Payments: &payments.Service{Deps: operation.Deps{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger}},
+		Refunds:  &refunds.Service{Deps: operation.Deps{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger}},
 		Logger:   logger,
 	})
 	server := httptest.NewServer(handler)

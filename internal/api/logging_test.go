@@ -16,6 +16,7 @@ import (
 	"github.com/oncepay/oncepay/internal/api"
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/serve"
@@ -61,7 +62,7 @@ func TestEveryRequestLineNamesItsRequest(t *testing.T) {
 	require.NoError(t, err)
 	keys := idempotency.NewStore(idempotency.Config{})
 	srv := httptest.NewServer(api.NewHandler(api.Deps{Pool: pool, Keys: keys, Logger: logger,
-		Payments: &payments.Service{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger}}))
+		Payments: &payments.Service{Deps: operation.Deps{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger}}}))
 	defer srv.Close()
 	acme, err := tenant.Create(t.Context(), pool, "logging-"+id.New("t"))
 	require.NoError(t, err)

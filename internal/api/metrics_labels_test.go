@@ -16,6 +16,7 @@ import (
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/metrics"
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/serve"
@@ -37,7 +38,7 @@ func TestMetricsLabelsAreAClosedSet(t *testing.T) {
 	keys := idempotency.NewStore(idempotency.Config{})
 	m := metrics.New()
 	srv := httptest.NewUnstartedServer(api.NewHandler(api.Deps{Pool: pool, Keys: keys, Logger: logger, Metrics: m,
-		Payments: &payments.Service{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger}}))
+		Payments: &payments.Service{Deps: operation.Deps{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger}}}))
 	serve.SetLimits(srv.Config)
 	srv.Start()
 	t.Cleanup(srv.Close)

@@ -17,6 +17,7 @@ import (
 	"github.com/oncepay/oncepay/internal/api"
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/ratelimit"
@@ -42,7 +43,7 @@ func TestRoundTrips(t *testing.T) {
 		keys := idempotency.NewStore(idempotency.Config{Admit: limits.Admit})
 		srv := httptest.NewServer(api.NewHandler(api.Deps{
 			Pool: pool, Keys: keys, Logger: logger,
-			Payments: &payments.Service{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger},
+			Payments: &payments.Service{Deps: operation.Deps{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger}},
 			Auth:     tenant.NewAuthenticator(pool, tenant.AuthConfig{CacheTTL: time.Minute}),
 		}))
 		t.Cleanup(srv.Close)

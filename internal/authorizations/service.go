@@ -1,14 +1,12 @@
 package authorizations
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5"
@@ -17,20 +15,13 @@ import (
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/jsonbody"
 	"github.com/oncepay/oncepay/internal/operation"
-	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/problem"
-	"github.com/oncepay/oncepay/internal/tenant"
 )
 
 // Service serves the capture and the cancel of a payment's authorization.
 type Service struct {
-	DB     idempotency.DB
-	Keys   *idempotency.Store
-	Outbox *outbox.Outbox
-	Logger *slog.Logger
-	// RetryAfter is the Retry-After of a 202. Defaults to 1s.
-	RetryAfter time.Duration
+	operation.Deps
 }
 
 // Request is a validated capture or cancel. Its JSON encoding is what the
@@ -54,15 +45,12 @@ func (s *Service) HandleCancel() http.Handler { return s.handle(Cancel) }
 // idempotency Endpoint's; this package brings the body's rules and the
 // operation.
 func (s *Service) handle(kind Kind) http.Handler {
-	return &idempotency.Endpoint[Request]{
-		Store: s.Keys, DB: s.DB, Logger: s.Logger, TenantID: tenant.IDFromRequest,
-		Decode: func(w http.ResponseWriter, r *http.Request) (Request, error) { return decode(w, r, kind) },
-		// Under the payment's lock: check, write the action and its job,
-		// answer 202.
-		Execute: s.act,
-		// A re-acquired key resumes its action: lock its payment first.
-		LockResource: LockActionPayment,
-	}
+	// Under the payment's lock: check, write the action and its job,
+	// answer 202. A re-acquired key resumes its action: lock its payment
+	// first.
+	return operation.Endpoint(s.Deps,
+		func(w http.ResponseWriter, r *http.Request) (Request, error) { return decode(w, r, kind) },
+		s.act, LockActionPayment)
 }
 
 // decode reads and validates the body: {} or {"amount_to_capture": N} for
@@ -113,7 +101,7 @@ func (s *Service) act(ctx context.Context, tx pgx.Tx, attempt idempotency.Attemp
 	if _, err := s.Outbox.InsertTx(ctx, tx, ActPaymentArgs{TenantID: tenantID, ActionID: a.ID}); err != nil {
 		return idempotency.Outcome{}, err
 	}
-	resp, err := operation.Accepted(p, "/v1/payments/"+p.ID, cmp.Or(s.RetryAfter, time.Second))
+	resp, err := s.Accepted(p, "/v1/payments/"+p.ID)
 	if err != nil {
 		return idempotency.Outcome{}, err
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/metrics"
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/provider"
@@ -79,7 +80,7 @@ func TestAPIMetricsMoveWithRequests(t *testing.T) {
 	jobs, err := outbox.NewInsertOnly(pool, logger)
 	require.NoError(t, err)
 	srv := httptest.NewServer(api.NewHandler(api.Deps{Pool: pool, Keys: keys, Logger: logger, Metrics: m,
-		Payments: &payments.Service{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger}}))
+		Payments: &payments.Service{Deps: operation.Deps{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger}}}))
 	defer srv.Close()
 	acme, err := tenant.Create(context.Background(), pool, "metrics-"+id.New("t"))
 	require.NoError(t, err)
@@ -189,7 +190,7 @@ func TestDatabaseGauges(t *testing.T) {
 	jobs, err := outbox.NewInsertOnly(pool, logger)
 	require.NoError(t, err)
 	srv := httptest.NewServer(api.NewHandler(api.Deps{Pool: pool, Keys: keys, Logger: logger,
-		Payments: &payments.Service{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger}}))
+		Payments: &payments.Service{Deps: operation.Deps{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger}}}))
 	defer srv.Close()
 	acme, err := tenant.Create(context.Background(), pool, "gauges-"+id.New("t"))
 	require.NoError(t, err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/testkit/pgtest"
 )
@@ -32,7 +33,7 @@ func BenchmarkIdempotencyOverhead(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	svc := &Service{DB: pool, Keys: idempotency.NewStore(idempotency.Config{}), Outbox: outbox.New(inserter), Logger: logger}
+	svc := &Service{Deps: operation.Deps{DB: pool, Keys: idempotency.NewStore(idempotency.Config{}), Outbox: outbox.New(inserter), Logger: logger}}
 	tenantID := id.New("ten")
 	if _, err := pool.Exec(ctx, "INSERT INTO tenants (id, name) VALUES ($1, $1)", tenantID); err != nil {
 		b.Fatal(err)

@@ -4,28 +4,18 @@ import (
 	"context"
 	"net/http"
 
-	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/operation"
-	"github.com/oncepay/oncepay/internal/tenant"
 )
 
 // HandleCreate serves POST /v1/payments.
 func (s *Service) HandleCreate() http.Handler {
-	return &idempotency.Endpoint[CreateRequest]{
-		Store:    s.Keys,
-		DB:       s.DB,
-		Logger:   s.Logger,
-		TenantID: tenant.IDFromRequest,
-		Decode:   DecodeCreate,
-		Execute:  s.create,
-		// A re-acquired key resumes its payment: lock the payment first.
-		LockResource: LockPayment,
-	}
+	// A re-acquired key resumes its payment: lock the payment first.
+	return operation.Endpoint(s.Deps, DecodeCreate, s.create, LockPayment)
 }
 
 // resource is how payments are read over HTTP.
 func (s *Service) resource() operation.Resource[Payment] {
-	return operation.Resource[Payment]{Noun: "payment", Prefix: "pay", NotFound: ErrNotFound, Logger: s.Logger, Timeout: s.ReadTimeout}
+	return operation.NewResource[Payment](s.Deps, "payment", "pay", ErrNotFound)
 }
 
 // HandleGet serves GET /v1/payments/{id}.

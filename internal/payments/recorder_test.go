@@ -18,6 +18,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/provider"
 	"github.com/oncepay/oncepay/internal/testkit/pgtest"
@@ -45,7 +46,7 @@ func newRecorderBundle(t *testing.T) recorderBundle {
 	keys := idempotency.NewStore(idempotency.Config{})
 	b := recorderBundle{
 		ctx: rivertest.WorkContext(context.Background(), jobs), pool: pool, dbURL: dbURL, keys: keys, jobs: jobs,
-		svc: &Service{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger}, tenant: id.New("ten"),
+		svc: &Service{Deps: operation.Deps{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger}}, tenant: id.New("ten"),
 	}
 	_, err = pool.Exec(b.ctx, "INSERT INTO tenants (id, name) VALUES ($1, $1)", b.tenant)
 	require.NoError(t, err)

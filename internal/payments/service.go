@@ -12,21 +12,11 @@ import (
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/operation"
-	"github.com/oncepay/oncepay/internal/outbox"
 )
 
 // Service creates and reads payments.
 type Service struct {
-	DB     idempotency.DB
-	Keys   *idempotency.Store
-	Outbox *outbox.Outbox
-	Logger *slog.Logger
-	// RetryAfter is the Retry-After of a 202: when a client that did not
-	// ask to wait should look again. Defaults to 1s.
-	RetryAfter time.Duration
-	// ReadTimeout bounds the database work of a read, so an unresponsive
-	// database yields a prompt 503. Defaults to 5s.
-	ReadTimeout time.Duration
+	operation.Deps
 }
 
 // create is the operation run under the idempotency key: in the key's
@@ -118,20 +108,13 @@ func nonEmpty(s string) *string {
 // accepted is the 202 stored under the key and replayed until the charge
 // job records the final answer.
 func (s *Service) accepted(p Payment) (idempotency.Response, error) {
-	return acceptedResponse(p, s.retryAfter())
+	return s.Accepted(p, "/v1/payments/"+p.ID)
 }
 
 // acceptedResponse is the 202 a key replays while its payment is not
 // final: the payment as it stands, and when to look again.
 func acceptedResponse(p Payment, retryAfter time.Duration) (idempotency.Response, error) {
 	return operation.Accepted(p, "/v1/payments/"+p.ID, retryAfter)
-}
-
-func (s *Service) retryAfter() time.Duration {
-	if s.RetryAfter > 0 {
-		return s.RetryAfter
-	}
-	return time.Second
 }
 
 // LockPayment is the idempotency Endpoint's LockResource hook: it locks the

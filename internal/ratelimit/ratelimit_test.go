@@ -16,6 +16,7 @@ import (
 	"github.com/oncepay/oncepay/internal/api"
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/ratelimit"
@@ -37,7 +38,7 @@ func start(t *testing.T, cfg ratelimit.Config) (*server, func(name string) tenan
 	jobs, err := outbox.NewInsertOnly(pool, logger)
 	require.NoError(t, err)
 	srv := httptest.NewServer(api.NewHandler(api.Deps{Pool: pool, Keys: keys, Logger: logger,
-		Payments: &payments.Service{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger}}))
+		Payments: &payments.Service{Deps: operation.Deps{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger}}}))
 	t.Cleanup(srv.Close)
 	return &server{t: t, url: srv.URL}, func(name string) tenant.Created {
 		created, err := tenant.Create(context.Background(), pool, name+"-"+id.New("t"))

@@ -15,7 +15,7 @@ import (
 
 // resource is how refunds are read over HTTP.
 func (s *Service) resource() operation.Resource[Refund] {
-	return operation.Resource[Refund]{Noun: "refund", Prefix: IDPrefix, NotFound: ErrNotFound, Logger: s.Logger, Timeout: s.ReadTimeout}
+	return operation.NewResource[Refund](s.Deps, "refund", IDPrefix, ErrNotFound)
 }
 
 // HandleGet serves GET /v1/refunds/{id}.

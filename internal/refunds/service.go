@@ -13,22 +13,13 @@ import (
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/operation"
-	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/problem"
-	"github.com/oncepay/oncepay/internal/tenant"
 )
 
 // Service creates and reads refunds.
 type Service struct {
-	DB     idempotency.DB
-	Keys   *idempotency.Store
-	Outbox *outbox.Outbox
-	Logger *slog.Logger
-	// RetryAfter is the Retry-After of a 202. Defaults to 1s.
-	RetryAfter time.Duration
-	// ReadTimeout bounds the database work of a read. Defaults to 5s.
-	ReadTimeout time.Duration
+	operation.Deps
 }
 
 // HandleCreate serves POST /v1/payments/{id}/refunds. Everything about the
@@ -36,16 +27,8 @@ type Service struct {
 // Prefer: wait, 5xx never stored) is the idempotency Endpoint's; this
 // package brings only the body's rules and the operation.
 func (s *Service) HandleCreate() http.Handler {
-	return &idempotency.Endpoint[CreateRequest]{
-		Store:    s.Keys,
-		DB:       s.DB,
-		Logger:   s.Logger,
-		TenantID: tenant.IDFromRequest,
-		Decode:   DecodeCreate,
-		Execute:  s.create,
-		// A re-acquired key resumes its refund: lock its payment first.
-		LockResource: LockRefundPayment,
-	}
+	// A re-acquired key resumes its refund: lock its payment first.
+	return operation.Endpoint(s.Deps, DecodeCreate, s.create, LockRefundPayment)
 }
 
 // create is the operation run under the key: under the payment's row lock
@@ -178,7 +161,7 @@ func exceedsRemaining(p payments.Payment, amount, remaining int64) *problem.Erro
 // accepted is the 202 stored under the key and replayed until the refund
 // job records the final answer.
 func (s *Service) accepted(r Refund) (idempotency.Response, error) {
-	return operation.Accepted(r, "/v1/refunds/"+r.ID, cmp.Or(s.RetryAfter, time.Second))
+	return s.Accepted(r, "/v1/refunds/"+r.ID)
 }
 
 // finalResponse is what a retry of the client's POST replays once the

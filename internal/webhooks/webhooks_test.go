@@ -22,6 +22,7 @@ import (
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/ledger"
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/provider"
@@ -94,8 +95,8 @@ func setup(t *testing.T, opts options) *bundle {
 	}
 	apiSrv := httptest.NewServer(api.NewHandler(api.Deps{
 		Pool: pool, Keys: keys, Logger: logger,
-		Payments: &payments.Service{DB: pool, Keys: keys, Outbox: jobs, Logger: logger},
-		Refunds:  &refunds.Service{DB: pool, Keys: keys, Outbox: jobs, Logger: logger},
+		Payments: &payments.Service{Deps: operation.Deps{DB: pool, Keys: keys, Outbox: jobs, Logger: logger}},
+		Refunds:  &refunds.Service{Deps: operation.Deps{DB: pool, Keys: keys, Outbox: jobs, Logger: logger}},
 		Webhooks: &webhooks.Handler{Pool: pool, Jobs: jobs, Logger: logger, Secret: hookSecret},
 	}))
 	t.Cleanup(apiSrv.Close)

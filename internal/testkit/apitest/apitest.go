@@ -19,6 +19,7 @@ import (
 	"github.com/oncepay/oncepay/internal/api"
 	"github.com/oncepay/oncepay/internal/authorizations"
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/refunds"
@@ -82,11 +83,12 @@ func start(t testing.TB, pool *pgxpool.Pool, created tenant.Created, moreV1Route
 	keys := idempotency.NewStore(idempotency.Config{Notifier: notifier})
 	inserter, err := outbox.NewInsertOnly(pool, logger)
 	require.NoError(t, err)
+	operations := operation.Deps{DB: pool, Keys: keys, Outbox: outbox.New(inserter), Logger: logger}
 	handler := api.NewHandler(api.Deps{
 		Pool: pool, Keys: keys, Logger: logger,
-		Payments:       &payments.Service{DB: pool, Keys: keys, Outbox: outbox.New(inserter), Logger: logger},
-		Refunds:        &refunds.Service{DB: pool, Keys: keys, Outbox: outbox.New(inserter), Logger: logger},
-		Authorizations: &authorizations.Service{DB: pool, Keys: keys, Outbox: outbox.New(inserter), Logger: logger},
+		Payments:       &payments.Service{Deps: operations},
+		Refunds:        &refunds.Service{Deps: operations},
+		Authorizations: &authorizations.Service{Deps: operations},
 		Webhooks:       &webhooks.Handler{Pool: pool, Jobs: outbox.New(inserter), Logger: logger, Secret: WebhookSecret},
 		MoreV1Routes:   moreV1Routes,
 	})

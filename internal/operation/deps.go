@@ -1,0 +1,57 @@
+package operation
+
+import (
+	"cmp"
+	"context"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/outbox"
+	"github.com/oncepay/oncepay/internal/tenant"
+)
+
+// Deps is what the HTTP side of every operation kind is built from. A
+// kind's Service embeds it, so one value serves them all.
+type Deps struct {
+	DB     idempotency.DB
+	Keys   *idempotency.Store
+	Outbox *outbox.Outbox
+	Logger *slog.Logger
+	// RetryAfter is the Retry-After of a 202: when a client that did not
+	// ask to wait should look again. Defaults to 1s.
+	RetryAfter time.Duration
+	// ReadTimeout bounds the database work of a read, so an unresponsive
+	// database yields a prompt 503. Defaults to 5s.
+	ReadTimeout time.Duration
+}
+
+// Endpoint is the handler of a kind's operation under an Idempotency-Key.
+// Everything about the key (400 without one, replay, 409 while in flight,
+// 422 on a mismatch, Prefer: wait, 5xx never stored) is the idempotency
+// Endpoint's; the kind brings only its body's rules (decode), its writes
+// under the key (execute) and, for a re-acquired key, the lock its
+// resource takes before the key's (lock).
+func Endpoint[Req any](d Deps,
+	decode func(http.ResponseWriter, *http.Request) (Req, error),
+	execute func(context.Context, pgx.Tx, idempotency.Attempt, Req) (idempotency.Outcome, error),
+	lock func(ctx context.Context, tx pgx.Tx, resourceID string) error,
+) http.Handler {
+	return &idempotency.Endpoint[Req]{Store: d.Keys, DB: d.DB, Logger: d.Logger, TenantID: tenant.IDFromRequest,
+		Decode: decode, Execute: execute, LockResource: lock}
+}
+
+// Accepted is the 202 of an operation not yet final, with d's Retry-After.
+func (d Deps) Accepted(v any, location string) (idempotency.Response, error) {
+	return Accepted(v, location, d.retryAfter())
+}
+
+func (d Deps) retryAfter() time.Duration { return cmp.Or(d.RetryAfter, time.Second) }
+
+// NewResource is how a kind's operations are read over HTTP.
+func NewResource[T any](d Deps, noun, prefix string, notFound error) Resource[T] {
+	return Resource[T]{Noun: noun, Prefix: prefix, NotFound: notFound, Logger: d.Logger, Timeout: d.ReadTimeout}
+}
