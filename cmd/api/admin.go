@@ -731,12 +731,12 @@ func (a admin) ledgerCheck(ctx context.Context) error {
 
 func (a admin) ledgerCheckReport(res payments.LedgerCheckResult, refundRes refunds.LedgerCheckResult, all []payments.Disagreement) error {
 	if a.cmd.opts.json {
-		return a.writeJSON(map[string]any{"from": res.From.UTC(), "to": res.To.UTC(), "intents": res.Intents,
-			"payments": res.Payments, "unchecked": res.Unchecked + refundRes.Unchecked,
+		return a.writeJSON(map[string]any{"from": res.From.UTC(), "to": res.To.UTC(), "intents": res.Listed,
+			"payments": res.Succeeded, "unchecked": res.Unchecked + refundRes.Unchecked,
 			"provider_refunds": refundRes.Listed, "refunds": refundRes.Succeeded, "disagreements": all})
 	}
 	fmt.Fprintf(a.out, "window %s to %s: %d intents listed, %d succeeded payments looked for, %d disagreements",
-		ts(res.From), ts(res.To), res.Intents, res.Payments, len(res.Disagreements))
+		ts(res.From), ts(res.To), res.Listed, res.Succeeded, len(res.Disagreements))
 	if res.Unchecked > 0 {
 		fmt.Fprintf(a.out, ", %d payments not checked (provider errors: run again)", res.Unchecked)
 	}

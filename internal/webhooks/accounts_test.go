@@ -134,7 +134,7 @@ func TestConnectedAccountsKeepTenantsApart(t *testing.T) {
 	require.Len(t, checked.Disagreements, 1, "%+v", checked.Disagreements)
 	require.Equal(t, ledger.KindUnknownIntent, checked.Disagreements[0].Kind)
 	require.Equal(t, forged.IntentID(), checked.Disagreements[0].IntentID)
-	require.Equal(t, 4, checked.Intents, "two on A's account, one on B's, one on the platform's")
+	require.Equal(t, 4, checked.Listed, "two on A's account, one on B's, one on the platform's")
 	refundsChecked, err := refunds.NewLedgerChecker(b.pool, platform, logger, payments.LedgerCheckConfig{}).Check(ctx, from, to)
 	require.NoError(t, err)
 	require.Empty(t, refundsChecked.Disagreements)

@@ -1,0 +1,298 @@
+package operation
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+
+	"github.com/oncepay/oncepay/internal/ledger"
+	"github.com/oncepay/oncepay/internal/provider"
+)
+
+// LedgerCheckConfig tunes a LedgerChecker. Zero values take the defaults.
+type LedgerCheckConfig struct {
+	// Window is how far back the periodic check looks. Defaults to 26h:
+	// a day, plus margin for a run that was late.
+	Window time.Duration
+	// ClockSkew widens the provider's listing on both sides, so an object
+	// of an operation inside the window is listed whatever the clocks say.
+	// Defaults to 5m.
+	ClockSkew time.Duration
+	// UnsettledAfter is how long after its creation a succeeded provider
+	// object whose operation is still not final counts as beyond the
+	// reconciler's reach (a reconciler that reads it settles it on its next
+	// look, at most RECONCILE_BACKOFF_MAX later). Defaults to 2h.
+	UnsettledAfter time.Duration
+	// CallTimeout bounds one provider read. Defaults to 20s.
+	CallTimeout time.Duration
+	// MaxPages bounds the listing (100 objects a page). Defaults to 500.
+	MaxPages int
+}
+
+// WithDefaults returns the configuration with zero values defaulted.
+func (c LedgerCheckConfig) WithDefaults() LedgerCheckConfig {
+	c.Window = cmp.Or(c.Window, 26*time.Hour)
+	c.ClockSkew = cmp.Or(c.ClockSkew, 5*time.Minute)
+	c.UnsettledAfter = cmp.Or(c.UnsettledAfter, 2*time.Hour)
+	c.CallTimeout = cmp.Or(c.CallTimeout, 20*time.Second)
+	c.MaxPages = cmp.Or(c.MaxPages, 500)
+	return c
+}
+
+// Audited is an operation kind's side of the ledger check. Obj is the
+// provider object its operations make (an intent, a refund). The engine
+// lists the objects, matches each with its operation, reads by id what the
+// listing did not show and records the findings; the kind only says what
+// disagrees.
+type Audited[Op, Obj any] interface {
+	// List calls page with every page of the objects created in w, on
+	// every account that may hold the kind's objects.
+	List(ctx context.Context, w provider.ListWindow, page func(account string, objs []Obj) error) error
+	// Retrieve reads the object id from the account of op.
+	Retrieve(ctx context.Context, op Op, id string) Read[Obj]
+	// Object is what obj says of itself.
+	Object(obj Obj) ObjectRef
+	// Operation is what op recorded.
+	Operation(op Op) OperationRef
+	// Compare says what disagrees between a listed obj and op, the
+	// operation it matched; op is nil when obj matched none of ours.
+	Compare(ctx context.Context, obj Obj, op *Op, cfg LedgerCheckConfig) ([]Finding, error)
+	// Confirm says what disagrees between a succeeded op and its object,
+	// read by id.
+	Confirm(op Op, r Read[Obj]) []Finding
+	// Missing is the finding of a succeeded op whose object is not at the
+	// provider: providerID is the one it recorded, "" when none.
+	Missing(op Op, providerID string) Finding
+}
+
+// Read is the answer of one provider read by id.
+type Read[Obj any] struct {
+	Obj  Obj
+	Kind provider.Kind
+	// HTTPStatus and Err are the provider's failure, if the read failed.
+	HTTPStatus int
+	Err        error
+}
+
+// ObjectRef is what a provider object says of itself: its id, and the
+// operation and tenant its metadata names (either may be "").
+type ObjectRef struct{ ID, OperationID, TenantID string }
+
+// OperationRef is what an operation recorded: its provider object's id
+// (nil until known) and the account the object is on ("" the platform's).
+type OperationRef struct {
+	ID, TenantID, Account string
+	ProviderID            *string
+}
+
+// Finding is one disagreement and its evidence.
+type Finding struct {
+	ledger.Disagreement
+	Evidence map[string]any
+}
+
+// LedgerChecker compares the provider's objects of one operation kind
+// with the kind's operations and records every disagreement as a ledger
+// finding, for an operator. It only reads at the provider (lists objects,
+// reads one by id): it never sends an operation, and never changes one.
+type LedgerChecker[Op, Obj any] struct {
+	pool    *pgxpool.Pool
+	logger  *slog.Logger
+	cfg     LedgerCheckConfig
+	table   Table
+	columns string
+	kind    Audited[Op, Obj]
+}
+
+// NewLedgerChecker returns the LedgerChecker of the kind whose operations
+// are table's rows (columns read into an Op).
+func NewLedgerChecker[Op, Obj any](pool *pgxpool.Pool, logger *slog.Logger, cfg LedgerCheckConfig, table Table, columns string,
+	kind Audited[Op, Obj]) *LedgerChecker[Op, Obj] {
+	return &LedgerChecker[Op, Obj]{pool: pool, logger: logger, cfg: cfg.WithDefaults(), table: table, columns: columns, kind: kind}
+}
+
+// Config returns the checker's configuration, defaults applied.
+func (c *LedgerChecker[Op, Obj]) Config() LedgerCheckConfig { return c.cfg }
+
+// LedgerCheckResult is what one check saw and found.
+type LedgerCheckResult struct {
+	From, To time.Time
+	// Listed is how many objects the provider listed; Succeeded how many
+	// succeeded operations of the window were looked for at the provider.
+	Listed, Succeeded int
+	// Unchecked counts operations whose object could not be read (a
+	// provider error): the next check looks again.
+	Unchecked     int
+	Disagreements []ledger.Disagreement
+}
+
+// NewFindings counts the disagreements that were not already open findings.
+func (r LedgerCheckResult) NewFindings() int {
+	n := 0
+	for _, d := range r.Disagreements {
+		if d.New {
+			n++
+		}
+	}
+	return n
+}
+
+// Check compares the provider objects created in [from, to] (widened by
+// the clock skew) with our operations, and the operations that succeeded
+// with a first provider attempt in [from, to] with the provider's objects.
+func (c *LedgerChecker[Op, Obj]) Check(ctx context.Context, from, to time.Time) (LedgerCheckResult, error) {
+	res := LedgerCheckResult{From: from, To: to}
+	listed := map[string]bool{}
+	window := provider.ListWindow{CreatedFrom: from.Add(-c.cfg.ClockSkew), CreatedTo: to.Add(c.cfg.ClockSkew), MaxPages: c.cfg.MaxPages}
+	err := c.kind.List(ctx, window, func(account string, page []Obj) error {
+		res.Listed += len(page)
+		for _, obj := range page {
+			listed[c.kind.Object(obj).ID] = true
+		}
+		return c.comparePage(ctx, account, page, &res)
+	})
+	if err != nil {
+		return res, fmt.Errorf("ledger check of %ss: %w", c.table.Operation, err)
+	}
+	err = EachSucceeded(ctx, c.pool, c.table, c.columns, from, to,
+		func(op Op) string { return c.kind.Operation(op).ID },
+		func(op Op) error {
+			res.Succeeded++
+			return c.checkExists(ctx, op, listed, &res)
+		})
+	if err != nil {
+		return res, fmt.Errorf("ledger check of %ss: check the succeeded: %w", c.table.Operation, err)
+	}
+	return res, nil
+}
+
+// comparePage compares one page of objects, listed on account, with the
+// operations they name (by metadata) or that recorded them. An operation
+// of another account is not the object's: an account's object can name
+// any id, and metadata naming another tenant's operation is not ours to
+// match.
+func (c *LedgerChecker[Op, Obj]) comparePage(ctx context.Context, account string, page []Obj, res *LedgerCheckResult) error {
+	var operationIDs, providerIDs []string
+	for _, obj := range page {
+		ref := c.kind.Object(obj)
+		if ref.OperationID != "" {
+			operationIDs = append(operationIDs, ref.OperationID)
+		}
+		providerIDs = append(providerIDs, ref.ID)
+	}
+	rows, err := c.pool.Query(ctx, `
+		SELECT `+c.columns+` FROM `+c.table.Name+` WHERE (id = ANY($1) OR `+c.table.ProviderIDColumn+` = ANY($2))`+c.table.scoped(),
+		operationIDs, providerIDs)
+	found, err := CollectAll[Op](rows, err, "read the "+c.table.Operation+"s of listed objects")
+	if err != nil {
+		return err
+	}
+	byID, byProviderID := map[string]int{}, map[string]int{}
+	for i, op := range found {
+		ref := c.kind.Operation(op)
+		byID[ref.ID] = i
+		if ref.ProviderID != nil {
+			byProviderID[*ref.ProviderID] = i
+		}
+	}
+	for _, obj := range page {
+		ref := c.kind.Object(obj)
+		i, ok := byID[ref.OperationID]
+		if ok && ref.TenantID != "" && ref.TenantID != c.kind.Operation(found[i]).TenantID {
+			ok = false
+		}
+		if !ok {
+			i, ok = byProviderID[ref.ID]
+		}
+		var op *Op
+		if ok && c.kind.Operation(found[i]).Account == account {
+			op = &found[i]
+		}
+		findings, err := c.kind.Compare(ctx, obj, op, c.cfg)
+		if err != nil {
+			return err
+		}
+		for _, f := range findings {
+			if account != "" {
+				f.Evidence["account"] = account
+			}
+			if err := c.record(ctx, res, f); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// checkExists looks for the object of a succeeded operation: one the
+// listing did not show is read by id, and one that does not exist is a
+// finding.
+func (c *LedgerChecker[Op, Obj]) checkExists(ctx context.Context, op Op, listed map[string]bool, res *LedgerCheckResult) error {
+	ref := c.kind.Operation(op)
+	if ref.ProviderID == nil {
+		return c.record(ctx, res, c.kind.Missing(op, ""))
+	}
+	providerID := *ref.ProviderID
+	if listed[providerID] {
+		return nil // compared with the operation already
+	}
+	callCtx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
+	read := c.kind.Retrieve(callCtx, op, providerID)
+	cancel()
+	switch {
+	case read.Err != nil && read.HTTPStatus == http.StatusNotFound:
+		f := c.kind.Missing(op, providerID)
+		f.Evidence["provider_error"] = read.Err.Error()
+		return c.record(ctx, res, f)
+	case read.Err != nil:
+		res.Unchecked++
+		c.logger.WarnContext(ctx, "ledger check could not read a provider object", slog.String("operation", c.table.Operation),
+			slog.String(c.table.Operation+"_id", ref.ID), slog.String(c.table.ProviderIDLog, providerID), slog.Any("error", read.Err))
+		return nil
+	}
+	for _, f := range c.kind.Confirm(op, read) {
+		if err := c.record(ctx, res, f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *LedgerChecker[Op, Obj]) record(ctx context.Context, res *LedgerCheckResult, f Finding) error {
+	d, err := ledger.Report(ctx, c.pool, c.logger, f.Disagreement, f.Evidence)
+	if err != nil {
+		return err
+	}
+	res.Disagreements = append(res.Disagreements, d)
+	return nil
+}
+
+// LedgerCheckWorker runs a kind's LedgerChecker over its window as a
+// River job. Two runs side by side are harmless: a finding already open is
+// not recorded again.
+type LedgerCheckWorker[Args river.JobArgs, Op, Obj any] struct {
+	river.WorkerDefaults[Args]
+	Checker *LedgerChecker[Op, Obj]
+}
+
+// Timeout lets a run list a large window page by page.
+func (w *LedgerCheckWorker[Args, Op, Obj]) Timeout(*river.Job[Args]) time.Duration {
+	return 15 * time.Minute
+}
+
+// Work checks the window ending now.
+func (w *LedgerCheckWorker[Args, Op, Obj]) Work(ctx context.Context, _ *river.Job[Args]) error {
+	c := w.Checker
+	to := time.Now()
+	res, err := c.Check(ctx, to.Add(-c.cfg.Window), to)
+	c.logger.InfoContext(ctx, "ledger check", slog.String("operation", c.table.Operation), slog.Int("listed", res.Listed),
+		slog.Int("succeeded", res.Succeeded), slog.Int("disagreements", len(res.Disagreements)),
+		slog.Int("new_findings", res.NewFindings()), slog.Int("unchecked", res.Unchecked), slog.Any("error", err))
+	return err
+}
