@@ -12,7 +12,10 @@
 //     and settles our payment from that answer, under the payment lock, as
 //     the charge worker or the reconciler would (payments.Settle). A final
 //     payment the provider contradicts is left as it is and recorded as a
-//     ledger finding for an operator.
+//     ledger finding for an operator. An event telling of a state an
+//     intent never leaves (succeeded, canceled) that its payment already
+//     records for that intent changes nothing, and is marked so without
+//     the read: most events of a healthy service are these.
 //   - A periodic job (Recoverer) lists the provider's events after the last
 //     one it listed and feeds them through the same store-once path, so a
 //     delivery that never came is still acted on.
@@ -22,7 +25,7 @@
 // payment handed to reconciliation is settled as soon as the provider says
 // how it ended) and catch contradictions.
 //
-// Dispatch is a table from event type to handler (Processor.handlers):
-// types without a handler are stored, acknowledged and marked processed with
-// result "ignored".
+// Dispatch is a table from event type to action (actionOf): types no
+// action is taken on are stored already processed, with result "ignored",
+// and acknowledged; they cost no job.
 package webhooks

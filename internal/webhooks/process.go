@@ -28,6 +28,34 @@ const (
 // handler acts on one stored event and says what it concluded.
 type handler func(ctx context.Context, ev storedEvent, log *slog.Logger) (result string, err error)
 
+// action is what an event asks of the Processor.
+type action int
+
+const (
+	// ignore: nothing. The event is stored already processed, with result
+	// "ignored", and no job is queued for it.
+	ignore action = iota
+	settleIntent
+	settleRefund
+	settleChargeRefunds
+)
+
+// actionOf is the dispatch table: adding a type is a line here.
+func actionOf(eventType string) action {
+	switch eventType {
+	case "payment_intent.succeeded", "payment_intent.payment_failed", "payment_intent.canceled",
+		"payment_intent.requires_action", "payment_intent.processing",
+		// A manual-capture payment authorized: it awaits capture.
+		"payment_intent.amount_capturable_updated":
+		return settleIntent
+	case "refund.created", "refund.updated", "refund.failed":
+		return settleRefund
+	case "charge.refunded":
+		return settleChargeRefunds
+	}
+	return ignore
+}
+
 // Processor acts on stored events.
 type Processor struct {
 	pool     *pgxpool.Pool
@@ -36,7 +64,7 @@ type Processor struct {
 	logger   *slog.Logger
 	// CallTimeout bounds one provider call.
 	callTimeout time.Duration
-	handlers    map[string]handler
+	handlers    map[action]handler
 }
 
 // ProcessorConfig tunes a Processor. Zero values take the defaults.
@@ -48,20 +76,7 @@ type ProcessorConfig struct {
 // NewProcessor returns a Processor.
 func NewProcessor(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, logger *slog.Logger, cfg ProcessorConfig) *Processor {
 	p := &Processor{pool: pool, keys: keys, provider: pc, logger: logger, callTimeout: cmp.Or(cfg.CallTimeout, 20*time.Second)}
-	// Adding a type is a line here.
-	p.handlers = map[string]handler{
-		"payment_intent.succeeded":       p.settleIntent,
-		"payment_intent.payment_failed":  p.settleIntent,
-		"payment_intent.canceled":        p.settleIntent,
-		"payment_intent.requires_action": p.settleIntent,
-		"payment_intent.processing":      p.settleIntent,
-		// A manual-capture payment authorized: it awaits capture.
-		"payment_intent.amount_capturable_updated": p.settleIntent,
-		"refund.created":  p.settleRefund,
-		"refund.updated":  p.settleRefund,
-		"refund.failed":   p.settleRefund,
-		"charge.refunded": p.settleChargeRefunds,
-	}
+	p.handlers = map[action]handler{settleIntent: p.settleIntent, settleRefund: p.settleRefund, settleChargeRefunds: p.settleChargeRefunds}
 	return p
 }
 
@@ -80,7 +95,7 @@ func (p *Processor) Process(ctx context.Context, eventID string) (string, error)
 		log = log.With(slog.String("account", ev.Account))
 	}
 	result := ResultIgnored
-	if h, ok := p.handlers[ev.Type]; ok {
+	if h, ok := p.handlers[actionOf(ev.Type)]; ok {
 		if result, err = h(ctx, ev, log); err != nil {
 			return "", err
 		}
@@ -99,6 +114,9 @@ func (p *Processor) settleIntent(ctx context.Context, ev storedEvent, log *slog.
 		return ResultNotOurs, nil
 	}
 	intentID := *ev.ObjectID
+	if agrees, err := finalAsTold(ctx, p.pool, ev); err != nil || agrees {
+		return payments.Unchanged.String(), err
+	}
 	callCtx, cancel := context.WithTimeout(ctx, p.callTimeout)
 	out := p.provider.For(ev.Account).RetrieveIntent(callCtx, intentID)
 	cancel()

@@ -13,6 +13,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
@@ -35,24 +36,55 @@ type Inserter interface {
 // Ingest stores ev once and, in the same transaction, inserts the job that
 // processes it. stored is false for an event already stored (a redelivery,
 // or one the recovery found first): nothing is written then, so an event is
-// processed by one job however often it arrives.
+// processed by one job however often it arrives. An event of a type nothing
+// acts on is stored processed, as ignored, and costs no job.
 func Ingest(ctx context.Context, pool *pgxpool.Pool, jobs Inserter, ev provider.Event, source Source) (stored bool, err error) {
+	ignored := actionOf(ev.Type) == ignore
 	err = pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `
-			INSERT INTO webhook_events (id, type, api_version, object_id, created, payload, source, account)
-			VALUES ($1, $2, nullif($3, ''), nullif($4, ''), $5, $6, $7, nullif($8, ''))
+			INSERT INTO webhook_events (id, type, api_version, object_id, created, payload, source, account, processed_at, result)
+			VALUES ($1, $2, nullif($3, ''), nullif($4, ''), $5, $6, $7, nullif($8, ''),
+				CASE WHEN $9 THEN now() END, CASE WHEN $9 THEN $10 END)
 			ON CONFLICT (id) DO NOTHING`,
-			ev.ID, ev.Type, ev.APIVersion, ev.ObjectID, ev.Created, redacted(ev.Payload), source, ev.Account)
+			ev.ID, ev.Type, ev.APIVersion, ev.ObjectID, ev.Created, redacted(ev.Payload), source, ev.Account, ignored, ResultIgnored)
 		if err != nil {
 			return fmt.Errorf("store event %s: %w", ev.ID, err)
 		}
-		if stored = tag.RowsAffected() == 1; !stored {
+		if stored = tag.RowsAffected() == 1; !stored || ignored {
 			return nil
 		}
 		_, err = jobs.InsertTx(ctx, tx, ProcessWebhookEventArgs{EventID: ev.ID})
 		return err
 	})
 	return stored, err
+}
+
+// finalAsTold reports whether ev (an intent's event) tells of a final
+// state its payment already records, for the intent the payment records:
+// then nothing could change, and neither the provider nor the payment's
+// lock is needed. Only states an intent never leaves count (succeeded,
+// canceled); anything else is read again.
+func finalAsTold(ctx context.Context, db querier, ev storedEvent) (bool, error) {
+	var status string
+	switch ev.Type {
+	case "payment_intent.succeeded":
+		status = string(payments.StatusSucceeded)
+	case "payment_intent.canceled":
+		status = string(payments.StatusCanceled)
+	default:
+		return false, nil
+	}
+	rows, err := db.Query(ctx, `
+		SELECT EXISTS (SELECT FROM payments WHERE provider_payment_intent_id = $1 AND coalesce(provider_account, '') = $2 AND status = $3)`,
+		ev.ObjectID, ev.Account, status)
+	if err != nil {
+		return false, fmt.Errorf("read the payment of intent %s: %w", *ev.ObjectID, err)
+	}
+	agrees, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[bool])
+	if err != nil {
+		return false, fmt.Errorf("read the payment of intent %s: %w", *ev.ObjectID, err)
+	}
+	return agrees, nil
 }
 
 // redacted is an event's payload without the intent's client secret, a

@@ -337,10 +337,45 @@ func TestUnhandledTypesAreStoredAndIgnored(t *testing.T) {
 		status, body := b.deliver(t, payload, sign(payload, secret, time.Now()))
 		require.Equal(t, http.StatusOK, status, "%s: %s", typ, body)
 	}
+	// An event nothing acts on is stored processed at once, and costs no job.
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM webhook_events WHERE result = 'ignored' AND type = 'customer.created' AND processed_at IS NOT NULL`))
+	require.Zero(t, b.count(t, `SELECT count(*) FROM river_job j JOIN webhook_events e ON e.id = j.args->>'event_id'
+		WHERE j.kind = 'process_webhook_event' AND e.type = 'customer.created'`))
 	require.Eventually(t, func() bool {
-		return b.count(t, `SELECT count(*) FROM webhook_events WHERE result = 'ignored' AND type = 'customer.created' AND processed_at IS NOT NULL`) == 1 &&
-			b.count(t, `SELECT count(*) FROM webhook_events WHERE result = 'not_ours' AND type <> 'customer.created' AND processed_at IS NOT NULL`) == 2
+		return b.count(t, `SELECT count(*) FROM webhook_events WHERE result = 'not_ours' AND type <> 'customer.created' AND processed_at IS NOT NULL`) == 2
 	}, 10*time.Second, 20*time.Millisecond)
+}
+
+// An event telling of a final state its payment already records, for the
+// intent the payment records, changes nothing and needs no provider read:
+// with every intent read failing it is still processed at once. One that
+// contradicts the record is read again: it waits for the provider.
+func TestEventOfTheRecordedFinalStateNeedsNoRead(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	ctx := context.Background()
+	require.NoError(t, b.admin.InjectWebhookFault(ctx, stripesim.WebhookFault{Mode: stripesim.WebhookDrop, Type: "payment_intent.succeeded"}))
+	agreeing := b.api.Pay(t, "key-told-final-01", "pm_card_visa", "Prefer", "wait=10")
+	require.Equal(t, http.StatusCreated, agreeing.Status, agreeing.Raw)
+	contradicted := b.api.Pay(t, "key-told-final-02", "pm_card_visa", "Prefer", "wait=10")
+	require.Equal(t, http.StatusCreated, contradicted.Status, contradicted.Raw)
+	_, err := b.pool.Exec(ctx, `UPDATE payments SET status = 'failed', failure_code = 'card_declined' WHERE id = $1`, contradicted.PaymentID())
+	require.NoError(t, err)
+	require.NoError(t, b.admin.InjectFault(ctx, stripesim.Fault{Mode: stripesim.FaultErrorBefore, Path: "GET /v1/payment_intents/*"}))
+
+	agreeingEvent, payload := b.simEvent(t, "payment_intent.succeeded", b.intentOf(t, agreeing.PaymentID()))
+	status, body := b.deliver(t, payload, sign(payload, secret, time.Now()))
+	require.Equal(t, http.StatusOK, status, body)
+	contradictedEvent, payload := b.simEvent(t, "payment_intent.succeeded", b.intentOf(t, contradicted.PaymentID()))
+	status, body = b.deliver(t, payload, sign(payload, secret, time.Now()))
+	require.Equal(t, http.StatusOK, status, body)
+
+	b.eventuallyCount(t, 1, `SELECT count(*) FROM webhook_events WHERE id = $1 AND result = 'unchanged'`, agreeingEvent)
+	time.Sleep(300 * time.Millisecond) // several retries of the other job
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM webhook_events WHERE id = $1 AND processed_at IS NULL`, contradictedEvent),
+		"the contradicted event waits for the provider's answer")
+	require.NoError(t, b.admin.ClearFaults(ctx))
+	b.eventuallyCount(t, 1, `SELECT count(*) FROM webhook_events WHERE id = $1 AND result = 'finding'`, contradictedEvent)
 }
 
 // A payment stuck in requires_reconciliation after a 500 answered after
