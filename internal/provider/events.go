@@ -31,6 +31,35 @@ type Event struct {
 	Payload json.RawMessage
 }
 
+// ParseEvent reads a delivered event from its JSON, whose signature the
+// caller has verified: only the fields an Event keeps are decoded, and
+// Payload is the payload itself. An event whose data.object is not an
+// object with an id has no ObjectID.
+func ParseEvent(payload []byte) (Event, error) {
+	var wire struct {
+		ID         string `json:"id"`
+		Type       string `json:"type"`
+		APIVersion string `json:"api_version"`
+		Created    int64  `json:"created"`
+		Account    string `json:"account"`
+		Data       struct {
+			Object json.RawMessage `json:"object"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(payload, &wire); err != nil {
+		return Event{}, fmt.Errorf("read event: %w", err)
+	}
+	ev := Event{ID: wire.ID, Type: wire.Type, APIVersion: wire.APIVersion, Created: time.Unix(wire.Created, 0).UTC(),
+		Account: wire.Account, Payload: payload}
+	var obj struct {
+		ID string `json:"id"`
+	}
+	if json.Unmarshal(wire.Data.Object, &obj) == nil {
+		ev.ObjectID = obj.ID
+	}
+	return ev, nil
+}
+
 // EventOf converts a stripe-go event (from a webhook or a list).
 func EventOf(e *stripe.Event) (Event, error) {
 	payload, err := json.Marshal(e)

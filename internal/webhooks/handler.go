@@ -61,8 +61,7 @@ type receipt struct {
 // whoever is probing the endpoint.
 func (h *Handler) verify(ctx context.Context, payload []byte, signature string, now time.Time) (provider.Event, error) {
 	tolerance := cmp.Or(h.Tolerance, webhook.DefaultTolerance)
-	stripeEvent, err := webhook.ConstructEventWithOptions(payload, signature, h.Secret,
-		webhook.ConstructEventOptions{Tolerance: tolerance, IgnoreAPIVersionMismatch: true})
+	err := webhook.ValidatePayloadWithTolerance(payload, signature, h.Secret, tolerance)
 	if err == nil && signedAt(signature).After(now.Add(tolerance)) {
 		// The library refuses only a signature too old; one dated too far
 		// ahead would stay replayable for that long, so it is refused alike.
@@ -73,19 +72,24 @@ func (h *Handler) verify(ctx context.Context, payload []byte, signature string, 
 			slog.Any("error", err))
 		return provider.Event{}, badField("Stripe-Signature", "is missing, malformed, wrong, too old or dated in the future")
 	}
-	if stripeEvent.ID == "" || stripeEvent.Type == "" {
+	// Only what is kept is decoded: the payload is stored as it came.
+	ev, err := provider.ParseEvent(payload)
+	if err != nil {
+		return provider.Event{}, badField("body", "is not a JSON event")
+	}
+	if ev.ID == "" || ev.Type == "" {
 		return provider.Event{}, badField("body", "is an event without an id or a type")
 	}
 	// The API version is not enforced: an event only says which object to
 	// read again, and that object is read through our own pinned client, so
 	// an event rendered in another version cannot mislead us. Rejecting it
 	// would lose every event until the endpoint's version matched stripe-go's.
-	if stripeEvent.APIVersion != stripe.APIVersion {
+	if ev.APIVersion != stripe.APIVersion {
 		h.Logger.WarnContext(ctx, "event rendered in another API version; accepted, as its object is read again",
-			slog.String("event_id", stripeEvent.ID), slog.String("api_version", stripeEvent.APIVersion),
+			slog.String("event_id", ev.ID), slog.String("api_version", ev.APIVersion),
 			slog.String("client_api_version", stripe.APIVersion))
 	}
-	return provider.EventOf(&stripeEvent)
+	return ev, nil
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -110,7 +114,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	log := h.Logger.With(slog.String("event_id", ev.ID), slog.String("event_type", ev.Type))
-	ev.Payload = payload // the record keeps what was signed
 	ctx, cancel := context.WithTimeout(r.Context(), cmp.Or(h.Timeout, 5*time.Second))
 	defer cancel()
 	stored, err := Ingest(ctx, h.Pool, h.Jobs, ev, SourceWebhook)

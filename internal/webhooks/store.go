@@ -1,6 +1,7 @@
 package webhooks
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,9 +12,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
 
 	"github.com/oncepay/oncepay/internal/payments"
+	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
@@ -28,9 +29,10 @@ const (
 	SourceRecovery Source = "recovery"
 )
 
-// Inserter inserts a job inside a transaction: an *outbox.Outbox.
+// Inserter queues a job's insert into the batch of the rows it is about:
+// an *outbox.Outbox.
 type Inserter interface {
-	InsertTx(ctx context.Context, tx pgx.Tx, args river.JobArgs) (*rivertype.JobInsertResult, error)
+	QueueInsert(ctx context.Context, b *pgx.Batch, args river.JobArgs) error
 }
 
 // Ingest stores ev once and, in the same transaction, inserts the job that
@@ -40,7 +42,8 @@ type Inserter interface {
 // acts on is stored processed, as ignored, and costs no job.
 func Ingest(ctx context.Context, pool *pgxpool.Pool, jobs Inserter, ev provider.Event, source Source) (stored bool, err error) {
 	ignored := actionOf(ev.Type) == ignore
-	err = pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+	// Two round trips: BEGIN with the event, then the job with COMMIT.
+	err = postgres.InTx(ctx, pool, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `
 			INSERT INTO webhook_events (id, type, api_version, object_id, created, payload, source, account, processed_at, result)
 			VALUES ($1, $2, nullif($3, ''), nullif($4, ''), $5, $6, $7, nullif($8, ''),
@@ -53,8 +56,11 @@ func Ingest(ctx context.Context, pool *pgxpool.Pool, jobs Inserter, ev provider.
 		if stored = tag.RowsAffected() == 1; !stored || ignored {
 			return nil
 		}
-		_, err = jobs.InsertTx(ctx, tx, ProcessWebhookEventArgs{EventID: ev.ID})
-		return err
+		job := &pgx.Batch{}
+		if err := jobs.QueueInsert(ctx, job, ProcessWebhookEventArgs{EventID: ev.ID}); err != nil {
+			return err
+		}
+		return postgres.SendAndCommit(ctx, tx, job)
 	})
 	return stored, err
 }
@@ -88,19 +94,28 @@ func finalAsTold(ctx context.Context, db querier, ev storedEvent) (bool, error) 
 }
 
 // redacted is an event's payload without the intent's client secret, a
-// credential the record does not need. A payload that is not an object is
-// kept as it is.
+// credential the record does not need. Only the path to the secret is
+// decoded; every other value is kept as it came. A payload that is not an
+// object is kept as it is.
 func redacted(payload []byte) []byte {
-	var ev map[string]any
-	if json.Unmarshal(payload, &ev) != nil {
+	if !bytes.Contains(payload, []byte(`"client_secret"`)) {
 		return payload
 	}
-	data, _ := ev["data"].(map[string]any)
-	obj, _ := data["object"].(map[string]any)
+	var ev, data, obj map[string]json.RawMessage
+	if json.Unmarshal(payload, &ev) != nil || json.Unmarshal(ev["data"], &data) != nil || json.Unmarshal(data["object"], &obj) != nil {
+		return payload
+	}
 	if _, ok := obj["client_secret"]; !ok {
 		return payload
 	}
-	obj["client_secret"] = "[redacted]"
+	obj["client_secret"] = json.RawMessage(`"[redacted]"`)
+	var err error
+	if data["object"], err = json.Marshal(obj); err != nil {
+		return payload
+	}
+	if ev["data"], err = json.Marshal(data); err != nil {
+		return payload
+	}
 	out, err := json.Marshal(ev)
 	if err != nil {
 		return payload

@@ -2,6 +2,7 @@ package webhooks
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"testing"
@@ -43,6 +44,35 @@ func FuzzVerify(f *testing.F) {
 		}
 		if skew > 300 || skew < -300 {
 			t.Fatalf("accepted a signature %d s off", skew)
+		}
+	})
+}
+
+// FuzzRedacted: whatever payload arrives, redacted never panics, keeps
+// valid JSON valid, and leaves no client secret of an event's object.
+func FuzzRedacted(f *testing.F) {
+	f.Add([]byte(`{"id":"evt_1","data":{"object":{"id":"pi_1","client_secret":"pi_1_secret_x","amount":1099}}}`))
+	f.Add([]byte(`{"data":{"object":{"client_secret":null}}}`))
+	f.Add([]byte(`{"data":{"object":"client_secret"}}`))
+	f.Add([]byte(`{"data":null,"client_secret":"x"}`))
+	f.Add([]byte(`not json "client_secret"`))
+	f.Fuzz(func(t *testing.T, payload []byte) {
+		out := redacted(payload)
+		if !json.Valid(payload) {
+			return
+		}
+		if !json.Valid(out) {
+			t.Fatalf("%s became invalid JSON: %s", payload, out)
+		}
+		// Read as the record's readers read it: keys as written.
+		var ev map[string]any
+		if json.Unmarshal(out, &ev) != nil {
+			return
+		}
+		data, _ := ev["data"].(map[string]any)
+		obj, _ := data["object"].(map[string]any)
+		if secret, ok := obj["client_secret"].(string); ok && secret != "[redacted]" {
+			t.Fatalf("the client secret %q survived in %s", secret, out)
 		}
 	})
 }
