@@ -94,13 +94,65 @@ func finalAsTold(ctx context.Context, db querier, ev storedEvent) (bool, error) 
 }
 
 // redacted is an event's payload without the intent's client secret, a
-// credential the record does not need. Only the path to the secret is
-// decoded; every other value is kept as it came. A payload that is not an
-// object is kept as it is.
+// credential the record does not need: the string value of every
+// "client_secret" key is replaced, and every other byte is kept as it
+// came. A payload that is not JSON is kept as it is.
 func redacted(payload []byte) []byte {
-	if !bytes.Contains(payload, []byte(`"client_secret"`)) {
+	key := []byte(`"client_secret"`)
+	if !bytes.Contains(payload, key) {
 		return payload
 	}
+	if bytes.Contains(payload, []byte(`\u`)) || !json.Valid(payload) {
+		// A key spelled with escapes would escape the scan below.
+		return redactedByDecoding(payload)
+	}
+	// In valid JSON without \u escapes, the key's quoted name followed by
+	// a colon is a key: inside a string its quotes would be escaped.
+	out := make([]byte, 0, len(payload))
+	rest := payload
+	for {
+		i := bytes.Index(rest, key)
+		if i < 0 {
+			return append(out, rest...)
+		}
+		j := i + len(key)
+		j += len(rest[j:]) - len(bytes.TrimLeft(rest[j:], " \t\r\n"))
+		if j >= len(rest) || rest[j] != ':' {
+			out, rest = append(out, rest[:i+len(key)]...), rest[i+len(key):]
+			continue
+		}
+		j++
+		j += len(rest[j:]) - len(bytes.TrimLeft(rest[j:], " \t\r\n"))
+		end := stringEnd(rest, j)
+		if end < 0 {
+			out, rest = append(out, rest[:j]...), rest[j:]
+			continue
+		}
+		out = append(append(out, rest[:j]...), `"[redacted]"`...)
+		rest = rest[end:]
+	}
+}
+
+// stringEnd returns the index just past the JSON string that starts at i
+// in b, or -1 if none starts there.
+func stringEnd(b []byte, i int) int {
+	if i >= len(b) || b[i] != '"' {
+		return -1
+	}
+	for k := i + 1; k < len(b); k++ {
+		switch b[k] {
+		case '\\':
+			k++
+		case '"':
+			return k + 1
+		}
+	}
+	return -1
+}
+
+// redactedByDecoding is redacted for the payloads the scan cannot read:
+// the client secret of the event's object, found by decoding its path.
+func redactedByDecoding(payload []byte) []byte {
 	var ev, data, obj map[string]json.RawMessage
 	if json.Unmarshal(payload, &ev) != nil || json.Unmarshal(ev["data"], &data) != nil || json.Unmarshal(data["object"], &obj) != nil {
 		return payload

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"reflect"
 	"testing"
 	"time"
 
@@ -64,6 +65,14 @@ func FuzzRedacted(f *testing.F) {
 		if !json.Valid(out) {
 			t.Fatalf("%s became invalid JSON: %s", payload, out)
 		}
+		// Nothing but client secrets changed.
+		var in, got any
+		if json.Unmarshal(payload, &in) != nil || json.Unmarshal(out, &got) != nil {
+			t.Fatalf("%s or its redaction %s does not decode", payload, out)
+		}
+		if !reflect.DeepEqual(withoutSecrets(in), withoutSecrets(got)) {
+			t.Fatalf("redacting %s changed more than secrets: %s", payload, out)
+		}
 		// Read as the record's readers read it: keys as written.
 		var ev map[string]any
 		if json.Unmarshal(out, &ev) != nil {
@@ -75,4 +84,24 @@ func FuzzRedacted(f *testing.F) {
 			t.Fatalf("the client secret %q survived in %s", secret, out)
 		}
 	})
+}
+
+// withoutSecrets is v with every client_secret string replaced as
+// redacted replaces it.
+func withoutSecrets(v any) any {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, x := range v {
+			if _, isString := x.(string); k == "client_secret" && isString {
+				v[k] = "[redacted]"
+			} else {
+				v[k] = withoutSecrets(x)
+			}
+		}
+	case []any:
+		for i, x := range v {
+			v[i] = withoutSecrets(x)
+		}
+	}
+	return v
 }
