@@ -76,6 +76,7 @@ fuzz:
 	go test -run '^$$' -fuzz '^FuzzParseTPS$$' -fuzztime $(FUZZTIME) ./tools/bench
 	go test -run '^$$' -fuzz '^FuzzParseLog$$' -fuzztime $(FUZZTIME) ./tools/bench
 	go test -run '^$$' -fuzz '^FuzzParseStat$$' -fuzztime $(FUZZTIME) ./tools/bench
+	go test -run '^$$' -fuzz '^FuzzParseMachineStat$$' -fuzztime $(FUZZTIME) ./tools/bench
 
 ## lint: gofmt, go vet and staticcheck
 lint:

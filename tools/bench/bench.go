@@ -23,7 +23,7 @@ import (
 )
 
 // Phases are the measurements, in the order they run.
-var Phases = []string{"newkey", "replay", "settled", "latency", "slowprovider", "rss"}
+var Phases = []string{"newkey", "replay", "settled", "latency", "slowprovider", "rss", "scale"}
 
 // Config is one bench run.
 type Config struct {
@@ -236,12 +236,15 @@ func Run(ctx context.Context, cfg Config) (_ *Results, path string, err error) {
 		run  func(context.Context) (*PhaseResult, error)
 	}{
 		{"newkey", r.newKey}, {"replay", r.replay}, {"settled", r.settled},
-		{"latency", r.settleLatency}, {"slowprovider", r.slowProvider}, {"rss", r.rss},
+		{"latency", r.settleLatency}, {"slowprovider", r.slowProvider}, {"rss", r.rss}, {"scale", r.scale},
 	} {
 		if len(cfg.Only) > 0 && !slices.Contains(cfg.Only, phase.name) {
 			continue
 		}
 		fmt.Fprintf(cfg.Out, "\n== %s\n", phase.name)
+		if err := r.vacuum(ctx); err != nil {
+			return nil, "", err
+		}
 		pr, err := phase.run(ctx)
 		if err != nil {
 			return nil, "", fmt.Errorf("phase %s: %w", phase.name, err)
@@ -364,4 +367,20 @@ const pgbenchRows = 20000
 // later of two settings of a variable wins).
 func withEnv(env []string, more ...string) []string {
 	return append(slices.Clip(env), more...)
+}
+
+// vacuum vacuums and analyzes the tables the phases churn, so that each
+// phase starts from the state autovacuum keeps a server in, and not with
+// the dead rows of the phases before it (a server with autovacuum off, as
+// test machines often are, would otherwise slow down phase after phase:
+// River's fetch of available jobs first). It waits for the worker's queue
+// to be idle first: a vacuum beside the load would be measured with it.
+func (r *run) vacuum(ctx context.Context) error {
+	if err := r.awaitSettled(ctx, 5*time.Minute); err != nil {
+		return err
+	}
+	if _, err := r.pool.Exec(ctx, `VACUUM (ANALYZE) river_job, payments, idempotency_keys, webhook_events`); err != nil {
+		return fmt.Errorf("vacuum the bench's tables: %w", err)
+	}
+	return nil
 }

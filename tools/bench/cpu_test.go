@@ -43,3 +43,33 @@ func FuzzParseStat(f *testing.F) {
 		}
 	})
 }
+
+func TestParseMachineStat(t *testing.T) {
+	t.Parallel()
+	// user 100, nice 10, system 50, idle 800, iowait 30, irq 5, softirq 5,
+	// steal 0; guest times after them are within user and nice.
+	times, err := parseMachineStat([]byte("cpu  100 10 50 800 30 5 5 0 7 0\ncpu0 50 5 25 400 15 2 3 0 0 0\n"))
+	require.NoError(t, err)
+	require.Equal(t, cpuTimes{busy: 170, total: 1000}, times)
+	require.InDelta(t, 0.5, cpuTimes{busy: 270, total: 1200}.busySince(times), 1e-9)
+
+	for _, bad := range []string{"", "cpu0 1 2 3 4 5 6 7 8", "cpu 1 2 3", "cpu 1 2 3 4 5 6 7 x", "cpu 1 2 3 4 5 6 7 -8"} {
+		_, err := parseMachineStat([]byte(bad))
+		require.Error(t, err, "%q", bad)
+	}
+	now, err := machineCPU()
+	require.NoError(t, err)
+	require.Positive(t, now.total)
+	require.LessOrEqual(t, now.busy, now.total)
+}
+
+func FuzzParseMachineStat(f *testing.F) {
+	f.Add([]byte("cpu  100 10 50 800 30 5 5 0 7 0\n"))
+	f.Add([]byte("cpu 1 1 1 1 1 1 1 1"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		times, err := parseMachineStat(data)
+		if err == nil && times.busy > times.total {
+			t.Fatalf("more busy than all from %q: %+v", data, times)
+		}
+	})
+}

@@ -241,7 +241,7 @@ func (r *run) replay(ctx context.Context) (*PhaseResult, error) {
 	pr.Rows = []Row{
 		compared("replay vs lookup.sql", "req/s", rounds, func(rd ReplayRound) (float64, float64) { return rd.Oncepay.Throughput, rd.Lookup.TPS }, nil),
 		compared("replay p99 vs lookup.sql", "ms", rounds, func(rd ReplayRound) (float64, float64) { return rd.Oncepay.Latency.P99MS, rd.Lookup.Latency.P99MS }, nil),
-		compared("replay vs GET /healthz", "req/s", rounds, func(rd ReplayRound) (float64, float64) { return rd.Oncepay.Throughput, rd.Healthz.Throughput }, atLeast(0.40)),
+		compared("replay vs GET /healthz", "req/s", rounds, func(rd ReplayRound) (float64, float64) { return rd.Oncepay.Throughput, rd.Healthz.Throughput }, atLeast(0.60)),
 	}
 	return pr, nil
 }
@@ -392,8 +392,12 @@ func (r *run) settledBetween(ctx context.Context, start, end time.Time) (settled
 func (r *run) awaitSettled(ctx context.Context, within time.Duration) error {
 	deadline := time.Now().Add(within)
 	for poll := 10 * time.Millisecond; ; poll = min(2*poll, 250*time.Millisecond) {
+		// The events' jobs too: they share the charges' queue, and a
+		// backlog of them delays the next phase's charges. (Not those
+		// left running by a killed worker: River rescues them later.)
 		var pending bool
-		err := r.pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM payments WHERE tenant_id = ANY($1) AND status IN ('processing', 'requires_action'))`,
+		err := r.pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM payments WHERE tenant_id = ANY($1) AND status IN ('processing', 'requires_action'))
+			OR EXISTS (SELECT FROM river_job WHERE state = 'available' AND queue = 'payments')`,
 			r.tenantIDs).Scan(&pending)
 		if err != nil {
 			return fmt.Errorf("look for pending payments: %w", err)

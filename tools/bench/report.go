@@ -47,6 +47,9 @@ type Postgres struct {
 	SharedBuffers     string `json:"shared_buffers"`
 	MaxConnections    int    `json:"max_connections"`
 	WalSyncMethod     string `json:"wal_sync_method"`
+	// Autovacuum off leaves the dead rows of a phase to the next; the bench
+	// vacuums its tables before each phase either way.
+	Autovacuum string `json:"autovacuum"`
 }
 
 // Git is the revision measured.
@@ -253,6 +256,7 @@ func readSettings(ctx context.Context, conn *pgx.Conn) (Postgres, error) {
 	}{
 		{"server_version", &p.Version}, {"fsync", &p.Fsync}, {"synchronous_commit", &p.SynchronousCommit},
 		{"shared_buffers", &p.SharedBuffers}, {"max_connections", &maxConns}, {"wal_sync_method", &p.WalSyncMethod},
+		{"autovacuum", &p.Autovacuum},
 	} {
 		if err := conn.QueryRow(ctx, "SHOW "+s.name).Scan(s.into); err != nil {
 			return p, fmt.Errorf("SHOW %s: %w", s.name, err)

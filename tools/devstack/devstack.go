@@ -498,6 +498,51 @@ func (s *Stack) Restart(name string) error {
 	return s.start(&Process{Name: p.Name, Binary: p.Binary, Args: p.Args, Env: p.Env, Ready: p.Ready})
 }
 
+// AddWorker starts one more worker process beside the running ones, on a
+// free admin address and with env added to its own, and returns its name
+// ("worker-3"): a stack scaled out while it runs. Remove stops it.
+func (s *Stack) AddWorker(env ...string) (string, error) {
+	addrs, err := FreeAddrs(1)
+	if err != nil {
+		return "", err
+	}
+	name := s.nextName("worker")
+	err = s.start(&Process{Name: name, Binary: "worker", Env: append([]string{"WORKER_ADMIN_ADDR=" + addrs[0]}, env...), Ready: "http://" + addrs[0] + "/readyz"})
+	return name, err
+}
+
+// AddAPI starts one more API process beside the running ones, on a free
+// address, and returns its base URL. Remove stops it by its name, the
+// one Process.Name shows ("api-2").
+func (s *Stack) AddAPI() (name, baseURL string, err error) {
+	addrs, err := FreeAddrs(2)
+	if err != nil {
+		return "", "", err
+	}
+	name = s.nextName("api")
+	err = s.start(&Process{Name: name, Binary: "api", Args: []string{"serve"},
+		Env: []string{"LISTEN_ADDR=" + addrs[0], "METRICS_ADDR=" + addrs[1]}, Ready: "http://" + addrs[0] + "/readyz"})
+	return name, "http://" + addrs[0], err
+}
+
+// Remove SIGKILLs the named process and forgets it.
+func (s *Stack) Remove(name string) error {
+	if err := s.Kill(name); err != nil {
+		return err
+	}
+	s.Processes = removeProcess(s.Processes, s.Process(name))
+	return nil
+}
+
+// nextName is the first instance name of binary no process has.
+func (s *Stack) nextName(binary string) string {
+	for i := 0; ; i++ {
+		if name := instance(binary, i); s.Process(name) == nil {
+			return name
+		}
+	}
+}
+
 func removeProcess(ps []*Process, p *Process) []*Process {
 	out := ps[:0]
 	for _, q := range ps {
