@@ -23,7 +23,7 @@ import (
 )
 
 // Phases are the measurements, in the order they run.
-var Phases = []string{"newkey", "replay", "settled", "latency", "slowprovider", "rss", "scale"}
+var Phases = []string{"newkey", "replay", "settled", "latency", "slowprovider", "scale", "rss"}
 
 // Config is one bench run.
 type Config struct {
@@ -236,7 +236,7 @@ func Run(ctx context.Context, cfg Config) (_ *Results, path string, err error) {
 		run  func(context.Context) (*PhaseResult, error)
 	}{
 		{"newkey", r.newKey}, {"replay", r.replay}, {"settled", r.settled},
-		{"latency", r.settleLatency}, {"slowprovider", r.slowProvider}, {"rss", r.rss}, {"scale", r.scale},
+		{"latency", r.settleLatency}, {"slowprovider", r.slowProvider}, {"scale", r.scale}, {"rss", r.rss},
 	} {
 		if len(cfg.Only) > 0 && !slices.Contains(cfg.Only, phase.name) {
 			continue
@@ -376,7 +376,7 @@ func withEnv(env []string, more ...string) []string {
 // River's fetch of available jobs first). It waits for the worker's queue
 // to be idle first: a vacuum beside the load would be measured with it.
 func (r *run) vacuum(ctx context.Context) error {
-	if err := r.awaitSettled(ctx, 5*time.Minute); err != nil {
+	if err := r.awaitSettled(ctx, 10*time.Minute); err != nil {
 		return err
 	}
 	if _, err := r.pool.Exec(ctx, `VACUUM (ANALYZE) river_job, payments, idempotency_keys, webhook_events`); err != nil {

@@ -676,7 +676,7 @@ func baseWorkerEnv(env []string) []string {
 	return out
 }
 
-// RSS is phase 6's one run.
+// RSS is phase 7's one run.
 type RSS struct {
 	Load    LoadResult `json:"load"`
 	StartKB int        `json:"start_kb"`

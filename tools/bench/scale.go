@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// ScaleRun is one count of processes in phase 7.
+// ScaleRun is one count of processes in phase 6.
 type ScaleRun struct {
 	// Workers is how many worker processes settled payments under a
 	// closed loop of new keys; APIs how many API processes took new keys
@@ -28,7 +28,7 @@ type ScaleRun struct {
 	CPUBusy float64 `json:"cpu_busy"`
 }
 
-// Scale is phase 7: throughput by number of processes, and the server's
+// Scale is phase 6: throughput by number of processes, and the server's
 // own limit for the same writes.
 type Scale struct {
 	Runs []ScaleRun `json:"runs"`
@@ -37,7 +37,7 @@ type Scale struct {
 	Pgbench PgbenchResult `json:"pgbench"`
 }
 
-// scaleWorkers and scaleAPIs are the process counts phase 7 measures.
+// scaleWorkers and scaleAPIs are the process counts phase 6 measures.
 var (
 	scaleWorkers = []int{1, 2, 4}
 	scaleAPIs    = []int{1, 2}
