@@ -37,6 +37,9 @@ type Scale struct {
 	Pgbench PgbenchResult `json:"pgbench"`
 }
 
+// apiDefaultPool is the API's DATABASE_MAX_CONNS default.
+const apiDefaultPool = 10
+
 // scaleWorkers and scaleAPIs are the process counts phase 6 measures.
 var (
 	scaleWorkers = []int{1, 2, 4}
@@ -184,8 +187,11 @@ func (r *run) settleWith(ctx context.Context, n int) (ScaleRun, error) {
 func (r *run) newKeysWith(ctx context.Context, n int) (ScaleRun, error) {
 	run := ScaleRun{APIs: n}
 	urls := []string{r.stack.APIURL}
+	// The API's default pool (DATABASE_MAX_CONNS, 10), shared: more
+	// processes, not more connections.
+	pool := "DATABASE_MAX_CONNS=" + strconv.Itoa(max(2, apiDefaultPool/n))
 	for range n - 1 {
-		name, url, err := r.stack.AddAPI()
+		name, url, err := r.stack.AddAPI(pool)
 		if err != nil {
 			return run, err
 		}

@@ -512,16 +512,16 @@ func (s *Stack) AddWorker(env ...string) (string, error) {
 }
 
 // AddAPI starts one more API process beside the running ones, on a free
-// address, and returns its base URL. Remove stops it by its name, the
-// one Process.Name shows ("api-2").
-func (s *Stack) AddAPI() (name, baseURL string, err error) {
+// address and with env added to its own, and returns its name ("api-2",
+// for Remove) and base URL.
+func (s *Stack) AddAPI(env ...string) (name, baseURL string, err error) {
 	addrs, err := FreeAddrs(2)
 	if err != nil {
 		return "", "", err
 	}
 	name = s.nextName("api")
 	err = s.start(&Process{Name: name, Binary: "api", Args: []string{"serve"},
-		Env: []string{"LISTEN_ADDR=" + addrs[0], "METRICS_ADDR=" + addrs[1]}, Ready: "http://" + addrs[0] + "/readyz"})
+		Env: append([]string{"LISTEN_ADDR=" + addrs[0], "METRICS_ADDR=" + addrs[1]}, env...), Ready: "http://" + addrs[0] + "/readyz"})
 	return name, "http://" + addrs[0], err
 }
 

@@ -43,7 +43,9 @@ func TestTinyRun(t *testing.T) {
 	var stdout bytes.Buffer
 	// Rounds of 2 s: in 1 s on a busy machine, pgbench's eight clients may
 	// connect and complete no transaction at all.
-	err := run(context.Background(), []string{"bench", "-rounds", "1", "-round", "2s", "-sustain", "2s",
+	// Four clients: the test shares the server's connections with the
+	// other packages' tests.
+	err := run(context.Background(), []string{"bench", "-rounds", "1", "-round", "2s", "-sustain", "2s", "-clients", "4",
 		"-replay-keys", "100", "-backlog", "200", "-slow-worker-concurrency", "50", "-database-name", dbName,
 		"-allow-no-fsync", "-out", out, "-bin", filepath.Join(root, "bin"), "-state", filepath.Join(t.TempDir(), "state"),
 		"-scripts", "../../pgbench"}, getenv, &stdout)
