@@ -30,6 +30,7 @@ func TestMain(m *testing.M) {
 // one, and the bench's database is gone afterwards.
 func TestTinyRun(t *testing.T) {
 	t.Parallel()
+	pgtest.OneWholeStack(t)
 	adminURL := pgtest.AdminURL(t)
 	dbName := "oncepay_bench_test_" + rand.Text()[:8]
 	dbName = string(bytes.ToLower([]byte(dbName)))

@@ -24,6 +24,7 @@ func TestMain(m *testing.M) {
 // 25 seconds, then every invariant checked.
 func TestShortChaosRun(t *testing.T) {
 	t.Parallel()
+	pgtest.OneWholeStack(t)
 	var out bytes.Buffer
 	err := run(context.Background(), []string{"loadgen", "-scenario", "chaos", "-duration", "25s", "-clients", "6",
 		"-kill-worker-every", "4s", "-kill-api-every", "9s", "-cut-db-every", "10s",
