@@ -24,7 +24,7 @@ import (
 // take two as well, and queue nothing.
 func TestIngestRoundTrips(t *testing.T) {
 	ctx := context.Background()
-	pool, log := pgtest.TracedPool(t, pgtest.SharedDatabase(t))
+	pool, log := pgtest.TracedPool(t, pgtest.NewDatabase(t))
 	inserter, err := outbox.NewInsertOnly(pool, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, err)
 	jobs := outbox.New(inserter)
