@@ -79,6 +79,26 @@ func TestPipelinedTransaction(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, "SELECT name FROM tenants WHERE id = $1", tenantID).Scan(&name))
 	require.Equal(t, tenantID, name)
 
+	// The key is no longer processing when the outcome is saved (another
+	// transaction's move, played here by the operation itself): the
+	// transition fails in the server, ahead of the COMMIT queued behind it,
+	// and the writes sent with it are not committed.
+	moved := id.New("key-pipelined")
+	_, err = store.Run(ctx, pool, request(moved), func(ctx context.Context, tx pgx.Tx, _ idempotency.Attempt) (idempotency.Outcome, error) {
+		if _, err := tx.Exec(ctx, "UPDATE idempotency_keys SET status = 'unknown' WHERE tenant_id = $1 AND idempotency_key = $2",
+			tenantID, moved); err != nil {
+			return idempotency.Outcome{}, err
+		}
+		out := created("res_3")
+		out.Writes = &pgx.Batch{}
+		out.Writes.Queue("UPDATE tenants SET name = 'changed' WHERE id = $1", tenantID)
+		return out, nil
+	})
+	require.ErrorIs(t, err, idempotency.ErrTransition)
+	require.False(t, keyExists(moved))
+	require.NoError(t, pool.QueryRow(ctx, "SELECT name FROM tenants WHERE id = $1", tenantID).Scan(&name))
+	require.Equal(t, tenantID, name, "the writes sent with the failed transition were not committed")
+
 	// A context that ends during the operation: rolled back all the same.
 	cancelled := id.New("key-pipelined")
 	opCtx, cancel := context.WithCancel(ctx)

@@ -7,7 +7,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
+
+// divisionByZero is the SQLSTATE of the guard queueTransition adds.
+const divisionByZero = "22012"
 
 const recordColumns = `tenant_id, idempotency_key, request_method, request_path, request_fingerprint, status,
 	coalesce(resource_id, '') AS resource_id, response_status, response_headers, response_body,
@@ -148,7 +152,7 @@ func deleteExpiredKey(ctx context.Context, tx pgx.Tx, tenantID, key string) erro
 // final answer, however long the operation took.
 func transition(ctx context.Context, tx pgx.Tx, tenantID, key string, from []Status, to Status, resourceID string, resp *Response, retention time.Duration) error {
 	batch := &pgx.Batch{}
-	queueTransition(batch, tenantID, key, from, to, resourceID, resp, retention)
+	queueTransition(batch, tenantID, key, from, to, resourceID, resp, retention, false)
 	err := tx.SendBatch(ctx, batch).Close()
 	if err != nil && !errors.Is(err, ErrTransition) {
 		return fmt.Errorf("move idempotency key to %s: %w", to, err)
@@ -160,7 +164,13 @@ func transition(ctx context.Context, tx pgx.Tx, tenantID, key string, from []Sta
 // key leaves processing while a request waits for it (awaited), the
 // notification that wakes that request, delivered at commit. Keys nobody
 // waits for are moved without one: see migration 00015.
-func queueTransition(batch *pgx.Batch, tenantID, key string, from []Status, to Status, resourceID string, resp *Response, retention time.Duration) {
+//
+// With failInServer, a key in none of the from states fails the statement
+// in the server, not only here in Go: a COMMIT sent in the same batch
+// (Save) then finds the transaction failed and rolls it back, where a check
+// made here would come after the commit.
+func queueTransition(batch *pgx.Batch, tenantID, key string, from []Status, to Status, resourceID string, resp *Response, retention time.Duration,
+	failInServer bool) {
 	// NULL parameters leave the stored response untouched.
 	var code, headers, body any
 	if resp != nil {
@@ -176,6 +186,12 @@ func queueTransition(batch *pgx.Batch, tenantID, key string, from []Status, to S
 	for i, f := range from {
 		fromText[i] = string(f)
 	}
+	guard := ""
+	if failInServer {
+		// SQL has no assertion: a division by the count of moved rows is
+		// one that fails, with divisionByZero, exactly when none moved.
+		guard = ` WHERE 1 / (SELECT count(*) FROM moved) = 1`
+	}
 	batch.Queue(`
 		WITH moved AS (
 			UPDATE idempotency_keys
@@ -190,12 +206,15 @@ func queueTransition(batch *pgx.Batch, tenantID, key string, from []Status, to S
 			RETURNING awaited
 		),
 		notified AS (SELECT pg_notify($10, $11) FROM moved WHERE awaited AND $4 <> 'processing')
-		SELECT (SELECT count(*) FROM moved), (SELECT count(*) FROM notified)`,
+		SELECT (SELECT count(*) FROM moved), (SELECT count(*) FROM notified)`+guard,
 		tenantID, key, fromText, string(to), resourceID, code, headers, body, retention.Microseconds(),
 		NotifyChannel, notifyPayload(tenantID, key),
 	).QueryRow(func(row pgx.Row) error {
 		var moved, notified int
 		if err := row.Scan(&moved, &notified); err != nil {
+			if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == divisionByZero {
+				return fmt.Errorf("move idempotency key to %s: %w", to, ErrTransition)
+			}
 			return err
 		}
 		if moved == 0 {

@@ -371,10 +371,12 @@ type Outcome struct {
 	// Response is the answer to store and replay. A 5xx is never stored.
 	Response Response
 	// Writes, if set, are the operation's last statements, which Save sends
-	// in one round trip with the stored response: for an operation that
-	// knows the rows it writes without reading them back (stamped with
-	// Attempt.Now). Each statement's error, or one for a statement that
-	// changes no row, rolls everything back.
+	// in one round trip with the stored response and, in Run's own
+	// transaction, the COMMIT: for an operation that knows the rows it
+	// writes without reading them back (stamped with Attempt.Now). A
+	// statement's error in the server rolls everything back; a check made
+	// in Go on its result would come after the commit, so a write that can
+	// fail without an error (an UPDATE of no row) does not belong here.
 	Writes *pgx.Batch
 }
 
@@ -390,17 +392,7 @@ func (s *Store) Save(ctx context.Context, tx pgx.Tx, req Request, out Outcome) e
 		return transition(ctx, tx, req.TenantID, req.Key, []Status{StatusProcessing}, out.Status, out.ResourceID, &out.Response, s.cfg.Retention)
 	}
 	batch := out.Writes
-	for _, q := range batch.QueuedQueries {
-		if q.Fn == nil {
-			q.Exec(func(tag pgconn.CommandTag) error {
-				if tag.RowsAffected() == 0 {
-					return fmt.Errorf("operation write changed no row: %s", q.SQL)
-				}
-				return nil
-			})
-		}
-	}
-	queueTransition(batch, req.TenantID, req.Key, []Status{StatusProcessing}, out.Status, out.ResourceID, &out.Response, s.cfg.Retention)
+	queueTransition(batch, req.TenantID, req.Key, []Status{StatusProcessing}, out.Status, out.ResourceID, &out.Response, s.cfg.Retention, true)
 	// Nothing follows the outcome's writes in a key's transaction: in Run's
 	// own, the commit goes with them.
 	if err := postgres.SendAndCommit(ctx, tx, batch); err != nil {

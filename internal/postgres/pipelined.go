@@ -191,7 +191,9 @@ func (t *pipelinedTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResu
 
 // SendAndCommit sends b, the transaction's last statements, and in an
 // InTx transaction its COMMIT with them, in one round trip; in another
-// transaction it sends b alone and leaves the commit to its owner.
+// transaction it sends b alone and leaves the commit to its owner. The
+// server runs the COMMIT before any of b's callbacks: a statement that must
+// roll the transaction back has to fail in the server, not in its callback.
 func SendAndCommit(ctx context.Context, tx pgx.Tx, b *pgx.Batch) error {
 	if p, ok := tx.(*pipelinedTx); ok {
 		return p.commitWith(ctx, b)
