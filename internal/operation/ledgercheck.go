@@ -97,6 +97,14 @@ type Finding struct {
 	Evidence map[string]any
 }
 
+// evidence is f's evidence, made if the kind gave none.
+func (f *Finding) evidence() map[string]any {
+	if f.Evidence == nil {
+		f.Evidence = map[string]any{}
+	}
+	return f.Evidence
+}
+
 // LedgerChecker compares the provider's objects of one operation kind
 // with the kind's operations and records every disagreement as a ledger
 // finding, for an operator. It only reads at the provider (lists objects,
@@ -116,9 +124,6 @@ func NewLedgerChecker[Op, Obj any](pool *pgxpool.Pool, logger *slog.Logger, cfg 
 	kind Audited[Op, Obj]) *LedgerChecker[Op, Obj] {
 	return &LedgerChecker[Op, Obj]{pool: pool, logger: logger, cfg: cfg.WithDefaults(), table: table, columns: columns, kind: kind}
 }
-
-// Config returns the checker's configuration, defaults applied.
-func (c *LedgerChecker[Op, Obj]) Config() LedgerCheckConfig { return c.cfg }
 
 // LedgerCheckResult is what one check saw and found.
 type LedgerCheckResult struct {
@@ -167,7 +172,7 @@ func (c *LedgerChecker[Op, Obj]) Check(ctx context.Context, from, to time.Time) 
 			return c.checkExists(ctx, op, listed, &res)
 		})
 	if err != nil {
-		return res, fmt.Errorf("ledger check of %ss: check the succeeded: %w", c.table.Operation, err)
+		return res, fmt.Errorf("ledger check of %ss: %w", c.table.Operation, err)
 	}
 	return res, nil
 }
@@ -220,7 +225,7 @@ func (c *LedgerChecker[Op, Obj]) comparePage(ctx context.Context, account string
 		}
 		for _, f := range findings {
 			if account != "" {
-				f.Evidence["account"] = account
+				f.evidence()["account"] = account
 			}
 			if err := c.record(ctx, res, f); err != nil {
 				return err
@@ -248,7 +253,7 @@ func (c *LedgerChecker[Op, Obj]) checkExists(ctx context.Context, op Op, listed 
 	switch {
 	case read.Err != nil && read.HTTPStatus == http.StatusNotFound:
 		f := c.kind.Missing(op, providerID)
-		f.Evidence["provider_error"] = read.Err.Error()
+		f.evidence()["provider_error"] = read.Err.Error()
 		return c.record(ctx, res, f)
 	case read.Err != nil:
 		res.Unchecked++
@@ -265,7 +270,7 @@ func (c *LedgerChecker[Op, Obj]) checkExists(ctx context.Context, op Op, listed 
 }
 
 func (c *LedgerChecker[Op, Obj]) record(ctx context.Context, res *LedgerCheckResult, f Finding) error {
-	d, err := ledger.Report(ctx, c.pool, c.logger, f.Disagreement, f.Evidence)
+	d, err := ledger.Report(ctx, c.pool, c.logger, f.Disagreement, f.evidence())
 	if err != nil {
 		return err
 	}

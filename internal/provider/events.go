@@ -60,23 +60,14 @@ func ParseEvent(payload []byte) (Event, error) {
 	return ev, nil
 }
 
-// EventOf converts a stripe-go event (from a webhook or a list).
+// EventOf converts a stripe-go event (from a list): its JSON, read as a
+// delivered one is.
 func EventOf(e *stripe.Event) (Event, error) {
 	payload, err := json.Marshal(e)
 	if err != nil {
 		return Event{}, fmt.Errorf("encode event %s: %w", e.ID, err)
 	}
-	ev := Event{ID: e.ID, Type: string(e.Type), APIVersion: e.APIVersion, Created: time.Unix(e.Created, 0).UTC(), Account: e.Account,
-		Payload: payload}
-	if e.Data != nil {
-		var obj struct {
-			ID string `json:"id"`
-		}
-		if json.Unmarshal(e.Data.Raw, &obj) == nil {
-			ev.ObjectID = obj.ID
-		}
-	}
-	return ev, nil
+	return ParseEvent(payload)
 }
 
 // ErrUnknownCursor is returned by ListEvents when the provider no longer

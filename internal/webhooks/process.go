@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
@@ -25,9 +26,6 @@ const (
 	ResultNotOurs = "not_ours" // the object belongs to no payment of ours
 )
 
-// handler acts on one stored event and says what it concluded.
-type handler func(ctx context.Context, ev storedEvent, log *slog.Logger) (result string, err error)
-
 // action is what an event asks of the Processor.
 type action int
 
@@ -35,9 +33,9 @@ const (
 	// ignore: nothing. The event is stored already processed, with result
 	// "ignored", and no job is queued for it.
 	ignore action = iota
-	settleIntent
-	settleRefund
-	settleChargeRefunds
+	readIntent
+	readRefund
+	readChargeRefunds
 )
 
 // actionOf is the dispatch table: adding a type is a line here.
@@ -47,11 +45,11 @@ func actionOf(eventType string) action {
 		"payment_intent.requires_action", "payment_intent.processing",
 		// A manual-capture payment authorized: it awaits capture.
 		"payment_intent.amount_capturable_updated":
-		return settleIntent
+		return readIntent
 	case "refund.created", "refund.updated", "refund.failed":
-		return settleRefund
+		return readRefund
 	case "charge.refunded":
-		return settleChargeRefunds
+		return readChargeRefunds
 	}
 	return ignore
 }
@@ -64,7 +62,6 @@ type Processor struct {
 	logger   *slog.Logger
 	// CallTimeout bounds one provider call.
 	callTimeout time.Duration
-	handlers    map[action]handler
 }
 
 // ProcessorConfig tunes a Processor. Zero values take the defaults.
@@ -75,9 +72,7 @@ type ProcessorConfig struct {
 
 // NewProcessor returns a Processor.
 func NewProcessor(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, logger *slog.Logger, cfg ProcessorConfig) *Processor {
-	p := &Processor{pool: pool, keys: keys, provider: pc, logger: logger, callTimeout: cmp.Or(cfg.CallTimeout, 20*time.Second)}
-	p.handlers = map[action]handler{settleIntent: p.settleIntent, settleRefund: p.settleRefund, settleChargeRefunds: p.settleChargeRefunds}
-	return p
+	return &Processor{pool: pool, keys: keys, provider: pc, logger: logger, callTimeout: cmp.Or(cfg.CallTimeout, 20*time.Second)}
 }
 
 // Process acts on one stored event, once: an event already processed is
@@ -95,10 +90,16 @@ func (p *Processor) Process(ctx context.Context, eventID string) (string, error)
 		log = log.With(slog.String("account", ev.Account))
 	}
 	result := ResultIgnored
-	if h, ok := p.handlers[actionOf(ev.Type)]; ok {
-		if result, err = h(ctx, ev, log); err != nil {
-			return "", err
-		}
+	switch actionOf(ev.Type) {
+	case readIntent:
+		result, err = p.settleIntent(ctx, ev, log)
+	case readRefund:
+		result, err = p.settleRefund(ctx, ev, log)
+	case readChargeRefunds:
+		result, err = p.settleChargeRefunds(ctx, ev, log)
+	}
+	if err != nil {
+		return "", err
 	}
 	if err := markProcessed(ctx, p.pool, ev.ID, result); err != nil {
 		return "", err
@@ -160,6 +161,34 @@ func (p *Processor) settleIntent(ctx context.Context, ev storedEvent, log *slog.
 			slog.String("finding", s.Kind), slog.String("reason", s.Reason), slog.Bool("new_finding", isNew))
 	}
 	return s.Verdict.String(), nil
+}
+
+// finalAsTold reports whether ev (an intent's event) tells of a final
+// state its payment already records, for the intent the payment records:
+// then nothing could change, and neither the provider nor the payment's
+// lock is needed. Only states an intent never leaves count (succeeded,
+// canceled); anything else is read again.
+func finalAsTold(ctx context.Context, db querier, ev storedEvent) (bool, error) {
+	var status string
+	switch ev.Type {
+	case "payment_intent.succeeded":
+		status = string(payments.StatusSucceeded)
+	case "payment_intent.canceled":
+		status = string(payments.StatusCanceled)
+	default:
+		return false, nil
+	}
+	rows, err := db.Query(ctx, `
+		SELECT EXISTS (SELECT FROM payments WHERE provider_payment_intent_id = $1 AND coalesce(provider_account, '') = $2 AND status = $3)`,
+		ev.ObjectID, ev.Account, status)
+	if err != nil {
+		return false, fmt.Errorf("read the payment of intent %s: %w", *ev.ObjectID, err)
+	}
+	agrees, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[bool])
+	if err != nil {
+		return false, fmt.Errorf("read the payment of intent %s: %w", *ev.ObjectID, err)
+	}
+	return agrees, nil
 }
 
 // settleRefund reads the event's refund from the provider and settles our

@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
-	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/provider"
 )
@@ -63,34 +62,6 @@ func Ingest(ctx context.Context, pool *pgxpool.Pool, jobs Inserter, ev provider.
 		return postgres.SendAndCommit(ctx, tx, job)
 	})
 	return stored, err
-}
-
-// finalAsTold reports whether ev (an intent's event) tells of a final
-// state its payment already records, for the intent the payment records:
-// then nothing could change, and neither the provider nor the payment's
-// lock is needed. Only states an intent never leaves count (succeeded,
-// canceled); anything else is read again.
-func finalAsTold(ctx context.Context, db querier, ev storedEvent) (bool, error) {
-	var status string
-	switch ev.Type {
-	case "payment_intent.succeeded":
-		status = string(payments.StatusSucceeded)
-	case "payment_intent.canceled":
-		status = string(payments.StatusCanceled)
-	default:
-		return false, nil
-	}
-	rows, err := db.Query(ctx, `
-		SELECT EXISTS (SELECT FROM payments WHERE provider_payment_intent_id = $1 AND coalesce(provider_account, '') = $2 AND status = $3)`,
-		ev.ObjectID, ev.Account, status)
-	if err != nil {
-		return false, fmt.Errorf("read the payment of intent %s: %w", *ev.ObjectID, err)
-	}
-	agrees, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[bool])
-	if err != nil {
-		return false, fmt.Errorf("read the payment of intent %s: %w", *ev.ObjectID, err)
-	}
-	return agrees, nil
 }
 
 // redacted is an event's payload without the intent's client secret, a

@@ -511,17 +511,25 @@ func (s *Stack) AddWorker(env ...string) (string, error) {
 	return name, err
 }
 
-// AddAPI starts one more API process beside the running ones, on a free
-// address and with env added to its own, and returns its name ("api-2",
-// for Remove) and base URL.
+// AddAPI starts one more API process beside the running ones, set up as
+// the first (its webhook secret included) on free addresses and with env
+// added, and returns its name ("api-2", for Remove) and base URL. It is
+// not among APIURLs, which name the stack's own processes.
 func (s *Stack) AddAPI(env ...string) (name, baseURL string, err error) {
 	addrs, err := FreeAddrs(2)
 	if err != nil {
 		return "", "", err
 	}
+	own := []string{"LISTEN_ADDR=" + addrs[0], "METRICS_ADDR=" + addrs[1]}
+	if first := s.Process("api"); first != nil {
+		for _, kv := range first.Env {
+			if !strings.HasPrefix(kv, "LISTEN_ADDR=") && !strings.HasPrefix(kv, "METRICS_ADDR=") {
+				own = append(own, kv)
+			}
+		}
+	}
 	name = s.nextName("api")
-	err = s.start(&Process{Name: name, Binary: "api", Args: []string{"serve"},
-		Env: append([]string{"LISTEN_ADDR=" + addrs[0], "METRICS_ADDR=" + addrs[1]}, env...), Ready: "http://" + addrs[0] + "/readyz"})
+	err = s.start(&Process{Name: name, Binary: "api", Args: []string{"serve"}, Env: append(own, env...), Ready: "http://" + addrs[0] + "/readyz"})
 	return name, "http://" + addrs[0], err
 }
 

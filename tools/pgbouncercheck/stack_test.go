@@ -38,17 +38,15 @@ const webhookSecret = "whsec_pgbouncercheck"
 // binaries started through the bouncer in transaction pooling; the
 // simulator runs in-process.
 type stack struct {
-	t       *testing.T
-	ctx     context.Context
-	bouncer *pgbouncertest.Bouncer
-	// direct is the database on PostgreSQL itself, pooled the same
-	// database through the bouncer; db is the test's own direct pool, for
-	// its checks.
-	direct, pooled string
-	db             *pgxpool.Pool
-	tenant         tenant.Created
-	sim            stripesim.AdminClient
-	simURL         string
+	t   *testing.T
+	ctx context.Context
+	// pooled is the test's database through the bouncer; db is the test's
+	// own pool on PostgreSQL itself, for its checks.
+	pooled string
+	db     *pgxpool.Pool
+	tenant tenant.Created
+	sim    stripesim.AdminClient
+	simURL string
 }
 
 func setup(t *testing.T) *stack {
@@ -58,7 +56,7 @@ func setup(t *testing.T) *stack {
 	db, err := pgxpool.New(context.Background(), direct)
 	require.NoError(t, err)
 	t.Cleanup(db.Close)
-	s := &stack{t: t, ctx: context.Background(), bouncer: b, direct: direct, pooled: b.URL(t, direct), db: db}
+	s := &stack{t: t, ctx: context.Background(), pooled: b.URL(t, direct), db: db}
 	// An operator's command, through the pooler too.
 	out := s.api([]string{"tenants", "create", "acme"})
 	require.NoError(t, json.Unmarshal([]byte(lastLine(out)), &s.tenant), out)

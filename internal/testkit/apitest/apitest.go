@@ -89,7 +89,7 @@ func start(t testing.TB, pool *pgxpool.Pool, created tenant.Created, moreV1Route
 		Payments:       &payments.Service{Deps: operations},
 		Refunds:        &refunds.Service{Deps: operations},
 		Authorizations: &authorizations.Service{Deps: operations},
-		Webhooks:       &webhooks.Handler{Pool: pool, Jobs: outbox.New(inserter), Logger: logger, Secret: WebhookSecret},
+		Webhooks:       &webhooks.Handler{Pool: pool, Jobs: operations.Outbox, Logger: logger, Secret: WebhookSecret},
 		MoreV1Routes:   moreV1Routes,
 	})
 	srv := httptest.NewServer(handler)

@@ -45,9 +45,6 @@ type Bouncer struct {
 	out  *bintest.Output
 }
 
-// Addr is where the bouncer listens (host:port).
-func (b *Bouncer) Addr() string { return b.addr }
-
 // URL returns dbURL, a database of the test server as pgtest hands them
 // out, reached through the bouncer instead.
 func (b *Bouncer) URL(tb testing.TB, dbURL string) string {
