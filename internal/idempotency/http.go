@@ -24,6 +24,7 @@ const MaxWait = 30 * time.Second
 type DB interface {
 	TxBeginner
 	Querier
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
 // Endpoint serves one idempotent POST endpoint. It parses the key, lets
@@ -42,6 +43,10 @@ type Endpoint[T any] struct {
 	Decode func(w http.ResponseWriter, r *http.Request) (T, error)
 	// Execute does the operation's writes inside the key's transaction.
 	Execute func(ctx context.Context, tx pgx.Tx, attempt Attempt, req T) (Outcome, error)
+	// Fresh, if set, prepares the operation of a key this process has not
+	// seen without reading anything (see Fresh): such a key then costs one
+	// round trip. Execute still serves every other case.
+	Fresh func(ctx context.Context, attempt Attempt, req T) (Outcome, bool, error)
 	// LockResource is copied into every Request: see Request.LockResource.
 	LockResource func(ctx context.Context, tx pgx.Tx, resourceID string) error
 }
@@ -65,11 +70,21 @@ func (e *Endpoint[T]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	tenantID := e.TenantID(r)
 	ireq := Request{TenantID: tenantID, Key: key, Method: r.Method, Path: r.URL.Path, Fingerprint: fingerprint, LockResource: e.LockResource}
 	// Cheapest first: a completed response in memory, then a committed row
-	// read outside a transaction, then the transaction. Each answers only
-	// what the next would.
+	// read outside a transaction (a key seen here), or a new key's writes in
+	// one round trip (a key not seen here), then the transaction. Each
+	// answers only what the next would.
 	res, ok := e.Store.replays.replay(ireq)
 	if !ok {
 		res, ok = e.Store.replayCommitted(r.Context(), e.DB, ireq)
+		if !ok && e.Fresh != nil && !e.Store.recent.seen(tenantID, key) {
+			res, ok, err = e.Store.runFresh(r.Context(), e.DB, ireq, func(ctx context.Context, a Attempt) (Outcome, bool, error) {
+				return e.Fresh(ctx, a, req)
+			})
+			if err != nil {
+				respond.Problem(w, r, e.Logger, err)
+				return
+			}
+		}
 		if !ok {
 			res, err = e.Store.Run(r.Context(), e.DB, ireq, func(ctx context.Context, tx pgx.Tx, a Attempt) (Outcome, error) {
 				return e.Execute(ctx, tx, a, req)
@@ -86,7 +101,14 @@ func (e *Endpoint[T]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if res.Kind == Execute || res.Kind == Replay {
 		e.Store.recent.add(tenantID, key)
 	}
-	e.Logger.DebugContext(r.Context(), "idempotency decision", slog.String("tenant_id", tenantID), slog.String("decision", res.Kind.String()))
+	// A new operation's line is the one kept in production: it ties the
+	// request to what it created.
+	if res.Kind == Execute {
+		e.Logger.InfoContext(r.Context(), "idempotency decision", slog.String("tenant_id", tenantID), slog.String("decision", res.Kind.String()),
+			slog.String("resource_id", res.Record.ResourceID))
+	} else {
+		e.Logger.DebugContext(r.Context(), "idempotency decision", slog.String("tenant_id", tenantID), slog.String("decision", res.Kind.String()))
+	}
 	if e.Store.cfg.Observe != nil {
 		e.Store.cfg.Observe(tenantID, res.Kind)
 	}

@@ -64,6 +64,11 @@ func (s *Store) replayCommitted(ctx context.Context, db Querier, req Request) (R
 	if !s.recent.seen(req.TenantID, req.Key) {
 		return Result{}, false
 	}
+	return s.replayRow(ctx, db, req)
+}
+
+// replayRow is replayCommitted's read, for any key known to exist.
+func (s *Store) replayRow(ctx context.Context, db Querier, req Request) (Result, bool) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
 	rec, err := getKey(ctx, db, req.TenantID, req.Key)

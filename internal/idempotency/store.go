@@ -177,12 +177,17 @@ type Config struct {
 	// tenant (for metrics). It must not block.
 	Observe func(tenantID string, kind Kind)
 	// Admit, if set, is asked before an operation runs under a new (or
-	// re-acquired) key, inside the key's transaction. An error refuses the
-	// request: the transaction rolls back, the key with it, so a later
-	// request with the same key runs. Replays, duplicates in progress and
-	// mismatches never reach it, so tenant limits hung here count only new
-	// operations, at no cost to the requests they let through.
-	Admit func(ctx context.Context, tx pgx.Tx, tenantID string) error
+	// re-acquired) key: inside the key's transaction, or just before a new
+	// key's one-round-trip batch (see Endpoint.Fresh). An error refuses the
+	// request: nothing is written, the key included, so a later request
+	// with the same key runs. Replays, duplicates in progress and
+	// mismatches are never refused by it (a refusal before the key is
+	// reserved is asked again once it is), so tenant limits hung here count
+	// only new operations, at no cost to the requests they let through. The
+	// function it returns takes the admission back: it is called when the
+	// operation turned out not to run (its key was taken, or its writes
+	// failed).
+	Admit func(ctx context.Context, a Admission) (undo func(), err error)
 	// RecentKeys is how many keys an Endpoint remembers having reserved
 	// or replayed, so that a retry of one is tried as a single read before
 	// the transaction a new key needs (a new key pays nothing for this).
@@ -269,7 +274,7 @@ var ErrTransition = errors.New("idempotency key not in a state that allows this 
 // same statement reads the row when it was already there, so a replay
 // costs one statement.
 func (s *Store) Reserve(ctx context.Context, tx pgx.Tx, req Request) (Decision, error) {
-	lockTimeout := fmt.Sprintf("%dms", max(s.cfg.LockWait.Milliseconds(), 1))
+	lockTimeout := lockTimeout(s.cfg.LockWait)
 	// Bounded: each pass either decides or removes one expired row or loses
 	// one re-acquisition race, after which the row is no longer retryable.
 	for range 3 {
@@ -339,6 +344,11 @@ func (s *Store) Reserve(ctx context.Context, tx pgx.Tx, req Request) (Decision, 
 	return Decision{Kind: InProgress}, nil
 }
 
+// lockTimeout is the lock_timeout setting for a wait of at most wait.
+func lockTimeout(wait time.Duration) string {
+	return fmt.Sprintf("%dms", max(wait.Milliseconds(), 1))
+}
+
 // lockResource takes the resource's lock through the caller's hook, the
 // first half of the lock order (resource row, then key). Waiting too long
 // for it means another transaction is settling the same operation: that is
@@ -382,11 +392,8 @@ type Outcome struct {
 
 // Save records an Execute decision's outcome in tx.
 func (s *Store) Save(ctx context.Context, tx pgx.Tx, req Request, out Outcome) error {
-	if out.Response.StatusCode >= 500 || out.Response.StatusCode < 200 {
-		return fmt.Errorf("refusing to store a %d response", out.Response.StatusCode)
-	}
-	if out.Status != StatusProcessing && out.Status != StatusCompleted {
-		return fmt.Errorf("an operation's outcome must be processing or completed, not %q", out.Status)
+	if err := validOutcome(out); err != nil {
+		return err
 	}
 	if out.Writes == nil {
 		return transition(ctx, tx, req.TenantID, req.Key, []Status{StatusProcessing}, out.Status, out.ResourceID, &out.Response, s.cfg.Retention)
@@ -397,6 +404,17 @@ func (s *Store) Save(ctx context.Context, tx pgx.Tx, req Request, out Outcome) e
 	// own, the commit goes with them.
 	if err := postgres.SendAndCommit(ctx, tx, batch); err != nil {
 		return fmt.Errorf("save outcome: %w", err)
+	}
+	return nil
+}
+
+// validOutcome refuses what a key never stores.
+func validOutcome(out Outcome) error {
+	if out.Response.StatusCode >= 500 || out.Response.StatusCode < 200 {
+		return fmt.Errorf("refusing to store a %d response", out.Response.StatusCode)
+	}
+	if out.Status != StatusProcessing && out.Status != StatusCompleted {
+		return fmt.Errorf("an operation's outcome must be processing or completed, not %q", out.Status)
 	}
 	return nil
 }
@@ -475,6 +493,8 @@ func (s *Store) Run(ctx context.Context, db TxBeginner, req Request, op Operatio
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
 	var res Result
+	// admitted takes back an admission whose operation did not commit.
+	admitted := func() {}
 	run := func(tx pgx.Tx) error {
 		dec, err := s.Reserve(ctx, tx, req)
 		if err != nil {
@@ -485,9 +505,11 @@ func (s *Store) Run(ctx context.Context, db TxBeginner, req Request, op Operatio
 			return nil
 		}
 		if s.cfg.Admit != nil {
-			if err := s.cfg.Admit(ctx, tx, req.TenantID); err != nil {
+			undo, err := s.cfg.Admit(ctx, Admission{TenantID: req.TenantID, DB: tx, Reserved: true})
+			if err != nil {
 				return err
 			}
+			admitted = undo
 		}
 		out, err := op(ctx, tx, Attempt{Request: req, ResourceID: dec.Record.ResourceID, Now: dec.Record.UpdatedAt})
 		if err != nil {
@@ -511,6 +533,9 @@ func (s *Store) Run(ctx context.Context, db TxBeginner, req Request, op Operatio
 		err = postgres.InTx(ctx, pool, run)
 	} else {
 		err = pgx.BeginTxFunc(ctx, db, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, run)
+	}
+	if err != nil {
+		admitted()
 	}
 	if errors.Is(err, errKeyHeld) {
 		return Result{Kind: InProgress}, nil

@@ -34,12 +34,13 @@ type Deps struct {
 // 422 on a mismatch, Prefer: wait, 5xx never stored) is the idempotency
 // Endpoint's; the kind brings only its body's rules (decode), its writes
 // under the key (execute) and, for a re-acquired key, the lock its
-// resource takes before the key's (lock).
+// resource takes before the key's (lock). A kind whose new operation reads
+// nothing sets the Endpoint's Fresh too.
 func Endpoint[Req any](d Deps,
 	decode func(http.ResponseWriter, *http.Request) (Req, error),
 	execute func(context.Context, pgx.Tx, idempotency.Attempt, Req) (idempotency.Outcome, error),
 	lock func(ctx context.Context, tx pgx.Tx, resourceID string) error,
-) http.Handler {
+) *idempotency.Endpoint[Req] {
 	return &idempotency.Endpoint[Req]{Store: d.Keys, DB: d.DB, Logger: d.Logger, TenantID: tenant.IDFromRequest,
 		Decode: decode, Execute: execute, LockResource: lock}
 }

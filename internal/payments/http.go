@@ -10,7 +10,9 @@ import (
 // HandleCreate serves POST /v1/payments.
 func (s *Service) HandleCreate() http.Handler {
 	// A re-acquired key resumes its payment: lock the payment first.
-	return operation.Endpoint(s.Deps, DecodeCreate, s.create, LockPayment)
+	endpoint := operation.Endpoint(s.Deps, DecodeCreate, s.create, LockPayment)
+	endpoint.Fresh = s.fresh
+	return endpoint
 }
 
 // resource is how payments are read over HTTP.

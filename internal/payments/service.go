@@ -23,19 +23,33 @@ type Service struct {
 // transaction it writes the payment (or resumes the one an earlier attempt
 // wrote) and inserts the job that will charge it, and answers 202.
 func (s *Service) create(ctx context.Context, tx pgx.Tx, attempt idempotency.Attempt, req CreateRequest) (idempotency.Outcome, error) {
-	tenantID := attempt.Request.TenantID
 	if attempt.ResourceID != "" {
 		return s.resume(ctx, tx, attempt)
 	}
 	if req.Customer != "" {
-		if err := claimCustomer(ctx, tx, tenantID, req.Customer); err != nil {
+		if err := claimCustomer(ctx, tx, attempt.Request.TenantID, req.Customer); err != nil {
 			return idempotency.Outcome{}, err
 		}
 	}
-	// A new payment is known in full before it is written (its time is the
-	// transaction's, as the key's), so its row, its charge job and the
-	// stored 202 go to the database together, with the commit: after the
-	// key's reservation, one round trip.
+	return s.newPayment(ctx, attempt, req)
+}
+
+// fresh is create for a key not yet reserved: a payment with no customer
+// to claim reads nothing, so its key, its row and its job go to the
+// database in one round trip (idempotency.Fresh).
+func (s *Service) fresh(ctx context.Context, attempt idempotency.Attempt, req CreateRequest) (idempotency.Outcome, bool, error) {
+	if req.Customer != "" {
+		return idempotency.Outcome{}, false, nil
+	}
+	out, err := s.newPayment(ctx, attempt, req)
+	return out, err == nil, err
+}
+
+// newPayment is a new payment's outcome: its row, its charge job and the
+// stored 202, known in full before they are written (its time is the
+// attempt's, as the key's) and sent with the key's own writes.
+func (s *Service) newPayment(ctx context.Context, attempt idempotency.Attempt, req CreateRequest) (idempotency.Outcome, error) {
+	tenantID := attempt.Request.TenantID
 	p := newPayment(tenantID, attempt.Request.Key, req)
 	p.CreatedAt, p.UpdatedAt = attempt.Now, attempt.Now
 	resp, err := s.accepted(p)
@@ -47,7 +61,6 @@ func (s *Service) create(ctx context.Context, tx pgx.Tx, attempt idempotency.Att
 	if err := s.Outbox.QueueInsert(ctx, writes, ChargePaymentArgs{TenantID: tenantID, PaymentID: p.ID}); err != nil {
 		return idempotency.Outcome{}, err
 	}
-	s.Logger.InfoContext(ctx, "payment accepted", slog.String("tenant_id", tenantID), slog.String("payment_id", p.ID), slog.Bool("resumed", false))
 	return idempotency.Outcome{Status: idempotency.StatusProcessing, ResourceID: p.ID, Response: resp, Writes: writes}, nil
 }
 

@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/go-chi/httprate"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/problem"
@@ -65,39 +64,64 @@ func New(cfg Config) *Limits {
 	cfg.PendingRecount = cmp.Or(cfg.PendingRecount, time.Second)
 	l := &Limits{cfg: cfg, pending: map[string]pendingCount{}}
 	if cfg.Rate > 0 {
-		l.limiter = httprate.NewRateLimiter(cfg.Rate, cfg.Window)
+		// A counter of its own aligns the windows to the clock, so that
+		// uncount can name the window a count went into.
+		l.limiter = httprate.NewRateLimiter(cfg.Rate, cfg.Window, httprate.WithLimitCounter(httprate.NewLocalLimitCounter(cfg.Window)))
 	}
 	return l
 }
 
 // Admit is the idempotency Store's admission check (idempotency.Config.Admit):
-// it runs only for a new operation, inside its key's transaction, and
-// refuses it with a 429 problem when the tenant is past a limit.
-func (l *Limits) Admit(ctx context.Context, tx pgx.Tx, tenantID string) error {
+// it runs only for a new operation, inside its key's transaction or just
+// before its one-round-trip batch, and refuses it with a 429 problem when
+// the tenant is past a limit. What it returns takes the operation's count
+// against the rate back.
+func (l *Limits) Admit(ctx context.Context, a idempotency.Admission) (undo func(), err error) {
+	undo = func() {}
 	if l == nil {
-		return nil
+		return undo, nil
 	}
-	if l.limiter != nil && l.overRate(ctx, tenantID) {
-		l.refused("rate")
-		return &problem.Error{Type: problem.RateLimited, RetryAfter: l.cfg.Window,
-			Detail:     "Your account started more than " + strconv.Itoa(l.cfg.Rate) + " new operations per " + l.cfg.Window.String() + "; nothing was done for this request.",
-			Extensions: map[string]any{"limit": l.cfg.Rate, "window_seconds": l.cfg.Window.Seconds()}}
+	if l.limiter != nil {
+		if l.overRate(ctx, a.TenantID) {
+			l.refused(a, "rate")
+			return nil, &problem.Error{Type: problem.RateLimited, RetryAfter: l.cfg.Window,
+				Detail:     "Your account started more than " + strconv.Itoa(l.cfg.Rate) + " new operations per " + l.cfg.Window.String() + "; nothing was done for this request.",
+				Extensions: map[string]any{"limit": l.cfg.Rate, "window_seconds": l.cfg.Window.Seconds()}}
+		}
+		undo = l.uncount(a.TenantID)
 	}
 	if l.cfg.MaxPending <= 0 {
-		return nil
+		return undo, nil
 	}
-	pending, err := l.countPending(ctx, tx, tenantID)
+	others, err := l.othersPending(ctx, a)
 	if err != nil {
-		return err
+		undo()
+		return nil, err
 	}
-	// The count includes the key this transaction has just reserved.
-	if pending > l.cfg.MaxPending {
-		l.refused("pending")
-		return &problem.Error{Type: problem.TooManyPending, RetryAfter: l.cfg.PendingRetryAfter,
-			Detail:     "Your account has " + strconv.Itoa(pending-1) + " operations in flight, its limit; nothing was done for this request.",
+	if others >= l.cfg.MaxPending {
+		undo()
+		l.refused(a, "pending")
+		return nil, &problem.Error{Type: problem.TooManyPending, RetryAfter: l.cfg.PendingRetryAfter,
+			Detail:     "Your account has " + strconv.Itoa(others) + " operations in flight, its limit; nothing was done for this request.",
 			Extensions: map[string]any{"limit": l.cfg.MaxPending}}
 	}
-	return nil
+	l.addPending(a.TenantID, 1)
+	uncountRate := undo
+	return func() {
+		uncountRate()
+		l.addPending(a.TenantID, -1)
+	}, nil
+}
+
+// uncount returns what takes one operation of tenantID back from the rate
+// window it was counted in (from none, once that window has passed).
+func (l *Limits) uncount(tenantID string) func() {
+	counted := time.Now().UTC().Truncate(l.cfg.Window)
+	return func() {
+		if window := time.Now().UTC().Truncate(l.cfg.Window); window.Equal(counted) {
+			_ = l.limiter.Counter().IncrementBy(tenantID, window, -1)
+		}
+	}
 }
 
 // overRate counts one new operation against the tenant's rate, unless that
@@ -155,28 +179,46 @@ func (headerSink) Header() http.Header         { return http.Header{} }
 func (headerSink) Write(b []byte) (int, error) { return len(b), nil }
 func (headerSink) WriteHeader(int)             {}
 
-// countPending returns the tenant's operations in flight. Far below the
-// cap a count up to PendingRecount old is used, so most new operations
-// cost no query; from half the cap on it is counted afresh every time.
-func (l *Limits) countPending(ctx context.Context, tx pgx.Tx, tenantID string) (int, error) {
+// othersPending returns the tenant's operations in flight, but for the
+// one asking. Far below the cap a count up to PendingRecount old (with the
+// operations admitted since added) is used, so most new operations cost no
+// query; from half the cap on it is counted afresh every time.
+func (l *Limits) othersPending(ctx context.Context, a idempotency.Admission) (int, error) {
 	l.mu.Lock()
-	last, ok := l.pending[tenantID]
+	last, ok := l.pending[a.TenantID]
 	l.mu.Unlock()
 	if ok && last.n < l.cfg.MaxPending/2 && time.Since(last.at) < l.cfg.PendingRecount {
 		return last.n, nil
 	}
-	n, err := idempotency.CountProcessing(ctx, tx, tenantID, l.cfg.MaxPending+1)
+	n, err := idempotency.CountProcessing(ctx, a.DB, a.TenantID, l.cfg.MaxPending+1)
 	if err != nil {
 		return 0, err
 	}
+	if a.Reserved {
+		n-- // the asking operation's own key
+	}
 	l.mu.Lock()
-	l.pending[tenantID] = pendingCount{n: n, at: time.Now()}
+	l.pending[a.TenantID] = pendingCount{n: n, at: time.Now()}
 	l.mu.Unlock()
 	return n, nil
 }
 
-func (l *Limits) refused(limit string) {
-	if l.cfg.OnLimited != nil {
+// addPending adds delta to the tenant's last count, for an operation
+// admitted (or taken back) since.
+func (l *Limits) addPending(tenantID string, delta int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if last, ok := l.pending[tenantID]; ok {
+		last.n = max(last.n+delta, 0)
+		l.pending[tenantID] = last
+	}
+}
+
+// refused reports a refusal once the key is reserved: before, the request
+// may still turn out to be a replay, which is never refused, and it is
+// asked again once its key is reserved.
+func (l *Limits) refused(a idempotency.Admission, limit string) {
+	if a.Reserved && l.cfg.OnLimited != nil {
 		l.cfg.OnLimited(limit)
 	}
 }

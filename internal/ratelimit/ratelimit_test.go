@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncepay/oncepay/internal/api"
@@ -33,6 +34,11 @@ type server struct {
 
 func start(t *testing.T, cfg ratelimit.Config) (*server, func(name string) tenant.Created) {
 	pool, _ := pgtest.NewPool(t)
+	return startOn(t, pool, cfg)
+}
+
+// startOn starts an API process on pool's database.
+func startOn(t *testing.T, pool *pgxpool.Pool, cfg ratelimit.Config) (*server, func(name string) tenant.Created) {
 	logger := slog.New(slog.DiscardHandler)
 	keys := idempotency.NewStore(idempotency.Config{Admit: ratelimit.New(cfg).Admit})
 	jobs, err := outbox.NewInsertOnly(pool, logger)
@@ -119,4 +125,31 @@ func TestPendingCap(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, status, "a replay is never capped")
 	status, _, _ = s.pay(other, "pending-key-"+id.New("k"))
 	require.Equal(t, http.StatusAccepted, status, "the cap is per tenant")
+}
+
+// TestRetriesOnAnotherProcessCostNoRate: a retry that reaches a process
+// which has not seen its key is tried there as a new operation first, and
+// counted; the count is given back when the key turns out taken, so
+// retries never use up a tenant's rate.
+func TestRetriesOnAnotherProcessCostNoRate(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.NewPool(t)
+	first, newTenant := startOn(t, pool, ratelimit.Config{Rate: 2, Window: time.Hour})
+	second, _ := startOn(t, pool, ratelimit.Config{Rate: 2, Window: time.Hour})
+	who := newTenant("retrying")
+	known := "retry-key-" + id.New("k")
+	status, _, _ := first.pay(who, known)
+	require.Equal(t, http.StatusAccepted, status)
+
+	for range 3 {
+		status, header, _ := second.pay(who, known)
+		require.Equal(t, http.StatusAccepted, status)
+		require.Equal(t, "true", header.Get(idempotency.ReplayedHeader))
+	}
+	for range 2 {
+		status, _, _ := second.pay(who, "retry-key-"+id.New("k"))
+		require.Equal(t, http.StatusAccepted, status, "the retries took none of the rate")
+	}
+	status, _, _ = second.pay(who, "retry-key-"+id.New("k"))
+	require.Equal(t, http.StatusTooManyRequests, status)
 }
