@@ -2,6 +2,7 @@ package idempotency
 
 import (
 	"context"
+	"crypto/sha256"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -57,45 +58,17 @@ func (e *Endpoint[T]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		respond.Problem(w, r, e.Logger, err)
 		return
 	}
-	req, err := e.Decode(w, r)
-	if err != nil {
-		respond.Problem(w, r, e.Logger, err)
-		return
-	}
-	fingerprint, err := Fingerprint(r.Method, r.URL.Path, req)
-	if err != nil {
-		respond.Problem(w, r, e.Logger, err)
-		return
-	}
 	tenantID := e.TenantID(r)
-	ireq := Request{TenantID: tenantID, Key: key, Method: r.Method, Path: r.URL.Path, Fingerprint: fingerprint, LockResource: e.LockResource}
-	// Cheapest first: a completed response in memory, then a committed row
-	// read outside a transaction (a key seen here), or a new key's writes in
-	// one round trip (a key not seen here), then the transaction. Each
-	// answers only what the next would.
-	res, ok := e.Store.replays.replay(ireq)
+	// A retry of a key seen here keeps its bytes' digest: the same bytes
+	// again are answered from memory before they are decoded.
+	var exact *[sha256.Size]byte
+	if e.Store.replays != nil && e.Store.recent.seen(tenantID, key) {
+		exact = exactDigest(r)
+	}
+	res, ok := e.Store.replays.replayExact(tenantID, key, exact)
 	if !ok {
-		res, ok = e.Store.replayCommitted(r.Context(), e.DB, ireq)
-		if !ok && e.Fresh != nil && !e.Store.recent.seen(tenantID, key) {
-			res, ok, err = e.Store.runFresh(r.Context(), e.DB, ireq, func(ctx context.Context, a Attempt) (Outcome, bool, error) {
-				return e.Fresh(ctx, a, req)
-			})
-			if err != nil {
-				respond.Problem(w, r, e.Logger, err)
-				return
-			}
-		}
-		if !ok {
-			res, err = e.Store.Run(r.Context(), e.DB, ireq, func(ctx context.Context, tx pgx.Tx, a Attempt) (Outcome, error) {
-				return e.Execute(ctx, tx, a, req)
-			})
-			if err != nil {
-				respond.Problem(w, r, e.Logger, err)
-				return
-			}
-		}
-		if res.Kind == Replay {
-			e.Store.replays.remember(res.Record)
+		if res, ok = e.decide(w, r, tenantID, key, exact); !ok {
+			return
 		}
 	}
 	if res.Kind == Execute || res.Kind == Replay {
@@ -132,6 +105,52 @@ func (e *Endpoint[T]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case Expired:
 		e.writeExpired(w, r, res.Record)
 	}
+}
+
+// decide decodes the request and decides what its key calls for: cheapest
+// first, a completed response in memory, then a committed row read outside
+// a transaction (a key seen here), or a new key's writes in one round trip
+// (a key not seen here), then the transaction. Each answers only what the
+// next would. It answers a request that cannot be decided itself, and then
+// returns false.
+func (e *Endpoint[T]) decide(w http.ResponseWriter, r *http.Request, tenantID, key string, exact *[sha256.Size]byte) (Result, bool) {
+	req, err := e.Decode(w, r)
+	if err != nil {
+		respond.Problem(w, r, e.Logger, err)
+		return Result{}, false
+	}
+	fingerprint, err := Fingerprint(r.Method, r.URL.Path, req)
+	if err != nil {
+		respond.Problem(w, r, e.Logger, err)
+		return Result{}, false
+	}
+	ireq := Request{TenantID: tenantID, Key: key, Method: r.Method, Path: r.URL.Path, Fingerprint: fingerprint, LockResource: e.LockResource}
+	if res, ok := e.Store.replays.replay(ireq, exact); ok {
+		return res, true
+	}
+	res, ok := e.Store.replayCommitted(r.Context(), e.DB, ireq)
+	if !ok && e.Fresh != nil && !e.Store.recent.seen(tenantID, key) {
+		res, ok, err = e.Store.runFresh(r.Context(), e.DB, ireq, func(ctx context.Context, a Attempt) (Outcome, bool, error) {
+			return e.Fresh(ctx, a, req)
+		})
+		if err != nil {
+			respond.Problem(w, r, e.Logger, err)
+			return Result{}, false
+		}
+	}
+	if !ok {
+		res, err = e.Store.Run(r.Context(), e.DB, ireq, func(ctx context.Context, tx pgx.Tx, a Attempt) (Outcome, error) {
+			return e.Execute(ctx, tx, a, req)
+		})
+		if err != nil {
+			respond.Problem(w, r, e.Logger, err)
+			return Result{}, false
+		}
+	}
+	if res.Kind == Replay {
+		e.Store.replays.remember(res.Record, exact)
+	}
+	return res, true
 }
 
 // writeExpired refuses a request whose key is a tombstone, naming what the

@@ -212,4 +212,40 @@ func TestFinishedReplays(t *testing.T) {
 		a.forget(t)
 		require.Equal(t, http.StatusAccepted, post(t, a.h, a.key, `{"n": 1}`).Code, "read from the database again")
 	})
+
+	// A retry with the very bytes of a request already found to be the
+	// key's own is answered before it is decoded; any other bytes are
+	// decoded and checked again.
+	t.Run("TheSameBytesAreNotDecodedAgain", func(t *testing.T) {
+		t.Parallel()
+		a := replayOnce(t, idempotency.Config{}, doneBody)
+		var decoded atomic.Int32
+		decode := a.h.Decode
+		a.h.Decode = func(w http.ResponseWriter, r *http.Request) (thing, error) {
+			decoded.Add(1)
+			return decode(w, r)
+		}
+		answer := func(body string, headers ...string) *httptest.ResponseRecorder {
+			t.Helper()
+			w := post(t, a.h, a.key, body, headers...)
+			require.Equal(t, http.StatusCreated, w.Code, "body: %s", w.Body)
+			require.Equal(t, doneBody, w.Body.String())
+			return w
+		}
+
+		// The replay that read the row kept its request's digest.
+		answer(`{"n": 1}`)
+		answer(`{"n": 1}`)
+		require.Zero(t, decoded.Load(), "the same bytes again")
+
+		answer(`{"n":1}`)
+		require.EqualValues(t, 1, decoded.Load(), "other bytes of the same request are decoded")
+		answer(`{"n":1}`)
+		require.EqualValues(t, 1, decoded.Load(), "and kept in turn")
+		answer(`{"n":1}`, "Content-Type", "text/plain")
+		require.EqualValues(t, 2, decoded.Load(), "another content type is decoded")
+		problemBody(t, post(t, a.h, a.key, `{"n": 2}`), problem.IdempotencyKeyMismatch)
+		require.EqualValues(t, 3, decoded.Load())
+		require.Equal(t, int32(1), a.runs.Load())
+	})
 }
