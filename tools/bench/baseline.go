@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -35,6 +36,8 @@ func (r *run) startBaseline(ctx context.Context, dbURL string) (*baselineProcess
 	cmd := exec.Command(filepath.Join(r.cfg.BinDir, "baseline"), "-addr", "127.0.0.1:0", "-tenants", strings.Join(pairs, ","))
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL)
 	cmd.Stderr = logFile
+	// Gone with the bench, however it ends.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err

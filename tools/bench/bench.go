@@ -227,10 +227,13 @@ func Run(ctx context.Context, cfg Config) (_ *Results, path string, err error) {
 	if err := r.setup(ctx); err != nil {
 		return nil, "", err
 	}
-	if r.baseline, err = r.startBaseline(ctx, dbURL); err != nil {
-		return nil, "", err
+	// The bare server serves the new-key phase alone.
+	if len(cfg.Only) == 0 || slices.Contains(cfg.Only, "newkey") {
+		if r.baseline, err = r.startBaseline(ctx, dbURL); err != nil {
+			return nil, "", err
+		}
+		defer r.baseline.stop()
 	}
-	defer r.baseline.stop()
 	for _, phase := range []struct {
 		name string
 		run  func(context.Context) (*PhaseResult, error)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -139,7 +140,9 @@ func (r *run) newKey(ctx context.Context) (*PhaseResult, error) {
 			return nil, err
 		}
 		after = r.sampleCPU("postgres")
-		rd.CPU.PostgresUnderGolden = num(after.perThousandSince(before, "postgres", int(rd.Golden.TPS*r.cfg.Round.Seconds())))
+		// The transactions pgbench logged: its run outlasts the round by
+		// its connections and its last transactions.
+		rd.CPU.PostgresUnderGolden = num(after.perThousandSince(before, "postgres", rd.Golden.Latency.Count))
 		r.printf("round %d: oncepay %.0f/s p50 %.2f ms p99 %.2f ms, CPU/1k api %s s postgres %s s | bare %.0f/s p50 %.2f ms, CPU/1k bare %s s postgres %s s | golden.sql %.0f tps p50 %.2f ms p99 %.2f ms, CPU/1k postgres %s s",
 			i+1, rd.Oncepay.Throughput, rd.Oncepay.Latency.P50MS, rd.Oncepay.Latency.P99MS, fmtNum(float64(rd.CPU.API)), fmtNum(float64(rd.CPU.Postgres)),
 			rd.Bare.Throughput, rd.Bare.Latency.P50MS, fmtNum(float64(rd.CPU.Bare)), fmtNum(float64(rd.CPU.PostgresUnderBare)),
@@ -269,6 +272,24 @@ type SettledRound struct {
 	// CPU is CPU seconds per 1,000 payments accepted, from the start of
 	// the load until the last of them was final, by process.
 	CPU SettledCPU `json:"cpu_per_1000"`
+	// CeilingPerSec is the most payments a second these cores could take
+	// from request to final, at that CPU per payment: an upper bound (the
+	// simulator and the load client are left out). A closed loop that
+	// accepts faster than it is one the worker cannot keep up with here.
+	CeilingPerSec float64 `json:"ceiling_per_sec"`
+}
+
+// coresCeiling is how many operations a second the machine's cores can
+// do at perThousand CPU seconds per 1,000 operations (NaN if unknown).
+func coresCeiling(perThousand ...num) float64 {
+	var sum float64
+	for _, v := range perThousand {
+		sum += float64(v)
+	}
+	if !(sum > 0) {
+		return nan
+	}
+	return float64(runtime.NumCPU()) * 1000 / sum
 }
 
 // SettledCPU is CPU seconds per 1,000 payments taken from request to final.
@@ -316,12 +337,13 @@ func (r *run) settled(ctx context.Context) (*PhaseResult, error) {
 		rd.CPU = SettledCPU{API: num(cpuAfter.perThousandSince(cpuBefore, "api", accepted)),
 			Worker:   num(cpuAfter.perThousandSince(cpuBefore, "worker", accepted)),
 			Postgres: num(cpuAfter.perThousandSince(cpuBefore, "postgres", accepted))}
+		rd.CeilingPerSec = coresCeiling(rd.CPU.API, rd.CPU.Worker, rd.CPU.Postgres)
 		if rd.Pgbench, err = r.pgbench.run(ctx, r.cfg.Clients, r.cfg.Round, "golden.sql", "complete.sql"); err != nil {
 			return nil, err
 		}
 		rd.PgbenchPaymentsPerSec = rd.Pgbench.TPS / 2
-		r.printf("round %d: accepted %.0f/s settled %.0f/s, backlog %d (grew %+.2f s of load in the second half) drained in %.1fs | golden.sql+complete.sql %.0f payments/s", i+1,
-			rd.AcceptedPerSec, rd.SettledPerSec, rd.Backlog, rd.BacklogGrowthSeconds, rd.DrainSeconds, rd.PgbenchPaymentsPerSec)
+		r.printf("round %d: accepted %.0f/s settled %.0f/s, backlog %d (grew %+.2f s of load in the second half) drained in %.1fs, the cores' ceiling %.0f/s | golden.sql+complete.sql %.0f payments/s", i+1,
+			rd.AcceptedPerSec, rd.SettledPerSec, rd.Backlog, rd.BacklogGrowthSeconds, rd.DrainSeconds, rd.CeilingPerSec, rd.PgbenchPaymentsPerSec)
 		rounds = append(rounds, rd)
 	}
 	r.sustainedRate = medianOf(rounds, func(rd SettledRound) float64 { return rd.SettledPerSec })
@@ -335,6 +357,11 @@ func (r *run) settled(ctx context.Context) (*PhaseResult, error) {
 		single("CPU/1k payments settled: api", "s", medianOf(rounds, func(rd SettledRound) float64 { return float64(rd.CPU.API) }), nil),
 		single("CPU/1k payments settled: worker", "s", medianOf(rounds, func(rd SettledRound) float64 { return float64(rd.CPU.Worker) }), nil),
 		single("CPU/1k payments settled: PostgreSQL", "s", medianOf(rounds, func(rd SettledRound) float64 { return float64(rd.CPU.Postgres) }), nil),
+		// Above 1, the loop accepts faster than these cores can settle:
+		// settled/s cannot keep up with accepted/s on them.
+		compared("accepted/s vs the cores' ceiling (cores ÷ CPU per payment)", "/s", rounds,
+			func(rd SettledRound) (float64, float64) { return rd.AcceptedPerSec, rd.CeilingPerSec }, nil),
+		compared("settled/s vs the cores' ceiling", "/s", rounds, func(rd SettledRound) (float64, float64) { return rd.SettledPerSec, rd.CeilingPerSec }, nil),
 	}
 	return pr, nil
 }
@@ -385,18 +412,22 @@ func (r *run) settledBetween(ctx context.Context, start, end time.Time) (settled
 }
 
 // awaitSettled waits until none of the bench tenants' payments is waiting
-// for its charge. It asks whether one is, not how many, and polls more and
-// more seldom (a small backlog is seen gone promptly): a count every 50 ms
-// read every pending row each time, a quarter of a core taken from the
-// stack it measures while a backlog of thousands drained.
+// for its charge, failing once within passes with none settled. It asks
+// whether one is, not how many, and polls more and more seldom (a small
+// backlog is seen gone promptly): a count every 50 ms read every pending
+// row each time, a quarter of a core taken from the stack it measures
+// while a backlog of thousands drained. Progress is counted every 10 s, so
+// a large backlog that drains steadily is waited for however long it takes.
 func (r *run) awaitSettled(ctx context.Context, within time.Duration) error {
+	const pendingSQL = `FROM payments WHERE tenant_id = ANY($1) AND status IN ('processing', 'requires_action')`
 	deadline := time.Now().Add(within)
+	lastCount, nextCount := -1, time.Now().Add(10*time.Second)
 	for poll := 10 * time.Millisecond; ; poll = min(2*poll, 250*time.Millisecond) {
 		// The events' jobs too: they share the charges' queue, and a
 		// backlog of them delays the next phase's charges. (Not those
 		// left running by a killed worker: River rescues them later.)
 		var pending bool
-		err := r.pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM payments WHERE tenant_id = ANY($1) AND status IN ('processing', 'requires_action'))
+		err := r.pool.QueryRow(ctx, `SELECT EXISTS (SELECT `+pendingSQL+`)
 			OR EXISTS (SELECT FROM river_job WHERE state = 'available' AND queue = 'payments')`,
 			r.tenantIDs).Scan(&pending)
 		if err != nil {
@@ -405,8 +436,18 @@ func (r *run) awaitSettled(ctx context.Context, within time.Duration) error {
 		if !pending {
 			return nil
 		}
+		if now := time.Now(); now.After(nextCount) {
+			var count int
+			if err := r.pool.QueryRow(ctx, `SELECT count(*) `+pendingSQL, r.tenantIDs).Scan(&count); err != nil {
+				return fmt.Errorf("count pending payments: %w", err)
+			}
+			if lastCount >= 0 && count < lastCount {
+				deadline = now.Add(within)
+			}
+			lastCount, nextCount = count, now.Add(10*time.Second)
+		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("payments still pending after %s (see the worker's log in %s/logs)", within, r.cfg.StateDir)
+			return fmt.Errorf("payments still pending, none settled for %s (see the worker's log in %s/logs)", within, r.cfg.StateDir)
 		}
 		select {
 		case <-ctx.Done():
@@ -520,6 +561,13 @@ type SlowProvider struct {
 	// event (pg_stat_activity) at the sample with the most of them: what
 	// an exhausted pool was waiting for.
 	WaitsAtPeak map[string]int `json:"waits_at_peak,omitempty"`
+	// CPUBusy is the share of the machine's CPUs busy over the drain; CPU
+	// is CPU seconds per 1,000 payments drained, by process (the worker's
+	// whole life, started for the drain), and CeilingPerSec what the
+	// cores could drain at that CPU per payment (the load client idle).
+	CPUBusy       float64            `json:"cpu_busy"`
+	CPU           map[string]float64 `json:"cpu_per_1000"`
+	CeilingPerSec float64            `json:"ceiling_per_sec"`
 }
 
 // workerAppName marks the slow-provider worker's connections in
@@ -555,6 +603,12 @@ func (r *run) slowProvider(ctx context.Context) (*PhaseResult, error) {
 	// The worker's default pool (DATABASE_MAX_CONNS), however many charges
 	// run at once: a charge in flight at the provider must hold none.
 	sp.PoolMax = workerDefaultPool
+	others := []string{"api", "stripesim", "postgres"}
+	cpuBefore := r.sampleCPU(others...)
+	busyBefore, err := machineCPU()
+	if err != nil {
+		return nil, err
+	}
 	sampleCtx, stopSampling := context.WithCancel(ctx)
 	var sampled sync.WaitGroup
 	sampled.Add(1)
@@ -563,7 +617,7 @@ func (r *run) slowProvider(ctx context.Context) (*PhaseResult, error) {
 		r.sampleConns(sampleCtx, &sp)
 	}()
 	start := time.Now()
-	err := r.restartWorker(ctx, []string{
+	err = r.restartWorker(ctx, []string{
 		"WORKER_CONCURRENCY=" + strconv.Itoa(sp.WorkerConcurrency),
 		"PGAPPNAME=" + workerAppName,
 	})
@@ -575,6 +629,19 @@ func (r *run) slowProvider(ctx context.Context) (*PhaseResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	busyAfter, err := machineCPU()
+	if err != nil {
+		return nil, err
+	}
+	cpuAfter, drained := r.sampleCPU(append(others, "worker")...), sp.Accept.Statuses["202"]
+	cpuBefore["worker"] = 0 // started for the drain
+	sp.CPUBusy, sp.CPU = busyAfter.busySince(busyBefore), map[string]float64{}
+	var perPayment []num
+	for _, name := range append(others, "worker") {
+		sp.CPU[name] = cpuAfter.perThousandSince(cpuBefore, name, drained)
+		perPayment = append(perPayment, num(sp.CPU[name]))
+	}
+	sp.CeilingPerSec = coresCeiling(perPayment...)
 	var last time.Time
 	if err := r.pool.QueryRow(ctx, `SELECT max(updated_at) FROM payments WHERE tenant_id = ANY($1) AND created_at >= $2`,
 		r.tenantIDs, start.Add(-time.Hour)).Scan(&last); err != nil {
@@ -585,8 +652,8 @@ func (r *run) slowProvider(ctx context.Context) (*PhaseResult, error) {
 		sp.DrainSeconds = time.Since(start).Seconds()
 	}
 	sp.SettledPerSec = float64(sp.Accept.Statuses["202"]) / sp.DrainSeconds
-	r.printf("drained %d payments in %.1fs: %.0f/s; worker connections: at most %d open, %d busy, of %d; busy at the peak: %v",
-		sp.Accept.Statuses["202"], sp.DrainSeconds, sp.SettledPerSec, sp.PeakConns, sp.PeakActive, sp.PoolMax, sp.WaitsAtPeak)
+	r.printf("drained %d payments in %.1fs: %.0f/s, CPU %.0f%% busy, the cores' ceiling %.0f/s; worker connections: at most %d open, %d busy, of %d; busy at the peak: %v",
+		sp.Accept.Statuses["202"], sp.DrainSeconds, sp.SettledPerSec, 100*sp.CPUBusy, sp.CeilingPerSec, sp.PeakConns, sp.PeakActive, sp.PoolMax, sp.WaitsAtPeak)
 	// Back to the default worker for what follows.
 	if err := r.restartWorker(ctx, nil); err != nil {
 		return nil, err
@@ -596,6 +663,11 @@ func (r *run) slowProvider(ctx context.Context) (*PhaseResult, error) {
 		Rounds: []SlowProvider{sp},
 		Rows: []Row{
 			single("slow provider (300 ms): drain", "/s", sp.SettledPerSec, atLeastValue(500)),
+			// Near 1 (and the CPU busy): the cores, not the provider's
+			// latency or the pool, bound the drain.
+			{Measure: "slow provider: drain vs the cores' ceiling (cores ÷ CPU per payment)", Unit: "/s", Oncepay: num(sp.SettledPerSec),
+				Baseline: num(sp.CeilingPerSec), Ratio: num(ratio(sp.SettledPerSec, sp.CeilingPerSec))},
+			single("slow provider: CPU busy over the drain", "share", sp.CPUBusy, nil),
 			{Measure: "slow provider: worker connections at peak, of its pool", Unit: "conns", Oncepay: num(sp.PeakConns), Baseline: num(sp.PoolMax),
 				Ratio: num(ratio(float64(sp.PeakConns), float64(sp.PoolMax))), Target: "< pool max", Met: ptr(!exhausted)},
 		},
