@@ -38,7 +38,20 @@ const (
 	readChargeRefunds
 )
 
-// actionOf is the dispatch table: adding a type is a line here.
+// EventTypes are the event types acted on: the events a provider's
+// webhook endpoint should be enabled for (any other is stored as ignored,
+// at the cost of its delivery). Adding a type to actionOf adds it here.
+func EventTypes() []string {
+	return []string{
+		"payment_intent.succeeded", "payment_intent.payment_failed", "payment_intent.canceled",
+		"payment_intent.requires_action", "payment_intent.processing", "payment_intent.amount_capturable_updated",
+		"refund.created", "refund.updated", "refund.failed",
+		"charge.refunded",
+	}
+}
+
+// actionOf is the dispatch table: adding a type is a line here, and one
+// in EventTypes.
 func actionOf(eventType string) action {
 	switch eventType {
 	case "payment_intent.succeeded", "payment_intent.payment_failed", "payment_intent.canceled",

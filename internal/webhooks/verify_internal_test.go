@@ -5,10 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"os"
 	"reflect"
+	"regexp"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"github.com/stripe/stripe-go/v76/webhook"
 
 	"github.com/oncepay/oncepay/internal/problem"
@@ -104,4 +109,50 @@ func withoutSecrets(v any) any {
 		}
 	}
 	return v
+}
+
+// TestEventTypesAreTheHandledOnes: every type the endpoint should be
+// enabled for is acted on, once, and the types nothing acts on are not
+// among them.
+func TestEventTypesAreTheHandledOnes(t *testing.T) {
+	seen := map[string]bool{}
+	for _, typ := range EventTypes() {
+		require.NotEqual(t, ignore, actionOf(typ), typ)
+		require.False(t, seen[typ], "%s listed twice", typ)
+		seen[typ] = true
+	}
+	for _, typ := range []string{"payment_intent.created", "charge.succeeded", "customer.created", "refund.updated.extra"} {
+		require.Equal(t, ignore, actionOf(typ), typ)
+	}
+}
+
+// TestEnabledEventsAreDocumented: the operator's list of the types to
+// enable (docs/operations.md) and the compose stack's simulator send
+// exactly the types acted on.
+func TestEnabledEventsAreDocumented(t *testing.T) {
+	want := EventTypes()
+	slices.Sort(want)
+	doc, err := os.ReadFile("../../docs/operations.md")
+	require.NoError(t, err)
+	line, ok := "", false
+	for l := range strings.Lines(string(doc)) {
+		if line, ok = strings.CutPrefix(l, "Enabled events: "); ok {
+			break
+		}
+	}
+	require.True(t, ok, "docs/operations.md has no line of enabled events")
+	var documented []string
+	for _, typ := range strings.Split(strings.TrimSuffix(strings.TrimSpace(line), "."), ", ") {
+		documented = append(documented, strings.Trim(typ, "`"))
+	}
+	slices.Sort(documented)
+	require.Equal(t, want, documented)
+
+	compose, err := os.ReadFile("../../docker-compose.yml")
+	require.NoError(t, err)
+	m := regexp.MustCompile(`(?m)^\s*STRIPESIM_WEBHOOK_EVENTS: (\S+)$`).FindSubmatch(compose)
+	require.NotNil(t, m, "docker-compose.yml enables no events for the simulator")
+	composed := strings.Split(string(m[1]), ",")
+	slices.Sort(composed)
+	require.Equal(t, want, composed)
 }

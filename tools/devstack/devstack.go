@@ -29,6 +29,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/tenant"
 	"github.com/oncepay/oncepay/internal/testkit/localpg"
+	"github.com/oncepay/oncepay/internal/webhooks"
 )
 
 // LocalClusterPort is where the stack's own cluster listens when no server
@@ -202,7 +203,10 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 			}
 			simEnv = append(simEnv, "STRIPESIM_STATE_FILE="+state)
 		}
-		simEnv = append(simEnv, "STRIPESIM_WEBHOOK_URL=http://"+cfg.APIAddr+"/v1/webhooks/stripe", "STRIPESIM_WEBHOOK_SECRET="+secret)
+		// The endpoint is enabled for the event types the API acts on, as a
+		// Stripe endpoint should be (docs/operations.md).
+		simEnv = append(simEnv, "STRIPESIM_WEBHOOK_URL=http://"+cfg.APIAddr+"/v1/webhooks/stripe", "STRIPESIM_WEBHOOK_SECRET="+secret,
+			"STRIPESIM_WEBHOOK_EVENTS="+strings.Join(webhooks.EventTypes(), ","))
 		err := s.start(&Process{Name: "stripesim", Binary: "stripesim", Env: simEnv, Ready: s.SimURL + "/_sim/faults"})
 		if err != nil {
 			return nil, err

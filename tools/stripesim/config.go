@@ -60,6 +60,11 @@ type Config struct {
 	// WebhookSecret is the endpoint's signing secret (whsec_…). Required
 	// with WebhookURL.
 	WebhookSecret string
+	// WebhookEvents are the event types the endpoint is enabled for, as a
+	// Stripe endpoint's enabled_events: a type, or a prefix ending in "*"
+	// ("payment_intent.*"). Events of other types are not sent (they are
+	// still listed). Empty sends every event, as enabled_events ["*"].
+	WebhookEvents []string
 	// WebhookClient sends the deliveries. Defaults to a client with no
 	// timeout of its own (each delivery has one of 10s).
 	WebhookClient *http.Client

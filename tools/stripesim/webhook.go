@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -130,7 +131,7 @@ func (s *Server) dispatch(requestID, key string) {
 		if !e.stamped {
 			e.requestID, e.idempotencyKey, e.stamped = requestID, key, true
 		}
-		if s.cfg.WebhookURL == "" || s.send.ctx.Err() != nil {
+		if s.cfg.WebhookURL == "" || s.send.ctx.Err() != nil || !s.webhookEnabled(e.typ) {
 			continue
 		}
 		fault, faulted := s.takeWebhookFault(e.typ)
@@ -160,6 +161,12 @@ func (s *Server) dispatch(requestID, key string) {
 			s.goDeliver(delay, e, false)
 		}
 	}
+}
+
+// webhookEnabled reports whether the endpoint is enabled for events of
+// typ (Config.WebhookEvents).
+func (s *Server) webhookEnabled(typ string) bool {
+	return len(s.cfg.WebhookEvents) == 0 || slices.ContainsFunc(s.cfg.WebhookEvents, func(f string) bool { return typeMatches(f, typ) })
 }
 
 // goDeliver delivers e after delay in a goroutine, then the events in

@@ -158,3 +158,34 @@ func TestResolvingActionEmitsEvent(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, ev.Request.ID, "the customer's step is no API request")
 }
+
+// TestEnabledEvents: an endpoint enabled for some event types is sent
+// those alone, as a Stripe endpoint with enabled_events; the others are
+// still listed, with no delivery pending.
+func TestEnabledEvents(t *testing.T) {
+	t.Parallel()
+	rcv := &receiver{}
+	endpoint := httptest.NewServer(rcv)
+	t.Cleanup(endpoint.Close)
+	sim := stripesim.New(stripesim.Config{WebhookURL: endpoint.URL, WebhookSecret: testWebhookSecret,
+		WebhookEvents: []string{"payment_intent.succ*", "refund.created"}})
+	t.Cleanup(sim.Close)
+	srv := httptest.NewServer(sim)
+	t.Cleanup(srv.Close)
+	api := newAPI(srv.URL, testAPIKey, srv.Client())
+
+	_, err := api.PaymentIntents.New(keyed(intentParams("pm_card_visa", true), "key-enabled", "pay_enabled"))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return len(rcv.ids(stripe.EventTypePaymentIntentSucceeded)) == 1 }, 5*time.Second, 10*time.Millisecond)
+
+	params := &stripe.EventListParams{Type: stripe.String(string(stripe.EventTypePaymentIntentCreated))}
+	it := api.Events.List(params)
+	var created []*stripe.Event
+	for it.Next() {
+		created = append(created, it.Event())
+	}
+	require.NoError(t, it.Err())
+	require.Len(t, created, 1, "the event is listed")
+	require.Zero(t, created[0].PendingWebhooks, "and was not to be sent")
+	require.Empty(t, rcv.ids(stripe.EventTypePaymentIntentCreated))
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/oncepay/oncepay/internal/envconfig"
@@ -35,6 +36,10 @@ type config struct {
 	// receiver's STRIPE_WEBHOOK_SECRET must equal it. Required with
 	// STRIPESIM_WEBHOOK_URL.
 	WebhookSecret string
+	// WebhookEvents (STRIPESIM_WEBHOOK_EVENTS, comma-separated) are the
+	// event types sent, as a Stripe endpoint's enabled events ("*" ends a
+	// prefix). Empty sends every event.
+	WebhookEvents []string
 	// WebhookRetryBase (STRIPESIM_WEBHOOK_RETRY_BASE) is the wait after a
 	// failed delivery, doubling per attempt. Defaults to 500ms.
 	WebhookRetryBase time.Duration
@@ -58,6 +63,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		ShutdownTimeout:      env.Duration("STRIPESIM_SHUTDOWN_TIMEOUT", 5*time.Second, time.Millisecond, time.Hour),
 		WebhookURL:           env.URL("STRIPESIM_WEBHOOK_URL"),
 		WebhookSecret:        env.String("STRIPESIM_WEBHOOK_SECRET", ""),
+		WebhookEvents:        eventTypes(getenv("STRIPESIM_WEBHOOK_EVENTS")),
 		WebhookRetryBase:     env.Duration("STRIPESIM_WEBHOOK_RETRY_BASE", 500*time.Millisecond, time.Millisecond, time.Hour),
 		StateFile:            env.String("STRIPESIM_STATE_FILE", ""),
 		LogLevel:             env.OneOf("LOG_LEVEL", "info", "debug", "info", "warn", "error"),
@@ -73,4 +79,15 @@ func loadConfig(getenv func(string) string) (config, error) {
 		cfg.Seed = n
 	}
 	return cfg, env.Err()
+}
+
+// eventTypes splits a comma-separated list of event types, blanks dropped.
+func eventTypes(list string) []string {
+	var types []string
+	for typ := range strings.SplitSeq(list, ",") {
+		if typ = strings.TrimSpace(typ); typ != "" {
+			types = append(types, typ)
+		}
+	}
+	return types
 }

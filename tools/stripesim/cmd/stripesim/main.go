@@ -60,6 +60,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		SearchIndexDelay:     cfg.SearchIndexDelay,
 		WebhookURL:           cfg.WebhookURL,
 		WebhookSecret:        cfg.WebhookSecret,
+		WebhookEvents:        cfg.WebhookEvents,
 		WebhookRetryBase:     cfg.WebhookRetryBase,
 	}
 	if cfg.SearchIndexDelay == 0 {
