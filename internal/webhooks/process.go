@@ -182,18 +182,11 @@ func (p *Processor) settleIntent(ctx context.Context, ev storedEvent, log *slog.
 // lock is needed. Only states an intent never leaves count (succeeded,
 // canceled); anything else is read again.
 func finalAsTold(ctx context.Context, db querier, ev storedEvent) (bool, error) {
-	var status string
-	switch ev.Type {
-	case "payment_intent.succeeded":
-		status = string(payments.StatusSucceeded)
-	case "payment_intent.canceled":
-		status = string(payments.StatusCanceled)
-	default:
+	status := finalStatusOf(ev.Type)
+	if status == "" {
 		return false, nil
 	}
-	rows, err := db.Query(ctx, `
-		SELECT EXISTS (SELECT FROM payments WHERE provider_payment_intent_id = $1 AND coalesce(provider_account, '') = $2 AND status = $3)`,
-		ev.ObjectID, ev.Account, status)
+	rows, err := db.Query(ctx, `SELECT `+paymentTells("$1", "$2", "$3"), ev.ObjectID, ev.Account, status)
 	if err != nil {
 		return false, fmt.Errorf("read the payment of intent %s: %w", *ev.ObjectID, err)
 	}
@@ -202,6 +195,26 @@ func finalAsTold(ctx context.Context, db querier, ev storedEvent) (bool, error) 
 		return false, fmt.Errorf("read the payment of intent %s: %w", *ev.ObjectID, err)
 	}
 	return agrees, nil
+}
+
+// finalStatusOf is the final payment status an event type tells of, or ""
+// for a type that tells of none an intent never leaves.
+func finalStatusOf(eventType string) string {
+	switch eventType {
+	case "payment_intent.succeeded":
+		return string(payments.StatusSucceeded)
+	case "payment_intent.canceled":
+		return string(payments.StatusCanceled)
+	}
+	return ""
+}
+
+// paymentTells is the SQL condition that a payment records the status (a
+// parameter) for the intent on the account (parameters too; the platform's
+// own account is ''): finalAsTold's question, asked by Ingest as well.
+func paymentTells(intent, account, status string) string {
+	return `EXISTS (SELECT FROM payments WHERE provider_payment_intent_id = ` + intent +
+		` AND coalesce(provider_account, '') = ` + account + ` AND status = ` + status + `)`
 }
 
 // settleRefund reads the event's refund from the provider and settles our

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
+	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/provider"
 )
@@ -37,22 +38,34 @@ type Inserter interface {
 // Ingest stores ev once and, in the same transaction, inserts the job that
 // processes it. stored is false for an event already stored (a redelivery,
 // or one the recovery found first): nothing is written then, so an event is
-// processed by one job however often it arrives. An event of a type nothing
-// acts on is stored processed, as ignored, and costs no job.
+// processed by one job however often it arrives. Two kinds of event are
+// stored already processed and cost no job: one of a type nothing acts on
+// (ignored), and one telling of a final state its payment already records
+// for that intent (unchanged: finalAsTold, asked in the insert itself),
+// which is how most succeeded events arrive, after the charge's own answer
+// was recorded.
 func Ingest(ctx context.Context, pool *pgxpool.Pool, jobs Inserter, ev provider.Event, source Source) (stored bool, err error) {
 	ignored := actionOf(ev.Type) == ignore
+	final := finalStatusOf(ev.Type)
 	// Two round trips: BEGIN with the event, then the job with COMMIT.
 	err = postgres.InTx(ctx, pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `
+		var processed bool
+		err := tx.QueryRow(ctx, `
 			INSERT INTO webhook_events (id, type, api_version, object_id, created, payload, source, account, processed_at, result)
-			VALUES ($1, $2, nullif($3, ''), nullif($4, ''), $5, $6, $7, nullif($8, ''),
-				CASE WHEN $9 THEN now() END, CASE WHEN $9 THEN $10 END)
-			ON CONFLICT (id) DO NOTHING`,
-			ev.ID, ev.Type, ev.APIVersion, ev.ObjectID, ev.Created, redacted(ev.Payload), source, ev.Account, ignored, ResultIgnored)
+			SELECT $1, $2, nullif($3, ''), nullif($4, ''), $5, $6, $7, nullif($8, ''),
+				CASE WHEN $9 OR told THEN now() END, CASE WHEN $9 THEN $10 WHEN told THEN $12 END
+			FROM (SELECT $11 <> '' AND `+paymentTells("$4", "$8", "$11")+` AS told) AS final
+			ON CONFLICT (id) DO NOTHING
+			RETURNING processed_at IS NOT NULL`,
+			ev.ID, ev.Type, ev.APIVersion, ev.ObjectID, ev.Created, redacted(ev.Payload), source, ev.Account, ignored, ResultIgnored,
+			final, payments.Unchanged.String()).Scan(&processed)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil // stored before
+		}
 		if err != nil {
 			return fmt.Errorf("store event %s: %w", ev.ID, err)
 		}
-		if stored = tag.RowsAffected() == 1; !stored || ignored {
+		if stored = true; processed {
 			return nil
 		}
 		job := &pgx.Batch{}

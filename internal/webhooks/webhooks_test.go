@@ -378,6 +378,38 @@ func TestEventOfTheRecordedFinalStateNeedsNoRead(t *testing.T) {
 	b.eventuallyCount(t, 1, `SELECT count(*) FROM webhook_events WHERE id = $1 AND result = 'finding'`, contradictedEvent)
 }
 
+// An event telling of the final state its payment already records is
+// stored processed, with no job: the usual succeeded event, arriving after
+// the charge's own answer was recorded. One its payment does not record
+// yet gets its job.
+func TestEventAlreadyToldIsStoredProcessed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	ctx := context.Background()
+	require.NoError(t, b.admin.InjectWebhookFault(ctx, stripesim.WebhookFault{Mode: stripesim.WebhookDrop, Type: "payment_intent.succeeded"}))
+	told := b.api.Pay(t, "key-told-at-ingest-01", "pm_card_visa", "Prefer", "wait=10")
+	require.Equal(t, http.StatusCreated, told.Status, told.Raw)
+	untold := b.api.Pay(t, "key-told-at-ingest-02", "pm_card_visa", "Prefer", "wait=10")
+	require.Equal(t, http.StatusCreated, untold.Status, untold.Raw)
+	_, err := b.pool.Exec(ctx, `UPDATE payments SET status = 'processing' WHERE id = $1`, untold.PaymentID())
+	require.NoError(t, err)
+
+	jobsOf := func(eventID string) int {
+		return b.count(t, `SELECT count(*) FROM river_job WHERE kind = 'process_webhook_event' AND args->>'event_id' = $1`, eventID)
+	}
+	toldEvent, payload := b.simEvent(t, "payment_intent.succeeded", b.intentOf(t, told.PaymentID()))
+	status, body := b.deliver(t, payload, sign(payload, secret, time.Now()))
+	require.Equal(t, http.StatusOK, status, body)
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM webhook_events WHERE id = $1 AND result = 'unchanged' AND processed_at IS NOT NULL`, toldEvent),
+		"processed as it was stored")
+	require.Zero(t, jobsOf(toldEvent))
+
+	untoldEvent, payload := b.simEvent(t, "payment_intent.succeeded", b.intentOf(t, untold.PaymentID()))
+	status, body = b.deliver(t, payload, sign(payload, secret, time.Now()))
+	require.Equal(t, http.StatusOK, status, body)
+	require.Equal(t, 1, jobsOf(untoldEvent), "read again by its job")
+}
+
 // A payment stuck in requires_reconciliation after a 500 answered after
 // the charge committed is settled by its webhook; no reconciler runs.
 func TestStoredServerErrorSettledByWebhook(t *testing.T) {
