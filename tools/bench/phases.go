@@ -561,10 +561,12 @@ type SlowProvider struct {
 	// event (pg_stat_activity) at the sample with the most of them: what
 	// an exhausted pool was waiting for.
 	WaitsAtPeak map[string]int `json:"waits_at_peak,omitempty"`
-	// CPUBusy is the share of the machine's CPUs busy over the drain; CPU
-	// is CPU seconds per 1,000 payments drained, by process (the worker's
-	// whole life, started for the drain), and CeilingPerSec what the
-	// cores could drain at that CPU per payment (the load client idle).
+	// CPUBusy is the share of the machine's CPUs busy from the worker's
+	// start until its last job; CPU is CPU seconds per 1,000 payments
+	// drained over the same time, by process (the worker's whole life,
+	// started for the drain). CeilingPerSec is the rate over that time
+	// divided by the busy share: what the drain would reach with every
+	// core busy on it, were CPU its only bound.
 	CPUBusy       float64            `json:"cpu_busy"`
 	CPU           map[string]float64 `json:"cpu_per_1000"`
 	CeilingPerSec float64            `json:"ceiling_per_sec"`
@@ -635,13 +637,12 @@ func (r *run) slowProvider(ctx context.Context) (*PhaseResult, error) {
 	}
 	cpuAfter, drained := r.sampleCPU(append(others, "worker")...), sp.Accept.Statuses["202"]
 	cpuBefore["worker"] = 0 // started for the drain
+	window := time.Since(start).Seconds()
 	sp.CPUBusy, sp.CPU = busyAfter.busySince(busyBefore), map[string]float64{}
-	var perPayment []num
 	for _, name := range append(others, "worker") {
 		sp.CPU[name] = cpuAfter.perThousandSince(cpuBefore, name, drained)
-		perPayment = append(perPayment, num(sp.CPU[name]))
 	}
-	sp.CeilingPerSec = coresCeiling(perPayment...)
+	sp.CeilingPerSec = float64(drained) / window / sp.CPUBusy
 	var last time.Time
 	if err := r.pool.QueryRow(ctx, `SELECT max(updated_at) FROM payments WHERE tenant_id = ANY($1) AND created_at >= $2`,
 		r.tenantIDs, start.Add(-time.Hour)).Scan(&last); err != nil {
@@ -665,7 +666,7 @@ func (r *run) slowProvider(ctx context.Context) (*PhaseResult, error) {
 			single("slow provider (300 ms): drain", "/s", sp.SettledPerSec, atLeastValue(500)),
 			// Near 1 (and the CPU busy): the cores, not the provider's
 			// latency or the pool, bound the drain.
-			{Measure: "slow provider: drain vs the cores' ceiling (cores ÷ CPU per payment)", Unit: "/s", Oncepay: num(sp.SettledPerSec),
+			{Measure: "slow provider: drain vs the cores' ceiling (its rate ÷ CPU busy)", Unit: "/s", Oncepay: num(sp.SettledPerSec),
 				Baseline: num(sp.CeilingPerSec), Ratio: num(ratio(sp.SettledPerSec, sp.CeilingPerSec))},
 			single("slow provider: CPU busy over the drain", "share", sp.CPUBusy, nil),
 			{Measure: "slow provider: worker connections at peak, of its pool", Unit: "conns", Oncepay: num(sp.PeakConns), Baseline: num(sp.PoolMax),
