@@ -1,7 +1,9 @@
 package stripesim_test
 
 import (
+	"bytes"
 	"context"
+	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -184,4 +186,55 @@ func requireStripeError(t *testing.T, err error, status int, code string) {
 	require.ErrorAs(t, err, &se)
 	require.Equal(t, status, se.HTTPStatusCode, se.Msg)
 	require.Equal(t, stripe.ErrorCode(code), se.Code, se.Msg)
+}
+
+// TestOnlyHeldAuthorizationsExpire: seven days on, the authorization still
+// held is canceled (automatic), also one a restarted simulator loaded from
+// its saved state; one captured stays succeeded and one canceled keeps its
+// reason.
+func TestOnlyHeldAuthorizationsExpire(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, stripesim.Config{})
+	held := manualIntent(t, b, "pm_card_visa")
+	captured := manualIntent(t, b, "pm_card_visa")
+	_, err := b.api.PaymentIntents.Capture(captured.ID, nil)
+	require.NoError(t, err)
+	canceled := manualIntent(t, b, "pm_card_visa")
+	_, err = b.api.PaymentIntents.Cancel(canceled.ID, &stripe.PaymentIntentCancelParams{CancellationReason: stripe.String("requested_by_customer")})
+	require.NoError(t, err)
+
+	first := stripesim.New(stripesim.Config{})
+	firstSrv := httptest.NewServer(first)
+	t.Cleanup(firstSrv.Close)
+	beforeRestart := &bundle{srv: firstSrv, api: newAPI(firstSrv.URL, testAPIKey, firstSrv.Client())}
+	heldBeforeRestart := manualIntent(t, beforeRestart, "pm_card_visa")
+	var saved bytes.Buffer
+	require.NoError(t, first.SaveState(&saved))
+	restarted := stripesim.New(stripesim.Config{})
+	require.NoError(t, restarted.LoadState(&saved))
+	restartedSrv := httptest.NewServer(restarted)
+	t.Cleanup(restartedSrv.Close)
+	afterRestart := &bundle{srv: restartedSrv, api: newAPI(restartedSrv.URL, testAPIKey, restartedSrv.Client()),
+		admin: stripesim.AdminClient{BaseURL: restartedSrv.URL, HTTPClient: restartedSrv.Client()}}
+
+	for _, sim := range []*bundle{b, afterRestart} {
+		require.NoError(t, sim.admin.AdvanceClock(ctx, 7*24*time.Hour))
+	}
+	for _, tc := range []struct {
+		sim    *bundle
+		id     string
+		status stripe.PaymentIntentStatus
+		reason stripe.PaymentIntentCancellationReason
+	}{
+		{b, held.ID, stripe.PaymentIntentStatusCanceled, stripe.PaymentIntentCancellationReasonAutomatic},
+		{afterRestart, heldBeforeRestart.ID, stripe.PaymentIntentStatusCanceled, stripe.PaymentIntentCancellationReasonAutomatic},
+		{b, captured.ID, stripe.PaymentIntentStatusSucceeded, ""},
+		{b, canceled.ID, stripe.PaymentIntentStatusCanceled, stripe.PaymentIntentCancellationReasonRequestedByCustomer},
+	} {
+		got, err := tc.sim.api.PaymentIntents.Get(tc.id, nil)
+		require.NoError(t, err)
+		require.Equal(t, tc.status, got.Status, tc.id)
+		require.Equal(t, tc.reason, got.CancellationReason, tc.id)
+	}
 }

@@ -274,8 +274,8 @@ func (s *Server) captureIntent(req *apiRequest) response {
 // authorizationValidity, as Stripe does on its own; it runs before each
 // request, so the simulator's clock decides.
 func (s *Server) expireAuthorizations(now time.Time) {
-	for _, in := range s.st.intents {
-		if in.status == statusRequiresCapture && !now.Before(in.authorizedAt.Add(authorizationValidity)) {
+	for _, in := range s.st.authorized {
+		if !now.Before(in.authorizedAt.Add(authorizationValidity)) {
 			s.st.cancel(in, "automatic", now)
 			s.intentEvent(in, now)
 		}

@@ -204,7 +204,7 @@ func restore(saved savedState) *state {
 		st.customers = saved.Customers
 	}
 	for _, in := range saved.Intents {
-		st.intents[in.ID] = &intent{
+		restored := &intent{
 			id: in.ID, clientSecret: in.ClientSecret, seq: in.Seq, created: in.Created, createdAt: in.CreatedAt, account: in.Account,
 			idempotencyKey: in.IdempotencyKey, amount: in.Amount, currency: in.Currency, customer: in.Customer, description: in.Description,
 			receiptEmail: in.ReceiptEmail, paymentMethod: in.PaymentMethod, paymentMethodTypes: in.PaymentMethodTypes,
@@ -212,6 +212,10 @@ func restore(saved savedState) *state {
 			lastError: in.LastError, canceledAt: in.CanceledAt, cancellationReason: in.CancellationReason,
 			processingRetrievals: in.ProcessingRetrievals, captureMethod: in.CaptureMethod, authorizedAt: in.AuthorizedAt,
 			amountReceived: in.AmountReceived, captures: in.Captures,
+		}
+		st.intents[in.ID] = restored
+		if restored.status == statusRequiresCapture {
+			st.authorized[in.ID] = restored
 		}
 	}
 	for _, ch := range saved.Charges {
