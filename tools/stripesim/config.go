@@ -66,7 +66,9 @@ type Config struct {
 	// still listed). Empty sends every event, as enabled_events ["*"].
 	WebhookEvents []string
 	// WebhookClient sends the deliveries. Defaults to a client with no
-	// timeout of its own (each delivery has one of 10s).
+	// timeout of its own (each delivery has one of 10s) that keeps up to
+	// 64 idle connections to the endpoint: deliveries run concurrently,
+	// and Go's default of 2 would dial most of them anew.
 	WebhookClient *http.Client
 	// WebhookRetryBase is the wait after a failed delivery; it doubles per
 	// attempt, up to 30 times itself. Defaults to 500ms.
@@ -90,7 +92,11 @@ func (c Config) WithDefaults() Config {
 	c.ProcessingRetrievals = cmp.Or(c.ProcessingRetrievals, 2)
 	c.Rand = cmp.Or(c.Rand, rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())))
 	c.SearchIndexDelay = cmp.Or(c.SearchIndexDelay, 2*time.Second)
-	c.WebhookClient = cmp.Or(c.WebhookClient, &http.Client{})
+	if c.WebhookClient == nil {
+		transport := http.DefaultTransport.(*http.Transport).Clone()
+		transport.MaxIdleConnsPerHost = 64
+		c.WebhookClient = &http.Client{Transport: transport}
+	}
 	c.WebhookRetryBase = cmp.Or(c.WebhookRetryBase, 500*time.Millisecond)
 	c.WebhookMaxAttempts = cmp.Or(c.WebhookMaxAttempts, 8)
 	c.WebhookMaxHold = cmp.Or(c.WebhookMaxHold, 5*time.Second)

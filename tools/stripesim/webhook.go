@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -247,8 +248,15 @@ func (s *Server) post(body []byte) (int, error) {
 		return 0, err
 	}
 	defer res.Body.Close()
+	// Read to the end, so that the connection goes back to the pool: a
+	// body left unread closes it, and every delivery dialed anew.
+	_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, maxWebhookAnswer))
 	return res.StatusCode, nil
 }
+
+// maxWebhookAnswer bounds what is read of an endpoint's answer, which
+// only its status matters for.
+const maxWebhookAnswer = 64 << 10
 
 // webhookFaultList is the body of GET /_sim/webhook_faults.
 type webhookFaultList struct {

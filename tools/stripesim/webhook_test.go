@@ -2,6 +2,7 @@ package stripesim_test
 
 import (
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -188,4 +189,50 @@ func TestEnabledEvents(t *testing.T) {
 	require.Len(t, created, 1, "the event is listed")
 	require.Zero(t, created[0].PendingWebhooks, "and was not to be sent")
 	require.Empty(t, rcv.ids(stripe.EventTypePaymentIntentCreated))
+}
+
+// TestWebhookDeliveriesReuseConnections: deliveries to an endpoint that
+// answers with a body go over the connections already open, not one dialed
+// per delivery (each dial a cost to both ends).
+func TestWebhookDeliveriesReuseConnections(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	delivered, dialed := 0, 0
+	endpoint := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		mu.Lock()
+		delivered++
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"received": true}`)
+	}))
+	endpoint.Config.ConnState = func(_ net.Conn, state http.ConnState) {
+		if state == http.StateNew {
+			mu.Lock()
+			dialed++
+			mu.Unlock()
+		}
+	}
+	endpoint.Start()
+	t.Cleanup(endpoint.Close)
+	sim := stripesim.New(stripesim.Config{WebhookURL: endpoint.URL, WebhookSecret: testWebhookSecret,
+		WebhookEvents: []string{"payment_intent.succeeded"}})
+	t.Cleanup(sim.Close)
+	srv := httptest.NewServer(sim)
+	t.Cleanup(srv.Close)
+	api := newAPI(srv.URL, testAPIKey, srv.Client())
+
+	const payments = 20
+	for i := range payments {
+		_, err := api.PaymentIntents.New(intentParams("pm_card_visa", true))
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return delivered == i+1
+		}, 5*time.Second, time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	require.LessOrEqual(t, dialed, 2, "connections dialed for %d deliveries, one after the other", payments)
 }
