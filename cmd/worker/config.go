@@ -103,6 +103,11 @@ type config struct {
 	// WebhookRecoverLookback (WEBHOOK_RECOVER_LOOKBACK) is how far back the
 	// first listing reaches. Defaults to 24h.
 	WebhookRecoverLookback time.Duration
+	// WebhookAwaitInterval (WEBHOOK_AWAIT_INTERVAL) is how often the events
+	// stored awaiting their payment's charge are looked at: marked
+	// processed once the payment records what they tell, or given their
+	// job. Defaults to 5s.
+	WebhookAwaitInterval time.Duration
 	// LedgerCheckInterval (LEDGER_CHECK_INTERVAL) is how often the
 	// provider's intents and refunds are compared with our payments and
 	// refunds. Defaults to 1h.
@@ -148,6 +153,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		DatabaseConnectTimeout: env.Duration("DATABASE_CONNECT_TIMEOUT", 3*time.Second, 100*time.Millisecond, time.Minute),
 		WebhookRecoverInterval: env.Duration("WEBHOOK_RECOVER_INTERVAL", 5*time.Minute, 100*time.Millisecond, 24*time.Hour),
 		WebhookRecoverLookback: env.Duration("WEBHOOK_RECOVER_LOOKBACK", 24*time.Hour, time.Minute, 30*24*time.Hour),
+		WebhookAwaitInterval:   env.Duration("WEBHOOK_AWAIT_INTERVAL", 5*time.Second, time.Second, 10*time.Minute),
 		LedgerCheckInterval:    env.Duration("LEDGER_CHECK_INTERVAL", time.Hour, 100*time.Millisecond, 24*time.Hour),
 		LedgerCheckWindow:      env.Duration("LEDGER_CHECK_WINDOW", 26*time.Hour, time.Minute, 30*24*time.Hour),
 		LogLevel:               env.OneOf("LOG_LEVEL", "info", "debug", "info", "warn", "error"),

@@ -160,6 +160,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err := river.AddWorkerSafely(workers, &webhooks.RecoverWorker{Recoverer: recoverer}); err != nil {
 		return fmt.Errorf("register webhook recovery: %w", err)
 	}
+	awaitSweeper := webhooks.NewAwaitSweeper(pool, logger, webhooks.AwaitConfig{})
+	if err := river.AddWorkerSafely(workers, &webhooks.AwaitWorker{Sweeper: awaitSweeper}); err != nil {
+		return fmt.Errorf("register the sweep of events awaiting their charge: %w", err)
+	}
 	ledgerCfg := payments.LedgerCheckConfig{Window: cfg.LedgerCheckWindow}
 	checker := payments.NewLedgerChecker(pool, providerClient, logger, ledgerCfg)
 	if err := river.AddWorkerSafely(workers, &payments.LedgerCheckWorker{Checker: checker}); err != nil {
@@ -173,6 +177,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		periodicJob(cfg.LedgerCheckInterval, payments.LedgerCheckArgs{}),
 		periodicJob(cfg.LedgerCheckInterval, refunds.LedgerCheckArgs{}),
 		webhooks.RecoverWebhookEventsPeriodicJob(cfg.WebhookRecoverInterval),
+		periodicJob(cfg.WebhookAwaitInterval, webhooks.SettleAwaitingEventsArgs{}),
 		outbox.ReapKeysPeriodicJob(cfg.ReapInterval),
 		periodicJob(cfg.ReconcileInterval, payments.ReconcilePaymentsArgs{}),
 		periodicJob(cfg.SweepInterval, payments.SweepPaymentsArgs{}),

@@ -81,7 +81,7 @@ func TestRuntimeRoleRunsTheService(t *testing.T) {
 
 	// Every periodic job ran to completion under the runtime role.
 	periodic := []string{"expire_authorizations", "ledger_check", "ledger_check_refunds", "reap_idempotency_keys",
-		"reconcile_cancels", "reconcile_captures", "reconcile_payments", "reconcile_refunds", "recover_webhook_events",
+		"reconcile_cancels", "reconcile_captures", "reconcile_payments", "reconcile_refunds", "recover_webhook_events", "settle_awaiting_webhook_events",
 		"sweep_stranded_cancels", "sweep_stranded_captures", "sweep_stranded_payments", "sweep_stranded_refunds"}
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		var kinds []string

@@ -58,8 +58,13 @@ func (m *Metrics) RegisterDatabase(pool *pgxpool.Pool) {
 				`SELECT queue, extract(epoch FROM now() - min(scheduled_at))::float8 FROM river_job WHERE state = 'available' GROUP BY queue`},
 			{gauge("oncepay_ledger_findings_open", "Unresolved disagreements with the provider, by kind.", "kind"),
 				`SELECT kind, count(*) FROM ledger_findings WHERE resolved_at IS NULL GROUP BY kind`},
-			{gauge("oncepay_webhook_events_unprocessed", "Provider events stored and not yet processed."),
-				`SELECT count(*) FROM webhook_events WHERE processed_at IS NULL`},
+			// An event awaiting its payment's charge (result awaiting_charge)
+			// waits by design, for seconds: counted apart, so that the
+			// backlog alert reads only events waiting for their job.
+			{gauge("oncepay_webhook_events_unprocessed", "Provider events stored, not yet processed, with their job."),
+				`SELECT count(*) FROM webhook_events WHERE processed_at IS NULL AND result IS DISTINCT FROM 'awaiting_charge'`},
+			{gauge("oncepay_webhook_events_awaiting_charge", "Provider events stored while their payment's charge had yet to record the provider's answer."),
+				`SELECT count(*) FROM webhook_events WHERE processed_at IS NULL AND result = 'awaiting_charge'`},
 		},
 	})
 }

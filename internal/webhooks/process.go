@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -197,21 +198,42 @@ func finalAsTold(ctx context.Context, db querier, ev storedEvent) (bool, error) 
 	return agrees, nil
 }
 
+// finalStatuses are the final payment statuses event types tell of: only
+// states an intent never leaves.
+var finalStatuses = []struct {
+	eventType string
+	status    payments.Status
+}{
+	{"payment_intent.succeeded", payments.StatusSucceeded},
+	{"payment_intent.canceled", payments.StatusCanceled},
+}
+
 // finalStatusOf is the final payment status an event type tells of, or ""
 // for a type that tells of none an intent never leaves.
 func finalStatusOf(eventType string) string {
-	switch eventType {
-	case "payment_intent.succeeded":
-		return string(payments.StatusSucceeded)
-	case "payment_intent.canceled":
-		return string(payments.StatusCanceled)
+	for _, f := range finalStatuses {
+		if f.eventType == eventType {
+			return string(f.status)
+		}
 	}
 	return ""
 }
 
+// finalStatusSQL is finalStatusOf as SQL, of the event type in column:
+// NULL for a type that tells of none.
+func finalStatusSQL(column string) string {
+	var b strings.Builder
+	b.WriteString("CASE " + column)
+	for _, f := range finalStatuses {
+		fmt.Fprintf(&b, " WHEN '%s' THEN '%s'", f.eventType, f.status)
+	}
+	b.WriteString(" END")
+	return b.String()
+}
+
 // paymentTells is the SQL condition that a payment records the status (a
 // parameter) for the intent on the account (parameters too; the platform's
-// own account is ''): finalAsTold's question, asked by Ingest as well.
+// own account is ”): finalAsTold's question, asked by Ingest as well.
 func paymentTells(intent, account, status string) string {
 	return `EXISTS (SELECT FROM payments WHERE provider_payment_intent_id = ` + intent +
 		` AND coalesce(provider_account, '') = ` + account + ` AND status = ` + status + `)`

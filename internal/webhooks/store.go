@@ -38,34 +38,43 @@ type Inserter interface {
 // Ingest stores ev once and, in the same transaction, inserts the job that
 // processes it. stored is false for an event already stored (a redelivery,
 // or one the recovery found first): nothing is written then, so an event is
-// processed by one job however often it arrives. Two kinds of event are
-// stored already processed and cost no job: one of a type nothing acts on
-// (ignored), and one telling of a final state its payment already records
-// for that intent (unchanged: finalAsTold, asked in the insert itself),
-// which is how most succeeded events arrive, after the charge's own answer
-// was recorded.
+// processed by one job however often it arrives. Three kinds of event cost
+// no job, each decided by the insert itself:
+//
+//   - one of a type nothing acts on: stored processed (ignored);
+//   - one telling of a final state its payment already records for that
+//     intent: stored processed (unchanged: finalAsTold's question);
+//   - one about a payment whose charge has not yet recorded the provider's
+//     first answer (chargeAwaited): stored awaiting the charge, which is
+//     about to record that answer itself; the AwaitSweeper then marks it
+//     processed if the payment records what it tells, or gives it its job.
+//
+// The last two are how nearly every event of a payment arrives: the
+// provider sends it as it answers the charge, just before or after the
+// answer is recorded.
 func Ingest(ctx context.Context, pool *pgxpool.Pool, jobs Inserter, ev provider.Event, source Source) (stored bool, err error) {
-	ignored := actionOf(ev.Type) == ignore
+	action := actionOf(ev.Type)
 	final := finalStatusOf(ev.Type)
 	// Two round trips: BEGIN with the event, then the job with COMMIT.
 	err = postgres.InTx(ctx, pool, func(tx pgx.Tx) error {
-		var processed bool
+		var noJob bool
 		err := tx.QueryRow(ctx, `
 			INSERT INTO webhook_events (id, type, api_version, object_id, created, payload, source, account, processed_at, result)
 			SELECT $1, $2, nullif($3, ''), nullif($4, ''), $5, $6, $7, nullif($8, ''),
-				CASE WHEN $9 OR told THEN now() END, CASE WHEN $9 THEN $10 WHEN told THEN $12 END
-			FROM (SELECT $11 <> '' AND `+paymentTells("$4", "$8", "$11")+` AS told) AS final
+				CASE WHEN $9 OR told THEN now() END, CASE WHEN $9 THEN $10 WHEN told THEN $12 WHEN awaited THEN $14 END
+			FROM (SELECT $11 <> '' AND `+paymentTells("$4", "$8", "$11")+` AS told,
+				$13 AND `+chargeAwaited("$6::jsonb", "$8")+` AS awaited) AS final
 			ON CONFLICT (id) DO NOTHING
-			RETURNING processed_at IS NOT NULL`,
-			ev.ID, ev.Type, ev.APIVersion, ev.ObjectID, ev.Created, redacted(ev.Payload), source, ev.Account, ignored, ResultIgnored,
-			final, payments.Unchanged.String()).Scan(&processed)
+			RETURNING processed_at IS NOT NULL OR result IS NOT DISTINCT FROM $14`,
+			ev.ID, ev.Type, ev.APIVersion, ev.ObjectID, ev.Created, redacted(ev.Payload), source, ev.Account, action == ignore, ResultIgnored,
+			final, payments.Unchanged.String(), action == readIntent, ResultAwaitingCharge).Scan(&noJob)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil // stored before
 		}
 		if err != nil {
 			return fmt.Errorf("store event %s: %w", ev.ID, err)
 		}
-		if stored = true; processed {
+		if stored = true; noJob {
 			return nil
 		}
 		job := &pgx.Batch{}

@@ -2,6 +2,7 @@ package webhooks_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"io"
@@ -44,6 +45,10 @@ type options struct {
 	pollInterval time.Duration
 	// recoverEvery schedules the recovery job; zero leaves it to the test.
 	recoverEvery time.Duration
+	// awaitEvery schedules the sweep of events awaiting their charge, as
+	// the worker does; zero is every second, negative leaves it to the
+	// test.
+	awaitEvery time.Duration
 }
 
 // bundle is the whole system: the API with its webhook endpoint, the
@@ -121,6 +126,10 @@ func setup(t *testing.T, opts options) *bundle {
 	var periodic []*river.PeriodicJob
 	if opts.recoverEvery > 0 {
 		periodic = append(periodic, webhooks.RecoverWebhookEventsPeriodicJob(opts.recoverEvery))
+	}
+	river.AddWorker(workers, &webhooks.AwaitWorker{Sweeper: webhooks.NewAwaitSweeper(pool, logger, webhooks.AwaitConfig{})})
+	if opts.awaitEvery >= 0 {
+		periodic = append(periodic, outbox.PeriodicJob(cmp.Or(opts.awaitEvery, time.Second), webhooks.SettleAwaitingEventsArgs{}))
 	}
 	client, err := outbox.NewWorkerClient(pool, outbox.WorkerConfig{
 		Workers: workers, PeriodicJobs: periodic, Retry: outbox.RetryPolicy{Base: 20 * time.Millisecond, Max: 200 * time.Millisecond},

@@ -1,0 +1,160 @@
+package webhooks
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+
+	"github.com/oncepay/oncepay/internal/operation"
+	"github.com/oncepay/oncepay/internal/outbox"
+	"github.com/oncepay/oncepay/internal/payments"
+	"github.com/oncepay/oncepay/internal/postgres"
+)
+
+// ResultAwaitingCharge marks an event stored unprocessed, with no job,
+// while the charge of its payment has yet to record the provider's first
+// answer (see Ingest). It is the only result an unprocessed event carries.
+const ResultAwaitingCharge = "awaiting_charge"
+
+// chargeAwaited is the SQL condition that the payment an intent's event
+// names (its metadata, which the charge wrote: payload is the event's JSON)
+// is on account and still waits for its charge's first answer: processing,
+// with no intent recorded. The charge then records the provider's answer
+// itself, usually within milliseconds, and reading the intent again for
+// the event would only repeat it. Once an answer is recorded (a pending
+// intent included), events go the usual way: a pending intent settles
+// later, and its event is how the service hears of it.
+func chargeAwaited(payload, account string) string {
+	metadata := `(` + payload + `)->'data'->'object'->'metadata'`
+	return `EXISTS (SELECT FROM payments WHERE tenant_id = ` + metadata + `->>'` + payments.MetadataTenantID + `'
+		AND id = ` + metadata + `->>'` + payments.MetadataPaymentID + `'
+		AND coalesce(provider_account, '') = ` + account + `
+		AND status = '` + string(payments.StatusProcessing) + `' AND provider_payment_intent_id IS NULL)`
+}
+
+// AwaitConfig tunes the AwaitSweeper. Zero values take the defaults.
+type AwaitConfig struct {
+	// Limit is how long an event awaits its charge before it is processed
+	// on its own, as if it had come with a job: a charge still without an
+	// answer then may have lost it (its worker killed mid-call), and the
+	// event is the quickest way to learn it. Longer than one charge
+	// attempt. Defaults to 1m.
+	Limit time.Duration
+}
+
+// WithDefaults returns the configuration with zero values defaulted.
+func (c AwaitConfig) WithDefaults() AwaitConfig {
+	c.Limit = cmp.Or(c.Limit, time.Minute)
+	return c
+}
+
+// AwaitSweeper ends the wait of events stored awaiting their charge.
+type AwaitSweeper struct {
+	pool   *pgxpool.Pool
+	logger *slog.Logger
+	cfg    AwaitConfig
+}
+
+// NewAwaitSweeper returns an AwaitSweeper.
+func NewAwaitSweeper(pool *pgxpool.Pool, logger *slog.Logger, cfg AwaitConfig) *AwaitSweeper {
+	return &AwaitSweeper{pool: pool, logger: logger, cfg: cfg.WithDefaults()}
+}
+
+// AwaitResult counts what a sweep did.
+type AwaitResult struct {
+	// Told were marked processed: their payment records the final state
+	// they tell. Released got their job: the payment's charge recorded an
+	// answer that does not close them, or they waited past the limit.
+	Told, Released int
+}
+
+// Sweep marks processed, in one statement, the awaiting events whose
+// payment now records the final state they tell (unchanged, as Ingest
+// would have stored them had they come a moment later), and gives every
+// other event whose charge no longer awaits its answer, or that waited
+// past the limit, its job, in the same transaction. Two sweeps at once
+// each change only the rows still awaiting when they lock them, so an
+// event gets one job.
+func (s *AwaitSweeper) Sweep(ctx context.Context, jobs Inserter) (AwaitResult, error) {
+	var res AwaitResult
+	err := postgres.InTx(ctx, s.pool, func(tx pgx.Tx) error {
+		told, err := tx.Exec(ctx, `
+			UPDATE webhook_events e SET processed_at = now(), result = $2
+			WHERE processed_at IS NULL AND result = $1
+				AND `+paymentTells("e.object_id", "coalesce(e.account, '')", finalStatusSQL("e.type")),
+			ResultAwaitingCharge, payments.Unchanged.String())
+		if err != nil {
+			return fmt.Errorf("mark awaiting events told: %w", err)
+		}
+		res.Told = int(told.RowsAffected())
+		rows, err := tx.Query(ctx, `
+			UPDATE webhook_events e SET result = NULL
+			WHERE processed_at IS NULL AND result = $1
+				AND (received_at < now() - make_interval(secs => $2) OR NOT `+chargeAwaited("e.payload", "coalesce(e.account, '')")+`)
+			RETURNING id`,
+			ResultAwaitingCharge, s.cfg.Limit.Seconds())
+		if err != nil {
+			return fmt.Errorf("release awaiting events: %w", err)
+		}
+		released, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return fmt.Errorf("release awaiting events: %w", err)
+		}
+		res.Released = len(released)
+		batch := &pgx.Batch{}
+		for _, eventID := range released {
+			if err := jobs.QueueInsert(ctx, batch, ProcessWebhookEventArgs{EventID: eventID}); err != nil {
+				return err
+			}
+		}
+		if batch.Len() == 0 {
+			return nil
+		}
+		if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+			return fmt.Errorf("queue the released events' jobs: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return AwaitResult{}, err
+	}
+	return res, nil
+}
+
+// SettleAwaitingEventsArgs is the periodic job that runs the AwaitSweeper.
+type SettleAwaitingEventsArgs struct{}
+
+// Kind is the job's River kind.
+func (SettleAwaitingEventsArgs) Kind() string { return "settle_awaiting_webhook_events" }
+
+// InsertOpts runs it on the maintenance queue without retries: the next
+// tick is the retry.
+func (SettleAwaitingEventsArgs) InsertOpts() river.InsertOpts {
+	return operation.MaintenanceInsertOpts()
+}
+
+// AwaitWorker runs the AwaitSweeper as a periodic River job.
+type AwaitWorker struct {
+	river.WorkerDefaults[SettleAwaitingEventsArgs]
+	Sweeper *AwaitSweeper
+}
+
+// Work runs one sweep; its jobs are inserted through the River client
+// running it.
+func (w *AwaitWorker) Work(ctx context.Context, _ *river.Job[SettleAwaitingEventsArgs]) error {
+	res, err := w.Sweeper.Sweep(ctx, outbox.New(river.ClientFromContext[pgx.Tx](ctx)))
+	if err != nil {
+		return err
+	}
+	if res.Released > 0 {
+		w.Sweeper.logger.InfoContext(ctx, "events no longer awaiting their charge were given their jobs",
+			slog.Int("released", res.Released), slog.Int("told", res.Told))
+	}
+	return nil
+}
