@@ -92,7 +92,8 @@ type ChargeWorker = operation.Worker[ChargePaymentArgs, Payment, provider.Outcom
 func NewChargeWorker(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, logger *slog.Logger, cfg ChargeConfig) *ChargeWorker {
 	cfg = cfg.WithDefaults()
 	return operation.NewWorker(pool, keys, logger, cfg.Timings(), "charge", paymentsTable,
-		chargeable{paymentLocks: paymentLocks{keys}, pool: pool, provider: pc, recorder: newOutcomeRecorder(pool, keys, cfg.RecordTimeout)})
+		chargeable{paymentLocks: paymentLocks{keys}, pool: pool, provider: pc,
+			starter: newAttemptStarter(pool), recorder: newOutcomeRecorder(pool, keys, cfg.RecordTimeout)})
 }
 
 // paymentLocks is how the engine reads and locks a payment.
@@ -115,14 +116,16 @@ type chargeable struct {
 	paymentLocks
 	pool     *pgxpool.Pool
 	provider *provider.Client
+	starter  *attemptStarter
 	recorder *outcomeRecorder
 }
 
 func (chargeable) Of(args ChargePaymentArgs) (string, string) { return args.TenantID, args.PaymentID }
 
-// Start reads the payment and starts its attempt in one statement.
-func (chargeable) Start(ctx context.Context, db operation.Querier, tenantID, id string) (Payment, time.Duration, bool, error) {
-	return startProviderAttempt(ctx, db, tenantID, id)
+// Start reads the payment and starts its attempt in one statement, with
+// the charges starting at the same moment (attemptStarter).
+func (k chargeable) Start(ctx context.Context, _ operation.Querier, tenantID, id string) (Payment, time.Duration, bool, error) {
+	return k.starter.start(ctx, tenantID, id)
 }
 
 // Send creates the payment's intent, or reads the one an earlier attempt

@@ -73,7 +73,7 @@ func (b recorderBundle) charge(t *testing.T) *finishing {
 	row, err := b.jobs.JobGet(b.ctx, jobID)
 	require.NoError(t, err)
 	return &finishing{
-		ctx: b.ctx, p: p, done: make(chan error, 1),
+		ctx: b.ctx, p: p,
 		job: &river.Job[ChargePaymentArgs]{JobRow: row, Args: ChargePaymentArgs{TenantID: b.tenant, PaymentID: p.ID}},
 		out: provider.Outcome{Kind: provider.Succeeded, Intent: &provider.Intent{ID: "pi_" + p.ID, Status: stripe.PaymentIntentStatusSucceeded}},
 	}
@@ -95,6 +95,22 @@ func (b recorderBundle) recorded(t *testing.T, f *finishing, want bool) {
 	} else {
 		require.Equal(t, []string{"processing", "processing", "running"}, []string{status, keyStatus, jobState}, "payment %s", f.p.ID)
 	}
+}
+
+// writeNow writes group as one of the recorder's writers does, and returns
+// each charge's result.
+func writeNow(r *outcomeRecorder, group []*finishing) map[*finishing]error {
+	requests := make([]*request[*finishing], len(group))
+	for i, f := range group {
+		requests[i] = &request[*finishing]{item: f, done: make(chan struct{})}
+	}
+	r.groups.writeGroup(requests)
+	errs := map[*finishing]error{}
+	for _, q := range requests {
+		<-q.done
+		errs[q.item] = q.err
+	}
+	return errs
 }
 
 // countBegins counts the transactions begun: a BEGIN alone, or sent at the
@@ -123,9 +139,9 @@ func TestOutcomeRecorder(t *testing.T) {
 			group = append(group, b.charge(t))
 		}
 		log.Take()
-		r.write(group)
+		errs := writeNow(r, group)
 		for _, f := range group {
-			require.NoError(t, <-f.done)
+			require.NoError(t, errs[f])
 			b.recorded(t, f, true)
 		}
 		sent := log.Take()
@@ -146,10 +162,10 @@ func TestOutcomeRecorder(t *testing.T) {
 		var updated time.Time
 		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT updated_at FROM payments WHERE id = $1`, first.p.ID).Scan(&updated))
 
-		again := &finishing{ctx: first.ctx, job: first.job, p: first.p, out: first.out, done: make(chan error, 1)}
-		r.write([]*finishing{again, other})
-		require.NoError(t, <-again.done)
-		require.NoError(t, <-other.done)
+		again := &finishing{ctx: first.ctx, job: first.job, p: first.p, out: first.out}
+		errs := writeNow(r, []*finishing{again, other})
+		require.NoError(t, errs[again])
+		require.NoError(t, errs[other])
 		b.recorded(t, first, true)
 		b.recorded(t, other, true)
 		var after time.Time
@@ -177,9 +193,9 @@ func TestOutcomeRecorder(t *testing.T) {
 		defer cancel()
 		stuck.ctx = ctx
 
-		r.write(group)
+		errs := writeNow(r, group)
 		for _, f := range group {
-			err := <-f.done
+			err := errs[f]
 			if f == stuck {
 				require.Error(t, err)
 				continue
@@ -203,9 +219,9 @@ func TestOutcomeRecorder(t *testing.T) {
 		r := newOutcomeRecorder(b.pool, b.keys, 5*time.Second)
 		good, broken := b.charge(t), b.charge(t)
 		broken.job = nil
-		r.write([]*finishing{good, broken})
-		require.ErrorContains(t, <-good.done, "panicked")
-		require.ErrorContains(t, <-broken.done, "panicked")
+		errs := writeNow(r, []*finishing{good, broken})
+		require.ErrorContains(t, errs[good], "panicked")
+		require.ErrorContains(t, errs[broken], "panicked")
 		b.recorded(t, good, false)
 
 		require.NoError(t, r.record(good.ctx, good.job, good.p, good.out))

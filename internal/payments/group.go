@@ -1,0 +1,120 @@
+package payments
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+)
+
+// grouper writes the requests of charges that arrive at about the same time
+// in groups, each group one round trip or one transaction where a request
+// alone would be one: a group commit. Nothing waits to form a group: a
+// request that arrives while no group is being written starts one at once,
+// alone, and those that arrive meanwhile form the next.
+//
+// The callers write the groups themselves, at most maxWriters at once: a
+// caller becomes a writer when a slot is free, writes groups while its own
+// request waits, and leaves once its request is written (so no charge is
+// held up writing others' requests for long). A writer that leaves with
+// requests still pending wakes their callers to take its slot.
+type grouper[T any] struct {
+	maxGroup, maxWriters int
+	// write writes a group and finishes each of its requests. A request it
+	// leaves unfinished (it panicked) fails.
+	write func(group []*request[T])
+
+	mu      sync.Mutex
+	pending []*request[T]
+	writers int
+	// wake is closed when a writer leaves requests pending, for the callers
+	// that found every writer slot taken; nil while none waits.
+	wake chan struct{}
+}
+
+// request is one caller's item in a grouper, and its result.
+type request[T any] struct {
+	item T
+	err  error
+	// finished is touched only by the goroutine writing the request's
+	// group; its owner reads err once done is closed.
+	finished bool
+	done     chan struct{}
+}
+
+// finish records the request's result, once.
+func (r *request[T]) finish(err error) {
+	if r.finished {
+		return
+	}
+	r.finished, r.err = true, err
+	close(r.done)
+}
+
+// do queues item and returns once it is written, with its error.
+func (g *grouper[T]) do(item T) error {
+	own := &request[T]{item: item, done: make(chan struct{})}
+	g.mu.Lock()
+	g.pending = append(g.pending, own)
+	g.mu.Unlock()
+	for {
+		wake := g.writeWhilePending(own)
+		select {
+		case <-own.done:
+			return own.err
+		case <-wake: // a nil wake: own was written, or nothing is pending
+		}
+	}
+}
+
+// writeWhilePending takes a writer slot if one is free and writes groups
+// until own is written or nothing is pending. Without a free slot it
+// returns a channel closed when a writer leaves requests pending.
+func (g *grouper[T]) writeWhilePending(own *request[T]) <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock() // writeGroup, run without the lock, never panics
+	if g.writers >= g.maxWriters {
+		if g.wake == nil {
+			g.wake = make(chan struct{})
+		}
+		return g.wake
+	}
+	g.writers++
+	for len(g.pending) > 0 && !isClosed(own.done) {
+		group := g.pending[:min(len(g.pending), g.maxGroup)]
+		g.pending = slices.Clone(g.pending[len(group):])
+		g.mu.Unlock()
+		g.writeGroup(group)
+		g.mu.Lock()
+	}
+	g.writers--
+	if len(g.pending) > 0 && g.wake != nil {
+		close(g.wake)
+		g.wake = nil
+	}
+	return nil
+}
+
+// writeGroup writes a group; a panic while writing is the error of each
+// request not yet finished (River retries its attempt), not the end of the
+// goroutine that happened to be writing.
+func (g *grouper[T]) writeGroup(group []*request[T]) {
+	defer func() {
+		v := recover()
+		for _, r := range group {
+			if v != nil {
+				r.finish(fmt.Errorf("writing the group panicked: %v", v))
+			}
+			r.finish(fmt.Errorf("BUG: a group's write left its request unfinished"))
+		}
+	}()
+	g.write(group)
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}

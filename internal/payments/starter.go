@@ -1,0 +1,131 @@
+package payments
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// attemptStarter starts the provider attempts of charges that start at
+// about the same time (River hands a worker its jobs in batches) in one
+// statement, a grouper: one round trip and one commit for the group, where
+// each alone costs one of each. Every payment's attempt clock is still
+// committed before its provider call, since a caller returns only once its
+// group's statement has.
+type attemptStarter struct {
+	pool   *pgxpool.Pool
+	groups grouper[*starting]
+}
+
+// maxStartGroup caps a group, maxStartWriters the groups started at once,
+// each a connection for one statement.
+const (
+	maxStartGroup   = 64
+	maxStartWriters = 4
+)
+
+// startGroupTimeout bounds a group's statement, which serves many jobs'
+// contexts at once; each charge alone runs under its own. startLockWait
+// bounds its wait for a locked payment row.
+const (
+	startGroupTimeout = 10 * time.Second
+	startLockWait     = 200 * time.Millisecond
+)
+
+// starting is one charge's attempt to start, and what starting found.
+type starting struct {
+	ctx                 context.Context
+	tenantID, paymentID string
+
+	payment Payment
+	age     time.Duration
+	ok      bool
+}
+
+func newAttemptStarter(pool *pgxpool.Pool) *attemptStarter {
+	s := &attemptStarter{pool: pool}
+	s.groups = grouper[*starting]{maxGroup: maxStartGroup, maxWriters: maxStartWriters, write: s.write}
+	return s
+}
+
+// start is startProviderAttempt, grouped with the starts of other charges
+// starting at the same moment.
+func (s *attemptStarter) start(ctx context.Context, tenantID, paymentID string) (Payment, time.Duration, bool, error) {
+	st := &starting{ctx: ctx, tenantID: tenantID, paymentID: paymentID}
+	if err := s.groups.do(st); err != nil {
+		return Payment{}, 0, false, err
+	}
+	return st.payment, st.age, st.ok, nil
+}
+
+// write starts a group in one statement. A payment the statement did not
+// start (no longer in flight), or every payment of a group whose statement
+// failed (a deadlock with a group holding the same payment, its timeout),
+// is started alone, under its own context.
+func (s *attemptStarter) write(group []*request[*starting]) {
+	alone := group
+	if len(group) > 1 {
+		started, err := s.startGroup(group)
+		alone = nil
+		for _, r := range group {
+			if err == nil && started[r.item] {
+				r.finish(nil)
+				continue
+			}
+			alone = append(alone, r)
+		}
+	}
+	for _, r := range alone {
+		st := r.item
+		var err error
+		st.payment, st.age, st.ok, err = startProviderAttempt(st.ctx, s.pool, st.tenantID, st.paymentID)
+		r.finish(err)
+	}
+}
+
+// startGroup starts the group's payments still in flight, filling in what
+// it found for each, and reports which it started.
+func (s *attemptStarter) startGroup(group []*request[*starting]) (map[*starting]bool, error) {
+	type ref struct{ tenantID, paymentID string }
+	byRef := make(map[ref]*starting, len(group))
+	tenants, ids := make([]string, 0, len(group)), make([]string, 0, len(group))
+	for _, r := range group {
+		byRef[ref{r.item.tenantID, r.item.paymentID}] = r.item
+		tenants, ids = append(tenants, r.item.tenantID), append(ids, r.item.paymentID)
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(group[0].item.ctx), startGroupTimeout)
+	defer cancel()
+	// A payment's row is locked for milliseconds at a time, but a group
+	// waiting on one would hold up all its charges: past startLockWait
+	// the group fails, and its charges start alone, each waiting only for
+	// its own row.
+	rows, err := s.pool.Query(ctx, `
+		WITH bounded_wait AS (SELECT set_config('lock_timeout', $3, true))
+		UPDATE payments SET first_provider_attempt_at = coalesce(first_provider_attempt_at, now()),
+			last_provider_attempt_at = now()
+		FROM bounded_wait, unnest($1::text[], $2::text[]) AS starting(starting_tenant_id, starting_id)
+		WHERE tenant_id = starting_tenant_id AND id = starting_id AND status IN ('processing', 'requires_action')
+		RETURNING `+paymentColumns+`, (extract(epoch FROM now() - first_provider_attempt_at) * 1000000)::bigint AS age_micros`,
+		tenants, ids, fmt.Sprintf("%dms", startLockWait.Milliseconds()))
+	if err != nil {
+		return nil, fmt.Errorf("start provider attempts: %w", err)
+	}
+	found, err := pgx.CollectRows(rows, pgx.RowToStructByName[startedPayment])
+	if err != nil {
+		return nil, fmt.Errorf("start provider attempts: %w", err)
+	}
+	started := make(map[*starting]bool, len(found))
+	for _, f := range found {
+		st := byRef[ref{f.TenantID, f.ID}]
+		if st == nil {
+			return nil, errors.New("start provider attempts: a payment no charge of the group asked for")
+		}
+		st.payment, st.age, st.ok = f.Payment, time.Duration(f.AgeMicros)*time.Microsecond, true
+		started[st] = true
+	}
+	return started, nil
+}
