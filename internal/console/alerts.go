@@ -57,6 +57,8 @@ var checks = []check{
 		Runbook: "docs/operations.md#is-it-up"},
 	{Alert: "OncepayWebhooksBacklog", Metric: "oncepay_webhook_events_unprocessed", Op: ">", Threshold: 100,
 		Runbook: "docs/operations.md#webhooks-are-not-processed"},
+	{Alert: "OncepayWebhooksAwaitingCharge", Metric: "oncepay_webhook_events_oldest_awaiting_charge_seconds", Op: ">", Threshold: 300,
+		Runbook: "docs/operations.md#webhooks-are-not-processed"},
 }
 
 // rateRules are the rules only Prometheus can evaluate.

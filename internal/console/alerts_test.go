@@ -54,7 +54,9 @@ func TestEvaluate(t *testing.T) {
 	findings.WithLabelValues("missing_intent").Set(2)
 	up := prometheus.NewGauge(prometheus.GaugeOpts{Name: "oncepay_database_scrape_ok"})
 	up.Set(1)
-	reg.MustRegister(awaiting, operations, findings, up)
+	oldestAwaiting := prometheus.NewGauge(prometheus.GaugeOpts{Name: "oncepay_webhook_events_oldest_awaiting_charge_seconds"})
+	oldestAwaiting.Set(400)
+	reg.MustRegister(awaiting, operations, findings, up, oldestAwaiting)
 	families, err := reg.Gather()
 	require.NoError(t, err)
 
@@ -71,5 +73,6 @@ func TestEvaluate(t *testing.T) {
 		"OncepayLedgerFindings":             {"3"},
 		"OncepayDatabaseUnreadable":         nil,
 		"OncepayWebhooksBacklog":            nil,
+		"OncepayWebhooksAwaitingCharge":     {"400"},
 	}, got)
 }

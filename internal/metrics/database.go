@@ -65,6 +65,11 @@ func (m *Metrics) RegisterDatabase(pool *pgxpool.Pool) {
 				`SELECT count(*) FROM webhook_events WHERE processed_at IS NULL AND result IS DISTINCT FROM 'awaiting_charge'`},
 			{gauge("oncepay_webhook_events_awaiting_charge", "Provider events stored while their payment's charge had yet to record the provider's answer."),
 				`SELECT count(*) FROM webhook_events WHERE processed_at IS NULL AND result = 'awaiting_charge'`},
+			// Past the await limit (a minute, or twice a charge attempt's
+			// bound) only while no worker runs the sweep that ends the wait.
+			{gauge("oncepay_webhook_events_oldest_awaiting_charge_seconds", "Age of the oldest provider event awaiting its payment's charge."),
+				`SELECT coalesce(extract(epoch FROM now() - min(received_at)), 0)::float8 FROM webhook_events
+				WHERE processed_at IS NULL AND result = 'awaiting_charge'`},
 		},
 	})
 }

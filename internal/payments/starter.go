@@ -1,9 +1,11 @@
 package payments
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -52,38 +54,45 @@ func newAttemptStarter(pool *pgxpool.Pool) *attemptStarter {
 	return s
 }
 
+// errStartAlone tells a charge its group did not start it: it starts
+// alone, itself, beside the others of its group.
+var errStartAlone = errors.New("start alone")
+
 // start is startProviderAttempt, grouped with the starts of other charges
 // starting at the same moment.
 func (s *attemptStarter) start(ctx context.Context, tenantID, paymentID string) (Payment, time.Duration, bool, error) {
 	st := &starting{ctx: ctx, tenantID: tenantID, paymentID: paymentID}
-	if err := s.groups.do(st); err != nil {
+	err := s.groups.do(st)
+	if errors.Is(err, errStartAlone) {
+		return startProviderAttempt(ctx, s.pool, tenantID, paymentID)
+	}
+	if err != nil {
 		return Payment{}, 0, false, err
 	}
 	return st.payment, st.age, st.ok, nil
 }
 
-// write starts a group in one statement. A payment the statement did not
-// start (no longer in flight), or every payment of a group whose statement
-// failed (a deadlock with a group holding the same payment, its timeout),
-// is started alone, under its own context.
+// write starts a group in one statement; a charge alone as it always
+// started (the others that arrive meanwhile form the next group). A payment
+// the statement did not start (no longer in flight: it is read), and every
+// payment of a group whose statement failed (a locked row past the wait,
+// its timeout), are started by their own callers, each under its own
+// context and at once, not one after another by the writer.
 func (s *attemptStarter) write(group []*request[*starting]) {
-	alone := group
-	if len(group) > 1 {
-		started, err := s.startGroup(group)
-		alone = nil
-		for _, r := range group {
-			if err == nil && started[r.item] {
-				r.finish(nil)
-				continue
-			}
-			alone = append(alone, r)
-		}
-	}
-	for _, r := range alone {
-		st := r.item
+	if len(group) == 1 {
+		st := group[0].item
 		var err error
 		st.payment, st.age, st.ok, err = startProviderAttempt(st.ctx, s.pool, st.tenantID, st.paymentID)
-		r.finish(err)
+		group[0].finish(err)
+		return
+	}
+	started, err := s.startGroup(group)
+	for _, r := range group {
+		if err == nil && started[r.item] {
+			r.finish(nil)
+			continue
+		}
+		r.finish(errStartAlone)
 	}
 }
 
@@ -91,6 +100,12 @@ func (s *attemptStarter) write(group []*request[*starting]) {
 // it found for each, and reports which it started.
 func (s *attemptStarter) startGroup(group []*request[*starting]) (map[*starting]bool, error) {
 	type ref struct{ tenantID, paymentID string }
+	// One order for every group's row locks, the recorder's too, so
+	// that two groups holding a payment each do not wait for the other
+	// until the lock wait ends.
+	slices.SortFunc(group, func(a, b *request[*starting]) int {
+		return cmp.Or(cmp.Compare(a.item.paymentID, b.item.paymentID), cmp.Compare(a.item.tenantID, b.item.tenantID))
+	})
 	byRef := make(map[ref]*starting, len(group))
 	tenants, ids := make([]string, 0, len(group)), make([]string, 0, len(group))
 	for _, r := range group {

@@ -44,7 +44,9 @@ type AwaitConfig struct {
 	// on its own, as if it had come with a job: a charge still without an
 	// answer then may have lost it (its worker killed mid-call), and the
 	// event is the quickest way to learn it. Longer than one charge
-	// attempt. Defaults to 1m.
+	// attempt (the worker makes it twice the attempt's bound, at least a
+	// minute); shorter is harmless, the event's job settling the payment
+	// under its lock as any event's does. Defaults to 1m.
 	Limit time.Duration
 }
 
@@ -78,12 +80,15 @@ type AwaitResult struct {
 // payment now records the final state they tell (unchanged, as Ingest
 // would have stored them had they come a moment later), and gives every
 // other event whose charge no longer awaits its answer, or that waited
-// past the limit, its job, in the same transaction. Two sweeps at once
-// each change only the rows still awaiting when they lock them, so an
-// event gets one job.
+// past the limit, its job, in the same transaction. Sweeps run one at a
+// time (a transaction-scoped advisory lock): two at once, each marking
+// some rows and then releasing others, could each wait for the other's.
 func (s *AwaitSweeper) Sweep(ctx context.Context, jobs Inserter) (AwaitResult, error) {
 	var res AwaitResult
 	err := postgres.InTx(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('oncepay.webhooks.await_sweep', 0))`); err != nil {
+			return fmt.Errorf("wait for the other sweep of awaiting events: %w", err)
+		}
 		told, err := tx.Exec(ctx, `
 			UPDATE webhook_events e SET processed_at = now(), result = $2
 			WHERE processed_at IS NULL AND result = $1

@@ -233,7 +233,8 @@ func finalStatusSQL(column string) string {
 
 // paymentTells is the SQL condition that a payment records the status (a
 // parameter) for the intent on the account (parameters too; the platform's
-// own account is ”): finalAsTold's question, asked by Ingest as well.
+// own account is the empty string): finalAsTold's question, asked by Ingest
+// as well.
 func paymentTells(intent, account, status string) string {
 	return `EXISTS (SELECT FROM payments WHERE provider_payment_intent_id = ` + intent +
 		` AND coalesce(provider_account, '') = ` + account + ` AND status = ` + status + `)`
