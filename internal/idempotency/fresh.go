@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/oncepay/oncepay/internal/postgres"
 )
 
 // Fresh prepares an operation under a key not yet reserved: the outcome a
@@ -63,7 +64,7 @@ func (s *Store) runFresh(ctx context.Context, db DB, req Request, prepare Fresh)
 		undo = taken
 	}
 	batch := &pgx.Batch{}
-	rec := queueFreshKey(batch, req, out, s.cfg.Retention, lockTimeout(s.cfg.LockWait))
+	rec := queueFreshKey(batch, req, out, s.cfg.Retention, postgres.LockTimeout(s.cfg.LockWait))
 	if out.Writes != nil {
 		batch.QueuedQueries = append(batch.QueuedQueries, out.Writes.QueuedQueries...)
 	}

@@ -274,7 +274,7 @@ var ErrTransition = errors.New("idempotency key not in a state that allows this 
 // same statement reads the row when it was already there, so a replay
 // costs one statement.
 func (s *Store) Reserve(ctx context.Context, tx pgx.Tx, req Request) (Decision, error) {
-	lockTimeout := lockTimeout(s.cfg.LockWait)
+	lockTimeout := postgres.LockTimeout(s.cfg.LockWait)
 	// Bounded: each pass either decides or removes one expired row or loses
 	// one re-acquisition race, after which the row is no longer retryable.
 	for range 3 {
@@ -342,11 +342,6 @@ func (s *Store) Reserve(ctx context.Context, tx pgx.Tx, req Request) (Decision, 
 		}
 	}
 	return Decision{Kind: InProgress}, nil
-}
-
-// lockTimeout is the lock_timeout setting for a wait of at most wait.
-func lockTimeout(wait time.Duration) string {
-	return fmt.Sprintf("%dms", max(wait.Milliseconds(), 1))
 }
 
 // lockResource takes the resource's lock through the caller's hook, the

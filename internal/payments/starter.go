@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/oncepay/oncepay/internal/postgres"
 )
 
 // attemptStarter starts the provider attempts of charges that start at
@@ -86,9 +87,9 @@ func (s *attemptStarter) write(group []*request[*starting]) {
 		group[0].finish(err)
 		return
 	}
-	started, err := s.startGroup(group)
+	err := s.startGroup(group)
 	for _, r := range group {
-		if err == nil && started[r.item] {
+		if err == nil && r.item.ok {
 			r.finish(nil)
 			continue
 		}
@@ -96,9 +97,9 @@ func (s *attemptStarter) write(group []*request[*starting]) {
 	}
 }
 
-// startGroup starts the group's payments still in flight, filling in what
-// it found for each, and reports which it started.
-func (s *attemptStarter) startGroup(group []*request[*starting]) (map[*starting]bool, error) {
+// startGroup starts the group's payments still in flight and fills in what
+// it found for each (ok for those it started).
+func (s *attemptStarter) startGroup(group []*request[*starting]) error {
 	type ref struct{ tenantID, paymentID string }
 	// One order for every group's row locks, the recorder's too, so
 	// that two groups holding a payment each do not wait for the other
@@ -125,22 +126,20 @@ func (s *attemptStarter) startGroup(group []*request[*starting]) (map[*starting]
 		FROM bounded_wait, unnest($1::text[], $2::text[]) AS starting(starting_tenant_id, starting_id)
 		WHERE tenant_id = starting_tenant_id AND id = starting_id AND status IN ('processing', 'requires_action')
 		RETURNING `+paymentColumns+`, (extract(epoch FROM now() - first_provider_attempt_at) * 1000000)::bigint AS age_micros`,
-		tenants, ids, fmt.Sprintf("%dms", startLockWait.Milliseconds()))
+		tenants, ids, postgres.LockTimeout(startLockWait))
 	if err != nil {
-		return nil, fmt.Errorf("start provider attempts: %w", err)
+		return fmt.Errorf("start provider attempts: %w", err)
 	}
 	found, err := pgx.CollectRows(rows, pgx.RowToStructByName[startedPayment])
 	if err != nil {
-		return nil, fmt.Errorf("start provider attempts: %w", err)
+		return fmt.Errorf("start provider attempts: %w", err)
 	}
-	started := make(map[*starting]bool, len(found))
 	for _, f := range found {
 		st := byRef[ref{f.TenantID, f.ID}]
 		if st == nil {
-			return nil, errors.New("start provider attempts: a payment no charge of the group asked for")
+			return errors.New("start provider attempts: a payment no charge of the group asked for")
 		}
 		st.payment, st.age, st.ok = f.Payment, time.Duration(f.AgeMicros)*time.Microsecond, true
-		started[st] = true
 	}
-	return started, nil
+	return nil
 }

@@ -154,3 +154,10 @@ func IsUnavailable(err error) bool {
 	}
 	return false
 }
+
+// LockTimeout is the lock_timeout setting for a wait of at most wait, for
+// set_config('lock_timeout', …, true) at the head of a statement: at least
+// a millisecond, since 0 would mean no bound at all.
+func LockTimeout(wait time.Duration) string {
+	return fmt.Sprintf("%dms", max(wait.Milliseconds(), 1))
+}
