@@ -2,6 +2,7 @@ package payments
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"strings"
@@ -98,18 +99,30 @@ func (b recorderBundle) recorded(t *testing.T, f *finishing, want bool) {
 }
 
 // writeNow writes group as one of the recorder's writers does, and returns
-// each charge's result.
+// each charge's result; a charge sent back to record alone records, as its
+// caller would, in a goroutine of its own.
 func writeNow(r *outcomeRecorder, group []*finishing) map[*finishing]error {
 	requests := make([]*request[*finishing], len(group))
 	for i, f := range group {
 		requests[i] = &request[*finishing]{item: f, done: make(chan struct{})}
 	}
 	r.groups.writeGroup(requests)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
 	errs := map[*finishing]error{}
 	for _, q := range requests {
 		<-q.done
-		errs[q.item] = q.err
+		wg.Go(func() {
+			err := q.err
+			if errors.Is(err, errRecordAlone) {
+				err = r.recordAlone(q.item)
+			}
+			mu.Lock()
+			errs[q.item] = err
+			mu.Unlock()
+		})
 	}
+	wg.Wait()
 	return errs
 }
 
@@ -146,9 +159,9 @@ func TestOutcomeRecorder(t *testing.T) {
 		}
 		sent := log.Take()
 		require.Equal(t, 1, countBegins(sent), "one transaction for the group")
-		// Each charge's payment, key and job (BEGIN with the first), then
-		// COMMIT.
-		require.Len(t, sent, 1+3*len(group), "round trips:\n  %s", strings.Join(sent, "\n  "))
+		// The group's lock wait bound (BEGIN with it), each charge's
+		// payment, key and job, then COMMIT.
+		require.Len(t, sent, 2+3*len(group), "round trips:\n  %s", strings.Join(sent, "\n  "))
 	})
 
 	// A charge another run already recorded (its job ran twice) changes
@@ -174,8 +187,10 @@ func TestOutcomeRecorder(t *testing.T) {
 	})
 
 	// One charge of a group cannot be recorded (its payment's row is
-	// locked past its deadline): the group is recorded one by one, and
-	// only that charge fails; recorded later, it succeeds.
+	// held past its deadline), and every charge has the worker's own
+	// deadline: the group gives up on the row within its lock wait, and
+	// each charge records alone, so only the held one fails; recorded
+	// later, it succeeds.
 	t.Run("AFailureIsOnlyItsOwn", func(t *testing.T) {
 		t.Parallel()
 		b := newRecorderBundle(t)
@@ -187,11 +202,14 @@ func TestOutcomeRecorder(t *testing.T) {
 		stuck := group[2]
 		holder, err := b.pool.Begin(b.ctx)
 		require.NoError(t, err)
+		t.Cleanup(func() { _ = holder.Rollback(context.Background()) }) // should the test fail first
 		_, err = holder.Exec(b.ctx, `SELECT FROM payments WHERE id = $1 FOR UPDATE`, stuck.p.ID)
 		require.NoError(t, err)
-		ctx, cancel := context.WithTimeout(b.ctx, 300*time.Millisecond)
+		ctx, cancel := context.WithTimeout(b.ctx, time.Second)
 		defer cancel()
-		stuck.ctx = ctx
+		for _, f := range group {
+			f.ctx = ctx
+		}
 
 		errs := writeNow(r, group)
 		for _, f := range group {
@@ -200,7 +218,7 @@ func TestOutcomeRecorder(t *testing.T) {
 				require.Error(t, err)
 				continue
 			}
-			require.NoError(t, err)
+			require.NoError(t, err, "payment %s", f.p.ID)
 			b.recorded(t, f, true)
 		}
 		require.NoError(t, holder.Rollback(b.ctx))
