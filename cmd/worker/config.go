@@ -8,6 +8,7 @@ import (
 	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/provider"
 	"github.com/oncepay/oncepay/internal/telemetry"
+	"github.com/oncepay/oncepay/internal/webhooks"
 )
 
 // config is the worker's configuration, read from the environment. Every
@@ -106,8 +107,13 @@ type config struct {
 	// WebhookAwaitInterval (WEBHOOK_AWAIT_INTERVAL) is how often the events
 	// stored awaiting their payment's charge are looked at: marked
 	// processed once the payment records what they tell, or given their
-	// job. Defaults to 5s.
+	// job. Defaults to 2s.
 	WebhookAwaitInterval time.Duration
+	// WebhookAwaitLimit (WEBHOOK_AWAIT_LIMIT) is how long such an event
+	// waits for its charge before it gets its job anyway: a charge that
+	// has not recorded the provider's answer by then is stuck in its
+	// call, and the event settles its payment. Defaults to 3s.
+	WebhookAwaitLimit time.Duration
 	// LedgerCheckInterval (LEDGER_CHECK_INTERVAL) is how often the
 	// provider's intents and refunds are compared with our payments and
 	// refunds. Defaults to 1h.
@@ -153,7 +159,8 @@ func loadConfig(getenv func(string) string) (config, error) {
 		DatabaseConnectTimeout: env.Duration("DATABASE_CONNECT_TIMEOUT", 3*time.Second, 100*time.Millisecond, time.Minute),
 		WebhookRecoverInterval: env.Duration("WEBHOOK_RECOVER_INTERVAL", 5*time.Minute, 100*time.Millisecond, 24*time.Hour),
 		WebhookRecoverLookback: env.Duration("WEBHOOK_RECOVER_LOOKBACK", 24*time.Hour, time.Minute, 30*24*time.Hour),
-		WebhookAwaitInterval:   env.Duration("WEBHOOK_AWAIT_INTERVAL", 5*time.Second, time.Second, 10*time.Minute),
+		WebhookAwaitInterval:   env.Duration("WEBHOOK_AWAIT_INTERVAL", 2*time.Second, time.Second, 10*time.Minute),
+		WebhookAwaitLimit:      env.Duration("WEBHOOK_AWAIT_LIMIT", webhooks.DefaultAwaitLimit, 100*time.Millisecond, 10*time.Minute),
 		LedgerCheckInterval:    env.Duration("LEDGER_CHECK_INTERVAL", time.Hour, 100*time.Millisecond, 24*time.Hour),
 		LedgerCheckWindow:      env.Duration("LEDGER_CHECK_WINDOW", 26*time.Hour, time.Minute, 30*24*time.Hour),
 		LogLevel:               env.OneOf("LOG_LEVEL", "info", "debug", "info", "warn", "error"),

@@ -290,6 +290,37 @@ func TestStoredServerErrorSettlesWithDefaultTimers(t *testing.T) {
 	require.GreaterOrEqual(t, stats.Replays, 1, "the retry got the stored 500")
 }
 
+// TestEventForAStuckChargeSettlesItInSeconds: the provider charges the
+// card, sends its signed succeeded event, and holds the worker's answer
+// past the call's timeout. With every timer at its default, the event is
+// stored awaiting the charge, then, the charge still silent, given its job
+// within seconds: the payment settles from the provider's intent within
+// 10 s of the event's arrival, not when the held call gives up.
+func TestEventForAStuckChargeSettlesItInSeconds(t *testing.T) {
+	t.Parallel()
+	pool, url := pgtest.NewPool(t)
+	p := newPipelineOn(t, pool, url, true)
+	require.NoError(t, p.sim.InjectFault(p.ctx, stripesim.Fault{Mode: stripesim.FaultHoldAfter, Count: 1, Path: "POST /v1/payment_intents"}))
+	p.startWorker("WORKER_JOB_TIMEOUT=30s", "WORKER_RESCUE_STUCK_AFTER=5m", "WORKER_RECORD_TIMEOUT=10s",
+		"WORKER_RETRY_BACKOFF_BASE=1s", "WORKER_RETRY_BACKOFF_MAX=10m", "WORKER_POLL_INTERVAL=2s")
+	key := id.New("key")
+	paymentID := p.api.Pay(t, key, "pm_card_visa").PaymentID()
+
+	var arrived time.Time
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.NoError(c, p.pool.QueryRow(p.ctx, `
+			SELECT received_at FROM webhook_events
+			WHERE type = 'payment_intent.succeeded' AND payload->'data'->'object'->'metadata'->>'payment_id' = $1`,
+			paymentID).Scan(&arrived))
+	}, 20*time.Second, 20*time.Millisecond, "the provider's event never arrived")
+	p.waitStatus(paymentID, payments.StatusSucceeded, 20*time.Second)
+	var settled time.Time
+	require.NoError(t, p.pool.QueryRow(p.ctx, `SELECT updated_at FROM payments WHERE id = $1`, paymentID).Scan(&settled))
+	t.Logf("settled %s after the event arrived", settled.Sub(arrived).Round(time.Millisecond))
+	require.Less(t, settled.Sub(arrived), 10*time.Second, "settled within 10 s of the event")
+	p.requireChargedOnce(paymentID, key)
+}
+
 // TestTwoWorkersChargeEachPaymentOnce runs two worker processes on one
 // database, with the provider failing a share of requests after
 // committing, and checks every one of 200 payments was charged once.

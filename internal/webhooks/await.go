@@ -41,18 +41,28 @@ func chargeAwaited(payload, account string) string {
 // AwaitConfig tunes the AwaitSweeper. Zero values take the defaults.
 type AwaitConfig struct {
 	// Limit is how long an event awaits its charge before it is processed
-	// on its own, as if it had come with a job: a charge still without an
-	// answer then may have lost it (its worker killed mid-call), and the
-	// event is the quickest way to learn it. Longer than one charge
-	// attempt (the worker makes it twice the attempt's bound, at least a
-	// minute); shorter is harmless, the event's job settling the payment
-	// under its lock as any event's does. Defaults to 1m.
+	// on its own, as if it had come with a job. The provider sends the
+	// event as it answers the charge, so a charge that has not recorded
+	// that answer a round trip or two later is stuck in its call (an
+	// answer held or lost, its worker killed): the event, read again from
+	// the provider and settled under the payment's lock, is then the
+	// quickest way to settle the payment, and a lying event is found out
+	// as soon. It is no bound of the charge's attempt: the event's job
+	// and a late answer record the same outcome under the same lock, and
+	// the second changes nothing. Defaults to 3s.
 	Limit time.Duration
 }
 
+// DefaultAwaitLimit is AwaitConfig.Limit's default: a few provider round
+// trips, so that an event for a stuck charge settles its payment within
+// seconds (with the default sweep every 2s, within about 5s of arriving),
+// while nearly every event still finds its charge recorded and is marked
+// processed in bulk, with no job.
+const DefaultAwaitLimit = 3 * time.Second
+
 // WithDefaults returns the configuration with zero values defaulted.
 func (c AwaitConfig) WithDefaults() AwaitConfig {
-	c.Limit = cmp.Or(c.Limit, time.Minute)
+	c.Limit = cmp.Or(c.Limit, DefaultAwaitLimit)
 	return c
 }
 

@@ -65,7 +65,8 @@ func TestEventBeforeTheChargesAnswerAwaitsIt(t *testing.T) {
 	// The simulator's own deliveries of these events would race the
 	// test's.
 	require.NoError(t, b.admin.InjectWebhookFault(ctx, stripesim.WebhookFault{Mode: stripesim.WebhookDrop, Type: "payment_intent.succeeded"}))
-	sweeper := webhooks.NewAwaitSweeper(b.pool, slog.New(slog.NewTextHandler(io.Discard, nil)), webhooks.AwaitConfig{})
+	// A limit no step of the test outlasts, however loaded the machine.
+	sweeper := webhooks.NewAwaitSweeper(b.pool, slog.New(slog.NewTextHandler(io.Discard, nil)), webhooks.AwaitConfig{Limit: time.Hour})
 
 	recorded, recordedEvent := b.awaitingEvent(t, "key-await-recorded-01")
 	result, processed := b.eventResult(t, recordedEvent)
