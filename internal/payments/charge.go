@@ -129,12 +129,19 @@ func (k chargeable) Start(ctx context.Context, _ operation.Querier, tenantID, id
 }
 
 // Send creates the payment's intent, or reads the one an earlier attempt
-// found.
+// found; a decline that leaves the intent open is closed before it is
+// answered (closeIntent).
 func (k chargeable) Send(ctx context.Context, p Payment) (provider.Outcome, error) {
+	var out provider.Outcome
 	if p.ProviderPaymentIntentID != nil {
-		return k.provider.For(p.Account()).RetrieveIntent(ctx, *p.ProviderPaymentIntentID), nil
+		out = k.provider.For(p.Account()).RetrieveIntent(ctx, *p.ProviderPaymentIntentID)
+	} else {
+		out = k.provider.For(p.Account()).CreateIntent(ctx, chargeOf(p))
 	}
-	return k.provider.For(p.Account()).CreateIntent(ctx, chargeOf(p)), nil
+	if leftOpen(out) {
+		out = closeIntent(ctx, k.provider, p, out)
+	}
+	return out, nil
 }
 
 func (chargeable) Judge(out provider.Outcome) operation.Judged { return operation.JudgeIntent(out) }
@@ -174,13 +181,9 @@ func (k chargeable) Abandon(ctx context.Context, p Payment, pending provider.Out
 	if pending.Intent == nil || pending.Intent.Status != stripe.PaymentIntentStatusRequiresAction {
 		return pending, false
 	}
-	canceled := k.provider.For(p.Account()).CancelIntent(ctx, pending.IntentID(), cancelKey(p))
-	if canceled.Kind != provider.Declined {
-		// Not canceled (the customer may have completed meanwhile): the
-		// next attempt reads the intent again.
-		canceled.Kind = provider.Ambiguous
-	}
-	return canceled, true
+	// Not canceled, the customer having gone on meanwhile: what the intent
+	// then is; a processing intent's next attempt reads it again.
+	return closeIntent(ctx, k.provider, p, pending), true
 }
 
 // inFlight are the states in which the charge still waits on the provider
@@ -192,6 +195,10 @@ var inFlight = []Status{StatusProcessing, StatusRequiresAction}
 // final response. The caller holds lockForOutcome's locks. A payment that
 // already left the from states (another run recorded it) is left alone.
 func recordOutcome(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, p Payment, from []Status, out provider.Outcome) error {
+	if leftOpen(out) {
+		return fmt.Errorf("BUG: payment %s: intent %s is still %s: cancel it (closeIntent) before recording the decline",
+			p.ID, out.IntentID(), out.Intent.Status)
+	}
 	status := StatusFailed
 	switch out.Kind {
 	case provider.Succeeded:

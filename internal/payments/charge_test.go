@@ -245,6 +245,18 @@ func TestChargeOutcomes(t *testing.T) {
 			require.Equal(t, tc.declineCode, *p.DeclineCode)
 			require.Equal(t, "completed", b.jobState(paymentID))
 
+			// The declined intent was canceled before the payment was
+			// recorded failed: its client secret cannot take a second
+			// card's money after the client was told 402.
+			require.NotNil(t, p.ProviderPaymentIntentID)
+			intents := b.executions(paymentID)
+			require.Len(t, intents, 1)
+			require.Equal(t, "canceled", intents[0].Status)
+			_, err := b.sim.ConfirmAsCustomer(b.ctx, "", *p.ProviderPaymentIntentID, "pm_card_visa")
+			var refused *stripesim.AdminError
+			require.ErrorAs(t, err, &refused, "confirming the declined intent again must be refused")
+			require.Equal(t, http.StatusBadRequest, refused.StatusCode)
+
 			replay := b.pay(key, tc.method)
 			require.Equal(t, http.StatusPaymentRequired, replay.Status)
 			require.Equal(t, "true", replay.Header.Get(idempotency.ReplayedHeader))
@@ -376,6 +388,25 @@ func TestChargeGivesUpToReconciliation(t *testing.T) {
 		r := b.pay(key, "pm_card_visa")
 		require.Equal(t, http.StatusConflict, r.Status)
 		require.NotEmpty(t, r.Header.Get("Retry-After"))
+	})
+
+	// A decline answered with a stored 500 is found by reconciliation
+	// (the payment's metadata), and its intent, still confirmable, is
+	// canceled before the payment is recorded failed.
+	t.Run("ALostDeclineIsClosedByReconciliation", func(t *testing.T) {
+		t.Parallel()
+		b := setupCharge(t, chargeOptions{reconcile: true})
+		require.NoError(t, b.sim.InjectFault(b.ctx, stripesim.Fault{Mode: stripesim.FaultErrorAfter, Status: 500, Count: 1, Path: "POST /v1/payment_intents"}))
+		paymentID := b.pay(id.New("key"), "pm_card_chargeDeclined").PaymentID()
+
+		failed := b.waitStatus(paymentID, payments.StatusFailed)
+		require.Equal(t, "card_declined", *failed.FailureCode)
+		intents := b.executions(paymentID)
+		require.Len(t, intents, 1)
+		require.Equal(t, "canceled", intents[0].Status)
+		_, err := b.sim.ConfirmAsCustomer(b.ctx, "", intents[0].ID, "pm_card_visa")
+		var refused *stripesim.AdminError
+		require.ErrorAs(t, err, &refused, "the failed payment's intent must take no money")
 	})
 
 	t.Run("NeverReachedIsRetriedUnderTheNextGeneration", func(t *testing.T) {

@@ -86,6 +86,12 @@ func (k reconcilable) RecordFinal(ctx context.Context, c claim, out provider.Out
 func (k reconcilable) LookUp(ctx context.Context, c claim) (provider.Outcome, operation.Look) {
 	r, p := k.r, c.Payment
 	out, absent, note := r.lookUp(ctx, p, c.Settled)
+	if leftOpen(out) {
+		callCtx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+		out = closeIntent(callCtx, r.provider, p, out)
+		cancel()
+		note = "closing the declined intent: " + errText(out.Err)
+	}
 	switch {
 	case out.Kind == provider.Succeeded || out.Kind == provider.Declined || out.Kind == provider.Authorized:
 		return out, operation.Look{Found: operation.Final, ProviderID: out.IntentID()}
@@ -94,12 +100,15 @@ func (k reconcilable) LookUp(ctx context.Context, c claim) (provider.Outcome, op
 		r.logger.WarnContext(ctx, "customer action not completed in time; canceling the intent",
 			slog.String("payment_id", p.ID), slog.String("intent_id", out.IntentID()))
 		callCtx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
-		canceled := r.provider.For(p.Account()).CancelIntent(callCtx, out.IntentID(), cancelKey(p))
+		closed := closeIntent(callCtx, r.provider, p, out)
 		cancel()
-		if canceled.Kind == provider.Declined {
-			return canceled, operation.Look{Found: operation.Final, ProviderID: canceled.IntentID()}
+		switch closed.Kind {
+		case provider.Succeeded, provider.Declined, provider.Authorized:
+			return closed, operation.Look{Found: operation.Final, ProviderID: closed.IntentID()}
+		case provider.Pending:
+			return closed, operation.Look{Found: operation.Pending, ProviderID: closed.IntentID()}
 		}
-		return canceled, operation.Look{ProviderID: out.IntentID(), Note: "canceling the intent failed: " + errText(canceled.Err), Err: canceled.Err}
+		return closed, operation.Look{ProviderID: out.IntentID(), Note: "canceling the intent failed: " + errText(closed.Err), Err: closed.Err}
 	case out.Kind == provider.Pending:
 		return out, operation.Look{Found: operation.Pending, ProviderID: out.IntentID()}
 	case absent:

@@ -48,8 +48,12 @@ func (r *Reconciler) ReconcilePayment(ctx context.Context, paymentID string) (Re
 		res.Verdict = counts.Verdict()
 	case p.ProviderPaymentIntentID != nil:
 		callCtx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
-		out := r.provider.For(p.Account()).RetrieveIntent(callCtx, *p.ProviderPaymentIntentID)
+		out, err := CloseIntent(callCtx, r.pool, r.provider, p.Account(),
+			r.provider.For(p.Account()).RetrieveIntent(callCtx, *p.ProviderPaymentIntentID))
 		cancel()
+		if err != nil {
+			return res, err
+		}
 		if out.Kind == provider.Ambiguous {
 			return res, fmt.Errorf("read intent %s: %w (nothing changed; try again)", *p.ProviderPaymentIntentID, out.Err)
 		}

@@ -409,8 +409,14 @@ func (c *Client) CancelIntent(ctx context.Context, intentID, idempotencyKey stri
 	if pi.Status != stripe.PaymentIntentStatusCanceled {
 		return Outcome{Kind: Ambiguous, Intent: intentOf(pi), Err: fmt.Errorf("cancel left payment intent %s %s", pi.ID, pi.Status)}
 	}
+	return Abandoned(intentOf(pi))
+}
+
+// Abandoned is the answer of an intent canceled while it waited for its
+// customer: Declined, with code authentication_required.
+func Abandoned(in *Intent) Outcome {
 	return Outcome{
-		Kind: Declined, Intent: intentOf(pi), HTTPStatus: http.StatusOK,
+		Kind: Declined, Intent: in, HTTPStatus: http.StatusOK,
 		Code: "authentication_required", DeclineCode: "authentication_required",
 		Message: "The customer did not complete authentication in time; the payment intent was canceled.",
 	}

@@ -133,13 +133,22 @@ func (p *Processor) settleIntent(ctx context.Context, ev storedEvent, log *slog.
 		return payments.Unchanged.String(), err
 	}
 	callCtx, cancel := context.WithTimeout(ctx, p.callTimeout)
+	defer cancel()
 	out := p.provider.For(ev.Account).RetrieveIntent(callCtx, intentID)
-	cancel()
 	if out.Kind == provider.Ambiguous && out.HTTPStatus == http.StatusNotFound {
 		return ResultNotOurs, nil // not an intent this account knows
 	}
 	if out.Kind == provider.Ambiguous {
 		return "", fmt.Errorf("read intent %s: %w", intentID, out.Err)
+	}
+	// A declined intent is still confirmable: its payment is final only
+	// once it is canceled.
+	out, err := payments.CloseIntent(callCtx, p.pool, p.provider, ev.Account, out)
+	if err != nil {
+		return "", err
+	}
+	if out.Kind == provider.Ambiguous {
+		return "", fmt.Errorf("close intent %s: %w", intentID, out.Err)
 	}
 	s, err := payments.Settle(ctx, p.pool, p.keys, ev.Account, out)
 	if errors.Is(err, payments.ErrNotOurs) {
@@ -234,10 +243,12 @@ func finalStatusSQL(column string) string {
 // paymentTells is the SQL condition that a payment records the status (a
 // parameter) for the intent on the account (parameters too; the platform's
 // own account is the empty string): finalAsTold's question, asked by Ingest
-// as well.
+// as well. A canceled intent is also what a failed payment records: its
+// decline, or its customer's abandoned action, closed by a cancel.
 func paymentTells(intent, account, status string) string {
 	return `EXISTS (SELECT FROM payments WHERE provider_payment_intent_id = ` + intent +
-		` AND coalesce(provider_account, '') = ` + account + ` AND status = ` + status + `)`
+		` AND coalesce(provider_account, '') = ` + account + ` AND (status = ` + status +
+		` OR (` + status + ` = '` + string(payments.StatusCanceled) + `' AND status = '` + string(payments.StatusFailed) + `')))`
 }
 
 // settleRefund reads the event's refund from the provider and settles our

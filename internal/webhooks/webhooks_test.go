@@ -440,6 +440,39 @@ func TestStoredServerErrorSettledByWebhook(t *testing.T) {
 		AND source = 'webhook' AND result = 'settled'`, intentID)
 }
 
+// A decline whose answer was lost (a stored 500 after the provider
+// executed it) is learned from the intent's payment_failed event. The
+// declined intent is still confirmable with another card: the event's job
+// cancels it before the payment is recorded failed, so no second card can
+// pay for a payment the client was told failed.
+func TestDeclineSettledByWebhookClosesTheIntent(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	ctx := context.Background()
+	require.NoError(t, b.admin.InjectWebhookFault(ctx, stripesim.WebhookFault{
+		Mode: stripesim.WebhookDelay, Type: "payment_intent.payment_failed", DelayMS: 1500, Count: 1,
+	}))
+	require.NoError(t, b.admin.InjectFault(ctx, stripesim.Fault{
+		Mode: stripesim.FaultErrorAfter, Status: http.StatusInternalServerError, Count: 1, Path: "POST /v1/payment_intents",
+	}))
+	res := b.api.Pay(t, "key-lost-decline-01", "pm_card_chargeDeclined")
+	require.Equal(t, http.StatusAccepted, res.Status, res.Raw)
+
+	failed := b.waitStatus(t, res.PaymentID(), payments.StatusFailed)
+	require.Equal(t, "card_declined", *failed.FailureCode)
+	intentID := b.intentOf(t, res.PaymentID())
+	require.Equal(t, intentID, *failed.ProviderPaymentIntentID)
+	l, err := b.admin.Ledger(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "canceled", l.IntentsWithMetadata("payment_id", res.PaymentID())[0].Status)
+	_, err = b.admin.ConfirmAsCustomer(ctx, "", intentID, "pm_card_visa")
+	var refused *stripesim.AdminError
+	require.ErrorAs(t, err, &refused, "the failed payment's intent must take no money")
+	require.Equal(t, http.StatusBadRequest, refused.StatusCode)
+	replay := b.api.Pay(t, "key-lost-decline-01", "pm_card_chargeDeclined")
+	require.Equal(t, http.StatusPaymentRequired, replay.Status, replay.Raw)
+}
+
 // One event delivered ten times at once is stored once, processed by one
 // job, and settles its payment once.
 func TestTenDeliveriesProcessedOnce(t *testing.T) {

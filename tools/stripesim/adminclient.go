@@ -68,6 +68,43 @@ func (c AdminClient) ResolveIntent(ctx context.Context, id, status string) error
 	return c.do(ctx, http.MethodPost, "/_sim/payment_intents/"+url.PathEscape(id)+"/resolve", resolveRequest{Status: status}, nil)
 }
 
+// ConfirmAsCustomer confirms an intent of account ("" for the platform's)
+// again with paymentMethod, as the customer holding its client secret can
+// from their browser until the intent is canceled, and returns the
+// intent's status after it. A refused confirmation (a canceled intent, a
+// declined card) is an *AdminError with the provider's status and message.
+func (c AdminClient) ConfirmAsCustomer(ctx context.Context, account, intentID, paymentMethod string) (string, error) {
+	path := "/v1/payment_intents/" + url.PathEscape(intentID) + "/confirm"
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(c.BaseURL, "/")+path,
+		strings.NewReader(url.Values{"payment_method": {paymentMethod}}.Encode()))
+	if err != nil {
+		return "", fmt.Errorf("build POST %s: %w", path, err)
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Authorization", "Bearer sk_test_customer_browser")
+	if account != "" {
+		req.Header.Set("Stripe-Account", account)
+	}
+	res, err := cmp.Or(c.HTTPClient, http.DefaultClient).Do(req)
+	if err != nil {
+		return "", fmt.Errorf("POST %s: %w", path, err)
+	}
+	defer res.Body.Close()
+	var body struct {
+		Status string `json:"status"`
+		Error  struct {
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if err := json.NewDecoder(io.LimitReader(res.Body, maxAdminBody)).Decode(&body); err != nil {
+		return "", fmt.Errorf("decode POST %s: %w", path, err)
+	}
+	if res.StatusCode >= 300 {
+		return "", fmt.Errorf("POST %s: %w", path, &AdminError{StatusCode: res.StatusCode, Message: body.Error.Message})
+	}
+	return body.Status, nil
+}
+
 // AdvanceClock moves the simulator's clock forward by d: authorizations
 // older than seven days by the new clock are canceled, as Stripe cancels
 // them.

@@ -1,6 +1,7 @@
 package stripesim_test
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -274,6 +275,36 @@ func TestPaymentIntents(t *testing.T) {
 		serr := stripeError(t, err)
 		require.Equal(t, http.StatusBadRequest, serr.HTTPStatusCode)
 		require.Equal(t, stripe.ErrorCodePaymentIntentUnexpectedState, serr.Code)
+	})
+
+	// A declined intent goes back to requires_payment_method and, as at
+	// Stripe, stays confirmable (by the customer holding its client secret)
+	// with another card until it is canceled.
+	t.Run("DeclinedIsConfirmableAgainUntilCanceled", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, stripesim.Config{})
+		ctx := context.Background()
+		declined := func() string {
+			_, err := b.api.PaymentIntents.New(intentParams("pm_card_chargeDeclined", true))
+			var serr *stripe.Error
+			require.ErrorAs(t, err, &serr)
+			require.Equal(t, http.StatusPaymentRequired, serr.HTTPStatusCode)
+			require.Equal(t, stripe.PaymentIntentStatusRequiresPaymentMethod, serr.PaymentIntent.Status)
+			return serr.PaymentIntent.ID
+		}
+
+		again, err := b.admin.ConfirmAsCustomer(ctx, "", declined(), "pm_card_visa")
+		require.NoError(t, err)
+		require.Equal(t, "succeeded", again, "the second card is charged")
+
+		canceled := declined()
+		_, err = b.api.PaymentIntents.Cancel(canceled, nil)
+		require.NoError(t, err)
+		_, err = b.admin.ConfirmAsCustomer(ctx, "", canceled, "pm_card_visa")
+		var refused *stripesim.AdminError
+		require.ErrorAs(t, err, &refused)
+		require.Equal(t, http.StatusBadRequest, refused.StatusCode)
+		require.Contains(t, refused.Message, "canceled")
 	})
 
 	t.Run("WithoutPaymentMethodRequiresPaymentMethod", func(t *testing.T) {
