@@ -82,7 +82,6 @@ func (a admin) keys() *idempotency.Store {
 type providerConfig struct {
 	SecretKey       string
 	APIBase         string
-	JobTimeout      time.Duration
 	ReconcileSettle time.Duration
 }
 
@@ -91,7 +90,6 @@ func loadProviderConfig(getenv func(string) string) (providerConfig, error) {
 	cfg := providerConfig{
 		SecretKey:       env.Required("STRIPE_SECRET_KEY", "the worker's Stripe secret key (sk_test_… for test mode or the simulator)"),
 		APIBase:         env.URL("STRIPE_API_BASE"),
-		JobTimeout:      env.Duration("WORKER_JOB_TIMEOUT", 30*time.Second, 100*time.Millisecond, 10*time.Minute),
 		ReconcileSettle: env.Duration("RECONCILE_SETTLE", time.Minute, 0, time.Hour),
 	}
 	return cfg, env.Err()
@@ -449,14 +447,12 @@ func (a admin) paymentsShow(ctx context.Context) error {
 }
 
 // reconcileSetup is what a reconciler run from the command line needs:
-// the provider, and the worker's timings, so that "never sent" is proven
-// only once no request of the worker can still be in flight.
+// the provider, and the settle time. "Never sent" is proven only once no
+// request can still be in flight, by the deadline each attempt's worker
+// stamped on the row, not by a timeout read from this shell.
 func (a admin) reconcileSetup() (*provider.Client, payments.ReconcileConfig, error) {
 	pc, pcfg, err := a.provider()
-	return pc, payments.ReconcileConfig{
-		WorkerCallTimeout: payments.ChargeConfig{JobTimeout: pcfg.JobTimeout}.ProviderCallTimeout(),
-		Settle:            pcfg.ReconcileSettle,
-	}, err
+	return pc, payments.ReconcileConfig{Settle: pcfg.ReconcileSettle}, err
 }
 
 // reconciler is the worker's payments reconciler.

@@ -420,6 +420,13 @@ func TestKeysReleaseNeverChargesTwice(t *testing.T) {
 // TestKeysReleaseWaitsForTheAttemptWindow: no intent at the provider is no
 // proof while a charge request may still be in flight; the release is
 // refused until the window has settled, as the reconciler would be.
+// TestKeysReleaseWaitsForTheAttemptWindow: a release proves that nothing
+// was created only once the last attempt's deadline, as the worker that
+// made it stamped it on the row, and the settle time have passed; never by
+// a WORKER_JOB_TIMEOUT read from the operator's shell, which may not be the
+// worker's (here the worker's calls take up to five minutes, the shell has
+// none set: its 30 s default would have released the key while the call
+// could still charge).
 func TestKeysReleaseWaitsForTheAttemptWindow(t *testing.T) {
 	t.Parallel()
 	b := setupOps(t)
@@ -427,14 +434,25 @@ func TestKeysReleaseWaitsForTheAttemptWindow(t *testing.T) {
 	key := id.New("key")
 	paymentID := b.pay(key)
 	b.settleRow(paymentID, "requires_reconciliation", "")
-	b.exec(`UPDATE payments SET reconcile_after = NULL, last_provider_attempt_at = now() WHERE id = $1`, paymentID)
+	b.exec(`UPDATE payments SET reconcile_after = NULL, last_provider_attempt_at = now() - interval '2 minutes',
+		provider_attempt_deadline = now() + interval '3 minutes' WHERE id = $1`, paymentID)
 	b.exec(`UPDATE idempotency_keys SET status = 'unknown' WHERE idempotency_key = $1`, key)
-
-	_, err := b.cli("keys", "release", b.name, key, "--reason", "nothing at the provider", "--operator", "ana")
+	release := func() error {
+		_, err := b.cli("keys", "release", b.name, key, "--reason", "nothing at the provider", "--operator", "ana")
+		return err
+	}
+	err := release()
 	require.ErrorIs(t, err, payments.ErrNotReleasable)
 	require.ErrorContains(t, err, "may still be in flight")
 
-	b.exec(`UPDATE payments SET last_provider_attempt_at = now() - interval '10 minutes' WHERE id = $1`, paymentID)
+	// An attempt stamped before deadlines were kept is bounded by the
+	// longest call a worker can be configured for.
+	b.exec(`UPDATE payments SET last_provider_attempt_at = now() - interval '5 minutes', provider_attempt_deadline = NULL
+		WHERE id = $1`, paymentID)
+	require.ErrorContains(t, release(), "may still be in flight")
+
+	b.exec(`UPDATE payments SET last_provider_attempt_at = now() - interval '10 minutes',
+		provider_attempt_deadline = now() - interval '2 minutes' WHERE id = $1`, paymentID)
 	var res struct {
 		Verdict string `json:"verdict"`
 	}

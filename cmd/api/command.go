@@ -173,8 +173,9 @@ waiting payment becomes final, and a final one the provider contradicts is left
 as it is, with a ledger finding.
 
 Needs STRIPE_SECRET_KEY and STRIPE_API_BASE as the worker has them, and reads
-WORKER_JOB_TIMEOUT and RECONCILE_SETTLE like it: "never charged" is proven only
-once no charge request can still be in flight.`, flags: jsonFlag},
+RECONCILE_SETTLE like it: "never charged" is proven only once no charge
+request can still be in flight, by the deadline the worker stamped on the row
+with each attempt.`, flags: jsonFlag},
 	{name: "keys release", reads: readsProvider, args: []string{"TENANT", "KEY"}, summary: "release a key stuck unknown, once the provider proves nothing was charged", help: `Releases idempotency key KEY of TENANT (its id or its name), stuck "unknown".
 Your word alone never releases a key: a charge can exist at the provider that
 we never heard of, and a released key lets the client's retry charge again.

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/oncepay/oncepay/internal/envconfig"
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/provider"
@@ -136,7 +137,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		StripeSecretKey:        env.Required("STRIPE_SECRET_KEY", "a Stripe secret key (sk_test_… for test mode or the simulator)"),
 		StripeAPIBase:          env.URL("STRIPE_API_BASE"),
 		Concurrency:            env.Int("WORKER_CONCURRENCY", 100, 1, 1000),
-		JobTimeout:             env.Duration("WORKER_JOB_TIMEOUT", 30*time.Second, 100*time.Millisecond, 10*time.Minute),
+		JobTimeout:             env.Duration("WORKER_JOB_TIMEOUT", 30*time.Second, 100*time.Millisecond, operation.MaxJobTimeout),
 		RescueStuckAfter:       env.Duration("WORKER_RESCUE_STUCK_AFTER", 5*time.Minute, time.Second, 24*time.Hour),
 		AdminAddr:              env.String("WORKER_ADMIN_ADDR", defaultAdminAddr),
 		ShutdownGrace:          env.Duration("WORKER_SHUTDOWN_GRACE", 30*time.Second, 0, time.Hour),

@@ -95,12 +95,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return fmt.Errorf("register charge worker: %w", err)
 	}
 	reconcileCfg := payments.ReconcileConfig{
-		WorkerCallTimeout: chargeCfg.ProviderCallTimeout(),
-		Settle:            cfg.ReconcileSettle,
-		RetryMax:          cfg.ReconcileBackoffMax,
-		MaxAttempts:       cfg.ReconcileMaxAttempts,
-		RunBudget:         cfg.ReconcileRunBudget,
-		MaxActionWait:     cfg.MaxPollDuration,
+		Settle:        cfg.ReconcileSettle,
+		RetryMax:      cfg.ReconcileBackoffMax,
+		MaxAttempts:   cfg.ReconcileMaxAttempts,
+		RunBudget:     cfg.ReconcileRunBudget,
+		MaxActionWait: cfg.MaxPollDuration,
 	}
 	reconciler := payments.NewReconciler(pool, keys, providerClient, logger, reconcileCfg)
 	if err := river.AddWorkerSafely(workers, &payments.ReconcileWorker{Reconciler: reconciler, Observe: observeReconciliation(m, "payment")}); err != nil {

@@ -28,13 +28,10 @@ type ReconcileConfig struct {
 	Lease time.Duration
 	// CallTimeout bounds one provider call. Defaults to 20s.
 	CallTimeout time.Duration
-	// WorkerCallTimeout is the operation worker's provider call timeout: no
-	// request is in flight longer than this after its last attempt
-	// started. Defaults to 25s (the workers' default).
-	WorkerCallTimeout time.Duration
-	// Settle is how long after the last request can have ended before "the
-	// provider has no such object" counts as proof: time for a request still
-	// inside the provider to commit. Defaults to 1m.
+	// Settle is how long after the last request can have ended (its
+	// attempt's deadline, stamped on the row) before "the provider has no
+	// such object" counts as proof: time for a request still inside the
+	// provider to commit. Defaults to 1m.
 	Settle time.Duration
 	// ClockSkew widens a window listed at the provider on both sides, for
 	// the difference between the database's clock and the provider's.
@@ -61,7 +58,6 @@ func (c ReconcileConfig) WithDefaults() ReconcileConfig {
 	c.RunBudget = cmp.Or(c.RunBudget, 2*time.Minute)
 	c.Lease = cmp.Or(c.Lease, c.RunBudget+time.Minute)
 	c.CallTimeout = cmp.Or(c.CallTimeout, 20*time.Second)
-	c.WorkerCallTimeout = cmp.Or(c.WorkerCallTimeout, 25*time.Second)
 	c.Settle = cmp.Or(c.Settle, time.Minute)
 	c.ClockSkew = cmp.Or(c.ClockSkew, 5*time.Minute)
 	c.RetryBase = cmp.Or(c.RetryBase, 15*time.Second)
@@ -70,13 +66,6 @@ func (c ReconcileConfig) WithDefaults() ReconcileConfig {
 	c.PollInterval = cmp.Or(c.PollInterval, 30*time.Second)
 	c.MaxActionWait = cmp.Or(c.MaxActionWait, time.Hour)
 	return c
-}
-
-// SettleAfter is how long after the last request started its window has
-// settled: no request can still be in flight, nor uncommitted inside the
-// provider.
-func (c ReconcileConfig) SettleAfter() time.Duration {
-	return c.WorkerCallTimeout + c.Settle
 }
 
 // Found is what a look at the provider found.
@@ -183,12 +172,33 @@ func (t Table) scoped() string {
 // client's retry with the same key runs it under the next generation.
 const FailureProviderNotReached = "provider_not_reached"
 
-// SettledColumn computes, by the database's clock (the one that wrote
-// last_provider_attempt_at), whether no request can still be in flight;
-// param holds SettleAfter in microseconds.
+// SettledColumn computes, by the database's clock (the one that stamped
+// the attempt), whether no request can still be in flight nor uncommitted
+// inside the provider: the last attempt's deadline, as the worker that made
+// it stamped it (StampAttempt), has passed by the settle time that param
+// holds in microseconds. It reads the bound from the row, never from the
+// timeouts configured where it runs: an operator's shell may not have the
+// worker's. An attempt stamped before deadlines were is bounded by the
+// longest call a worker can be configured for.
 func SettledColumn(param int) string {
 	return fmt.Sprintf(`(last_provider_attempt_at IS NULL OR
-		last_provider_attempt_at + $%d * interval '1 microsecond' <= now()) AS settled`, param)
+		coalesce(provider_attempt_deadline, last_provider_attempt_at + %d * interval '1 microsecond')
+			+ $%d * interval '1 microsecond' <= now()) AS settled`, MaxJobTimeout.Microseconds(), param)
+}
+
+// MaxJobTimeout is the longest a worker's attempt, and so its provider
+// call, can be configured to take (WORKER_JOB_TIMEOUT).
+const MaxJobTimeout = 10 * time.Minute
+
+// StampAttempt is the SET list that starts a provider attempt, before its
+// call and committed on its own: when the provider was first and last
+// called for the operation's current generation, and when this call gives
+// up at the latest (now plus the call timeout that param holds in
+// microseconds), so that whoever later proves that nothing is in flight
+// reads the bound from the row.
+func StampAttempt(param int) string {
+	return fmt.Sprintf(`first_provider_attempt_at = coalesce(first_provider_attempt_at, now()),
+			last_provider_attempt_at = now(), provider_attempt_deadline = now() + $%d * interval '1 microsecond'`, param)
 }
 
 // Reconciler settles operations in requires_reconciliation by looking them
@@ -263,7 +273,7 @@ func (r *Reconciler[C, O]) Run(ctx context.Context) (ReconcileResult, error) {
 				LIMIT $1
 				FOR UPDATE SKIP LOCKED)
 			RETURNING `+r.table.ClaimColumns(SettledColumn(3)),
-			r.cfg.Batch, r.cfg.Lease.Microseconds(), r.cfg.SettleAfter().Microseconds())
+			r.cfg.Batch, r.cfg.Lease.Microseconds(), r.cfg.Settle.Microseconds())
 		claimed, err := r.collect(rows, err)
 		if err != nil {
 			return res, err
@@ -290,7 +300,7 @@ func (r *Reconciler[C, O]) ReconcileNow(ctx context.Context, tenantID, id string
 		UPDATE `+r.table.Name+` SET reconcile_after = now() + $3 * interval '1 microsecond'
 		WHERE tenant_id = $1 AND id = $2 AND status = 'requires_reconciliation'
 		RETURNING `+r.table.ClaimColumns(SettledColumn(4)),
-		tenantID, id, r.cfg.Lease.Microseconds(), r.cfg.SettleAfter().Microseconds())
+		tenantID, id, r.cfg.Lease.Microseconds(), r.cfg.Settle.Microseconds())
 	claimed, err := r.collect(rows, err)
 	if err != nil {
 		return res, err
@@ -308,7 +318,7 @@ func (r *Reconciler[C, O]) Awaiting(ctx context.Context, tenantID, id string) (c
 	rows, err := r.pool.Query(ctx, `
 		SELECT `+r.table.ClaimColumns(SettledColumn(3))+`
 		FROM `+r.table.Name+` WHERE tenant_id = $1 AND id = $2 AND status = 'requires_reconciliation'`,
-		tenantID, id, r.cfg.SettleAfter().Microseconds())
+		tenantID, id, r.cfg.Settle.Microseconds())
 	claimed, err := r.collect(rows, err)
 	if err != nil || len(claimed) == 0 {
 		return c, false, err

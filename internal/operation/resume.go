@@ -26,7 +26,7 @@ func (t Table) Resume(ctx context.Context, tx pgx.Tx, tenantID, id string, gener
 	}
 	return tx.Query(ctx, `
 		UPDATE `+t.Name+` SET status = $5, provider_key_generation = $3, provider_idempotency_key = $4,
-			first_provider_attempt_at = NULL, last_provider_attempt_at = NULL, `+clearProviderID+`
+			first_provider_attempt_at = NULL, last_provider_attempt_at = NULL, provider_attempt_deadline = NULL, `+clearProviderID+`
 			failure_code = NULL, failure_message = NULL`+t.AlsoClear+`,
 			reconcile_after = NULL, reconcile_attempts = 0, updated_at = now()
 		WHERE tenant_id = $1 AND id = $2 AND `+Resumable+`

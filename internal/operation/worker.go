@@ -218,7 +218,7 @@ func (w *Worker[A, Op, O]) start(ctx context.Context, tenantID, id string) (op O
 	if op, err = w.kind.Load(ctx, w.pool, tenantID, id); err != nil {
 		return op, 0, false, err
 	}
-	age, ok, err = w.table.StartAttempt(ctx, w.pool, w.kind.Entry(op))
+	age, ok, err = w.table.StartAttempt(ctx, w.pool, w.kind.Entry(op), w.t.CallTimeout)
 	return op, age, ok, err
 }
 
@@ -330,16 +330,16 @@ func CompleteJob[T river.JobArgs](ctx context.Context, tx pgx.Tx, job *river.Job
 
 // StartAttempt records, before a provider call and committed on its own,
 // when the provider was first and last called for the operation's current
-// generation, and returns how long ago the first call was, by the
+// generation and when this call gives up at the latest (StampAttempt), and
+// returns how long ago the first call was, by the
 // database's clock (the one that wrote it). ok is false when the operation
 // left the in-flight statuses or changed generation meanwhile.
-func (t Table) StartAttempt(ctx context.Context, db Querier, e Entry) (age time.Duration, ok bool, err error) {
+func (t Table) StartAttempt(ctx context.Context, db Querier, e Entry, callTimeout time.Duration) (age time.Duration, ok bool, err error) {
 	rows, err := db.Query(ctx, `
-		UPDATE `+t.Name+` SET first_provider_attempt_at = coalesce(first_provider_attempt_at, now()),
-			last_provider_attempt_at = now()
+		UPDATE `+t.Name+` SET `+StampAttempt(5)+`
 		WHERE tenant_id = $1 AND id = $2 AND provider_key_generation = $3 AND status = ANY($4)
 		RETURNING (extract(epoch FROM now() - first_provider_attempt_at) * 1000000)::bigint`,
-		e.TenantID, e.ID, e.Generation, t.InFlight)
+		e.TenantID, e.ID, e.Generation, t.InFlight, callTimeout.Microseconds())
 	if err != nil {
 		return 0, false, fmt.Errorf("start %s provider attempt: %w", t.Operation, err)
 	}

@@ -93,7 +93,7 @@ func NewChargeWorker(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.C
 	cfg = cfg.WithDefaults()
 	return operation.NewWorker(pool, keys, logger, cfg.Timings(), "charge", paymentsTable,
 		chargeable{paymentLocks: paymentLocks{keys}, pool: pool, provider: pc,
-			starter: newAttemptStarter(pool), recorder: newOutcomeRecorder(pool, keys, cfg.RecordTimeout)})
+			starter: newAttemptStarter(pool, cfg.ProviderCallTimeout()), recorder: newOutcomeRecorder(pool, keys, cfg.RecordTimeout)})
 }
 
 // paymentLocks is how the engine reads and locks a payment.

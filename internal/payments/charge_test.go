@@ -48,7 +48,6 @@ type chargeBundle struct {
 // reconciler returns a Reconciler for the bundle with the tests' short
 // timers where cfg leaves them zero.
 func (b *chargeBundle) reconciler(cfg payments.ReconcileConfig) *payments.Reconciler {
-	cfg.WorkerCallTimeout = cmp.Or(cfg.WorkerCallTimeout, b.chargeCfg.ProviderCallTimeout())
 	cfg.Settle = cmp.Or(cfg.Settle, 100*time.Millisecond)
 	cfg.RetryBase = cmp.Or(cfg.RetryBase, 100*time.Millisecond)
 	cfg.RetryMax = cmp.Or(cfg.RetryMax, 500*time.Millisecond)
@@ -197,6 +196,8 @@ func TestChargeOutcomes(t *testing.T) {
 		require.Equal(t, payments.StatusSucceeded, p.Status)
 		require.NotNil(t, p.ProviderPaymentIntentID)
 		require.NotNil(t, p.FirstProviderAttemptAt)
+		require.Equal(t, p.LastProviderAttemptAt.Add(b.chargeCfg.ProviderCallTimeout()), *p.ProviderAttemptDeadline,
+			"the attempt's deadline is stamped on the row by the worker that makes it")
 		require.Equal(t, "completed", b.jobState(paymentID))
 
 		intents := b.executions(paymentID)

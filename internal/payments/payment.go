@@ -88,14 +88,18 @@ type Payment struct {
 	// ProviderAccount is the tenant's connected account when the payment
 	// was made: every provider call about the payment acts on it. Nil is
 	// the platform's own account.
-	ProviderAccount        *string     `json:"-" db:"provider_account"`
-	FirstProviderAttemptAt *time.Time  `json:"-" db:"first_provider_attempt_at"`
-	LastProviderAttemptAt  *time.Time  `json:"-" db:"last_provider_attempt_at"`
-	ReconcileAfter         *time.Time  `json:"-" db:"reconcile_after"`
-	ReconcileAttempts      int         `json:"-" db:"reconcile_attempts"`
-	NextAction             *NextAction `json:"next_action,omitempty" db:"provider_next_action"`
-	CreatedAt              time.Time   `json:"created_at" db:"created_at"`
-	UpdatedAt              time.Time   `json:"updated_at" db:"updated_at"`
+	ProviderAccount        *string    `json:"-" db:"provider_account"`
+	FirstProviderAttemptAt *time.Time `json:"-" db:"first_provider_attempt_at"`
+	LastProviderAttemptAt  *time.Time `json:"-" db:"last_provider_attempt_at"`
+	// ProviderAttemptDeadline is when the last attempt's provider call gave
+	// up at the latest, as its worker stamped it; nil for attempts stamped
+	// before it was kept.
+	ProviderAttemptDeadline *time.Time  `json:"-" db:"provider_attempt_deadline"`
+	ReconcileAfter          *time.Time  `json:"-" db:"reconcile_after"`
+	ReconcileAttempts       int         `json:"-" db:"reconcile_attempts"`
+	NextAction              *NextAction `json:"next_action,omitempty" db:"provider_next_action"`
+	CreatedAt               time.Time   `json:"created_at" db:"created_at"`
+	UpdatedAt               time.Time   `json:"updated_at" db:"updated_at"`
 
 	// AmountRefunded is what succeeded refunds gave back; pending ones are
 	// not counted until the provider confirms them.

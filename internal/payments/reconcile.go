@@ -131,10 +131,16 @@ func (r *Reconciler) lookUp(ctx context.Context, p Payment, settled bool) (out p
 	if p.LastProviderAttemptAt != nil {
 		last = *p.LastProviderAttemptAt
 	}
+	// The last request ended by its attempt's deadline, as its worker
+	// stamped it (the longest a worker allows, for an older row).
+	deadline := last.Add(operation.MaxJobTimeout)
+	if p.ProviderAttemptDeadline != nil {
+		deadline = *p.ProviderAttemptDeadline
+	}
 	found, err := r.provider.For(p.Account()).FindIntents(callCtx, provider.Find{
 		MetadataKey: MetadataPaymentID, MetadataValue: p.ID,
 		CreatedFrom: p.FirstProviderAttemptAt.Add(-r.cfg.ClockSkew),
-		CreatedTo:   last.Add(r.cfg.WorkerCallTimeout + r.cfg.ClockSkew),
+		CreatedTo:   deadline.Add(r.cfg.ClockSkew),
 		Scan:        true,
 	})
 	if err != nil {

@@ -25,7 +25,7 @@ type Querier = operation.Querier
 const paymentColumns = `id, tenant_id, idempotency_key, amount, currency, payment_method, customer, description,
 	metadata, status, provider_idempotency_key, provider_payment_intent_id, failure_code, decline_code,
 	failure_message, provider_key_generation, first_provider_attempt_at, last_provider_attempt_at,
-	reconcile_after, reconcile_attempts, amount_refunded, created_at, updated_at, provider_next_action,
+	provider_attempt_deadline, reconcile_after, reconcile_attempts, amount_refunded, created_at, updated_at, provider_next_action,
 	capture_method, amount_capturable, amount_captured, provider_account`
 
 // queueInsertPayment queues the insert of a new payment known in full,
@@ -129,15 +129,16 @@ func collectPayment(rows pgx.Rows, err error, what string) (Payment, error) {
 // after the call must not lose the clock that guards the provider's
 // idempotency window, nor the bound of the window in which the provider may
 // have created an intent. The age is computed by the database, whose clock
-// set the time, not by this process's. ok is false, and the payment is
-// read as it is, when it is not processing or requires_action.
-func startProviderAttempt(ctx context.Context, db Querier, tenantID, paymentID string) (p Payment, age time.Duration, ok bool, err error) {
+// set the time, not by this process's. The attempt's deadline, now plus
+// callTimeout, is stamped with it (operation.StampAttempt). ok is false,
+// and the payment is read as it is, when it is not processing or
+// requires_action.
+func startProviderAttempt(ctx context.Context, db Querier, tenantID, paymentID string, callTimeout time.Duration) (p Payment, age time.Duration, ok bool, err error) {
 	rows, err := db.Query(ctx, `
-		UPDATE payments SET first_provider_attempt_at = coalesce(first_provider_attempt_at, now()),
-			last_provider_attempt_at = now()
+		UPDATE payments SET `+operation.StampAttempt(3)+`
 		WHERE tenant_id = $1 AND id = $2 AND status IN ('processing', 'requires_action')
 		RETURNING `+paymentColumns+`, (extract(epoch FROM now() - first_provider_attempt_at) * 1000000)::bigint AS age_micros`,
-		tenantID, paymentID)
+		tenantID, paymentID, callTimeout.Microseconds())
 	if err != nil {
 		return Payment{}, 0, false, fmt.Errorf("start provider attempt: %w", err)
 	}

@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/postgres"
 )
 
@@ -20,8 +22,11 @@ import (
 // committed before its provider call, since a caller returns only once its
 // group's statement has.
 type attemptStarter struct {
-	pool   *pgxpool.Pool
-	groups grouper[*starting]
+	pool *pgxpool.Pool
+	// callTimeout bounds the provider call each attempt makes: its
+	// deadline is stamped with the attempt.
+	callTimeout time.Duration
+	groups      grouper[*starting]
 }
 
 // maxStartGroup caps a group, maxStartWriters the groups started at once,
@@ -49,8 +54,8 @@ type starting struct {
 	ok      bool
 }
 
-func newAttemptStarter(pool *pgxpool.Pool) *attemptStarter {
-	s := &attemptStarter{pool: pool}
+func newAttemptStarter(pool *pgxpool.Pool, callTimeout time.Duration) *attemptStarter {
+	s := &attemptStarter{pool: pool, callTimeout: callTimeout}
 	s.groups = grouper[*starting]{maxGroup: maxStartGroup, maxWriters: maxStartWriters, write: s.write}
 	return s
 }
@@ -65,7 +70,7 @@ func (s *attemptStarter) start(ctx context.Context, tenantID, paymentID string) 
 	st := &starting{ctx: ctx, tenantID: tenantID, paymentID: paymentID}
 	err := s.groups.do(st)
 	if errors.Is(err, errStartAlone) {
-		return startProviderAttempt(ctx, s.pool, tenantID, paymentID)
+		return startProviderAttempt(ctx, s.pool, tenantID, paymentID, s.callTimeout)
 	}
 	if err != nil {
 		return Payment{}, 0, false, err
@@ -83,7 +88,7 @@ func (s *attemptStarter) write(group []*request[*starting]) {
 	if len(group) == 1 {
 		st := group[0].item
 		var err error
-		st.payment, st.age, st.ok, err = startProviderAttempt(st.ctx, s.pool, st.tenantID, st.paymentID)
+		st.payment, st.age, st.ok, err = startProviderAttempt(st.ctx, s.pool, st.tenantID, st.paymentID, s.callTimeout)
 		group[0].finish(err)
 		return
 	}
@@ -121,12 +126,11 @@ func (s *attemptStarter) startGroup(group []*request[*starting]) error {
 	// its own row.
 	rows, err := s.pool.Query(ctx, `
 		WITH bounded_wait AS (SELECT set_config('lock_timeout', $3, true))
-		UPDATE payments SET first_provider_attempt_at = coalesce(first_provider_attempt_at, now()),
-			last_provider_attempt_at = now()
+		UPDATE payments SET `+operation.StampAttempt(4)+`
 		FROM bounded_wait, unnest($1::text[], $2::text[]) AS starting(starting_tenant_id, starting_id)
 		WHERE tenant_id = starting_tenant_id AND id = starting_id AND status IN ('processing', 'requires_action')
 		RETURNING `+paymentColumns+`, (extract(epoch FROM now() - first_provider_attempt_at) * 1000000)::bigint AS age_micros`,
-		tenants, ids, postgres.LockTimeout(startLockWait))
+		tenants, ids, postgres.LockTimeout(startLockWait), s.callTimeout.Microseconds())
 	if err != nil {
 		return fmt.Errorf("start provider attempts: %w", err)
 	}

@@ -20,7 +20,7 @@ func TestAttemptStarter(t *testing.T) {
 		t.Parallel()
 		b := newRecorderBundle(t)
 		traced, log := pgtest.TracedPool(t, b.dbURL)
-		s := newAttemptStarter(traced)
+		s := newAttemptStarter(traced, time.Second)
 		const n = 40
 		var charges []*finishing
 		for range n {
@@ -45,6 +45,8 @@ func TestAttemptStarter(t *testing.T) {
 			require.True(t, oks[i])
 			require.Equal(t, f.p.ID, got[i].ID)
 			require.NotNil(t, got[i].FirstProviderAttemptAt)
+			require.Equal(t, got[i].LastProviderAttemptAt.Add(time.Second), *got[i].ProviderAttemptDeadline,
+				"the attempt's deadline, its call timeout on, is stamped with it")
 		}
 		statements := 0
 		for _, sql := range log.Take() {
@@ -53,6 +55,7 @@ func TestAttemptStarter(t *testing.T) {
 			}
 		}
 		require.Less(t, statements, n, "grouped")
+		require.Zero(t, b.count(t, `SELECT count(*) FROM payments WHERE tenant_id = $1 AND provider_attempt_deadline IS NULL`, b.tenant))
 		require.Zero(t, b.count(t, `SELECT count(*) FROM payments WHERE tenant_id = $1 AND first_provider_attempt_at IS NULL`, b.tenant))
 	})
 
@@ -63,7 +66,7 @@ func TestAttemptStarter(t *testing.T) {
 	t.Run("WhatAGroupCannotStartIsStartedAlone", func(t *testing.T) {
 		t.Parallel()
 		b := newRecorderBundle(t)
-		s := newAttemptStarter(b.pool)
+		s := newAttemptStarter(b.pool, time.Second)
 		group := func(charges ...*finishing) []*request[*starting] {
 			var requests []*request[*starting]
 			for _, f := range charges {

@@ -98,7 +98,6 @@ func setup(t *testing.T, opts options) *bundle {
 // reconciler returns a refund Reconciler with the tests' short timers where
 // cfg leaves them zero.
 func (b *bundle) reconciler(cfg payments.ReconcileConfig) *refunds.Reconciler {
-	cfg.WorkerCallTimeout = cmp.Or(cfg.WorkerCallTimeout, b.cfg.ProviderCallTimeout())
 	cfg.Settle = cmp.Or(cfg.Settle, 100*time.Millisecond)
 	cfg.RetryBase = cmp.Or(cfg.RetryBase, 100*time.Millisecond)
 	cfg.RetryMax = cmp.Or(cfg.RetryMax, 500*time.Millisecond)

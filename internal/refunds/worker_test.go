@@ -183,7 +183,8 @@ func TestReconcilerOutcomes(t *testing.T) {
 		_, err := b.pool.Exec(b.ctx, `DELETE FROM river_job WHERE args->>'refund_id' = $1`, refundID)
 		require.NoError(t, err)
 		_, err = b.pool.Exec(b.ctx, `UPDATE refunds SET status = 'requires_reconciliation', reconcile_after = now(),
-			first_provider_attempt_at = CASE WHEN $2 THEN now() END, last_provider_attempt_at = CASE WHEN $2 THEN now() END
+			first_provider_attempt_at = CASE WHEN $2 THEN now() END, last_provider_attempt_at = CASE WHEN $2 THEN now() END,
+			provider_attempt_deadline = CASE WHEN $2 THEN now() END
 			WHERE id = $1`, refundID, sent)
 		require.NoError(t, err)
 		_, err = b.pool.Exec(b.ctx, `UPDATE idempotency_keys SET status = 'unknown' WHERE idempotency_key = $1`, key)
@@ -214,8 +215,8 @@ func TestReconcilerOutcomes(t *testing.T) {
 
 	t.Run("AbsentFromASettledCompleteListIsNotReached", func(t *testing.T) {
 		refundID, key := toReconciliation(`{"amount": 100}`, true)
-		time.Sleep(50 * time.Millisecond) // past the call timeout and settle window below
-		rec := b.reconciler(payments.ReconcileConfig{WorkerCallTimeout: time.Millisecond, Settle: time.Millisecond})
+		time.Sleep(50 * time.Millisecond) // past the attempt's deadline and the settle window below
+		rec := b.reconciler(payments.ReconcileConfig{Settle: time.Millisecond})
 		res, err := rec.ReconcileNow(b.ctx, b.api.Tenant.TenantID, refundID)
 		require.NoError(t, err)
 		require.Equal(t, 1, res.NotReached)
