@@ -60,6 +60,8 @@ func (r *run) startChaos(ctx context.Context, wg *sync.WaitGroup) {
 		return time.NewTicker(every).C
 	}
 	workerKills, apiKills, cuts := tick(r.cfg.KillWorkerEvery), tick(r.cfg.KillAPIEvery), tick(r.cfg.CutDBEvery)
+	partitions, spikes := tick(r.cfg.PartitionDBEvery), tick(r.cfg.SlowDBEvery)
+	losing := false
 	supervise := tick(time.Second)
 	wg.Go(func() {
 		for {
@@ -75,6 +77,11 @@ func (r *run) startChaos(ctx context.Context, wg *sync.WaitGroup) {
 				r.killAndRestart(ctx, "api", r.cfg.APIs)
 			case <-cuts:
 				r.cutDatabase()
+			case <-partitions:
+				r.partitionDatabase(losing)
+				losing = !losing
+			case <-spikes:
+				r.slowDatabase()
 			}
 		}
 	})
@@ -151,4 +158,26 @@ func (r *run) cutDatabase() {
 	start := time.Now()
 	r.proxy.CutFor(r.cfg.CutDBFor)
 	r.addWindow(window{start: start, end: time.Now().Add(2 * time.Second), what: "database cut"})
+}
+
+// partitionDatabase breaks the network to the database for PartitionDBFor:
+// a partition, or (losing) answers lost while requests still run. Any
+// process may fail meanwhile, and a little after, as after a cut.
+func (r *run) partitionDatabase(losing bool) {
+	start := time.Now()
+	if losing {
+		r.proxy.DropAnswersFor(r.cfg.PartitionDBFor)
+	} else {
+		r.proxy.PartitionFor(r.cfg.PartitionDBFor)
+	}
+	what := map[bool]string{false: "database partition", true: "database answers lost"}[losing]
+	r.addWindow(window{start: start, end: time.Now().Add(2 * time.Second), what: what})
+}
+
+// slowDatabase delays the database's traffic for SlowDBFor. Requests that
+// queue behind the slow round trips may time out: excused like a cut.
+func (r *run) slowDatabase() {
+	start := time.Now()
+	r.proxy.DelayFor(r.cfg.SlowDBFor, r.cfg.SlowDBLatency)
+	r.addWindow(window{start: start, end: time.Now().Add(2 * time.Second), what: "database latency spike"})
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/oncepay/oncepay/internal/testkit/faultproxy"
 	"github.com/oncepay/oncepay/tools/stripesim"
 )
 
@@ -25,7 +26,8 @@ type Report struct {
 	Operations   int
 	Payments     int
 	Kills        struct{ Workers, APIs int }
-	DatabaseCuts int
+	// Network counts the faults between the processes and the database.
+	Network    faultproxy.Faults
 	Invariants   []Invariant
 }
 
@@ -65,7 +67,8 @@ func (r *Report) Print(w io.Writer) {
 		parts = append(parts, fmt.Sprintf("%s: %d", label, r.ByStatus[code]))
 	}
 	fmt.Fprintf(w, "  answers: %s\n", strings.Join(parts, ", "))
-	fmt.Fprintf(w, "  faults: %d worker kills, %d API kills, %d database cuts\n", r.Kills.Workers, r.Kills.APIs, r.DatabaseCuts)
+	fmt.Fprintf(w, "  faults: %d worker kills, %d API kills, %d database cuts, %d partitions, %d with answers lost, %d latency spikes\n",
+		r.Kills.Workers, r.Kills.APIs, r.Network.Cuts, r.Network.Partitions, r.Network.DroppedAnswers, r.Network.LatencySpikes)
 	fmt.Fprintln(w, "  invariants:")
 	for _, inv := range r.Invariants {
 		mark := "ok  "
@@ -300,7 +303,8 @@ func (r *run) check(ctx context.Context) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	report.Invariants = []Invariant{acked, oneEach, provider, replays, mismatch, isolation, failures, refunds, actions}
+	report.Invariants = []Invariant{acked, oneEach, provider, replays, mismatch, isolation, failures, refunds, actions,
+		checkMonotonicReads(r.reads.snapshot(), time.Minute)}
 	return report, nil
 }
 

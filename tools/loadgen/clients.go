@@ -177,6 +177,12 @@ func (r *run) operation(ctx context.Context, client *http.Client, c, n int, past
 		})
 		wg.Wait()
 	}
+	if r.chance(r.cfg.ReadRate) {
+		r.readOne(ctx, client, c)
+	}
+	if first.PaymentID != "" {
+		r.reads.learn(object{tenant: tenant, kind: "payment", id: first.PaymentID})
+	}
 	past = append(past, pastOp{tenant: tenant, key: key, method: method, amount: amount, paymentID: first.PaymentID,
 		manual: manual})
 	if len(past) > 200 {
@@ -249,9 +255,13 @@ func (r *run) act(ctx context.Context, client *http.Client, tenant int, paymentI
 func (r *run) refund(ctx context.Context, client *http.Client, tenant int, paymentID string, amount int64) answer {
 	key := "lg-refund-" + strings.ToLower(id.New("k")[2:])
 	body := fmt.Sprintf(`{"amount": %d, "reason": "requested_by_customer"}`, amount)
-	return r.retry(ctx, func() answer {
+	a := r.retry(ctx, func() answer {
 		return r.post(ctx, client, tenant, "/v1/payments/"+paymentID+"/refunds", key, body, OpRefund, amount, paymentID)
 	})
+	if a.RefundID != "" {
+		r.reads.learn(object{tenant: tenant, kind: "refund", id: a.RefundID})
+	}
+	return a
 }
 
 // retryable says whether a client retries the answer with the same key: a

@@ -60,6 +60,10 @@ type Config struct {
 	// RefundRate is the chance that an operation is followed by two
 	// refunds, with different keys, of an earlier payment.
 	RefundRate float64
+	// ReadRate is the chance that an operation is followed by a read of a
+	// payment or a refund that some client made: the reads are checked for
+	// states that go backwards.
+	ReadRate float64
 	// ManualRate is the share of new payments made with capture_method
 	// manual; ActionRate the chance that an operation is followed by a
 	// capture and a cancel, racing with different keys, of an earlier
@@ -73,6 +77,14 @@ type Config struct {
 	KillWorkerEvery, KillAPIEvery time.Duration
 	// CutDBEvery cuts every database connection for CutDBFor that often.
 	CutDBEvery, CutDBFor time.Duration
+	// PartitionDBEvery breaks the network to the database for
+	// PartitionDBFor that often, in turn a partition (nothing passes until
+	// the connections are cut at its end) and lost answers (requests pass
+	// and run, a COMMIT included, but no answer comes back).
+	PartitionDBEvery, PartitionDBFor time.Duration
+	// SlowDBEvery delays every chunk to and from the database by
+	// SlowDBLatency for SlowDBFor that often: a latency spike.
+	SlowDBEvery, SlowDBFor, SlowDBLatency time.Duration
 	// ProviderFaults makes the simulator fail a share of requests before
 	// and after committing, hold answers past the job timeout, answer 429
 	// and drop connections.
@@ -106,7 +118,7 @@ func (c Config) withDefaults() Config {
 	}
 	switch c.Scenario {
 	case Steady, Replay:
-		c.RetryRate, c.DuplicateRate, c.MismatchRate, c.RefundRate, c.ManualRate, c.ActionRate = 0, 0, 0, 0, 0, 0
+		c.RetryRate, c.DuplicateRate, c.MismatchRate, c.RefundRate, c.ManualRate, c.ActionRate, c.ReadRate = 0, 0, 0, 0, 0, 0, 0
 	case Chaos:
 		c.APIs = cmp.Or(c.APIs, 2)
 		c.Workers = cmp.Or(c.Workers, 2)
@@ -184,7 +196,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		cfg: cfg, stack: stack, proxy: proxy, pool: pool,
 		sim:    stripesim.AdminClient{BaseURL: stack.SimURL},
 		rng:    rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
-		record: &recorder{},
+		record: &recorder{}, reads: &reads{},
 	}
 	for i := range cfg.Tenants {
 		created, err := stack.Tenant(fmt.Sprintf("loadgen-%d", i+1))
@@ -205,6 +217,7 @@ type run struct {
 	sim     stripesim.AdminClient
 	tenants []tenantKey
 	record  *recorder
+	reads   *reads
 
 	rngMu sync.Mutex
 	rng   *rand.Rand
@@ -301,7 +314,7 @@ func (r *run) drive(ctx context.Context) (*Report, error) {
 	}
 	report.Load, report.Settle = loadTime, settled
 	report.Kills.Workers, report.Kills.APIs = int(r.kills.workers.Load()), int(r.kills.apis.Load())
-	report.DatabaseCuts = r.proxy.Cuts()
+	report.Network = r.proxy.Faults()
 	report.Print(r.cfg.Out)
 	return report, nil
 }

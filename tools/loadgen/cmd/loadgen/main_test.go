@@ -27,13 +27,15 @@ func TestShortChaosRun(t *testing.T) {
 	pgtest.OneWholeStack(t)
 	var out bytes.Buffer
 	err := run(context.Background(), []string{"loadgen", "-scenario", "chaos", "-duration", "25s", "-clients", "6",
-		"-kill-worker-every", "4s", "-kill-api-every", "9s", "-cut-db-every", "10s",
+		"-kill-worker-every", "4s", "-kill-api-every", "9s", "-cut-db-every", "10s", "-partition-db-every", "6s", "-slow-db-every", "7s",
 		"-bin", filepath.Join(root, "bin"), "-state", filepath.Join(t.TempDir(), "state"), "-database", pgtest.NewDatabase(t), "-live=false"}, os.Getenv, &out)
 	t.Log(out.String())
 	require.NoError(t, err)
 	require.Contains(t, out.String(), "invariants:")
 	require.NotContains(t, out.String(), "FAIL")
-	require.Regexp(t, `faults: [1-9]\d* worker kills, [1-9]\d* API kills, [1-9]\d* database cuts`, out.String())
+	require.Regexp(t, `faults: [1-9]\d* worker kills, [1-9]\d* API kills, [1-9]\d* database cuts, [1-9]\d* partitions, `+
+		`[1-9]\d* with answers lost, [1-9]\d* latency spikes`, out.String())
+	require.Regexp(t, `ok   10 no read shows .* checked [1-9]\d*, violations 0`, out.String())
 }
 
 func TestFlags(t *testing.T) {
