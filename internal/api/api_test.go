@@ -184,7 +184,7 @@ func TestCreatePayment(t *testing.T) {
 
 		var providerKey string
 		require.NoError(t, b.pool.QueryRow(b.ctx, "SELECT provider_idempotency_key FROM payments WHERE id = $1", p["id"]).Scan(&providerKey))
-		require.Equal(t, payments.ProviderIdempotencyKey(b.tenant.TenantID, key, p["id"].(string), 1), providerKey)
+		require.Equal(t, operation.ProviderKey("payment", b.tenant.TenantID, key, p["id"].(string), 1), providerKey)
 	})
 
 	// The 202 is built before the payment's row is written (they go to the

@@ -9,9 +9,6 @@
 package authorizations
 
 import (
-	"crypto/sha256"
-	"encoding/base64"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -93,21 +90,6 @@ type Action struct {
 	ReconcileAttempts      int        `json:"reconcile_attempts" db:"reconcile_attempts"`
 	CreatedAt              time.Time  `json:"created_at" db:"created_at"`
 	UpdatedAt              time.Time  `json:"updated_at" db:"updated_at"`
-}
-
-// ProviderIdempotencyKey derives the key of every attempt of one action in
-// one generation from the tenant, the client's key, the action's id and
-// kind, and the generation, behind a separator of its own: it can never
-// equal a charge's or a refund's key, and an action resumed after it was
-// proven never sent is never answered from an earlier generation's stored
-// answer.
-func ProviderIdempotencyKey(tenantID, clientKey, actionID string, kind Kind, generation int) string {
-	h := sha256.New()
-	for _, part := range []string{"payment-action", string(kind), tenantID, clientKey, actionID, strconv.Itoa(generation)} {
-		h.Write([]byte(part))
-		h.Write([]byte{0})
-	}
-	return "oncepay-" + actionID + "-" + base64.RawURLEncoding.EncodeToString(h.Sum(nil))
 }
 
 func deref[T any](p *T) T {

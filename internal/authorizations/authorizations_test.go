@@ -55,7 +55,7 @@ func setup(t *testing.T, deferWorker bool) *bundle {
 	river.AddWorker(workers, payments.NewChargeWorker(pool, keys, b.provider, logger, cfg))
 	river.AddWorker(workers, authorizations.NewWorker(pool, keys, b.provider, logger, cfg))
 	reconcileCfg := operation.ReconcileConfig{
-		Settle: 100 * time.Millisecond,
+		Settle:    100 * time.Millisecond,
 		RetryBase: 100 * time.Millisecond, RetryMax: 500 * time.Millisecond, RunBudget: 5 * time.Second}
 	river.AddWorker(workers, &authorizations.ReconcileCapturesWorker{
 		Reconciler: authorizations.NewReconciler(pool, keys, b.provider, logger, reconcileCfg, authorizations.Capture)})

@@ -124,7 +124,7 @@ func (s *Service) insert(ctx context.Context, tx pgx.Tx, p payments.Payment, cli
 		ID: actionID, TenantID: p.TenantID, PaymentID: p.ID, IdempotencyKey: clientKey, Kind: req.Kind, Status: StatusPending,
 		ProviderPaymentIntentID: deref(p.ProviderPaymentIntentID),
 		ProviderAccount:         p.ProviderAccount,
-		ProviderIdempotencyKey:  ProviderIdempotencyKey(p.TenantID, clientKey, actionID, req.Kind, 1),
+		ProviderIdempotencyKey:  operation.ProviderKey(string(req.Kind), p.TenantID, clientKey, actionID, 1),
 	}
 	if req.AmountToCapture > 0 {
 		a.AmountToCapture = &req.AmountToCapture

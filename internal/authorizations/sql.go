@@ -140,7 +140,7 @@ func finalizeAction(ctx context.Context, tx pgx.Tx, a Action, status Status, cod
 func resumeAction(ctx context.Context, tx pgx.Tx, a Action) (Action, error) {
 	generation := a.ProviderKeyGeneration + 1
 	rows, err := actionsTable.Resume(ctx, tx, a.TenantID, a.ID, generation,
-		ProviderIdempotencyKey(a.TenantID, a.IdempotencyKey, a.ID, a.Kind, generation), actionColumns)
+		operation.ProviderKey(string(a.Kind), a.TenantID, a.IdempotencyKey, a.ID, generation), actionColumns)
 	return collectAction(rows, err, "resume payment action")
 }
 

@@ -3,6 +3,8 @@ package payments_test
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"io"
 	"log/slog"
 	"net/http"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/problem"
@@ -367,6 +370,44 @@ func TestChargeFaults(t *testing.T) {
 	}
 }
 
+// keyBeforeTheSharedDerivation is how payments derived their provider key
+// before every kind shared operation.ProviderKey: rows made then keep it.
+func keyBeforeTheSharedDerivation(tenantID, clientKey, paymentID string) string {
+	h := sha256.New()
+	for _, part := range []string{tenantID, clientKey, paymentID} {
+		h.Write([]byte(part))
+		h.Write([]byte{0})
+	}
+	return "oncepay-" + paymentID + "-" + base64.RawURLEncoding.EncodeToString(h.Sum(nil))
+}
+
+// TestKeyMadeBeforeTheUpgradeIsKept: a payment made before the kinds shared
+// one key derivation, in flight across the upgrade (its attempt reached the
+// provider, whose answer was lost), retries with the key stored on its row,
+// never one derived again: the provider replays the first charge, and the
+// card is charged once.
+func TestKeyMadeBeforeTheUpgradeIsKept(t *testing.T) {
+	t.Parallel()
+	b := setupCharge(t, chargeOptions{deferWorker: true, cfg: payments.ChargeConfig{JobTimeout: time.Second}})
+	key := id.New("key")
+	paymentID := b.pay(key, "pm_card_visa").PaymentID()
+	oldKey := keyBeforeTheSharedDerivation(b.tenant.TenantID, key, paymentID)
+	require.NotEqual(t, operation.ProviderKey("payment", b.tenant.TenantID, key, paymentID, 1), oldKey)
+	_, err := b.pool.Exec(b.ctx, `UPDATE payments SET provider_idempotency_key = $2 WHERE id = $1`, paymentID, oldKey)
+	require.NoError(t, err)
+	require.NoError(t, b.sim.InjectFault(b.ctx, stripesim.Fault{Mode: stripesim.FaultHoldAfter, Count: 1, Path: "POST /v1/payment_intents"}))
+	b.startWorker()
+
+	p := b.waitStatus(paymentID, payments.StatusSucceeded)
+	require.Equal(t, oldKey, p.ProviderIdempotencyKey)
+	intents := b.executions(paymentID)
+	require.Len(t, intents, 1, "charged once")
+	require.Equal(t, oldKey, intents[0].IdempotencyKey)
+	stats := b.keyStats(paymentID)
+	require.Equal(t, 1, stats.Executions)
+	require.GreaterOrEqual(t, stats.Replays, 1, "the retry sent the same old key and got the first charge back")
+}
+
 func TestChargeGivesUpToReconciliation(t *testing.T) {
 	t.Parallel()
 
@@ -439,7 +480,7 @@ func TestChargeGivesUpToReconciliation(t *testing.T) {
 		p := b.waitStatus(paymentID, payments.StatusSucceeded)
 		require.Equal(t, 2, p.ProviderKeyGeneration)
 		require.NotEqual(t, failed.ProviderIdempotencyKey, p.ProviderIdempotencyKey)
-		require.Equal(t, payments.ProviderIdempotencyKey(b.tenant.TenantID, key, paymentID, 2), p.ProviderIdempotencyKey)
+		require.Equal(t, operation.ProviderKey("payment", b.tenant.TenantID, key, paymentID, 2), p.ProviderIdempotencyKey)
 		intents := b.executions(paymentID)
 		require.Len(t, intents, 1, "charged once")
 		require.Equal(t, "2", intents[0].Metadata[payments.MetadataGeneration])

@@ -1,10 +1,7 @@
 package payments
 
 import (
-	"crypto/sha256"
-	"encoding/base64"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/oncepay/oncepay/internal/operation"
@@ -137,28 +134,6 @@ func (p Payment) MarshalJSON() ([]byte, error) {
 	p.CreatedAt = p.CreatedAt.UTC()
 	p.UpdatedAt = p.UpdatedAt.UTC()
 	return respond.Marshal(plain(p))
-}
-
-// ProviderIdempotencyKey derives the key sent to the provider with every
-// attempt to charge one payment in one generation. It is a function of the
-// tenant (equal client keys of two tenants never collide at the provider),
-// the client's key, the payment id (a client key reused after its retention
-// window creates a new payment, which must not be answered with the old
-// charge) and the generation: a payment resumed after it was proven never to
-// have reached the provider is charged under the next generation, so the
-// provider never answers it from an earlier attempt's stored response (a
-// stored 500, say). Generation 1 keeps the original derivation.
-func ProviderIdempotencyKey(tenantID, clientKey, paymentID string, generation int) string {
-	h := sha256.New()
-	parts := []string{tenantID, clientKey, paymentID}
-	if generation > 1 {
-		parts = append(parts, strconv.Itoa(generation))
-	}
-	for _, part := range parts {
-		h.Write([]byte(part))
-		h.Write([]byte{0})
-	}
-	return "oncepay-" + paymentID + "-" + base64.RawURLEncoding.EncodeToString(h.Sum(nil))
 }
 
 // Account is the connected account the payment's provider calls act on;

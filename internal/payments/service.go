@@ -107,7 +107,7 @@ func newPayment(tenantID, clientKey string, req CreateRequest) Payment {
 		Status:                 StatusProcessing,
 		CaptureMethod:          cmp.Or(req.CaptureMethod, CaptureAutomatic),
 		ProviderKeyGeneration:  1,
-		ProviderIdempotencyKey: ProviderIdempotencyKey(tenantID, clientKey, paymentID, 1),
+		ProviderIdempotencyKey: operation.ProviderKey(paymentsTable.Operation, tenantID, clientKey, paymentID, 1),
 	}
 }
 

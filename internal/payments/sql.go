@@ -114,7 +114,7 @@ func lockForOutcome(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, ten
 func resumePayment(ctx context.Context, tx pgx.Tx, p Payment) (Payment, error) {
 	generation := p.ProviderKeyGeneration + 1
 	rows, err := paymentsTable.Resume(ctx, tx, p.TenantID, p.ID, generation,
-		ProviderIdempotencyKey(p.TenantID, p.IdempotencyKey, p.ID, generation), paymentColumns)
+		operation.ProviderKey(paymentsTable.Operation, p.TenantID, p.IdempotencyKey, p.ID, generation), paymentColumns)
 	return collectPayment(rows, err, "resume payment")
 }
 

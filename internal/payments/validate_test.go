@@ -159,17 +159,6 @@ func TestUnpairedSurrogatesAreRejected(t *testing.T) {
 	require.Equal(t, "\ufffd", req.Description)
 }
 
-func TestProviderIdempotencyKey(t *testing.T) {
-	t.Parallel()
-	k := payments.ProviderIdempotencyKey("ten_A", "client-key-000000001", "pay_1", 1)
-	require.Equal(t, k, payments.ProviderIdempotencyKey("ten_A", "client-key-000000001", "pay_1", 1), "stable")
-	require.NotEqual(t, k, payments.ProviderIdempotencyKey("ten_B", "client-key-000000001", "pay_1", 1), "tenant-scoped")
-	require.NotEqual(t, k, payments.ProviderIdempotencyKey("ten_A", "client-key-000000002", "pay_1", 1))
-	require.NotEqual(t, k, payments.ProviderIdempotencyKey("ten_A", "client-key-000000001", "pay_2", 1))
-	require.NotEqual(t, k, payments.ProviderIdempotencyKey("ten_A", "client-key-000000001", "pay_1", 2), "a new generation, a new key")
-	require.LessOrEqual(t, len(payments.ProviderIdempotencyKey("ten_"+strings.Repeat("x", 26), strings.Repeat("k", 255), "pay_"+strings.Repeat("y", 26), 1)), 255)
-}
-
 // FuzzValidateCreate feeds arbitrary bodies to the decoder and validator:
 // never a panic, every rejection a 400 invalid-request naming fields, and
 // every acceptance within the published limits.

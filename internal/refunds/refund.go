@@ -1,8 +1,6 @@
 package refunds
 
 import (
-	"crypto/sha256"
-	"encoding/base64"
 	"strconv"
 	"time"
 
@@ -96,25 +94,6 @@ func (r Refund) MarshalJSON() ([]byte, error) {
 	r.CreatedAt = r.CreatedAt.UTC()
 	r.UpdatedAt = r.UpdatedAt.UTC()
 	return respond.Marshal(plain(r))
-}
-
-// providerKeyDomain separates refund keys from every other derived key: a
-// refund's provider key can never equal a charge's, whatever the inputs.
-const providerKeyDomain = "oncepay refund provider key v1"
-
-// ProviderIdempotencyKey derives the key sent to the provider with every
-// attempt to make one refund in one generation: a function of the tenant,
-// the client's key, the refund id (a client key reused after its retention
-// makes a new refund, never answered with the old one) and the generation (a
-// refund resumed after it was proven never sent is never answered from an
-// earlier attempt's stored response).
-func ProviderIdempotencyKey(tenantID, clientKey, refundID string, generation int) string {
-	h := sha256.New()
-	for _, part := range []string{providerKeyDomain, tenantID, clientKey, refundID, strconv.Itoa(generation)} {
-		h.Write([]byte(part))
-		h.Write([]byte{0})
-	}
-	return "oncepay-" + refundID + "-" + base64.RawURLEncoding.EncodeToString(h.Sum(nil))
 }
 
 // requestOf is the one provider request that makes r in its current

@@ -6,26 +6,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncepay/oncepay/internal/jsonbody"
-	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/refunds"
 )
-
-func TestProviderIdempotencyKey(t *testing.T) {
-	t.Parallel()
-	key := refunds.ProviderIdempotencyKey("ten_1", "client-key-0000001", "rfd_1", 1)
-	require.Equal(t, key, refunds.ProviderIdempotencyKey("ten_1", "client-key-0000001", "rfd_1", 1), "stable across attempts")
-	require.LessOrEqual(t, len(key), 255)
-	for name, other := range map[string]string{
-		"Generation": refunds.ProviderIdempotencyKey("ten_1", "client-key-0000001", "rfd_1", 2),
-		"Tenant":     refunds.ProviderIdempotencyKey("ten_2", "client-key-0000001", "rfd_1", 1),
-		"ClientKey":  refunds.ProviderIdempotencyKey("ten_1", "client-key-0000002", "rfd_1", 1),
-		"Refund":     refunds.ProviderIdempotencyKey("ten_1", "client-key-0000001", "rfd_2", 1),
-		// The same inputs never give a charge's key.
-		"ChargeKey": payments.ProviderIdempotencyKey("ten_1", "client-key-0000001", "rfd_1", 1),
-	} {
-		require.NotEqual(t, key, other, name)
-	}
-}
 
 func TestValidateCreate(t *testing.T) {
 	t.Parallel()

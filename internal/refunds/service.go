@@ -86,7 +86,7 @@ func (s *Service) insert(ctx context.Context, tx pgx.Tx, tenantID, clientKey str
 		Currency:               p.Currency,
 		Reason:                 nonEmpty(req.Reason),
 		Status:                 StatusPending,
-		ProviderIdempotencyKey: ProviderIdempotencyKey(tenantID, clientKey, refundID, 1),
+		ProviderIdempotencyKey: operation.ProviderKey(refundsTable.Operation, tenantID, clientKey, refundID, 1),
 		ProviderAccount:        p.ProviderAccount,
 	})
 }

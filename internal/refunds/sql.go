@@ -125,7 +125,7 @@ func lockForOutcome(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, ten
 func resumeRefund(ctx context.Context, tx pgx.Tx, r Refund) (Refund, error) {
 	generation := r.ProviderKeyGeneration + 1
 	rows, err := refundsTable.Resume(ctx, tx, r.TenantID, r.ID, generation,
-		ProviderIdempotencyKey(r.TenantID, r.IdempotencyKey, r.ID, generation), refundColumns)
+		operation.ProviderKey(refundsTable.Operation, r.TenantID, r.IdempotencyKey, r.ID, generation), refundColumns)
 	return collectRefund(rows, err, "resume refund")
 }
 
