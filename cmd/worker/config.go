@@ -5,7 +5,6 @@ import (
 
 	"github.com/oncepay/oncepay/internal/envconfig"
 	"github.com/oncepay/oncepay/internal/operation"
-	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/provider"
 	"github.com/oncepay/oncepay/internal/telemetry"
@@ -171,7 +170,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	// A job's attempt may outlive its timeout by the window in which it
 	// records what the provider said; rescuing it before then would run a
 	// second attempt beside the first.
-	if minRescue := cfg.chargeConfig().MaxAttemptDuration(); cfg.RescueStuckAfter <= minRescue {
+	if minRescue := cfg.workerConfig().MaxAttemptDuration(); cfg.RescueStuckAfter <= minRescue {
 		env.Fail("WORKER_RESCUE_STUCK_AFTER", "%s must exceed WORKER_JOB_TIMEOUT plus twice WORKER_RECORD_TIMEOUT (%s), or a slow attempt would run twice at once",
 			cfg.RescueStuckAfter, minRescue)
 	}
@@ -185,8 +184,8 @@ func loadConfig(getenv func(string) string) (config, error) {
 	return cfg, env.Err()
 }
 
-func (c config) chargeConfig() payments.ChargeConfig {
-	return payments.ChargeConfig{
+func (c config) workerConfig() operation.WorkerConfig {
+	return operation.WorkerConfig{
 		JobTimeout:        c.JobTimeout,
 		ProviderKeyMargin: c.ProviderKeyMargin,
 		PollInterval:      c.PollInterval,

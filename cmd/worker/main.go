@@ -89,9 +89,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		ObserveReap: func(r idempotency.ReapResult) { m.KeysReaped(r.Tombstoned, r.Deleted) }})
 	providerClient := provider.New(provider.Config{SecretKey: cfg.StripeSecretKey, APIBase: cfg.StripeAPIBase,
 		HTTPClient: &http.Client{Transport: tracing.Transport(m.ProviderTransport(provider.Transport(cfg.Concurrency + 10)))}})
-	chargeCfg := cfg.chargeConfig()
+	workerCfg := cfg.workerConfig()
 	workers := river.NewWorkers()
-	if err := river.AddWorkerSafely(workers, payments.NewChargeWorker(pool, keys, providerClient, logger, chargeCfg)); err != nil {
+	if err := river.AddWorkerSafely(workers, payments.NewChargeWorker(pool, keys, providerClient, logger, workerCfg)); err != nil {
 		return fmt.Errorf("register charge worker: %w", err)
 	}
 	reconcileCfg := payments.ReconcileConfig{
@@ -110,7 +110,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err := river.AddWorkerSafely(workers, &payments.SweepWorker{Sweeper: sweeper}); err != nil {
 		return fmt.Errorf("register sweeper: %w", err)
 	}
-	if err := river.AddWorkerSafely(workers, refunds.NewWorker(pool, keys, providerClient, logger, chargeCfg)); err != nil {
+	if err := river.AddWorkerSafely(workers, refunds.NewWorker(pool, keys, providerClient, logger, workerCfg)); err != nil {
 		return fmt.Errorf("register refund worker: %w", err)
 	}
 	refundReconciler := refunds.NewReconciler(pool, keys, providerClient, logger, reconcileCfg)
@@ -123,7 +123,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err := river.AddWorkerSafely(workers, &refunds.SweepWorker{Sweeper: refundSweeper}); err != nil {
 		return fmt.Errorf("register refund sweeper: %w", err)
 	}
-	if err := river.AddWorkerSafely(workers, authorizations.NewWorker(pool, keys, providerClient, logger, chargeCfg)); err != nil {
+	if err := river.AddWorkerSafely(workers, authorizations.NewWorker(pool, keys, providerClient, logger, workerCfg)); err != nil {
 		return fmt.Errorf("register capture and cancel worker: %w", err)
 	}
 	if err := river.AddWorkerSafely(workers, &authorizations.ReconcileCapturesWorker{Observe: observeReconciliation(m, "capture"),
@@ -151,7 +151,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err := river.AddWorkerSafely(workers, &outbox.ReapKeysWorker{Store: keys, DB: pool, Logger: logger}); err != nil {
 		return fmt.Errorf("register key reaper: %w", err)
 	}
-	processor := webhooks.NewProcessor(pool, keys, providerClient, logger, webhooks.ProcessorConfig{CallTimeout: chargeCfg.ProviderCallTimeout()})
+	processor := webhooks.NewProcessor(pool, keys, providerClient, logger, webhooks.ProcessorConfig{CallTimeout: workerCfg.ProviderCallTimeout()})
 	if err := river.AddWorkerSafely(workers, &webhooks.ProcessWorker{Processor: processor}); err != nil {
 		return fmt.Errorf("register webhook event processor: %w", err)
 	}
@@ -203,7 +203,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		NoReindex:            err == nil && !ownsQueue,
 		Workers:              workers,
 		Concurrency:          cfg.Concurrency,
-		JobTimeout:           chargeCfg.MaxAttemptDuration(),
+		JobTimeout:           workerCfg.MaxAttemptDuration(),
 		RescueStuckJobsAfter: cfg.RescueStuckAfter,
 		Retry:                outbox.RetryPolicy{Base: cfg.RetryBase, Max: cfg.RetryMax},
 		PeriodicJobs:         periodic,

@@ -23,6 +23,7 @@ import (
 	"github.com/oncepay/oncepay/internal/authorizations"
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/problem"
@@ -372,7 +373,7 @@ func startWorker(t *testing.T, pool *pgxpool.Pool, srv *apitest.Server) {
 	t.Cleanup(sim.Close)
 	workers := river.NewWorkers()
 	pc := provider.New(provider.Config{SecretKey: "sk_test_oncepay", APIBase: sim.URL})
-	cfg := payments.ChargeConfig{JobTimeout: 2 * time.Second, PollInterval: 50 * time.Millisecond}
+	cfg := operation.WorkerConfig{JobTimeout: 2 * time.Second, PollInterval: 50 * time.Millisecond}
 	river.AddWorker(workers, payments.NewChargeWorker(pool, srv.Keys, pc, logger, cfg))
 	river.AddWorker(workers, authorizations.NewWorker(pool, srv.Keys, pc, logger, cfg))
 	client, err := outbox.NewWorkerClient(pool, outbox.WorkerConfig{

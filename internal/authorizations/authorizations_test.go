@@ -49,7 +49,7 @@ func setup(t *testing.T, deferWorker bool) *bundle {
 	t.Cleanup(sim.Close)
 	b := &bundle{t: t, ctx: context.Background(), pool: pool, api: apitest.Start(t, pool),
 		sim: stripesim.AdminClient{BaseURL: sim.URL}, provider: provider.New(provider.Config{SecretKey: "sk_test_oncepay", APIBase: sim.URL})}
-	cfg := payments.ChargeConfig{JobTimeout: 2 * time.Second, PollInterval: 50 * time.Millisecond, RecordTimeout: time.Second}
+	cfg := operation.WorkerConfig{JobTimeout: 2 * time.Second, PollInterval: 50 * time.Millisecond, RecordTimeout: time.Second}
 	keys := b.api.Keys
 	workers := river.NewWorkers()
 	river.AddWorker(workers, payments.NewChargeWorker(pool, keys, b.provider, logger, cfg))

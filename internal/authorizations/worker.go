@@ -10,17 +10,16 @@ import (
 
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/operation"
-	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
 // Worker sends captures and cancels on the engine's worker.
 type Worker = operation.Worker[ActPaymentArgs, Action, provider.Outcome]
 
-// NewWorker returns the worker of captures and cancels, with the charge
-// worker's timers.
-func NewWorker(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, logger *slog.Logger, cfg payments.ChargeConfig) *Worker {
-	return operation.NewWorker(pool, keys, logger, cfg.WithDefaults().Timings(), "payment action", actionsTable,
+// NewWorker returns the worker of captures and cancels, with every kind's
+// timers (operation.WorkerConfig).
+func NewWorker(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, logger *slog.Logger, cfg operation.WorkerConfig) *Worker {
+	return operation.NewWorker(pool, keys, logger, cfg, "payment action", actionsTable,
 		attemptable{actionLocks: actionLocks{keys}, provider: pc})
 }
 

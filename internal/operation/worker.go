@@ -24,7 +24,7 @@ type Querier interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
-// Timings are a worker's clocks.
+// Timings are a worker's clocks, as WorkerConfig sets them.
 type Timings struct {
 	// JobTimeout bounds one attempt; CallTimeout, shorter, the provider
 	// call inside it.
@@ -148,9 +148,9 @@ type Worker[A river.JobArgs, Op, O any] struct {
 
 // NewWorker returns the engine's worker for a kind whose operations live
 // in table.
-func NewWorker[A river.JobArgs, Op, O any](pool *pgxpool.Pool, keys *idempotency.Store, logger *slog.Logger, t Timings,
+func NewWorker[A river.JobArgs, Op, O any](pool *pgxpool.Pool, keys *idempotency.Store, logger *slog.Logger, cfg WorkerConfig,
 	action string, table Table, kind Attemptable[A, Op, O]) *Worker[A, Op, O] {
-	w := &Worker[A, Op, O]{pool: pool, keys: keys, log: logger, t: t, action: action, table: table, kind: kind}
+	w := &Worker[A, Op, O]{pool: pool, keys: keys, log: logger, t: cfg.timings(), action: action, table: table, kind: kind}
 	w.starter, _ = any(kind).(Starter[Op])
 	w.recorder, _ = any(kind).(FinalRecorder[A, Op, O])
 	w.abandoner, _ = any(kind).(Abandoner[Op, O])

@@ -19,61 +19,6 @@ import (
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
-// ChargeConfig tunes the charge worker. Zero values take the defaults.
-type ChargeConfig struct {
-	// JobTimeout bounds one provider attempt. Defaults to 30s.
-	JobTimeout time.Duration
-	// ProviderKeyMargin is the age of a payment's first provider attempt
-	// after which the provider is no longer called for it: the provider
-	// forgets idempotency keys after 24 hours, and a call after that could
-	// charge a second time. Such payments go to reconciliation. Defaults to
-	// 23h.
-	ProviderKeyMargin time.Duration
-	// PollInterval is how long the job waits before polling an intent that
-	// is processing or requires action. Defaults to 2s.
-	PollInterval time.Duration
-	// MaxPollDuration bounds polling, counted from the first provider
-	// attempt; past it the payment goes to reconciliation. Defaults to 1h.
-	MaxPollDuration time.Duration
-	// RecordTimeout bounds the writes that record a provider answer. They
-	// run after the job's own deadline when the provider call used it up,
-	// and once more on a last attempt whose recording failed (to hand the
-	// payment to reconciliation). Defaults to 10s.
-	RecordTimeout time.Duration
-}
-
-// MaxAttemptDuration is how long one attempt can run, recording included:
-// River must not rescue a job as stuck before then, or two attempts of one
-// job would run at once.
-func (c ChargeConfig) MaxAttemptDuration() time.Duration {
-	c = c.WithDefaults()
-	return c.JobTimeout + 2*c.RecordTimeout
-}
-
-// ProviderCallTimeout bounds one provider call: the job timeout less a
-// fifth (at most 5s) left for recording the answer.
-func (c ChargeConfig) ProviderCallTimeout() time.Duration {
-	c = c.WithDefaults()
-	return c.JobTimeout - min(c.JobTimeout/5, 5*time.Second)
-}
-
-// WithDefaults returns the configuration with zero values defaulted.
-// Timings are the engine worker's clocks taken from c (defaults applied
-// first).
-func (c ChargeConfig) Timings() operation.Timings {
-	return operation.Timings{JobTimeout: c.JobTimeout, CallTimeout: c.ProviderCallTimeout(), RecordTimeout: c.RecordTimeout,
-		KeyMargin: c.ProviderKeyMargin, PollInterval: c.PollInterval, MaxPollDuration: c.MaxPollDuration}
-}
-
-func (c ChargeConfig) WithDefaults() ChargeConfig {
-	c.JobTimeout = cmp.Or(c.JobTimeout, 30*time.Second)
-	c.ProviderKeyMargin = cmp.Or(c.ProviderKeyMargin, 23*time.Hour)
-	c.PollInterval = cmp.Or(c.PollInterval, 2*time.Second)
-	c.MaxPollDuration = cmp.Or(c.MaxPollDuration, time.Hour)
-	c.RecordTimeout = cmp.Or(c.RecordTimeout, 10*time.Second)
-	return c
-}
-
 // ChargeWorker works charge_payment jobs on the engine's worker: it charges
 // a payment at the provider exactly once and records the outcome.
 //
@@ -89,9 +34,9 @@ func (c ChargeConfig) WithDefaults() ChargeConfig {
 type ChargeWorker = operation.Worker[ChargePaymentArgs, Payment, provider.Outcome]
 
 // NewChargeWorker returns a worker.
-func NewChargeWorker(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, logger *slog.Logger, cfg ChargeConfig) *ChargeWorker {
+func NewChargeWorker(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, logger *slog.Logger, cfg operation.WorkerConfig) *ChargeWorker {
 	cfg = cfg.WithDefaults()
-	return operation.NewWorker(pool, keys, logger, cfg.Timings(), "charge", paymentsTable,
+	return operation.NewWorker(pool, keys, logger, cfg, "charge", paymentsTable,
 		chargeable{paymentLocks: paymentLocks{keys}, pool: pool, provider: pc,
 			starter: newAttemptStarter(pool, cfg.ProviderCallTimeout()), recorder: newOutcomeRecorder(pool, keys, cfg.RecordTimeout)})
 }

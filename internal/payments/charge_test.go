@@ -45,7 +45,7 @@ type chargeBundle struct {
 
 	provider  *provider.Client
 	logger    *slog.Logger
-	chargeCfg payments.ChargeConfig
+	chargeCfg operation.WorkerConfig
 }
 
 // reconciler returns a Reconciler for the bundle with the tests' short
@@ -60,7 +60,7 @@ func (b *chargeBundle) reconciler(cfg payments.ReconcileConfig) *payments.Reconc
 }
 
 type chargeOptions struct {
-	cfg payments.ChargeConfig
+	cfg operation.WorkerConfig
 	// deferWorker leaves the worker stopped until startWorker is called.
 	deferWorker bool
 	// simRetrievals is how many reads a processing intent stays processing.
@@ -312,7 +312,7 @@ func TestChargeOutcomes(t *testing.T) {
 
 	t.Run("UnfinishedActionIsCanceledAfterPollingLimit", func(t *testing.T) {
 		t.Parallel()
-		b := setupCharge(t, chargeOptions{cfg: payments.ChargeConfig{MaxPollDuration: time.Second}})
+		b := setupCharge(t, chargeOptions{cfg: operation.WorkerConfig{MaxPollDuration: time.Second}})
 		key := id.New("key")
 		paymentID := b.pay(key, "pm_card_authenticationRequired").PaymentID()
 		p := b.waitFinal(paymentID)
@@ -328,7 +328,7 @@ func TestChargeOutcomes(t *testing.T) {
 
 	t.Run("ProcessingPastPollingLimitGoesToReconciliation", func(t *testing.T) {
 		t.Parallel()
-		b := setupCharge(t, chargeOptions{cfg: payments.ChargeConfig{MaxPollDuration: time.Second}, simRetrievals: 1000})
+		b := setupCharge(t, chargeOptions{cfg: operation.WorkerConfig{MaxPollDuration: time.Second}, simRetrievals: 1000})
 		key := id.New("key")
 		paymentID := b.pay(key, "pm_sim_processing").PaymentID()
 		require.Equal(t, payments.StatusRequiresReconciliation, b.waitFinal(paymentID).Status)
@@ -353,7 +353,7 @@ func TestChargeFaults(t *testing.T) {
 			t.Parallel()
 			// The reconciler runs too: a 500 after committing is stored and
 			// replayed, as Stripe does, and only a lookup can settle it.
-			b := setupCharge(t, chargeOptions{cfg: payments.ChargeConfig{JobTimeout: time.Second}, reconcile: true})
+			b := setupCharge(t, chargeOptions{cfg: operation.WorkerConfig{JobTimeout: time.Second}, reconcile: true})
 			fault.Path = "POST /v1/payment_intents"
 			require.NoError(t, b.sim.InjectFault(b.ctx, fault))
 			key := id.New("key")
@@ -388,7 +388,7 @@ func keyBeforeTheSharedDerivation(tenantID, clientKey, paymentID string) string 
 // card is charged once.
 func TestKeyMadeBeforeTheUpgradeIsKept(t *testing.T) {
 	t.Parallel()
-	b := setupCharge(t, chargeOptions{deferWorker: true, cfg: payments.ChargeConfig{JobTimeout: time.Second}})
+	b := setupCharge(t, chargeOptions{deferWorker: true, cfg: operation.WorkerConfig{JobTimeout: time.Second}})
 	key := id.New("key")
 	paymentID := b.pay(key, "pm_card_visa").PaymentID()
 	oldKey := keyBeforeTheSharedDerivation(b.tenant.TenantID, key, paymentID)
@@ -492,7 +492,7 @@ func TestChargeGivesUpToReconciliation(t *testing.T) {
 		t.Parallel()
 		// The provider hangs past the job's deadline on the last attempt:
 		// the outcome must still be recorded, not lost with the job.
-		b := setupCharge(t, chargeOptions{deferWorker: true, cfg: payments.ChargeConfig{JobTimeout: time.Second}})
+		b := setupCharge(t, chargeOptions{deferWorker: true, cfg: operation.WorkerConfig{JobTimeout: time.Second}})
 		require.NoError(t, b.sim.InjectFault(b.ctx, stripesim.Fault{Mode: stripesim.FaultHoldAfter}))
 		key := id.New("key")
 		paymentID := b.pay(key, "pm_card_visa").PaymentID()

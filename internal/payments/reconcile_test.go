@@ -13,6 +13,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/tools/stripesim"
 )
@@ -172,7 +173,7 @@ func TestReconcilerOutcomes(t *testing.T) {
 
 	t.Run("PendingIntentIsPolledUntilFinal", func(t *testing.T) {
 		t.Parallel()
-		b := setupCharge(t, chargeOptions{cfg: payments.ChargeConfig{MaxPollDuration: time.Second}, simRetrievals: 1000})
+		b := setupCharge(t, chargeOptions{cfg: operation.WorkerConfig{MaxPollDuration: time.Second}, simRetrievals: 1000})
 		key := id.New("key")
 		paymentID := b.pay(key, "pm_sim_processing").PaymentID()
 		p := b.waitStatus(paymentID, payments.StatusRequiresReconciliation)

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncepay/oncepay/internal/id"
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/provider"
@@ -55,7 +56,7 @@ func TestChargeRoundTrips(t *testing.T) {
 	require.NoError(t, traced.Ping(ctx)) // the connection's own setup is not the job's
 	log.Take()
 	worker := payments.NewChargeWorker(traced, api.Keys, provider.New(provider.Config{SecretKey: "sk_test_oncepay", APIBase: sim.URL}),
-		logger, payments.ChargeConfig{JobTimeout: 5 * time.Second})
+		logger, operation.WorkerConfig{JobTimeout: 5 * time.Second})
 	err = worker.Work(rivertest.WorkContext(ctx, jobs), &river.Job[payments.ChargePaymentArgs]{JobRow: row,
 		Args: payments.ChargePaymentArgs{TenantID: api.Tenant.TenantID, PaymentID: paymentID}})
 	require.NoError(t, err)

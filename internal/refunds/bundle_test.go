@@ -16,6 +16,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/provider"
@@ -41,7 +42,7 @@ type bundle struct {
 	client   *outbox.Client
 	provider *provider.Client
 	logger   *slog.Logger
-	cfg      payments.ChargeConfig
+	cfg      operation.WorkerConfig
 }
 
 type options struct {
@@ -66,7 +67,7 @@ func setup(t *testing.T, opts options) *bundle {
 		t: t, ctx: context.Background(), pool: pool, url: url, api: apiServer,
 		sim: stripesim.AdminClient{BaseURL: sim.URL}, keys: apiServer.Keys, logger: logger,
 		provider: provider.New(provider.Config{SecretKey: "sk_test_oncepay", APIBase: sim.URL}),
-		cfg:      payments.ChargeConfig{JobTimeout: 2 * time.Second, PollInterval: 50 * time.Millisecond, RecordTimeout: time.Second},
+		cfg:      operation.WorkerConfig{JobTimeout: 2 * time.Second, PollInterval: 50 * time.Millisecond, RecordTimeout: time.Second},
 	}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, payments.NewChargeWorker(pool, b.keys, b.provider, logger, b.cfg))

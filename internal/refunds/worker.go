@@ -16,12 +16,12 @@ import (
 // Worker works refund_payment jobs on the engine's worker: a refund is made
 // at the provider exactly once, under a key derived from the refund and its
 // generation, and its outcome, the key's final response and the job's
-// completion commit together. It shares the charge worker's timers.
+// completion commit together. It has every kind's timers (operation.WorkerConfig).
 type Worker = operation.Worker[RefundPaymentArgs, Refund, provider.RefundOutcome]
 
 // NewWorker returns a refund worker.
-func NewWorker(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, logger *slog.Logger, cfg payments.ChargeConfig) *Worker {
-	return operation.NewWorker(pool, keys, logger, cfg.WithDefaults().Timings(), "refund", refundsTable,
+func NewWorker(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, logger *slog.Logger, cfg operation.WorkerConfig) *Worker {
+	return operation.NewWorker(pool, keys, logger, cfg, "refund", refundsTable,
 		attemptable{refundLocks: refundLocks{keys}, pool: pool, provider: pc})
 }
 

@@ -118,8 +118,8 @@ func setup(t *testing.T, opts options) *bundle {
 
 	pc := provider.New(provider.Config{SecretKey: "sk_test_webhooks", APIBase: simSrv.URL})
 	workers := river.NewWorkers()
-	river.AddWorker(workers, payments.NewChargeWorker(pool, keys, pc, logger, payments.ChargeConfig{PollInterval: opts.pollInterval}))
-	river.AddWorker(workers, refunds.NewWorker(pool, keys, pc, logger, payments.ChargeConfig{PollInterval: opts.pollInterval}))
+	river.AddWorker(workers, payments.NewChargeWorker(pool, keys, pc, logger, operation.WorkerConfig{PollInterval: opts.pollInterval}))
+	river.AddWorker(workers, refunds.NewWorker(pool, keys, pc, logger, operation.WorkerConfig{PollInterval: opts.pollInterval}))
 	river.AddWorker(workers, &webhooks.ProcessWorker{Processor: webhooks.NewProcessor(pool, keys, pc, logger, webhooks.ProcessorConfig{})})
 	recoverer := webhooks.NewRecoverer(pool, pc, logger, webhooks.RecoverConfig{})
 	river.AddWorker(workers, &webhooks.RecoverWorker{Recoverer: recoverer})

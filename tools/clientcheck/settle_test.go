@@ -14,6 +14,7 @@ import (
 
 	"github.com/oncepay/oncepay/client"
 	"github.com/oncepay/oncepay/internal/authorizations"
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/provider"
@@ -29,7 +30,7 @@ func setupCharging(t *testing.T, opts ...client.Option) *bundle {
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	sim := httptest.NewServer(stripesim.New(stripesim.Config{Logger: logger}))
 	t.Cleanup(sim.Close)
-	cfg := payments.ChargeConfig{JobTimeout: 2 * time.Second, PollInterval: 50 * time.Millisecond}
+	cfg := operation.WorkerConfig{JobTimeout: 2 * time.Second, PollInterval: 50 * time.Millisecond}
 	workers := river.NewWorkers()
 	pc := provider.New(provider.Config{SecretKey: "sk_test_oncepay", APIBase: sim.URL})
 	river.AddWorker(workers, payments.NewChargeWorker(pool, b.api.Keys, pc, logger, cfg))

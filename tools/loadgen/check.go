@@ -28,7 +28,7 @@ type Report struct {
 	Kills        struct{ Workers, APIs int }
 	// Network counts the faults between the processes and the database.
 	Network    faultproxy.Faults
-	Invariants   []Invariant
+	Invariants []Invariant
 }
 
 // Invariant is one property checked at the end, with what it counted.
