@@ -22,22 +22,6 @@ import (
 // answer (see Ingest). It is the only result an unprocessed event carries.
 const ResultAwaitingCharge = "awaiting_charge"
 
-// chargeAwaited is the SQL condition that the payment an intent's event
-// names (its metadata, which the charge wrote: payload is the event's JSON)
-// is on account and still waits for its charge's first answer: processing,
-// with no intent recorded. The charge then records the provider's answer
-// itself, usually within milliseconds, and reading the intent again for
-// the event would only repeat it. Once an answer is recorded (a pending
-// intent included), events go the usual way: a pending intent settles
-// later, and its event is how the service hears of it.
-func chargeAwaited(payload, account string) string {
-	metadata := `(` + payload + `)->'data'->'object'->'metadata'`
-	return `EXISTS (SELECT FROM payments WHERE tenant_id = ` + metadata + `->>'` + payments.MetadataTenantID + `'
-		AND id = ` + metadata + `->>'` + payments.MetadataPaymentID + `'
-		AND coalesce(provider_account, '') = ` + account + `
-		AND status = '` + string(payments.StatusProcessing) + `' AND provider_payment_intent_id IS NULL)`
-}
-
 // AwaitConfig tunes the AwaitSweeper. Zero values take the defaults.
 type AwaitConfig struct {
 	// Limit is how long an event awaits its charge before it is processed
@@ -102,7 +86,7 @@ func (s *AwaitSweeper) Sweep(ctx context.Context, jobs Inserter) (AwaitResult, e
 		told, err := tx.Exec(ctx, `
 			UPDATE webhook_events e SET processed_at = now(), result = $2
 			WHERE processed_at IS NULL AND result = $1
-				AND `+paymentTells("e.object_id", "coalesce(e.account, '')", finalStatusSQL("e.type")),
+				AND `+payments.RecordsSQL("e.object_id", "coalesce(e.account, '')", payments.FinalStatusOfEventSQL("e.type")),
 			ResultAwaitingCharge, payments.Unchanged.String())
 		if err != nil {
 			return fmt.Errorf("mark awaiting events told: %w", err)
@@ -111,7 +95,7 @@ func (s *AwaitSweeper) Sweep(ctx context.Context, jobs Inserter) (AwaitResult, e
 		rows, err := tx.Query(ctx, `
 			UPDATE webhook_events e SET result = NULL
 			WHERE processed_at IS NULL AND result = $1
-				AND (received_at < now() - make_interval(secs => $2) OR NOT `+chargeAwaited("e.payload", "coalesce(e.account, '')")+`)
+				AND (received_at < now() - make_interval(secs => $2) OR NOT `+payments.ChargeAwaitedSQL("e.payload", "coalesce(e.account, '')")+`)
 			RETURNING id`,
 			ResultAwaitingCharge, s.cfg.Limit.Seconds())
 		if err != nil {

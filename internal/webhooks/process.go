@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -192,11 +191,11 @@ func (p *Processor) settleIntent(ctx context.Context, ev storedEvent, log *slog.
 // lock is needed. Only states an intent never leaves count (succeeded,
 // canceled); anything else is read again.
 func finalAsTold(ctx context.Context, db querier, ev storedEvent) (bool, error) {
-	status := finalStatusOf(ev.Type)
+	status := payments.FinalStatusOfEvent(ev.Type)
 	if status == "" {
 		return false, nil
 	}
-	rows, err := db.Query(ctx, `SELECT `+paymentTells("$1", "$2", "$3"), ev.ObjectID, ev.Account, status)
+	rows, err := db.Query(ctx, `SELECT `+payments.RecordsSQL("$1", "$2", "$3"), ev.ObjectID, ev.Account, status)
 	if err != nil {
 		return false, fmt.Errorf("read the payment of intent %s: %w", *ev.ObjectID, err)
 	}
@@ -205,50 +204,6 @@ func finalAsTold(ctx context.Context, db querier, ev storedEvent) (bool, error) 
 		return false, fmt.Errorf("read the payment of intent %s: %w", *ev.ObjectID, err)
 	}
 	return agrees, nil
-}
-
-// finalStatuses are the final payment statuses event types tell of: only
-// states an intent never leaves.
-var finalStatuses = []struct {
-	eventType string
-	status    payments.Status
-}{
-	{"payment_intent.succeeded", payments.StatusSucceeded},
-	{"payment_intent.canceled", payments.StatusCanceled},
-}
-
-// finalStatusOf is the final payment status an event type tells of, or ""
-// for a type that tells of none an intent never leaves.
-func finalStatusOf(eventType string) string {
-	for _, f := range finalStatuses {
-		if f.eventType == eventType {
-			return string(f.status)
-		}
-	}
-	return ""
-}
-
-// finalStatusSQL is finalStatusOf as SQL, of the event type in column:
-// NULL for a type that tells of none.
-func finalStatusSQL(column string) string {
-	var b strings.Builder
-	b.WriteString("CASE " + column)
-	for _, f := range finalStatuses {
-		fmt.Fprintf(&b, " WHEN '%s' THEN '%s'", f.eventType, f.status)
-	}
-	b.WriteString(" END")
-	return b.String()
-}
-
-// paymentTells is the SQL condition that a payment records the status (a
-// parameter) for the intent on the account (parameters too; the platform's
-// own account is the empty string): finalAsTold's question, asked by Ingest
-// as well. A canceled intent is also what a failed payment records: its
-// decline, or its customer's abandoned action, closed by a cancel.
-func paymentTells(intent, account, status string) string {
-	return `EXISTS (SELECT FROM payments WHERE provider_payment_intent_id = ` + intent +
-		` AND coalesce(provider_account, '') = ` + account + ` AND (status = ` + status +
-		` OR (` + status + ` = '` + string(payments.StatusCanceled) + `' AND status = '` + string(payments.StatusFailed) + `')))`
 }
 
 // settleRefund reads the event's refund from the provider and settles our

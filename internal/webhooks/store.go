@@ -45,7 +45,7 @@ type Inserter interface {
 //   - one telling of a final state its payment already records for that
 //     intent: stored processed (unchanged: finalAsTold's question);
 //   - one about a payment whose charge has not yet recorded the provider's
-//     first answer (chargeAwaited): stored awaiting the charge, which is
+//     first answer (payments.ChargeAwaitedSQL): stored awaiting the charge, which is
 //     about to record that answer itself; the AwaitSweeper then marks it
 //     processed if the payment records what it tells, or gives it its job.
 //
@@ -54,7 +54,7 @@ type Inserter interface {
 // answer is recorded.
 func Ingest(ctx context.Context, pool *pgxpool.Pool, jobs Inserter, ev provider.Event, source Source) (stored bool, err error) {
 	action := actionOf(ev.Type)
-	final := finalStatusOf(ev.Type)
+	final := string(payments.FinalStatusOfEvent(ev.Type))
 	// Two round trips: BEGIN with the event, then the job with COMMIT.
 	err = postgres.InTx(ctx, pool, func(tx pgx.Tx) error {
 		var noJob bool
@@ -62,8 +62,8 @@ func Ingest(ctx context.Context, pool *pgxpool.Pool, jobs Inserter, ev provider.
 			INSERT INTO webhook_events (id, type, api_version, object_id, created, payload, source, account, processed_at, result)
 			SELECT $1, $2, nullif($3, ''), nullif($4, ''), $5, $6, $7, nullif($8, ''),
 				CASE WHEN $9 OR told THEN now() END, CASE WHEN $9 THEN $10 WHEN told THEN $12 WHEN awaited THEN $14 END
-			FROM (SELECT $11 <> '' AND `+paymentTells("$4", "$8", "$11")+` AS told,
-				$13 AND `+chargeAwaited("$6::jsonb", "$8")+` AS awaited) AS final
+			FROM (SELECT $11 <> '' AND `+payments.RecordsSQL("$4", "$8", "$11")+` AS told,
+				$13 AND `+payments.ChargeAwaitedSQL("$6::jsonb", "$8")+` AS awaited) AS final
 			ON CONFLICT (id) DO NOTHING
 			RETURNING processed_at IS NOT NULL OR result IS NOT DISTINCT FROM $14`,
 			ev.ID, ev.Type, ev.APIVersion, ev.ObjectID, ev.Created, redacted(ev.Payload), source, ev.Account, action == ignore, ResultIgnored,
