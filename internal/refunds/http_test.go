@@ -1,6 +1,7 @@
 package refunds_test
 
 import (
+	"context"
 	"net/http"
 	"testing"
 	"time"
@@ -210,4 +211,18 @@ func TestNotRefundable(t *testing.T) {
 	require.Equal(t, http.StatusConflict, r.Status, r.Raw)
 	require.Equal(t, problem.PaymentNotRefundable.URI(), r.Body["type"])
 	require.Equal(t, "failed", r.Body["payment_status"])
+	require.Empty(t, r.Header.Get("Retry-After"), "a final state is no invitation to retry")
+	require.NotContains(t, r.Body["detail"], "retry")
+
+	// A canceled authorization is final too.
+	manual := b.api.Post(t, "/v1/payments", id.New("key"), `{"amount": 2000, "currency": "usd", "payment_method": "pm_card_visa", "capture_method": "manual"}`,
+		"Prefer", "wait=10")
+	require.Equal(t, http.StatusCreated, manual.Status, manual.Raw)
+	_, err := b.pool.Exec(context.Background(), `UPDATE payments SET status = 'canceled' WHERE id = $1`, manual.PaymentID())
+	require.NoError(t, err)
+	r = b.api.Refund(t, manual.PaymentID(), id.New("key"), `{}`)
+	require.Equal(t, http.StatusConflict, r.Status, r.Raw)
+	require.Equal(t, "canceled", r.Body["payment_status"])
+	require.Empty(t, r.Header.Get("Retry-After"), "a final state is no invitation to retry")
+	require.Contains(t, r.Body["detail"], "never will be")
 }

@@ -118,7 +118,9 @@ func (s *Service) resume(ctx context.Context, tx pgx.Tx, tenantID, refundID stri
 }
 
 // lockRefundable locks the payment (the first lock of the order) and
-// refuses one that is not succeeded.
+// refuses one that is not succeeded: with an invitation to retry only
+// while the payment may still succeed; a failed or a canceled one never
+// will, and its answer says so.
 func lockRefundable(ctx context.Context, tx pgx.Tx, tenantID, paymentID string) (payments.Payment, error) {
 	p, err := payments.LockForOperation(ctx, tx, tenantID, paymentID)
 	if err != nil {
@@ -126,7 +128,10 @@ func lockRefundable(ctx context.Context, tx pgx.Tx, tenantID, paymentID string) 
 	}
 	if p.Status != payments.StatusSucceeded || p.ProviderPaymentIntentID == nil {
 		pe := problem.New(problem.PaymentNotRefundable, "Payment %s is %s; only a succeeded payment can be refunded.", p.ID, p.Status)
-		if p.Status != payments.StatusFailed {
+		switch p.Status {
+		case payments.StatusFailed, payments.StatusCanceled:
+			pe.Detail += " It never will be: nothing was charged, so there is nothing to give back."
+		default:
 			pe.Detail += " It may still succeed: retry the same request with the same Idempotency-Key later."
 			pe.RetryAfter = 5 * time.Second
 		}
