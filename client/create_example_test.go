@@ -13,8 +13,8 @@ import (
 // running API.
 func ExampleClient_CreatePayment() {
 	ctx := context.Background()
-	apiKey := "opk_…"        // the tenant's API key
-	orderKey := "order-A-17" // stored with the order before calling, so a crash can retry the same operation
+	apiKey := "opk_…"                // the tenant's API key
+	orderKey := "order-A-17-payment" // 16 to 255 characters, stored with the order before calling, so a crash can retry the same operation
 
 	c := client.New("https://pay.example.com", apiKey) // 5 attempts, 500ms..20s full jitter
 	p, res, err := c.CreatePayment(ctx, client.PaymentParams{Amount: 2000, Currency: "usd", PaymentMethod: "pm_card_visa"},

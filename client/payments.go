@@ -166,3 +166,72 @@ type List[T any] struct {
 func (c *Client) ListPayments(ctx context.Context, params ListParams) (*List[Payment], Result, error) {
 	return call[List[Payment]](ctx, c, request{method: http.MethodGet, path: "/v1/payments", query: params.query()})
 }
+
+// RefundStatus is a refund's state.
+type RefundStatus string
+
+// Refund states.
+const (
+	// RefundPending: accepted; the provider has not answered yet.
+	RefundPending RefundStatus = "pending"
+	// RefundSucceeded: the money went back. Final.
+	RefundSucceeded RefundStatus = "succeeded"
+	// RefundFailed: refused or failed at the provider; nothing went back.
+	// Final.
+	RefundFailed RefundStatus = "failed"
+	// RefundCanceled: canceled at the provider; nothing went back. Final.
+	RefundCanceled RefundStatus = "canceled"
+	// RefundRequiresReconciliation: whether the provider refunded is being
+	// found out; it will become succeeded or failed.
+	RefundRequiresReconciliation RefundStatus = "requires_reconciliation"
+)
+
+// Final reports whether the refund's outcome is settled.
+func (s RefundStatus) Final() bool {
+	return s == RefundSucceeded || s == RefundFailed || s == RefundCanceled
+}
+
+// Refund is a refund as the API shows it.
+type Refund struct {
+	ID               string       `json:"id"`
+	Object           string       `json:"object"`
+	PaymentID        string       `json:"payment_id"`
+	Amount           int64        `json:"amount"`
+	Currency         string       `json:"currency"`
+	Reason           string       `json:"reason"`
+	Status           RefundStatus `json:"status"`
+	ProviderRefundID string       `json:"provider_refund_id"`
+	FailureCode      string       `json:"failure_code"`
+	FailureMessage   string       `json:"failure_message"`
+	CreatedAt        time.Time    `json:"created_at"`
+	UpdatedAt        time.Time    `json:"updated_at"`
+}
+
+// RefundParams is the body of a refund: Amount zero gives back all that is
+// left of the payment; Reason is optional (duplicate, fraudulent,
+// requested_by_customer).
+type RefundParams struct {
+	Amount int64  `json:"amount,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// CreateRefund refunds a succeeded payment under an idempotency key,
+// retrying as CreatePayment does: 202 with the refund pending, then, for a
+// retry or with WithWait, 201 with the refund succeeded. A payment that
+// cannot be refunded, or has less left than asked, is a *ProblemError
+// (ProblemPaymentNotRefundable, ProblemRefundExceedsRemaining), never
+// retried; a refund the provider refused is ProblemRefundFailed.
+func (c *Client) CreateRefund(ctx context.Context, paymentID string, params RefundParams, opts ...CallOption) (*Refund, Result, error) {
+	if paymentID == "" {
+		return nil, Result{}, errors.New("oncepay: empty payment id")
+	}
+	return call[Refund](ctx, c, request{method: http.MethodPost, path: "/v1/payments/" + url.PathEscape(paymentID) + "/refunds", body: params}, opts...)
+}
+
+// GetRefund reads one refund.
+func (c *Client) GetRefund(ctx context.Context, id string) (*Refund, Result, error) {
+	if id == "" {
+		return nil, Result{}, errors.New("oncepay: empty refund id")
+	}
+	return call[Refund](ctx, c, request{method: http.MethodGet, path: "/v1/refunds/" + url.PathEscape(id)})
+}

@@ -18,6 +18,7 @@ import (
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/provider"
+	"github.com/oncepay/oncepay/internal/refunds"
 	"github.com/oncepay/oncepay/tools/stripesim"
 )
 
@@ -35,6 +36,7 @@ func setupCharging(t *testing.T, opts ...client.Option) *bundle {
 	pc := provider.New(provider.Config{SecretKey: "sk_test_oncepay", APIBase: sim.URL})
 	river.AddWorker(workers, payments.NewChargeWorker(pool, b.api.Keys, pc, logger, cfg))
 	river.AddWorker(workers, authorizations.NewWorker(pool, b.api.Keys, pc, logger, cfg))
+	river.AddWorker(workers, refunds.NewWorker(pool, b.api.Keys, pc, logger, cfg))
 	worker, err := outbox.NewWorkerClient(pool, outbox.WorkerConfig{
 		Workers: workers, JobTimeout: cfg.JobTimeout, RescueStuckJobsAfter: time.Minute,
 		Retry: outbox.RetryPolicy{Base: 20 * time.Millisecond, Max: 100 * time.Millisecond}, Logger: logger,
@@ -128,4 +130,42 @@ func TestCaptureAndCancel(t *testing.T) {
 	canceled, _, err := b.client.CancelPayment(b.ctx, other.ID, client.CancelParams{CancellationReason: "abandoned"}, client.WithWait(10*time.Second))
 	require.NoError(t, err)
 	require.Equal(t, client.PaymentCanceled, canceled.Status)
+}
+
+// TestRefund: a succeeded payment is refunded in part, answered succeeded
+// and read back; asking for more than is left is refused once, not
+// retried; a declined payment's refund is refused as final.
+func TestRefund(t *testing.T) {
+	t.Parallel()
+	b := setupCharging(t)
+	p, _, err := b.client.CreatePayment(b.ctx, visa(2000), client.WithWait(10*time.Second))
+	require.NoError(t, err)
+	require.Equal(t, client.PaymentSucceeded, p.Status)
+
+	r, res, err := b.client.CreateRefund(b.ctx, p.ID, client.RefundParams{Amount: 1500, Reason: "requested_by_customer"}, client.WithWait(10*time.Second))
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, res.StatusCode)
+	require.Equal(t, client.RefundSucceeded, r.Status)
+	require.True(t, r.Status.Final())
+	require.Equal(t, p.ID, r.PaymentID)
+	require.EqualValues(t, 1500, r.Amount)
+	read, _, err := b.client.GetRefund(b.ctx, r.ID)
+	require.NoError(t, err)
+	require.Equal(t, r.ID, read.ID)
+	require.Equal(t, client.RefundSucceeded, read.Status)
+
+	_, res, err = b.client.CreateRefund(b.ctx, p.ID, client.RefundParams{Amount: 1000})
+	var pe *client.ProblemError
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, client.ProblemRefundExceedsRemaining, pe.Slug())
+	require.Equal(t, 1, res.Attempts, "a refusal is not retried")
+
+	_, _, err = b.client.CreatePayment(b.ctx, client.PaymentParams{Amount: 2000, Currency: "usd", PaymentMethod: "pm_card_chargeDeclined"},
+		client.WithWait(10*time.Second))
+	require.True(t, client.IsDeclined(err), "%v", err)
+	require.ErrorAs(t, err, &pe)
+	_, res, err = b.client.CreateRefund(b.ctx, pe.PaymentID, client.RefundParams{})
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, client.ProblemPaymentNotRefundable, pe.Slug())
+	require.Equal(t, 1, res.Attempts, "a final refusal is not retried")
 }
