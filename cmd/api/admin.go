@@ -98,7 +98,8 @@ func loadProviderConfig(getenv func(string) string) (providerConfig, error) {
 func (a admin) provider() (*provider.Client, providerConfig, error) {
 	cfg, err := loadProviderConfig(a.getenv)
 	if err != nil {
-		return nil, cfg, fmt.Errorf("configuration: %w (set it as for the worker)", err)
+		return nil, cfg, fmt.Errorf("configuration: %w (set it as the worker has it; against a stack of make up, paste the "+
+			"\"export DATABASE_URL=… STRIPE_API_BASE=… STRIPE_SECRET_KEY=…\" line it printed)", err)
 	}
 	return provider.New(provider.Config{SecretKey: cfg.SecretKey, APIBase: cfg.APIBase}), cfg, nil
 }

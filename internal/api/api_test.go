@@ -6,11 +6,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"html"
 	"html/template"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -782,4 +785,34 @@ func TestV1AnswersAreNeverCached(t *testing.T) {
 		require.Equal(t, "no-store", r.header.Get("Cache-Control"), "%s (%d)", name, r.status)
 	}
 	require.Empty(t, b.do(http.MethodGet, "/healthz", "", nil, "").header.Get("Cache-Control"))
+}
+
+// TestLandingCurlRunsAsPasted runs the landing page's first payment with
+// bash, as a visitor pastes it on a stock machine (no uuidgen), with the
+// variable make up prints: it is accepted (no worker runs here, so the
+// wait ends with the 202 after its ten seconds).
+func TestLandingCurlRunsAsPasted(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("curl"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("curl is not installed")
+		}
+		t.Skip("curl is not installed")
+	}
+	b := setup(t, options{})
+	landing := string(b.do(http.MethodGet, "/", "", nil, "").body)
+	start := strings.Index(landing, "<pre><code>curl")
+	require.GreaterOrEqual(t, start, 0, "the landing page shows a curl")
+	end := strings.Index(landing[start:], "</code></pre>")
+	command := html.UnescapeString(landing[start+len("<pre><code>") : start+end])
+	require.NotContains(t, command, "uuidgen", "not on a stock machine")
+	command = strings.ReplaceAll(command, "localhost:8080", strings.TrimPrefix(b.server.URL, "http://"))
+	cmd := exec.Command("bash", "-c", command)
+	cmd.Env = append(os.Environ(), "ONCEPAY_API_KEY="+b.tenant.APIKey)
+	out, err := cmd.Output()
+	require.NoError(t, err, "%s", out)
+	var p map[string]any
+	require.NoError(t, json.Unmarshal(out, &p), "%s", out)
+	require.Equal(t, "payment", p["object"], "%s", out)
+	require.Equal(t, "processing", p["status"])
 }
