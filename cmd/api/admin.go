@@ -71,6 +71,27 @@ func runAdmin(ctx context.Context, a admin) error {
 	return nil
 }
 
+// moneyFields are the lines of a payment's money that mean something for
+// it: what an authorization holds or a capture took, what refunds gave
+// back, and why it failed; a line that would say nothing is left out.
+func moneyFields(p payments.Payment) []string {
+	var fields []string
+	if p.CaptureMethod == payments.CaptureManual && (p.AmountCapturable > 0 || p.AmountCaptured > 0) {
+		fields = append(fields, "authorization", fmt.Sprintf("%d capturable, %d captured", p.AmountCapturable, p.AmountCaptured))
+	}
+	if p.AmountRefunded > 0 {
+		fields = append(fields, "refunded", fmt.Sprintf("%d of %d captured", p.AmountRefunded, p.AmountCaptured))
+	}
+	if p.FailureCode != nil || p.FailureMessage != nil {
+		failure := str(p.FailureCode)
+		if p.DeclineCode != nil {
+			failure += " (decline " + *p.DeclineCode + ")"
+		}
+		fields = append(fields, "failure", failure+": "+str(p.FailureMessage))
+	}
+	return fields
+}
+
 // keys is a key store with the configured retention, so a released key's
 // retention counts as the API's does.
 func (a admin) keys() *idempotency.Store {
@@ -391,10 +412,10 @@ func (a admin) paymentsShow(ctx context.Context) error {
 		keyState = string(k.Status) + ", " + keyAnswer(k.Status, k.ResponseStatus)
 		keyState += ", expires " + ts(k.ExpiresAt)
 	}
-	if err := a.fields(
+	if err := a.fields(append(append([]string{
 		"payment", p.ID, "tenant", p.TenantID, "status", string(p.Status),
-		"amount", fmt.Sprintf("%d %s (%s)", p.Amount, p.Currency, p.PaymentMethod),
-		"failure", fmt.Sprintf("%s / %s: %s", str(p.FailureCode), str(p.DeclineCode), str(p.FailureMessage)),
+		"amount", fmt.Sprintf("%d %s (%s, capture %s)", p.Amount, p.Currency, p.PaymentMethod, p.CaptureMethod)},
+		moneyFields(p)...),
 		"created / updated", ts(p.CreatedAt)+" / "+ts(p.UpdatedAt),
 		"idempotency key", p.IdempotencyKey, "key state", keyState,
 		"provider account", console.AccountName(p.ProviderAccount),
@@ -402,7 +423,7 @@ func (a admin) paymentsShow(ctx context.Context) error {
 		"generation", fmt.Sprint(p.ProviderKeyGeneration),
 		"provider attempts", "first "+tsp(p.FirstProviderAttemptAt)+", last "+tsp(p.LastProviderAttemptAt),
 		"reconciliation", reconcileState(p),
-	); err != nil {
+	)...); err != nil {
 		return err
 	}
 	for _, r := range d.Releases {

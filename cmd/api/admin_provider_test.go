@@ -649,4 +649,10 @@ func TestActionKeysReleaseAndReconcile(t *testing.T) {
 	b.cliJSON(&shown, "payments", "show", capturedPayment)
 	require.Len(t, shown.Operations, 2)
 	require.Equal(t, "capture "+captured+" succeeded", shown.Operations[1].Operation+" "+shown.Operations[1].ID+" "+shown.Operations[1].Status)
+	// The table says what the capture took, and names no failure it has not.
+	out, err := b.cli("payments", "show", capturedPayment)
+	require.NoError(t, err)
+	require.Regexp(t, `authorization:\s+\d+ capturable, [1-9]\d* captured`, out)
+	require.NotContains(t, out, "failure:")
+	require.NotContains(t, out, "- / -")
 }

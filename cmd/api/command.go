@@ -322,6 +322,22 @@ func (s spec) fullHelp() string {
 	return strings.TrimRight(text, "\n")
 }
 
+// groupUsage lists the commands of a group ("keys", "tenants"): those
+// whose name starts with the group's word. ok is false for a word that
+// names no group.
+func groupUsage(group string) (string, bool) {
+	var b strings.Builder
+	for _, s := range commands {
+		if strings.HasPrefix(s.name, group+" ") {
+			fmt.Fprintf(&b, "  %-34s %s\n", s.synopsis(), s.summary)
+		}
+	}
+	if b.Len() == 0 {
+		return "", false
+	}
+	return "usage:\n" + b.String() + "\nadd --help to a command for its own help and flags.", true
+}
+
 func lookupSpec(name string) (spec, bool) {
 	for _, s := range commands {
 		if s.name == name {
@@ -359,15 +375,27 @@ func parseCommand(args []string) (command, error) {
 		return command{name: "help", help: usage(), variables: readsServe.variables()}, nil
 	}
 	s, rest, ok := match(words)
+	group, isGroup := "", false
+	if !ok && len(words) > 0 {
+		group, isGroup = groupUsage(words[0])
+	}
 	for _, w := range words {
 		if isHelpFlag(w) {
-			if !ok {
-				return command{name: "help", help: usage(), variables: readsServe.variables()}, nil
+			switch {
+			case ok:
+				return command{name: "help", help: s.fullHelp(), variables: s.reads.variables()}, nil
+			case isGroup:
+				return command{name: "help", help: group, variables: readsServe.variables()}, nil
 			}
-			return command{name: "help", help: s.fullHelp(), variables: s.reads.variables()}, nil
+			return command{name: "help", help: usage(), variables: readsServe.variables()}, nil
 		}
 	}
-	if !ok {
+	switch {
+	case !ok && isGroup && len(words) == 1:
+		return command{}, fmt.Errorf("%s: which command?\n%s", words[0], group)
+	case !ok && isGroup:
+		return command{}, fmt.Errorf("unknown command %q\n%s", strings.Join(words, " "), group)
+	case !ok:
 		return command{}, fmt.Errorf("unknown command %q\n%s", strings.Join(words, " "), usage())
 	}
 	fail := func(format string, a ...any) (command, error) {

@@ -28,6 +28,9 @@ func TestHelpNeedsNothing(t *testing.T) {
 		"tenants create --help":   "shown only this\nonce",
 		"tenants ensure --help":   "Keys issued before stay\nvalid",
 		"tenants create x --help": "usage: api tenants create NAME",
+		// A group's help lists its commands, not every command.
+		"keys --help":     "api keys release TENANT KEY",
+		"findings --help": "api findings resolve ID",
 	} {
 		var out bytes.Buffer
 		// An unreachable database and invalid settings: help reads neither.
@@ -45,6 +48,21 @@ func TestUnknownCommandsAndFlagsAreRefused(t *testing.T) {
 		require.Error(t, err, args)
 		require.Contains(t, err.Error(), "usage", args)
 	}
+}
+
+// TestAGroupAloneListsItsCommands: "api keys" names no command, but says
+// which of its group there are, and only those.
+func TestAGroupAloneListsItsCommands(t *testing.T) {
+	t.Parallel()
+	for group, want := range map[string]string{"keys": "api keys release TENANT KEY", "tenants": "api tenants rotate-key TENANT"} {
+		err := run(context.Background(), []string{"api", group}, env(map[string]string{}), io.Discard)
+		require.ErrorContains(t, err, group+": which command?", group)
+		require.ErrorContains(t, err, want, group)
+		require.NotContains(t, err.Error(), "api migrate", "only the group's commands")
+	}
+	err := run(context.Background(), []string{"api", "keys", "forget"}, env(map[string]string{}), io.Discard)
+	require.ErrorContains(t, err, `unknown command "keys forget"`)
+	require.ErrorContains(t, err, "api keys release")
 }
 
 // TestTenantNamesAreUnique: create refuses a taken name and says how to get
