@@ -544,8 +544,13 @@ func kindOf(id string) *engineKind {
 	return nil
 }
 
+// awaitingReconciliation is every kind's status while only a look-up at
+// the provider can settle it.
+const awaitingReconciliation = "requires_reconciliation"
+
 // reconcileOne reconciles one operation of kind awaiting reconciliation
-// now, as its reconciler's next run would.
+// now, as its reconciler's next run would; any other is left unchanged,
+// with the verdict a payment that needs nothing gets.
 func (a admin) reconcileOne(ctx context.Context, kind *engineKind, id string, logger *slog.Logger) error {
 	r, err := kind.reconciler(a, logger)
 	if err != nil {
@@ -559,9 +564,17 @@ func (a admin) reconcileOne(ctx context.Context, kind *engineKind, id string, lo
 	if err != nil {
 		return err
 	}
+	if before.Status != awaitingReconciliation {
+		// Nothing to settle: the same verdict a final payment gets.
+		note := fmt.Sprintf("only an operation awaiting reconciliation is looked up at the provider; this one is %s", before.Status)
+		if a.cmd.opts.json {
+			return a.writeJSON(map[string]any{"verdict": "unchanged", "note": note, "before": before.View, "after": before.View})
+		}
+		return a.fields(kind.name, before.ID, "verdict", "unchanged", "status", before.Status, "note", note, "payment", before.PaymentID)
+	}
 	counts, err := r.ReconcileNow(ctx, tenantID, id)
 	if err != nil {
-		return fmt.Errorf("%w (only an operation awaiting reconciliation is looked up; it is %s)", err, before.Status)
+		return err
 	}
 	after, err := kind.show(ctx, a, tenantID, id)
 	if err != nil {

@@ -543,6 +543,12 @@ func TestRefundKeysReleaseAndReconcile(t *testing.T) {
 	b.cliJSON(&res, "reconcile", looked)
 	require.Equal(t, "settled", res.Verdict)
 	require.Equal(t, refunds.StatusSucceeded, res.After.Status)
+	// Again, now succeeded: unchanged, as a final payment is, not an error.
+	b.cliJSON(&res, "reconcile", looked)
+	require.Equal(t, "unchanged", res.Verdict)
+	out, err := b.cli("reconcile", looked)
+	require.NoError(t, err)
+	require.Contains(t, out, "unchanged")
 
 	ledger, err := sim.Ledger(b.ctx)
 	require.NoError(t, err)
@@ -563,7 +569,7 @@ func TestRefundKeysReleaseAndReconcile(t *testing.T) {
 	}
 	require.Equal(t, []string{"payment " + paymentID + " succeeded", "refund " + never + " failed", "refund " + found + " succeeded",
 		"refund " + looked + " succeeded"}, got)
-	out, err := b.cli("payments", "show", paymentID)
+	out, err = b.cli("payments", "show", paymentID)
 	require.NoError(t, err, out)
 	require.Contains(t, out, "operations:")
 	require.Contains(t, out, found)

@@ -162,11 +162,13 @@ release of it), what we know of its provider calls (intent, provider key,
 generation, attempt times, reconciliation schedule), its River jobs with the
 errors of their attempts, the provider's events about it and its ledger
 findings. It only reads.`, flags: jsonFlag},
-	{name: "reconcile", reads: readsProvider, args: []string{"ID"}, summary: "look a payment or a refund up at the provider now and settle it", help: `Looks payment ID up at the provider now and settles it with the reconciler's
+	{name: "reconcile", reads: readsProvider, args: []string{"ID"}, summary: "look a payment, refund, capture or cancel up at the provider now and settle it", help: `Looks payment ID up at the provider now and settles it with the reconciler's
 own code; it never charges. A refund's id (rfd_…), a capture's (cap_…) or a
 cancel's (ccl_…) awaiting reconciliation is looked up the same way by its own
 reconciler (a refund among the intent's refunds; a capture or a cancel by
-reading the payment's intent); it never sends anything. A payment in requires_reconciliation is reconciled
+reading the payment's intent); it never sends anything. Any other refund,
+capture or cancel is left as it is (verdict "unchanged", exit 0, as a payment
+that needs nothing). A payment in requires_reconciliation is reconciled
 as the reconciler's next run would, whatever its schedule (also one left to an
 operator). Any other payment with a known intent has the intent read: a
 waiting payment becomes final, and a final one the provider contradicts is left
