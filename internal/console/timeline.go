@@ -30,14 +30,21 @@ func timeline(d payments.Detail, ops []Operation) []Entry {
 	add := func(at time.Time, kind, what, detail string) {
 		out = append(out, Entry{At: at.UTC(), Kind: kind, What: what, Detail: detail})
 	}
+	accepted := p.CreatedAt
 	if k := d.Key; k != nil {
 		detail := "Idempotency-Key " + k.Key + " of tenant " + k.TenantID + ", now " + string(k.Status)
 		if k.Response != nil {
 			detail += ", answering " + strconv.Itoa(k.Response.StatusCode)
 		}
 		add(k.CreatedAt, "key", "Key reserved", detail)
+		// The payment committed in the key's transaction: the same moment,
+		// though its created_at was stamped by the API's clock, not the
+		// database's.
+		if k.Key == p.IdempotencyKey && k.CreatedAt.Sub(p.CreatedAt).Abs() < time.Second {
+			accepted = k.CreatedAt
+		}
 	}
-	add(p.CreatedAt, "payment", "Payment accepted", fmt.Sprintf("%s, %s, capture %s; its charge job queued in the same transaction",
+	add(accepted, "payment", "Payment accepted", fmt.Sprintf("%s, %s, capture %s; its charge job queued in the same transaction",
 		formatAmount(p.Amount, p.Currency), p.PaymentMethod, p.CaptureMethod))
 	for _, j := range d.Jobs {
 		name := fmt.Sprintf("Job %d (%s)", j.ID, j.Kind)
@@ -70,7 +77,20 @@ func timeline(d payments.Detail, ops []Operation) []Entry {
 		if p.DeclineCode != nil {
 			detail += " / " + *p.DeclineCode
 		}
-		add(p.UpdatedAt, "provider", "Provider outcome recorded: "+string(p.Status), detail)
+		if p.AuthorizedAt != nil {
+			add(*p.AuthorizedAt, "provider", "Provider outcome recorded: authorized (requires_capture)",
+				fmt.Sprintf("intent %s, %s held", *p.ProviderPaymentIntentID, formatAmount(p.Amount, p.Currency)))
+		}
+		switch {
+		case p.FinalizedAt != nil:
+			add(*p.FinalizedAt, "provider", "Provider outcome recorded: "+string(p.Status), detail)
+		case p.Status == payments.StatusRequiresCapture && p.AuthorizedAt != nil:
+			// Its entry is the authorization's, above.
+		case p.Status != payments.StatusRequiresReconciliation:
+			// Recorded before the outcome's time was kept: the last change
+			// is the closest the row holds.
+			add(p.UpdatedAt, "provider", "Provider outcome recorded: "+string(p.Status), detail)
+		}
 	}
 	for _, e := range d.Events {
 		result := "not processed yet"

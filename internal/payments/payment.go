@@ -91,12 +91,17 @@ type Payment struct {
 	// ProviderAttemptDeadline is when the last attempt's provider call gave
 	// up at the latest, as its worker stamped it; nil for attempts stamped
 	// before it was kept.
-	ProviderAttemptDeadline *time.Time  `json:"-" db:"provider_attempt_deadline"`
-	ReconcileAfter          *time.Time  `json:"-" db:"reconcile_after"`
-	ReconcileAttempts       int         `json:"-" db:"reconcile_attempts"`
-	NextAction              *NextAction `json:"next_action,omitempty" db:"provider_next_action"`
-	CreatedAt               time.Time   `json:"created_at" db:"created_at"`
-	UpdatedAt               time.Time   `json:"updated_at" db:"updated_at"`
+	ProviderAttemptDeadline *time.Time `json:"-" db:"provider_attempt_deadline"`
+	// AuthorizedAt and FinalizedAt are when the provider's authorization
+	// (requires_capture) and the final state were recorded; nil before
+	// then, and for payments recorded before they were kept.
+	AuthorizedAt      *time.Time  `json:"-" db:"authorized_at"`
+	FinalizedAt       *time.Time  `json:"-" db:"finalized_at"`
+	ReconcileAfter    *time.Time  `json:"-" db:"reconcile_after"`
+	ReconcileAttempts int         `json:"-" db:"reconcile_attempts"`
+	NextAction        *NextAction `json:"next_action,omitempty" db:"provider_next_action"`
+	CreatedAt         time.Time   `json:"created_at" db:"created_at"`
+	UpdatedAt         time.Time   `json:"updated_at" db:"updated_at"`
 
 	// AmountRefunded is what succeeded refunds gave back; pending ones are
 	// not counted until the provider confirms them.

@@ -25,7 +25,7 @@ type Querier = operation.Querier
 const paymentColumns = `id, tenant_id, idempotency_key, amount, currency, payment_method, customer, description,
 	metadata, status, provider_idempotency_key, provider_payment_intent_id, failure_code, decline_code,
 	failure_message, provider_key_generation, first_provider_attempt_at, last_provider_attempt_at,
-	provider_attempt_deadline, reconcile_after, reconcile_attempts, amount_refunded, created_at, updated_at, provider_next_action,
+	provider_attempt_deadline, authorized_at, finalized_at, reconcile_after, reconcile_attempts, amount_refunded, created_at, updated_at, provider_next_action,
 	capture_method, amount_capturable, amount_captured, provider_account`
 
 // queueInsertPayment queues the insert of a new payment known in full,
@@ -232,6 +232,8 @@ func finalizePayment(ctx context.Context, tx pgx.Tx, p Payment, from []Status, s
 			amount_capturable = $10, amount_captured = $11,
 			-- A final payment needs no customer action: its client_secret goes.
 			provider_next_action = NULL,
+			authorized_at = CASE WHEN $5 = 'requires_capture' THEN now() ELSE authorized_at END,
+			finalized_at = CASE WHEN $5 IN ('succeeded', 'failed', 'canceled') THEN now() END,
 			reconcile_after = NULL, updated_at = now()
 		WHERE tenant_id = $1 AND id = $2 AND provider_key_generation = $3 AND status = ANY($4)
 		RETURNING `+paymentColumns,
