@@ -10,7 +10,7 @@ STATICCHECK_VERSION ?= v0.8.2
 
 export DATABASE_URL STRIPE_SECRET_KEY STRIPE_API_BASE
 
-.PHONY: run up down demo chaos build db migrate test e2e fuzz bench bench-go lint pg-stop
+.PHONY: run up down demo chaos build db migrate test drop-test-templates clean-db e2e fuzz bench bench-go lint pg-stop
 
 ## run: the simulator, the worker and the API in the foreground (Ctrl-C stops all three); logs in .run/logs/
 run: build
@@ -51,8 +51,18 @@ migrate: db
 # Four packages at once on two cores: many of them spend their time waiting on the processes they run
 # (stacks, a chaos run, the bench), and two at a time left the cores idle (7 min against 4.3 min).
 test:
-	go test -race -count=1 -p 4 -timeout 10m ./...
+	go test -race -count=1 -p 4 -timeout 10m ./...; status=$$?; $(MAKE) --no-print-directory drop-test-templates; exit $$status
 	cd client && go test -race -count=1 ./...
+
+## drop-test-templates: drop the migrated templates the tests copy their databases from, on DATABASE_URL's server (make test does it when it ends; the next run makes one again in seconds)
+drop-test-templates:
+	@psql "$(ADMIN_DATABASE_URL)" -Atc "SELECT datname FROM pg_database WHERE datname LIKE 'oncepay\_template\_%'" 2>/dev/null | \
+		while read -r db; do psql "$(ADMIN_DATABASE_URL)" -qc "ALTER DATABASE \"$$db\" IS_TEMPLATE false" -c "DROP DATABASE IF EXISTS \"$$db\"" >/dev/null 2>&1; done; true
+
+## clean-db: drop every database oncepay's tools leave on DATABASE_URL's server: the stack's (DATABASE_URL's own: run make down first), the bench's, the chaos run's, the test templates and the copies a killed test left
+clean-db: drop-test-templates
+	@for db in '$(DATABASE_NAME)' oncepay_bench oncepay_loadgen $$(psql "$(ADMIN_DATABASE_URL)" -Atc "SELECT datname FROM pg_database WHERE datname LIKE 'oncepay\_test\_%'"); do \
+		psql "$(ADMIN_DATABASE_URL)" -qc "DROP DATABASE IF EXISTS \"$$db\" WITH (FORCE)" && echo "dropped $$db (if it was there)"; done
 
 ## e2e: a newcomer's first hour in headless Chromium (as root, installs Debian's chromium when missing): the stack up, the printed curl pasted, the payment's timeline found in the console, a restart; screenshots in E2E_ARTIFACTS
 E2E_ARTIFACTS ?= .run/e2e
