@@ -583,6 +583,29 @@ func (s *Stack) Tenant(name string) (tenant.Created, error) {
 	return created, nil
 }
 
+// OnlyKey returns a new API key of the tenant named name, made if needed,
+// and ends every key the tenant had before at once: a stack started again
+// and again (make up) leaves one valid key, the one it printed last.
+func (s *Stack) OnlyKey(name string) (tenant.Created, error) {
+	created, err := s.Tenant(name)
+	if err != nil {
+		return created, err
+	}
+	out, err := s.command("api", "tenants", "rotate-key", name, "--grace", "0s", "--json").Output()
+	if err != nil {
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			return tenant.Created{}, fmt.Errorf("api tenants rotate-key %s: %w: %s", name, err, exit.Stderr)
+		}
+		return tenant.Created{}, fmt.Errorf("api tenants rotate-key %s: %w", name, err)
+	}
+	var rotated tenant.Rotated
+	if err := json.Unmarshal(out, &rotated); err != nil {
+		return tenant.Created{}, fmt.Errorf("api tenants rotate-key %s printed %q: %w", name, out, err)
+	}
+	return tenant.Created{TenantID: rotated.TenantID, APIKey: rotated.APIKey}, nil
+}
+
 // Stop stops the processes in the reverse order of their start (the API
 // first, so nothing new is accepted while the worker finishes), each with
 // SIGTERM and, after its grace, SIGKILL; then the local cluster, if the

@@ -5,9 +5,11 @@ import (
 	"context"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -104,4 +106,41 @@ func TestAChosenDatabaseURLNeverFallsBack(t *testing.T) {
 		require.ErrorContains(t, err, want)
 		require.NoDirExists(t, filepath.Join(state, "postgres"), "no private cluster was started")
 	}
+}
+
+// TestOnlyKeyEndsTheKeysBefore: a stack started again and again leaves
+// its tenant one valid key, the last one printed: each OnlyKey ends the
+// keys made before it, so the local tenant does not collect keys that
+// never expire.
+func TestOnlyKeyEndsTheKeysBefore(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbURL := pgtest.NewDatabase(t)
+	addrs, err := devstack.FreeAddrs(3)
+	require.NoError(t, err)
+	s, err := devstack.Start(ctx, devstack.Config{
+		BinDir: filepath.Join(root, "bin"), StateDir: t.TempDir(), DatabaseURL: dbURL,
+		StripeSecretKey: "sk_test_oncepay", StripeAPIBase: "http://" + addrs[0], APIAddr: addrs[1], WorkerAdminAddr: addrs[2],
+		Progress: io.Discard,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
+	status := func(key string) int {
+		req, err := http.NewRequest(http.MethodGet, s.APIURL+"/v1/payments", nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	first, err := s.OnlyKey("local")
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, status(first.APIKey))
+	second, err := s.OnlyKey("local")
+	require.NoError(t, err)
+	require.Equal(t, first.TenantID, second.TenantID)
+	require.Equal(t, http.StatusOK, status(second.APIKey))
+	require.Eventually(t, func() bool { return status(first.APIKey) == http.StatusUnauthorized }, 10*time.Second, 100*time.Millisecond,
+		"the key printed before has ended (the API caches a valid key for a moment)")
 }

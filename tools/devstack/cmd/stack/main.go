@@ -152,13 +152,13 @@ func printReady(w io.Writer, s *devstack.Stack, cfg devstack.Config) {
 	}
 	fmt.Fprintf(w, "\nconsole (payments, their timelines, findings, alerts): %s", s.ConsoleURL)
 	fmt.Fprintf(w, "\ndatabase: %s\nlogs: .run/logs/\n", s.DatabaseURL)
-	created, err := s.Tenant(localTenant)
+	created, err := s.OnlyKey(localTenant)
 	if err != nil {
 		fmt.Fprintf(w, "\ncould not make the tenant %q: %v\n", localTenant, err)
 		return
 	}
 	fmt.Fprintf(w, `
-An API key of the tenant %q, made for this stack (shown once):
+An API key of the tenant %q, made for this stack (shown once; the ones printed before have ended):
   export ONCEPAY_API_KEY=%s
 A payment, answered once it is final:
   curl -s %s/v1/payments -H "Authorization: Bearer $ONCEPAY_API_KEY" -H 'Content-Type: application/json' -H "Idempotency-Key: first-payment-$(date +%%s%%N)" -H 'Prefer: wait=10' -d '{"amount": 2000, "currency": "usd", "payment_method": "pm_card_visa"}'
