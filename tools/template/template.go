@@ -143,12 +143,23 @@ func Make(ctx context.Context, o Options) error {
 	return nil
 }
 
+// APIKeyPrefix starts every API key of the product ("opk_<id>_<secret>"),
+// so that a leaked key is recognised as its; a template's keys start with
+// its own (KeyPrefix).
+const APIKeyPrefix = "opk_"
+
+// KeyPrefix is the API key prefix of a product named name: its first two
+// characters and "k_" ("acmepay" makes "ack_…" keys).
+func KeyPrefix(name string) string { return name[:2] + "k_" }
+
 // renamer returns the rewrite of a text file: the module path first (it
-// holds the product name), then the product name in each of its cases:
-// oncepay, Oncepay (alert names) and ONCEPAY (environment variables).
+// holds the product name), the API key prefix, then the product name in
+// each of its cases: oncepay, Oncepay (alert names) and ONCEPAY
+// (environment variables).
 func renamer(module, name string) func(string) string {
 	r := strings.NewReplacer(
 		Module, module,
+		APIKeyPrefix, KeyPrefix(name),
 		strings.ToUpper(Product), strings.ToUpper(name),
 		strings.ToUpper(Product[:1])+Product[1:], strings.ToUpper(name[:1])+name[1:],
 		Product, name,
