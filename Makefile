@@ -8,7 +8,10 @@ STRIPE_SECRET_KEY ?= sk_test_oncepay_local
 STRIPE_API_BASE ?= http://127.0.0.1:12111
 STATICCHECK_VERSION ?= v0.8.2
 
-export DATABASE_URL STRIPE_SECRET_KEY STRIPE_API_BASE
+# PORTS=auto (make run, make up) listens on free loopback ports, printed once the stack is up.
+PORTS ?=
+
+export DATABASE_URL STRIPE_SECRET_KEY STRIPE_API_BASE PORTS
 
 .PHONY: run up down demo chaos build db migrate test drop-test-templates clean-db e2e fuzz bench bench-go lint pg-stop
 

@@ -152,20 +152,30 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	}
 	// Before anything is touched: a stack that cannot start must leave a
 	// running one (and its logs) as they are.
-	type port struct{ variable, addr string }
-	ports := []port{{"LISTEN_ADDR", cfg.APIAddr}, {"WORKER_ADMIN_ADDR", cfg.WorkerAdminAddr}, {"STRIPE_API_BASE", simAddr},
-		{"METRICS_ADDR", cfg.APIMetricsAddr}}
+	// Every port taken is reported at once, each with the variable that
+	// moves it.
+	type port struct{ variable, addr, free string }
+	ports := []port{{"LISTEN_ADDR", cfg.APIAddr, "127.0.0.1:18080"}, {"WORKER_ADMIN_ADDR", cfg.WorkerAdminAddr, "127.0.0.1:18081"},
+		{"STRIPE_API_BASE", simAddr, "http://127.0.0.1:13111"}, {"METRICS_ADDR", cfg.APIMetricsAddr, "127.0.0.1:19080"}}
 	for _, addr := range cfg.MoreAPIAddrs {
-		ports = append(ports, port{"an API's address", addr})
+		ports = append(ports, port{"an API's address", addr, ""})
 	}
 	for _, addr := range cfg.MoreWorkerAdminAddrs {
-		ports = append(ports, port{"a worker's admin address", addr})
+		ports = append(ports, port{"a worker's admin address", addr, ""})
 	}
+	var taken []string
 	for _, p := range ports {
 		if p.addr != "" && listening(p.addr) {
-			return nil, fmt.Errorf("%s: something already listens on %s (a stack started by `make up`? `make down` stops it; or set %s to a free address)",
-				p.variable, p.addr, p.variable)
+			line := fmt.Sprintf("  %s: something already listens on %s", p.variable, p.addr)
+			if p.free != "" {
+				line += fmt.Sprintf(" (set %s to a free one, e.g. %s=%s)", p.variable, p.variable, p.free)
+			}
+			taken = append(taken, line)
 		}
+	}
+	if len(taken) > 0 {
+		return nil, fmt.Errorf("ports in use (a stack started by `make up`? `make down` stops it; or `make up PORTS=auto` picks free ones):\n%s",
+			strings.Join(taken, "\n"))
 	}
 	logs := filepath.Join(cfg.StateDir, "logs")
 	if err := os.MkdirAll(logs, 0o755); err != nil {

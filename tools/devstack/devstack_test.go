@@ -80,11 +80,26 @@ func TestAPortInUseTouchesNothing(t *testing.T) {
 		cfg.StripeAPIBase = cmp.Or(cfg.StripeAPIBase, "http://"+addrs[2])
 		_, err := devstack.Start(context.Background(), cfg)
 		require.ErrorContains(t, err, variable+": something already listens on "+taken.Addr().String())
-		require.ErrorContains(t, err, "set "+variable+" to a free address")
+		require.ErrorContains(t, err, "set "+variable+" to a free one, e.g. "+variable+"=")
+		require.ErrorContains(t, err, "PORTS=auto")
 		data, err := os.ReadFile(running)
 		require.NoError(t, err)
 		require.Equal(t, "the running stack's log\n", string(data), "the running stack's log is kept")
 	}
+
+	// Every port taken is named in one answer, not one per try; the
+	// simulator's example is a URL, as STRIPE_API_BASE must be.
+	other, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer other.Close()
+	_, err = devstack.Start(context.Background(), devstack.Config{BinDir: filepath.Join(root, "bin"), StateDir: state,
+		DatabaseURL: pgtest.NewDatabase(t), APIAddr: taken.Addr().String(), WorkerAdminAddr: other.Addr().String(),
+		StripeAPIBase: "http://" + addrs[2]})
+	require.ErrorContains(t, err, "LISTEN_ADDR: something already listens on "+taken.Addr().String())
+	require.ErrorContains(t, err, "WORKER_ADMIN_ADDR: something already listens on "+other.Addr().String())
+	_, err = devstack.Start(context.Background(), devstack.Config{BinDir: filepath.Join(root, "bin"), StateDir: state,
+		DatabaseURL: pgtest.NewDatabase(t), APIAddr: addrs[0], WorkerAdminAddr: addrs[1], StripeAPIBase: "http://" + taken.Addr().String()})
+	require.ErrorContains(t, err, "STRIPE_API_BASE=http://127.0.0.1:")
 }
 
 // TestAChosenDatabaseURLNeverFallsBack: a DATABASE_URL that was set and

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"os/signal"
 	"syscall"
@@ -46,7 +47,9 @@ STRIPE_SECRET_KEY (default sk_test_oncepay_local), STRIPE_API_BASE (default
 http://127.0.0.1:12111, where the simulator is started; set it empty to call
 Stripe itself, with STRIPE_SECRET_KEY a test-mode key), LISTEN_ADDR (the API,
 default 127.0.0.1:8080), METRICS_ADDR (the API's /metrics, default 127.0.0.1:9080),
-WORKER_ADMIN_ADDR (the worker's /readyz and /metrics, default 127.0.0.1:8081).
+WORKER_ADMIN_ADDR (the worker's /readyz and /metrics, default 127.0.0.1:8081);
+PORTS=auto picks a free loopback port for each of these and the simulator,
+and prints them.
 Logs: .run/logs/api.log, worker.log, stripesim.log.`
 
 func run(ctx context.Context, args []string, lookup func(string) (string, bool), stdout io.Writer) error {
@@ -74,6 +77,13 @@ func run(ctx context.Context, args []string, lookup func(string) (string, bool),
 		APIMetricsAddr:    getenv("METRICS_ADDR", "127.0.0.1:9080"),
 		Progress:          stdout,
 	}
+	if ports, _ := lookup("PORTS"); ports == "auto" {
+		if err := freePorts(&cfg); err != nil {
+			return err
+		}
+	} else if ports != "" {
+		return fmt.Errorf("PORTS=%q: the one value is auto (free loopback ports for the API, its metrics, the worker and the simulator)", ports)
+	}
 	switch args[1] {
 	case "-h", "--help", "help":
 		_, err := fmt.Fprintln(stdout, usage)
@@ -87,6 +97,22 @@ func run(ctx context.Context, args []string, lookup func(string) (string, bool),
 	default:
 		return errUsage
 	}
+}
+
+// freePorts gives every address the stack listens on a free loopback port
+// (PORTS=auto): a second stack beside a running one, with no port to pick
+// by hand. A simulator elsewhere than loopback (Stripe itself) is left as
+// it is.
+func freePorts(cfg *devstack.Config) error {
+	addrs, err := devstack.FreeAddrs(4)
+	if err != nil {
+		return err
+	}
+	cfg.APIAddr, cfg.WorkerAdminAddr, cfg.APIMetricsAddr = addrs[0], addrs[1], addrs[2]
+	if u, err := url.Parse(cfg.StripeAPIBase); err == nil && (u.Hostname() == "127.0.0.1" || u.Hostname() == "localhost") {
+		cfg.StripeAPIBase = "http://" + addrs[3]
+	}
+	return nil
 }
 
 // errUsage answers a command line that is not one of the three commands.
@@ -151,6 +177,9 @@ func printReady(w io.Writer, s *devstack.Stack, cfg devstack.Config) {
 		fmt.Fprintf(w, ", Stripe simulator %s", s.SimURL)
 	}
 	fmt.Fprintf(w, "\nconsole (payments, their timelines, findings, alerts): %s", s.ConsoleURL)
+	if cfg.APIMetricsAddr != "" && cfg.APIMetricsAddr != "off" {
+		fmt.Fprintf(w, "\nthe API's metrics: http://%s/metrics", cfg.APIMetricsAddr)
+	}
 	fmt.Fprintf(w, "\ndatabase: %s\nlogs: .run/logs/\n", s.DatabaseURL)
 	created, err := s.OnlyKey(localTenant)
 	if err != nil {

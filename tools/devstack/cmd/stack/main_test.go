@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -161,4 +162,31 @@ func fetch(url string) string {
 	var b bytes.Buffer
 	_, _ = b.ReadFrom(resp.Body)
 	return b.String()
+}
+
+// TestPortsAuto: PORTS=auto gives the API, its metrics, the worker and a
+// local simulator each a free loopback port of its own; Stripe itself is
+// left where it is; any other PORTS value is refused, naming auto.
+func TestPortsAuto(t *testing.T) {
+	cfg := devstack.Config{StripeAPIBase: "http://127.0.0.1:12111", APIAddr: "127.0.0.1:8080", APIMetricsAddr: "127.0.0.1:9080"}
+	require.NoError(t, freePorts(&cfg))
+	addrs := []string{cfg.APIAddr, cfg.WorkerAdminAddr, cfg.APIMetricsAddr, strings.TrimPrefix(cfg.StripeAPIBase, "http://")}
+	seen := map[string]bool{}
+	for _, addr := range addrs {
+		require.Regexp(t, `^127\.0\.0\.1:\d+$`, addr)
+		require.NotContains(t, []string{"127.0.0.1:8080", "127.0.0.1:9080", "127.0.0.1:12111", "127.0.0.1:8081"}, addr)
+		require.False(t, seen[addr], "each its own port")
+		seen[addr] = true
+	}
+	stripe := devstack.Config{StripeAPIBase: "https://api.stripe.com"}
+	require.NoError(t, freePorts(&stripe))
+	require.Equal(t, "https://api.stripe.com", stripe.StripeAPIBase)
+
+	lookup := func(name string) (string, bool) {
+		if name == "PORTS" {
+			return "any", true
+		}
+		return "", false
+	}
+	require.ErrorContains(t, run(t.Context(), []string{"stack", "up"}, lookup, io.Discard), "the one value is auto")
 }
