@@ -392,10 +392,15 @@ func (a admin) paymentsShow(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	shown := shownPayment{Payment: operatorView(d.Payment), Releases: d.Releases, Jobs: d.Jobs, Events: d.Events, Findings: d.Findings}
-	if shown.Operations, err = console.OperationsOf(ctx, a.pool, d.Payment); err != nil {
+	ops, err := console.OperationsOf(ctx, a.pool, d.Payment)
+	if err != nil {
 		return err
 	}
+	if err := console.AddOperationJobs(ctx, a.pool, &d, ops); err != nil {
+		return err
+	}
+	shown := shownPayment{Payment: operatorView(d.Payment), Operations: ops, Releases: d.Releases, Jobs: d.Jobs, Events: d.Events,
+		Findings: d.Findings}
 	if d.Key != nil {
 		shown.Key = &shownKey{Key: d.Key.Key, Status: d.Key.Status, ResourceID: d.Key.ResourceID,
 			CreatedAt: d.Key.CreatedAt.UTC(), UpdatedAt: d.Key.UpdatedAt.UTC(), ExpiresAt: d.Key.ExpiresAt.UTC()}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
@@ -569,6 +570,12 @@ func TestRefundKeysReleaseAndReconcile(t *testing.T) {
 	}
 	require.Equal(t, []string{"payment " + paymentID + " succeeded", "refund " + never + " failed", "refund " + found + " succeeded",
 		"refund " + looked + " succeeded"}, got)
+	// Every refund's job shows under its payment, beside the charge's.
+	kinds := map[string]int{}
+	for _, j := range shown.Jobs {
+		kinds[j.Kind]++
+	}
+	require.Equal(t, 3, kinds["refund_payment"], "%+v", shown.Jobs)
 	out, err = b.cli("payments", "show", paymentID)
 	require.NoError(t, err, out)
 	require.Contains(t, out, "operations:")
@@ -655,6 +662,8 @@ func TestActionKeysReleaseAndReconcile(t *testing.T) {
 	b.cliJSON(&shown, "payments", "show", capturedPayment)
 	require.Len(t, shown.Operations, 2)
 	require.Equal(t, "capture "+captured+" succeeded", shown.Operations[1].Operation+" "+shown.Operations[1].ID+" "+shown.Operations[1].Status)
+	require.True(t, slices.ContainsFunc(shown.Jobs, func(j payments.Job) bool { return j.Kind == "act_on_authorization" }),
+		"the capture's job shows under its payment: %+v", shown.Jobs)
 	// The table says what the capture took, and names no failure it has not.
 	out, err := b.cli("payments", "show", capturedPayment)
 	require.NoError(t, err)

@@ -146,6 +146,9 @@ func (c *server) payment(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ops, err := OperationsOf(r.Context(), c.cfg.Pool, d.Payment)
+	if err == nil {
+		err = AddOperationJobs(r.Context(), c.cfg.Pool, &d, ops)
+	}
 	if err != nil {
 		c.fail(w, r, http.StatusServiceUnavailable, err)
 		return

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/riverqueue/river"
+
 	"github.com/oncepay/oncepay/internal/authorizations"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/payments"
@@ -24,6 +26,8 @@ type Operation struct {
 	Generation       int       `json:"generation"`
 	CreatedAt        time.Time `json:"created_at"`
 	UpdatedAt        time.Time `json:"updated_at"`
+	// Job names the operation's jobs: its kind's job arguments.
+	Job river.JobArgs `json:"-"`
 }
 
 // OperationsOf lists p's operations: its charge first, then its refunds,
@@ -37,7 +41,8 @@ func OperationsOf(ctx context.Context, db operation.Querier, p payments.Payment)
 	}
 	for _, r := range list {
 		ops = append(ops, Operation{Operation: "refund", ID: r.ID, Status: string(r.Status), Amount: r.Amount, IdempotencyKey: r.IdempotencyKey,
-			ProviderObjectID: r.ProviderRefundID, Generation: r.ProviderKeyGeneration, CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC()})
+			ProviderObjectID: r.ProviderRefundID, Generation: r.ProviderKeyGeneration, CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),
+			Job: refunds.RefundPaymentArgs{TenantID: r.TenantID, RefundID: r.ID}})
 	}
 	actions, err := authorizations.OfPayment(ctx, db, p.TenantID, p.ID)
 	if err != nil {
@@ -51,10 +56,31 @@ func OperationsOf(ctx context.Context, db operation.Querier, p payments.Payment)
 		intent := act.ProviderPaymentIntentID
 		ops = append(ops, Operation{Operation: string(act.Kind), ID: act.ID, Status: string(act.Status), Amount: amount,
 			IdempotencyKey: act.IdempotencyKey, ProviderObjectID: &intent, Generation: act.ProviderKeyGeneration,
-			CreatedAt: act.CreatedAt.UTC(), UpdatedAt: act.UpdatedAt.UTC()})
+			CreatedAt: act.CreatedAt.UTC(), UpdatedAt: act.UpdatedAt.UTC(),
+			Job: authorizations.ActPaymentArgs{TenantID: act.TenantID, ActionID: act.ID}})
 	}
 	slices.SortStableFunc(ops[1:], func(x, y Operation) int { return x.CreatedAt.Compare(y.CreatedAt) })
 	return ops, nil
+}
+
+// AddOperationJobs adds to d's jobs (the charge's) those of its payment's
+// other operations (ops from OperationsOf), in the order River made them:
+// every attempt of a refund, a capture or a cancel shows under its
+// payment.
+func AddOperationJobs(ctx context.Context, db operation.Querier, d *payments.Detail, ops []Operation) error {
+	var of []river.JobArgs
+	for _, op := range ops {
+		if op.Job != nil {
+			of = append(of, op.Job)
+		}
+	}
+	jobs, err := operation.JobsOf(ctx, db, of...)
+	if err != nil {
+		return err
+	}
+	d.Jobs = append(d.Jobs, jobs...)
+	slices.SortFunc(d.Jobs, func(a, b payments.Job) int { return cmp.Compare(a.ID, b.ID) })
+	return nil
 }
 
 func deref[T any](p *T) T {

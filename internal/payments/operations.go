@@ -49,26 +49,8 @@ func Lookup(ctx context.Context, db Querier, paymentID string) (Payment, error) 
 	return collectPayment(rows, err, "look up payment")
 }
 
-// Job is one River job about a payment, with the errors of its attempts.
-type Job struct {
-	ID          int64      `db:"id" json:"id"`
-	Kind        string     `db:"kind" json:"kind"`
-	State       string     `db:"state" json:"state"`
-	Attempt     int        `db:"attempt" json:"attempt"`
-	MaxAttempts int        `db:"max_attempts" json:"max_attempts"`
-	CreatedAt   time.Time  `db:"created_at" json:"created_at"`
-	ScheduledAt time.Time  `db:"scheduled_at" json:"scheduled_at"`
-	AttemptedAt *time.Time `db:"attempted_at" json:"attempted_at"`
-	FinalizedAt *time.Time `db:"finalized_at" json:"finalized_at"`
-	Errors      []JobError `db:"errors" json:"errors"`
-}
-
-// JobError is one failed attempt of a job, as River recorded it.
-type JobError struct {
-	At      time.Time `json:"at"`
-	Attempt int       `json:"attempt"`
-	Error   string    `json:"error"`
-}
+// Job is one River job of a payment's, as an operator sees it.
+type Job = operation.Job
 
 // Event is a provider event stored for a payment's intents.
 type Event struct {
@@ -111,21 +93,12 @@ func Show(ctx context.Context, db idempotency.Querier, keys *idempotency.Store, 
 	if d.Releases, err = idempotency.Releases(ctx, db, p.TenantID, p.IdempotencyKey); err != nil {
 		return Detail{}, err
 	}
-	// River's own table, read for the operator: the charge jobs carry the
-	// payment id in their args.
-	rows, err := db.Query(ctx, `
-		SELECT id, kind, state::text AS state, attempt, max_attempts, created_at, scheduled_at, attempted_at, finalized_at,
-			coalesce(to_jsonb(errors), '[]') AS errors
-		FROM river_job WHERE args->>'payment_id' = $1 ORDER BY id`, p.ID)
-	if err != nil {
-		return Detail{}, fmt.Errorf("list payment jobs: %w", err)
-	}
-	if d.Jobs, err = pgx.CollectRows(rows, pgx.RowToStructByName[Job]); err != nil {
-		return Detail{}, fmt.Errorf("list payment jobs: %w", err)
+	if d.Jobs, err = operation.JobsOf(ctx, db, ChargePaymentArgs{TenantID: p.TenantID, PaymentID: p.ID}); err != nil {
+		return Detail{}, err
 	}
 	// Events name the intent; an intent of an earlier generation is found
 	// by the payment id in its metadata.
-	rows, err = db.Query(ctx, `
+	rows, err := db.Query(ctx, `
 		SELECT id, type, object_id, source, created, received_at, processed_at, result
 		FROM webhook_events
 		WHERE object_id = $2 OR payload #>> '{data,object,metadata,payment_id}' = $1
