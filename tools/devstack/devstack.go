@@ -578,42 +578,40 @@ func removeProcess(ps []*Process, p *Process) []*Process {
 // Tenant creates the named tenant if needed and returns a new API key for
 // it, through the api binary as an operator would.
 func (s *Stack) Tenant(name string) (tenant.Created, error) {
-	out, err := s.command("api", "tenants", "ensure", name).Output()
-	if err != nil {
-		var exit *exec.ExitError
-		if errors.As(err, &exit) {
-			return tenant.Created{}, fmt.Errorf("api tenants ensure %s: %w: %s", name, err, exit.Stderr)
-		}
-		return tenant.Created{}, fmt.Errorf("api tenants ensure %s: %w", name, err)
-	}
 	var created tenant.Created
-	if err := json.Unmarshal(out, &created); err != nil {
-		return tenant.Created{}, fmt.Errorf("api tenants ensure %s printed %q: %w", name, out, err)
-	}
-	return created, nil
+	err := s.apiJSON(&created, "tenants", "ensure", name)
+	return created, err
 }
 
 // OnlyKey returns a new API key of the tenant named name, made if needed,
 // and ends every key the tenant had before at once: a stack started again
 // and again (make up) leaves one valid key, the one it printed last.
 func (s *Stack) OnlyKey(name string) (tenant.Created, error) {
-	created, err := s.Tenant(name)
-	if err != nil {
-		return created, err
+	if _, err := s.Tenant(name); err != nil {
+		return tenant.Created{}, err
 	}
-	out, err := s.command("api", "tenants", "rotate-key", name, "--grace", "0s", "--json").Output()
+	var rotated tenant.Rotated
+	if err := s.apiJSON(&rotated, "tenants", "rotate-key", name, "--grace", "0s", "--json"); err != nil {
+		return tenant.Created{}, err
+	}
+	return tenant.Created{TenantID: rotated.TenantID, APIKey: rotated.APIKey}, nil
+}
+
+// apiJSON runs an api command against the stack and decodes its JSON.
+func (s *Stack) apiJSON(out any, args ...string) error {
+	what := "api " + strings.Join(args, " ")
+	printed, err := s.command("api", args...).Output()
 	if err != nil {
 		var exit *exec.ExitError
 		if errors.As(err, &exit) {
-			return tenant.Created{}, fmt.Errorf("api tenants rotate-key %s: %w: %s", name, err, exit.Stderr)
+			return fmt.Errorf("%s: %w: %s", what, err, exit.Stderr)
 		}
-		return tenant.Created{}, fmt.Errorf("api tenants rotate-key %s: %w", name, err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
-	var rotated tenant.Rotated
-	if err := json.Unmarshal(out, &rotated); err != nil {
-		return tenant.Created{}, fmt.Errorf("api tenants rotate-key %s printed %q: %w", name, out, err)
+	if err := json.Unmarshal(printed, out); err != nil {
+		return fmt.Errorf("%s printed %q: %w", what, printed, err)
 	}
-	return tenant.Created{TenantID: rotated.TenantID, APIKey: rotated.APIKey}, nil
+	return nil
 }
 
 // Stop stops the processes in the reverse order of their start (the API

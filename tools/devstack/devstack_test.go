@@ -32,13 +32,9 @@ func TestThrowawayStackDropsItsDatabase(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dbURL := pgtest.NewDatabase(t)
-	addrs, err := devstack.FreeAddrs(3)
-	require.NoError(t, err)
-	s, err := devstack.Start(ctx, devstack.Config{
-		BinDir: filepath.Join(root, "bin"), StateDir: t.TempDir(), DatabaseURL: dbURL, DropDatabase: true,
-		StripeSecretKey: "sk_test_oncepay", StripeAPIBase: "http://" + addrs[0], APIAddr: addrs[1], WorkerAdminAddr: addrs[2],
-		Progress: io.Discard,
-	})
+	stack := localConfig(t, dbURL)
+	stack.DropDatabase = true
+	s, err := devstack.Start(ctx, stack)
 	require.NoError(t, err)
 	require.NoError(t, s.Stop(ctx))
 
@@ -129,15 +125,7 @@ func TestAChosenDatabaseURLNeverFallsBack(t *testing.T) {
 // never expire.
 func TestOnlyKeyEndsTheKeysBefore(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	dbURL := pgtest.NewDatabase(t)
-	addrs, err := devstack.FreeAddrs(3)
-	require.NoError(t, err)
-	s, err := devstack.Start(ctx, devstack.Config{
-		BinDir: filepath.Join(root, "bin"), StateDir: t.TempDir(), DatabaseURL: dbURL,
-		StripeSecretKey: "sk_test_oncepay", StripeAPIBase: "http://" + addrs[0], APIAddr: addrs[1], WorkerAdminAddr: addrs[2],
-		Progress: io.Discard,
-	})
+	s, err := devstack.Start(context.Background(), localConfig(t, pgtest.NewDatabase(t)))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Stop(context.Background()) })
 	status := func(key string) int {
@@ -158,4 +146,16 @@ func TestOnlyKeyEndsTheKeysBefore(t *testing.T) {
 	require.Equal(t, http.StatusOK, status(second.APIKey))
 	require.Eventually(t, func() bool { return status(first.APIKey) == http.StatusUnauthorized }, 10*time.Second, 100*time.Millisecond,
 		"the key printed before has ended (the API caches a valid key for a moment)")
+}
+
+// localConfig is a stack on dbURL with the simulator, on free ports.
+func localConfig(t *testing.T, dbURL string) devstack.Config {
+	t.Helper()
+	addrs, err := devstack.FreeAddrs(3)
+	require.NoError(t, err)
+	return devstack.Config{
+		BinDir: filepath.Join(root, "bin"), StateDir: t.TempDir(), DatabaseURL: dbURL,
+		StripeSecretKey: "sk_test_oncepay", StripeAPIBase: "http://" + addrs[0], APIAddr: addrs[1], WorkerAdminAddr: addrs[2],
+		Progress: io.Discard,
+	}
 }

@@ -97,24 +97,8 @@ func TestCutEndsConnectionsAndRefusesNewOnesUntilRestored(t *testing.T) {
 // during it at its end; new connections then pass again.
 func TestPartitionHoldsThenCuts(t *testing.T) {
 	t.Parallel()
-	p, err := faultproxy.Start(echo(t))
-	require.NoError(t, err)
-	defer p.Close()
-	c, err := net.Dial("tcp", p.Addr())
-	require.NoError(t, err)
-	defer c.Close()
-
-	done := make(chan struct{})
-	go func() { p.PartitionFor(time.Second); close(done) }()
-	time.Sleep(100 * time.Millisecond)
-	_ = c.SetDeadline(time.Now().Add(300 * time.Millisecond))
-	_, err = c.Write([]byte("held\n"))
-	require.NoError(t, err)
-	_, err = bufio.NewReader(c).ReadString('\n')
-	require.ErrorIs(t, err, os.ErrDeadlineExceeded, "nothing comes back during the partition")
-	<-done
-	_, err = roundTrip(c, "after")
-	require.Error(t, err, "the connection is cut at the partition's end")
+	p, c := proxied(t, echo(t))
+	sendUnanswered(t, c, func() { p.PartitionFor(time.Second) }, "held\n", 300*time.Millisecond, func() {})
 
 	fresh, err := net.Dial("tcp", p.Addr())
 	require.NoError(t, err)
@@ -130,38 +114,17 @@ func TestPartitionHoldsThenCuts(t *testing.T) {
 func TestDroppedAnswersArriveButAreNeverAnswered(t *testing.T) {
 	t.Parallel()
 	addr, received := recordingEcho(t)
-	p, err := faultproxy.Start(addr)
-	require.NoError(t, err)
-	defer p.Close()
-	c, err := net.Dial("tcp", p.Addr())
-	require.NoError(t, err)
-	defer c.Close()
-
-	done := make(chan struct{})
-	go func() { p.DropAnswersFor(time.Second); close(done) }()
-	time.Sleep(100 * time.Millisecond)
-	_ = c.SetDeadline(time.Now().Add(500 * time.Millisecond))
-	_, err = c.Write([]byte("commit\n"))
-	require.NoError(t, err)
-	require.Equal(t, "commit\n", <-received, "the request arrived")
-	_, err = bufio.NewReader(c).ReadString('\n')
-	require.ErrorIs(t, err, os.ErrDeadlineExceeded, "its answer did not")
-	<-done
-	_, err = roundTrip(c, "after")
-	require.Error(t, err, "a connection that lost an answer is cut")
+	p, c := proxied(t, addr)
+	sendUnanswered(t, c, func() { p.DropAnswersFor(time.Second) }, "commit\n", 500*time.Millisecond, func() {
+		require.Equal(t, "commit\n", <-received, "the request arrived")
+	})
 	require.Equal(t, 1, p.Faults().DroppedAnswers)
 }
 
 // A latency spike delays each chunk both ways.
 func TestLatencySpike(t *testing.T) {
 	t.Parallel()
-	p, err := faultproxy.Start(echo(t))
-	require.NoError(t, err)
-	defer p.Close()
-	c, err := net.Dial("tcp", p.Addr())
-	require.NoError(t, err)
-	defer c.Close()
-
+	p, c := proxied(t, echo(t))
 	go p.DelayFor(time.Second, 100*time.Millisecond)
 	time.Sleep(50 * time.Millisecond)
 	start := time.Now()
@@ -170,4 +133,34 @@ func TestLatencySpike(t *testing.T) {
 	require.Equal(t, "slow\n", got)
 	require.GreaterOrEqual(t, time.Since(start), 200*time.Millisecond, "a chunk each way, each delayed")
 	require.Equal(t, 1, p.Faults().LatencySpikes)
+}
+
+// proxied starts a proxy to target and opens a connection through it.
+func proxied(t *testing.T, target string) (*faultproxy.Proxy, net.Conn) {
+	t.Helper()
+	p, err := faultproxy.Start(target)
+	require.NoError(t, err)
+	t.Cleanup(func() { p.Close() })
+	c, err := net.Dial("tcp", p.Addr())
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	return p, c
+}
+
+// sendUnanswered sends a line during fault, started a moment before, and
+// finds no answer within the wait; it returns once the fault has ended.
+func sendUnanswered(t *testing.T, c net.Conn, fault func(), line string, wait time.Duration, sent func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { fault(); close(done) }()
+	time.Sleep(100 * time.Millisecond)
+	_ = c.SetDeadline(time.Now().Add(wait))
+	_, err := c.Write([]byte(line))
+	require.NoError(t, err)
+	sent()
+	_, err = bufio.NewReader(c).ReadString('\n')
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded, "no answer during the fault")
+	<-done
+	_, err = roundTrip(c, "after")
+	require.Error(t, err, "the connection is cut at the fault's end")
 }
