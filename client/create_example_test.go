@@ -13,10 +13,11 @@ import (
 // running API.
 func ExampleClient_CreatePayment() {
 	ctx := context.Background()
-	apiKey := "opk_…"                // the tenant's API key
-	orderKey := "order-A-17-payment" // 16 to 255 characters, stored with the order before calling, so a crash can retry the same operation
+	baseURL := "https://pay.example.com" // where the API is
+	apiKey := "opk_…"                    // the tenant's API key
+	orderKey := "order-A-17-payment"     // 16 to 255 characters, stored with the order before calling, so a crash can retry the same operation
 
-	c := client.New("https://pay.example.com", apiKey) // 5 attempts, 500ms..20s full jitter
+	c := client.New(baseURL, apiKey) // 5 attempts, 500ms..20s full jitter
 	p, res, err := c.CreatePayment(ctx, client.PaymentParams{Amount: 2000, Currency: "usd", PaymentMethod: "pm_card_visa"},
 		client.WithIdempotencyKey(orderKey), client.WithWait(10*time.Second))
 	var pe *client.ProblemError
