@@ -57,8 +57,8 @@ func (c WorkerConfig) ProviderCallTimeout() time.Duration {
 }
 
 // timings are the worker's clocks taken from c, defaults applied.
-func (c WorkerConfig) timings() Timings {
+func (c WorkerConfig) timings() timings {
 	c = c.WithDefaults()
-	return Timings{JobTimeout: c.JobTimeout, CallTimeout: c.ProviderCallTimeout(), RecordTimeout: c.RecordTimeout,
+	return timings{JobTimeout: c.JobTimeout, CallTimeout: c.ProviderCallTimeout(), RecordTimeout: c.RecordTimeout,
 		KeyMargin: c.ProviderKeyMargin, PollInterval: c.PollInterval, MaxPollDuration: c.MaxPollDuration}
 }

@@ -24,8 +24,8 @@ type Querier interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
-// Timings are a worker's clocks, as WorkerConfig sets them.
-type Timings struct {
+// timings are a worker's clocks, as WorkerConfig sets them.
+type timings struct {
 	// JobTimeout bounds one attempt; CallTimeout, shorter, the provider
 	// call inside it.
 	JobTimeout, CallTimeout time.Duration
@@ -135,7 +135,7 @@ type Worker[A river.JobArgs, Op, O any] struct {
 	pool *pgxpool.Pool
 	keys *idempotency.Store
 	log  *slog.Logger
-	t    Timings
+	t    timings
 	// action names the call in logs ("refund", "capture").
 	action string
 	table  Table
