@@ -15,10 +15,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/oncepay/oncepay/internal/authorizations"
 	"github.com/oncepay/oncepay/internal/console"
 	"github.com/oncepay/oncepay/internal/envconfig"
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/kinds"
 	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/payments"
@@ -491,62 +491,22 @@ func (a admin) reconciler(logger *slog.Logger) (*payments.Reconciler, error) {
 	return payments.NewReconciler(a.pool, a.keys(), pc, logger, cfg), nil
 }
 
-// engineKind is an operation kind run on the engine (refunds, captures,
-// cancels), as the operator's commands reach it by an id.
-type engineKind struct {
-	// name labels the operation in the output; jsonKey names it in the
-	// JSON of a release.
-	name, jsonKey string
-	// table is where its ids are; notFound the kind's error for an id
-	// that is not there.
-	table    string
-	notFound error
-	// reconciler is the worker's reconciler of the kind.
-	reconciler func(a admin, logger *slog.Logger) (engineReconciler, error)
-	// show reads one operation as the operator sees it.
-	show func(ctx context.Context, a admin, tenantID, id string) (shownOp, error)
-}
-
-// engineReconciler is what the commands use of a kind's reconciler.
-type engineReconciler interface {
-	ReconcileNow(ctx context.Context, tenantID, id string) (operation.ReconcileResult, error)
-	ReleaseKey(ctx context.Context, tenantID, key, reason, operator string) (operation.Released, error)
-}
-
-// shownOp is one operation as a command prints it: View in JSON, the rest
-// in a table.
-type shownOp struct {
-	View                                               any
-	ID, PaymentID, Status, FailureCode, FailureMessage string
-}
-
-// kindOf is the engine kind an id belongs to, or nil for a payment's.
-func kindOf(id string) *engineKind {
-	if strings.HasPrefix(id, refunds.IDPrefix+"_") {
-		return &engineKind{name: "refund", jsonKey: "refund", table: "refunds", notFound: refunds.ErrNotFound,
-			reconciler: func(a admin, logger *slog.Logger) (engineReconciler, error) {
-				pc, cfg, err := a.reconcileSetup()
-				return refunds.NewReconciler(a.pool, a.keys(), pc, logger, cfg), err
-			},
-			show: func(ctx context.Context, a admin, tenantID, id string) (shownOp, error) {
-				r, err := refunds.GetRefund(ctx, a.pool, tenantID, id)
-				return shownOp{View: refundView(r), ID: r.ID, PaymentID: r.PaymentID, Status: string(r.Status),
-					FailureCode: str(r.FailureCode), FailureMessage: str(r.FailureMessage)}, err
-			}}
-	}
-	if kind, ok := authorizations.KindOf(id); ok {
-		return &engineKind{name: string(kind), jsonKey: "action", table: "payment_actions", notFound: authorizations.ErrNotFound,
-			reconciler: func(a admin, logger *slog.Logger) (engineReconciler, error) {
-				pc, cfg, err := a.reconcileSetup()
-				return authorizations.NewReconciler(a.pool, a.keys(), pc, logger, cfg, kind), err
-			},
-			show: func(ctx context.Context, a admin, tenantID, id string) (shownOp, error) {
-				act, err := authorizations.GetAction(ctx, a.pool, tenantID, id)
-				return shownOp{View: act, ID: act.ID, PaymentID: act.PaymentID, Status: string(act.Status),
-					FailureCode: str(act.FailureCode), FailureMessage: str(act.FailureMessage)}, err
-			}}
+// kindOf is the kind (other than payments, whose commands are their own)
+// an id belongs to, from the registry.
+func kindOf(id string) operation.Kind {
+	if kind, ok := kinds.All().Of(id); ok && kind.Name() != "payment" {
+		return kind
 	}
 	return nil
+}
+
+// operator is the kind's operator's reach, with the worker's reconciler.
+func (a admin) operator(kind operation.Kind, logger *slog.Logger) (operation.Operator, error) {
+	pc, cfg, err := a.reconcileSetup()
+	if err != nil {
+		return nil, err
+	}
+	return kind.Operator(operation.Env{Pool: a.pool, Keys: a.keys(), Provider: pc, Logger: logger, Reconcile: cfg}), nil
 }
 
 // awaitingReconciliation is every kind's status while only a look-up at
@@ -556,16 +516,17 @@ const awaitingReconciliation = "requires_reconciliation"
 // reconcileOne reconciles one operation of kind awaiting reconciliation
 // now, as its reconciler's next run would; any other is left unchanged,
 // with the verdict a payment that needs nothing gets.
-func (a admin) reconcileOne(ctx context.Context, kind *engineKind, id string, logger *slog.Logger) error {
-	r, err := kind.reconciler(a, logger)
+func (a admin) reconcileOne(ctx context.Context, kind operation.Kind, id string, logger *slog.Logger) error {
+	r, err := a.operator(kind, logger)
 	if err != nil {
 		return err
 	}
+	table := kind.Table()
 	var tenantID string
-	if err := a.pool.QueryRow(ctx, `SELECT tenant_id FROM `+kind.table+` WHERE id = $1`, id).Scan(&tenantID); err != nil {
-		return fmt.Errorf("%w: no %s %q (\"api payments show PAYMENT\" lists a payment's operations)", kind.notFound, kind.name, id)
+	if err := a.pool.QueryRow(ctx, `SELECT tenant_id FROM `+table.Name+` WHERE id = $1`, id).Scan(&tenantID); err != nil {
+		return fmt.Errorf("%w: no %s %q (\"api payments show PAYMENT\" lists a payment's operations)", table.NotFound, kind.Name(), id)
 	}
-	before, err := kind.show(ctx, a, tenantID, id)
+	before, err := r.Show(ctx, tenantID, id)
 	if err != nil {
 		return err
 	}
@@ -575,28 +536,28 @@ func (a admin) reconcileOne(ctx context.Context, kind *engineKind, id string, lo
 		if a.cmd.opts.json {
 			return a.writeJSON(map[string]any{"verdict": "unchanged", "note": note, "before": before.View, "after": before.View})
 		}
-		return a.fields(kind.name, before.ID, "verdict", "unchanged", "status", before.Status, "note", note, "payment", before.PaymentID)
+		return a.fields(kind.Name(), before.ID, "verdict", "unchanged", "status", before.Status, "note", note, "payment", before.ParentID)
 	}
 	counts, err := r.ReconcileNow(ctx, tenantID, id)
 	if err != nil {
 		return err
 	}
-	after, err := kind.show(ctx, a, tenantID, id)
+	after, err := r.Show(ctx, tenantID, id)
 	if err != nil {
 		return err
 	}
 	if a.cmd.opts.json {
 		return a.writeJSON(map[string]any{"verdict": counts.Verdict(), "before": before.View, "after": after.View})
 	}
-	return a.fields(kind.name, after.ID, "verdict", counts.Verdict(), "status", fmt.Sprintf("%s -> %s", before.Status, after.Status),
-		"failure", fmt.Sprintf("%s: %s", after.FailureCode, after.FailureMessage), "payment", after.PaymentID)
+	return a.fields(kind.Name(), after.ID, "verdict", counts.Verdict(), "status", fmt.Sprintf("%s -> %s", before.Status, after.Status),
+		"failure", fmt.Sprintf("%s: %s", after.FailureCode, after.FailureMessage), "payment", after.ParentID)
 }
 
 // releaseOne releases the key, stuck unknown, of an operation of kind, as
 // keysRelease does a payment's: only on the provider's proof that the
 // operation was never made.
-func (a admin) releaseOne(ctx context.Context, kind *engineKind, tenantID, key string) error {
-	r, err := kind.reconciler(a, slog.New(slog.DiscardHandler))
+func (a admin) releaseOne(ctx context.Context, kind operation.Kind, tenantID, key string) error {
+	r, err := a.operator(kind, slog.New(slog.DiscardHandler))
 	if err != nil {
 		return err
 	}
@@ -604,7 +565,7 @@ func (a admin) releaseOne(ctx context.Context, kind *engineKind, tenantID, key s
 	if err != nil {
 		return err
 	}
-	op, err := kind.show(ctx, a, tenantID, res.ID)
+	op, err := r.Show(ctx, tenantID, res.ID)
 	if err != nil {
 		return err
 	}
@@ -613,33 +574,14 @@ func (a admin) releaseOne(ctx context.Context, kind *engineKind, tenantID, key s
 		keyStatus = idempotency.StatusCompleted
 	}
 	if a.cmd.opts.json {
-		out := map[string]any{"verdict": res.Verdict, kind.jsonKey: op.View, "key_status": keyStatus}
+		out := map[string]any{"verdict": res.Verdict, kind.Name(): op.View, "key_status": keyStatus}
 		if res.Verdict == "released" {
 			out["release"] = res.Release
 		}
 		return a.writeJSON(out)
 	}
-	return a.fields("verdict", res.Verdict, kind.name, fmt.Sprintf("%s of payment %s is %s (%s)", op.ID, op.PaymentID, op.Status, op.FailureCode),
+	return a.fields("verdict", res.Verdict, kind.Name(), fmt.Sprintf("%s of payment %s is %s (%s)", op.ID, op.ParentID, op.Status, op.FailureCode),
 		"key", fmt.Sprintf("%s is %s", key, keyStatus))
-}
-
-// operatorRefund is a refund as an operator sees it: what the API shows,
-// and the key and provider bookkeeping it hides.
-type operatorRefund struct {
-	refunds.Refund
-	TenantID          string     `json:"tenant_id"`
-	IdempotencyKey    string     `json:"idempotency_key"`
-	Generation        int        `json:"generation"`
-	FirstAttemptAt    *time.Time `json:"first_attempt_at"`
-	LastAttemptAt     *time.Time `json:"last_attempt_at"`
-	ReconcileAfter    *time.Time `json:"reconcile_after"`
-	ReconcileAttempts int        `json:"reconcile_attempts"`
-}
-
-func refundView(r refunds.Refund) operatorRefund {
-	return operatorRefund{Refund: r, TenantID: r.TenantID, IdempotencyKey: r.IdempotencyKey, Generation: r.ProviderKeyGeneration,
-		FirstAttemptAt: r.FirstProviderAttemptAt, LastAttemptAt: r.LastProviderAttemptAt, ReconcileAfter: r.ReconcileAfter,
-		ReconcileAttempts: r.ReconcileAttempts}
 }
 
 func (a admin) reconcile(ctx context.Context) error {

@@ -507,8 +507,8 @@ func TestRefundKeysReleaseAndReconcile(t *testing.T) {
 	}
 	var res struct {
 		Verdict string         `json:"verdict"`
-		Refund  operatorRefund `json:"refund"`
-		After   operatorRefund `json:"after"`
+		Refund  refunds.OperatorView `json:"refund"`
+		After   refunds.OperatorView `json:"after"`
 	}
 
 	// Never sent: released, with who and why.
@@ -623,7 +623,7 @@ func TestActionKeysReleaseAndReconcile(t *testing.T) {
 	}
 	var res struct {
 		Verdict string                `json:"verdict"`
-		Action  authorizations.Action `json:"action"`
+		Action  authorizations.Action `json:"capture"`
 		After   authorizations.Action `json:"after"`
 	}
 

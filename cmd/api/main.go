@@ -37,15 +37,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncepay/oncepay/internal/api"
-	"github.com/oncepay/oncepay/internal/authorizations"
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/kinds"
 	"github.com/oncepay/oncepay/internal/metrics"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/outbox"
-	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/ratelimit"
-	"github.com/oncepay/oncepay/internal/refunds"
 	"github.com/oncepay/oncepay/internal/serve"
 	"github.com/oncepay/oncepay/internal/telemetry"
 	"github.com/oncepay/oncepay/internal/tenant"
@@ -201,14 +199,13 @@ func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, tracing *tele
 	})
 	operations := operation.Deps{DB: pool, Keys: keys, Outbox: jobsOutbox, Logger: logger, ReadTimeout: cfg.RequestDBTimeout}
 	handler := api.NewHandler(api.Deps{
-		Pool:           pool,
-		Keys:           keys,
-		Payments:       &payments.Service{Deps: operations},
-		Refunds:        &refunds.Service{Deps: operations},
-		Authorizations: &authorizations.Service{Deps: operations},
-		Logger:         logger,
-		Metrics:        m,
-		DBTimeout:      cfg.RequestDBTimeout,
+		Pool:       pool,
+		Keys:       keys,
+		Kinds:      kinds.All(),
+		Operations: operations,
+		Logger:     logger,
+		Metrics:    m,
+		DBTimeout:  cfg.RequestDBTimeout,
 		Auth: tenant.NewAuthenticator(pool, tenant.AuthConfig{CacheTTL: cfg.AuthCacheTTL, Timeout: cfg.RequestDBTimeout,
 			Failures: ratelimit.NewFailures(cfg.AuthFailureLimit, cfg.AuthFailureWindow), OnLimited: func() { m.RateLimited("auth") }}),
 		Webhooks: &webhooks.Handler{Pool: pool, Jobs: jobsOutbox, Logger: logger, Secret: cfg.StripeWebhookSecret,

@@ -30,12 +30,12 @@ import (
 	"github.com/oncepay/oncepay/internal/console"
 	"github.com/oncepay/oncepay/internal/envconfig"
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/kinds"
 	"github.com/oncepay/oncepay/internal/metrics"
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/outbox"
-	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/provider"
-	"github.com/oncepay/oncepay/internal/refunds"
 	"github.com/oncepay/oncepay/internal/serve"
 	"github.com/oncepay/oncepay/internal/telemetry"
 	"github.com/oncepay/oncepay/internal/webhooks"
@@ -84,66 +84,41 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	defer pool.Close()
 
 	m := metrics.New()
-	m.RegisterDatabase(pool)
+	m.RegisterDatabase(pool, kinds.MetricsTables(kinds.All()))
+	m.SweptKinds(kinds.All().Names()...)
 	keys := idempotency.NewStore(idempotency.Config{Retention: cfg.IdempotencyRetention, TombstoneRetention: cfg.TombstoneRetention,
 		ObserveReap: func(r idempotency.ReapResult) { m.KeysReaped(r.Tombstoned, r.Deleted) }})
 	providerClient := provider.New(provider.Config{SecretKey: cfg.StripeSecretKey, APIBase: cfg.StripeAPIBase,
 		HTTPClient: &http.Client{Transport: tracing.Transport(m.ProviderTransport(provider.Transport(cfg.Concurrency + 10)))}})
 	workerCfg := cfg.workerConfig()
 	workers := river.NewWorkers()
-	if err := river.AddWorkerSafely(workers, payments.NewChargeWorker(pool, keys, providerClient, logger, workerCfg)); err != nil {
-		return fmt.Errorf("register charge worker: %w", err)
+	env := operation.Env{
+		Pool: pool, Keys: keys, Provider: providerClient, Logger: logger, Worker: workerCfg,
+		Reconcile: operation.ReconcileConfig{
+			Settle:        cfg.ReconcileSettle,
+			RetryMax:      cfg.ReconcileBackoffMax,
+			MaxAttempts:   cfg.ReconcileMaxAttempts,
+			RunBudget:     cfg.ReconcileRunBudget,
+			MaxActionWait: cfg.MaxPollDuration,
+		},
+		Sweep:   operation.SweepConfig{Grace: cfg.SweepGrace},
+		Ledger:  operation.LedgerCheckConfig{Window: cfg.LedgerCheckWindow},
+		Observe: observeReconciliation(m),
+		Swept:   m.KeySwept,
 	}
-	reconcileCfg := payments.ReconcileConfig{
-		Settle:        cfg.ReconcileSettle,
-		RetryMax:      cfg.ReconcileBackoffMax,
-		MaxAttempts:   cfg.ReconcileMaxAttempts,
-		RunBudget:     cfg.ReconcileRunBudget,
-		MaxActionWait: cfg.MaxPollDuration,
+	every := map[operation.Schedule]time.Duration{
+		operation.EveryReconcile: cfg.ReconcileInterval, operation.EverySweep: cfg.SweepInterval,
+		operation.EveryLedgerCheck: cfg.LedgerCheckInterval,
 	}
-	reconciler := payments.NewReconciler(pool, keys, providerClient, logger, reconcileCfg)
-	if err := river.AddWorkerSafely(workers, &payments.ReconcileWorker{Reconciler: reconciler, Observe: observeReconciliation(m, "payment")}); err != nil {
-		return fmt.Errorf("register reconciler: %w", err)
-	}
-	sweepCfg := payments.SweepConfig{Grace: cfg.SweepGrace, OnSwept: func() { m.KeySwept("payment") }}
-	sweeper := payments.NewSweeper(pool, keys, logger, sweepCfg)
-	if err := river.AddWorkerSafely(workers, &payments.SweepWorker{Sweeper: sweeper}); err != nil {
-		return fmt.Errorf("register sweeper: %w", err)
-	}
-	if err := river.AddWorkerSafely(workers, refunds.NewWorker(pool, keys, providerClient, logger, workerCfg)); err != nil {
-		return fmt.Errorf("register refund worker: %w", err)
-	}
-	refundReconciler := refunds.NewReconciler(pool, keys, providerClient, logger, reconcileCfg)
-	if err := river.AddWorkerSafely(workers, &refunds.ReconcileWorker{Reconciler: refundReconciler, Observe: observeReconciliation(m, "refund")}); err != nil {
-		return fmt.Errorf("register refund reconciler: %w", err)
-	}
-	refundSweepCfg := sweepCfg
-	refundSweepCfg.OnSwept = func() { m.KeySwept("refund") }
-	refundSweeper := refunds.NewSweeper(pool, keys, logger, refundSweepCfg)
-	if err := river.AddWorkerSafely(workers, &refunds.SweepWorker{Sweeper: refundSweeper}); err != nil {
-		return fmt.Errorf("register refund sweeper: %w", err)
-	}
-	if err := river.AddWorkerSafely(workers, authorizations.NewWorker(pool, keys, providerClient, logger, workerCfg)); err != nil {
-		return fmt.Errorf("register capture and cancel worker: %w", err)
-	}
-	if err := river.AddWorkerSafely(workers, &authorizations.ReconcileCapturesWorker{Observe: observeReconciliation(m, "capture"),
-		Reconciler: authorizations.NewReconciler(pool, keys, providerClient, logger, reconcileCfg, authorizations.Capture)}); err != nil {
-		return fmt.Errorf("register capture reconciler: %w", err)
-	}
-	if err := river.AddWorkerSafely(workers, &authorizations.ReconcileCancelsWorker{Observe: observeReconciliation(m, "cancel"),
-		Reconciler: authorizations.NewReconciler(pool, keys, providerClient, logger, reconcileCfg, authorizations.Cancel)}); err != nil {
-		return fmt.Errorf("register cancel reconciler: %w", err)
-	}
-	captureSweepCfg, cancelSweepCfg := sweepCfg, sweepCfg
-	captureSweepCfg.OnSwept = func() { m.KeySwept("capture") }
-	cancelSweepCfg.OnSwept = func() { m.KeySwept("cancel") }
-	if err := river.AddWorkerSafely(workers, &authorizations.SweepCapturesWorker{
-		Sweeper: authorizations.NewSweeper(pool, keys, logger, captureSweepCfg, authorizations.Capture)}); err != nil {
-		return fmt.Errorf("register capture sweeper: %w", err)
-	}
-	if err := river.AddWorkerSafely(workers, &authorizations.SweepCancelsWorker{
-		Sweeper: authorizations.NewSweeper(pool, keys, logger, cancelSweepCfg, authorizations.Cancel)}); err != nil {
-		return fmt.Errorf("register cancel sweeper: %w", err)
+	var periodic []*river.PeriodicJob
+	for _, kind := range kinds.All() {
+		jobs, err := kind.Start(workers, env)
+		if err != nil {
+			return err
+		}
+		for _, job := range jobs {
+			periodic = append(periodic, periodicJob(every[job.Every], job.Args))
+		}
 	}
 	if err := river.AddWorkerSafely(workers, &authorizations.ExpireWorker{Expirer: authorizations.NewExpirer(pool, keys, providerClient, logger)}); err != nil {
 		return fmt.Errorf("register authorization expiry: %w", err)
@@ -163,32 +138,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err := river.AddWorkerSafely(workers, &webhooks.AwaitWorker{Sweeper: awaitSweeper}); err != nil {
 		return fmt.Errorf("register the sweep of events awaiting their charge: %w", err)
 	}
-	ledgerCfg := payments.LedgerCheckConfig{Window: cfg.LedgerCheckWindow}
-	checker := payments.NewLedgerChecker(pool, providerClient, logger, ledgerCfg)
-	if err := river.AddWorkerSafely(workers, &payments.LedgerCheckWorker{Checker: checker}); err != nil {
-		return fmt.Errorf("register ledger check: %w", err)
-	}
-	refundChecker := refunds.NewLedgerChecker(pool, providerClient, logger, ledgerCfg)
-	if err := river.AddWorkerSafely(workers, &refunds.LedgerCheckWorker{Checker: refundChecker}); err != nil {
-		return fmt.Errorf("register ledger check of refunds: %w", err)
-	}
-	periodic := []*river.PeriodicJob{
-		periodicJob(cfg.LedgerCheckInterval, payments.LedgerCheckArgs{}),
-		periodicJob(cfg.LedgerCheckInterval, refunds.LedgerCheckArgs{}),
+	periodic = append(periodic,
 		webhooks.RecoverWebhookEventsPeriodicJob(cfg.WebhookRecoverInterval),
 		periodicJob(cfg.WebhookAwaitInterval, webhooks.SettleAwaitingEventsArgs{}),
 		outbox.ReapKeysPeriodicJob(cfg.ReapInterval),
-		periodicJob(cfg.ReconcileInterval, payments.ReconcilePaymentsArgs{}),
-		periodicJob(cfg.SweepInterval, payments.SweepPaymentsArgs{}),
-		periodicJob(cfg.ReconcileInterval, refunds.ReconcileRefundsArgs{}),
-		periodicJob(cfg.SweepInterval, refunds.SweepRefundsArgs{}),
-		periodicJob(cfg.ReconcileInterval, authorizations.ReconcileCapturesArgs{}),
-		periodicJob(cfg.ReconcileInterval, authorizations.ReconcileCancelsArgs{}),
-		periodicJob(cfg.SweepInterval, authorizations.SweepCapturesArgs{}),
-		periodicJob(cfg.SweepInterval, authorizations.SweepCancelsArgs{}),
 		// Authorizations are voided after seven days: an hour late is soon.
 		periodicJob(cfg.LedgerCheckInterval, authorizations.ExpireAuthorizationsArgs{}),
-	}
+	)
 	// The worker starts while the database is down; then River keeps its
 	// nightly reindex, which fails harmlessly if the role is not the owner.
 	askCtx, cancelAsk := context.WithTimeout(ctx, 5*time.Second)
@@ -332,13 +288,13 @@ func newAdminServer(pool *pgxpool.Pool, m *metrics.Metrics, pages map[string]htt
 
 // observeReconciliation counts each reconciler pass's results, by
 // operation kind.
-func observeReconciliation(m *metrics.Metrics, operation string) func(payments.ReconcileResult) {
-	return func(res payments.ReconcileResult) {
+func observeReconciliation(m *metrics.Metrics) func(kind string, res operation.ReconcileResult) {
+	return func(kind string, res operation.ReconcileResult) {
 		for result, n := range map[string]int{
 			"settled": res.Settled, "not_reached": res.NotReached, "pending": res.Pending,
 			"undetermined": res.Undetermined, "operator": res.LeftToOperator, "failed": res.Failed,
 		} {
-			m.Reconciliations(operation, result, n)
+			m.Reconciliations(kind, result, n)
 		}
 	}
 }

@@ -83,8 +83,7 @@ func setup(t *testing.T, opts options) *bundle {
 	handler := api.NewHandler(api.Deps{
 		Pool:     pool,
 		Keys:     keys,
-		Payments: &payments.Service{Deps: operation.Deps{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger}},
-		Refunds:  &refunds.Service{Deps: operation.Deps{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger}},
+		Kinds: operation.Kinds{payments.Kind(), refunds.Kind()}, Operations: operation.Deps{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger},
 		Logger:   logger,
 	})
 	server := httptest.NewServer(handler)

@@ -62,7 +62,7 @@ func TestEveryRequestLineNamesItsRequest(t *testing.T) {
 	require.NoError(t, err)
 	keys := idempotency.NewStore(idempotency.Config{})
 	srv := httptest.NewServer(api.NewHandler(api.Deps{Pool: pool, Keys: keys, Logger: logger,
-		Payments: &payments.Service{Deps: operation.Deps{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger}}}))
+		Kinds: operation.Kinds{payments.Kind()}, Operations: operation.Deps{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger}}))
 	defer srv.Close()
 	acme, err := tenant.Create(t.Context(), pool, "logging-"+id.New("t"))
 	require.NoError(t, err)

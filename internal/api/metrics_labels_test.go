@@ -38,7 +38,7 @@ func TestMetricsLabelsAreAClosedSet(t *testing.T) {
 	keys := idempotency.NewStore(idempotency.Config{})
 	m := metrics.New()
 	srv := httptest.NewUnstartedServer(api.NewHandler(api.Deps{Pool: pool, Keys: keys, Logger: logger, Metrics: m,
-		Payments: &payments.Service{Deps: operation.Deps{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger}}}))
+		Kinds: operation.Kinds{payments.Kind()}, Operations: operation.Deps{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger}}))
 	serve.SetLimits(srv.Config)
 	srv.Start()
 	t.Cleanup(srv.Close)

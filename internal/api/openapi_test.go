@@ -24,11 +24,9 @@ import (
 
 	apispec "github.com/oncepay/oncepay/api"
 	"github.com/oncepay/oncepay/internal/api"
-	"github.com/oncepay/oncepay/internal/authorizations"
 	"github.com/oncepay/oncepay/internal/idempotency"
-	"github.com/oncepay/oncepay/internal/payments"
+	"github.com/oncepay/oncepay/internal/kinds"
 	"github.com/oncepay/oncepay/internal/problem"
-	"github.com/oncepay/oncepay/internal/refunds"
 	"github.com/oncepay/oncepay/internal/webhooks"
 )
 
@@ -85,12 +83,10 @@ func TestOpenAPIRoutes(t *testing.T) {
 	t.Parallel()
 	s := loadSpec(t)
 	handler := api.NewHandler(api.Deps{
-		Keys:           idempotency.NewStore(idempotency.Config{}),
-		Payments:       &payments.Service{},
-		Refunds:        &refunds.Service{},
-		Authorizations: &authorizations.Service{},
-		Webhooks:       &webhooks.Handler{},
-		Logger:         slog.New(slog.DiscardHandler),
+		Keys:     idempotency.NewStore(idempotency.Config{}),
+		Kinds:    kinds.All(),
+		Webhooks: &webhooks.Handler{},
+		Logger:   slog.New(slog.DiscardHandler),
 	})
 	routes, ok := handler.(chi.Routes)
 	require.True(t, ok, "api.NewHandler returns %T, not a chi router", handler)

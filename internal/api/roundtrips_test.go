@@ -43,7 +43,7 @@ func TestRoundTrips(t *testing.T) {
 		keys := idempotency.NewStore(idempotency.Config{Admit: limits.Admit})
 		srv := httptest.NewServer(api.NewHandler(api.Deps{
 			Pool: pool, Keys: keys, Logger: logger,
-			Payments: &payments.Service{Deps: operation.Deps{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger}},
+			Kinds: operation.Kinds{payments.Kind()}, Operations: operation.Deps{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger},
 			Auth:     tenant.NewAuthenticator(pool, tenant.AuthConfig{CacheTTL: time.Minute}),
 		}))
 		t.Cleanup(srv.Close)

@@ -14,13 +14,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	apispec "github.com/oncepay/oncepay/api"
-	"github.com/oncepay/oncepay/internal/authorizations"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/logctx"
 	"github.com/oncepay/oncepay/internal/metrics"
-	"github.com/oncepay/oncepay/internal/payments"
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/problem"
-	"github.com/oncepay/oncepay/internal/refunds"
 	"github.com/oncepay/oncepay/internal/respond"
 	"github.com/oncepay/oncepay/internal/serve"
 	"github.com/oncepay/oncepay/internal/tenant"
@@ -28,10 +26,13 @@ import (
 
 // Deps is what the API needs, built by cmd/api.
 type Deps struct {
-	Pool     *pgxpool.Pool
-	Keys     *idempotency.Store
-	Payments *payments.Service
-	Logger   *slog.Logger
+	Pool   *pgxpool.Pool
+	Keys   *idempotency.Store
+	Logger *slog.Logger
+	// Kinds are the operation kinds whose endpoints are served
+	// (kinds.All() in cmd/api), each built from Operations.
+	Kinds      operation.Kinds
+	Operations operation.Deps
 	// Metrics, if set, counts and times every request.
 	Metrics *metrics.Metrics
 	// DBTimeout bounds the database work of authentication. Defaults to 5s.
@@ -41,14 +42,8 @@ type Deps struct {
 	Auth *tenant.Authenticator
 	// Webhooks serves the provider's events, if set.
 	Webhooks http.Handler
-	// Refunds serves the refund routes, if set: cmd/api always sets it,
-	// tests of other parts may leave it out.
-	Refunds *refunds.Service
-	// Authorizations serves the capture and the cancel of a manual
-	// payment's authorization, if set: cmd/api always sets it.
-	Authorizations *authorizations.Service
 	// MoreV1Routes, if set, mounts a service's own endpoints inside the
-	// authenticated /v1 group, beside payments' and refunds': paths there
+	// authenticated /v1 group, beside the kinds': paths there
 	// are relative to /v1 ("/transfers" serves /v1/transfers).
 	MoreV1Routes func(r chi.Router, d Deps)
 }
@@ -104,17 +99,8 @@ func NewHandler(d Deps) http.Handler {
 			auth = tenant.NewAuthenticator(d.Pool, tenant.AuthConfig{Timeout: cmp.Or(d.DBTimeout, 5*time.Second)})
 		}
 		r.Use(auth.Middleware(d.Logger))
-		r.Method(http.MethodPost, "/payments", d.Payments.HandleCreate())
-		r.Get("/payments", d.Payments.HandleList())
-		r.Get("/payments/{id}", d.Payments.HandleGet())
-		if d.Refunds != nil {
-			r.Method(http.MethodPost, "/payments/{id}/refunds", d.Refunds.HandleCreate())
-			r.Get("/payments/{id}/refunds", d.Refunds.HandleList())
-			r.Get("/refunds/{id}", d.Refunds.HandleGet())
-		}
-		if d.Authorizations != nil {
-			r.Method(http.MethodPost, "/payments/{id}/capture", d.Authorizations.HandleCapture())
-			r.Method(http.MethodPost, "/payments/{id}/cancel", d.Authorizations.HandleCancel())
+		for _, kind := range d.Kinds {
+			kind.Routes(r, d.Operations)
 		}
 		if d.MoreV1Routes != nil {
 			d.MoreV1Routes(r, d)

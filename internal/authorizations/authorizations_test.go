@@ -24,6 +24,7 @@ import (
 	"github.com/oncepay/oncepay/internal/provider"
 	"github.com/oncepay/oncepay/internal/testkit/apitest"
 	"github.com/oncepay/oncepay/internal/testkit/pgtest"
+	"github.com/oncepay/oncepay/internal/testkit/workertest"
 	"github.com/oncepay/oncepay/tools/stripesim"
 )
 
@@ -53,21 +54,14 @@ func setup(t *testing.T, deferWorker bool) *bundle {
 	keys := b.api.Keys
 	workers := river.NewWorkers()
 	river.AddWorker(workers, payments.NewChargeWorker(pool, keys, b.provider, logger, cfg))
-	river.AddWorker(workers, authorizations.NewWorker(pool, keys, b.provider, logger, cfg))
-	reconcileCfg := operation.ReconcileConfig{
-		Settle:    100 * time.Millisecond,
-		RetryBase: 100 * time.Millisecond, RetryMax: 500 * time.Millisecond, RunBudget: 5 * time.Second}
-	river.AddWorker(workers, &authorizations.ReconcileCapturesWorker{
-		Reconciler: authorizations.NewReconciler(pool, keys, b.provider, logger, reconcileCfg, authorizations.Capture)})
-	river.AddWorker(workers, &authorizations.ReconcileCancelsWorker{
-		Reconciler: authorizations.NewReconciler(pool, keys, b.provider, logger, reconcileCfg, authorizations.Cancel)})
-	every := func(args river.JobArgs) *river.PeriodicJob {
-		return river.NewPeriodicJob(river.PeriodicInterval(200*time.Millisecond), func() (river.JobArgs, *river.InsertOpts) { return args, nil }, nil)
-	}
+	env := operation.Env{Pool: pool, Keys: keys, Provider: b.provider, Logger: logger, Worker: cfg,
+		Reconcile: operation.ReconcileConfig{Settle: 100 * time.Millisecond,
+			RetryBase: 100 * time.Millisecond, RetryMax: 500 * time.Millisecond, RunBudget: 5 * time.Second}}
+	periodic := workertest.Start(t, workers, env, 200*time.Millisecond, authorizations.CaptureKind(), authorizations.CancelKind())
 	client, err := outbox.NewWorkerClient(pool, outbox.WorkerConfig{
 		Workers: workers, JobTimeout: cfg.WithDefaults().MaxAttemptDuration(), RescueStuckJobsAfter: time.Minute,
 		Retry: outbox.RetryPolicy{Base: 20 * time.Millisecond, Max: 100 * time.Millisecond}, Logger: logger,
-		PeriodicJobs: []*river.PeriodicJob{every(authorizations.ReconcileCapturesArgs{}), every(authorizations.ReconcileCancelsArgs{})},
+		PeriodicJobs: periodic,
 	})
 	require.NoError(t, err)
 	b.client = client

@@ -3,7 +3,6 @@ package authorizations
 import (
 	"github.com/riverqueue/river"
 
-	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/outbox"
 )
 
@@ -27,36 +26,3 @@ func (ActPaymentArgs) InsertOpts() river.InsertOpts {
 		UniqueOpts:  river.UniqueOpts{ByArgs: true, ByState: outbox.LiveJobStates()},
 	}
 }
-
-// The periodic jobs of the captures' and the cancels' reconcilers and
-// sweepers, on the maintenance queue, one at a time each.
-type (
-	ReconcileCapturesArgs struct{}
-	ReconcileCancelsArgs  struct{}
-	SweepCapturesArgs     struct{}
-	SweepCancelsArgs      struct{}
-)
-
-// Kind is the job's River kind.
-func (ReconcileCapturesArgs) Kind() string { return "reconcile_captures" }
-
-// Kind is the job's River kind.
-func (ReconcileCancelsArgs) Kind() string { return "reconcile_cancels" }
-
-// Kind is the job's River kind.
-func (SweepCapturesArgs) Kind() string { return "sweep_stranded_captures" }
-
-// Kind is the job's River kind.
-func (SweepCancelsArgs) Kind() string { return "sweep_stranded_cancels" }
-
-// InsertOpts puts the job on the maintenance queue, one at a time.
-func (ReconcileCapturesArgs) InsertOpts() river.InsertOpts { return operation.MaintenanceInsertOpts() }
-
-// InsertOpts puts the job on the maintenance queue, one at a time.
-func (ReconcileCancelsArgs) InsertOpts() river.InsertOpts { return operation.MaintenanceInsertOpts() }
-
-// InsertOpts puts the job on the maintenance queue, one at a time.
-func (SweepCapturesArgs) InsertOpts() river.InsertOpts { return operation.MaintenanceInsertOpts() }
-
-// InsertOpts puts the job on the maintenance queue, one at a time.
-func (SweepCancelsArgs) InsertOpts() river.InsertOpts { return operation.MaintenanceInsertOpts() }

@@ -22,17 +22,12 @@ type Reconciler = operation.Reconciler[claim, provider.Outcome]
 // NewReconciler returns the Reconciler of one kind's actions (captures, or
 // cancels), with the settings of every kind's reconciler.
 func NewReconciler(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, logger *slog.Logger, cfg operation.ReconcileConfig, kind Kind) *Reconciler {
-	cfg = cfg.WithDefaults()
-	return operation.NewReconciler(pool, keys, logger, cfg, tableOf(kind),
-		reconcilable{actionLocks: actionLocks{keys}, pool: pool, provider: pc, cfg: cfg})
+	return operation.NewReconciler(pool, keys, logger, cfg, tableOf(kind), newReconcilable(pool, keys, pc, cfg))
 }
 
-// ReconcileCapturesWorker and ReconcileCancelsWorker run each kind's
-// Reconciler as a River job of its own.
-type (
-	ReconcileCapturesWorker = operation.ReconcileWorker[ReconcileCapturesArgs]
-	ReconcileCancelsWorker  = operation.ReconcileWorker[ReconcileCancelsArgs]
-)
+func newReconcilable(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, cfg operation.ReconcileConfig) reconcilable {
+	return reconcilable{actionLocks: actionLocks{keys}, pool: pool, provider: pc, cfg: cfg.WithDefaults()}
+}
 
 // claim is an action as the reconciler claims it, with whether its attempt
 // window has settled by the database's clock.
@@ -79,23 +74,4 @@ func (k reconcilable) RecordFinal(ctx context.Context, c claim, out provider.Out
 		}
 		return recordOutcome(ctx, tx, k.keys, p, a, out)
 	})
-}
-
-// Sweeper hands an action still pending, whose job will not run again, to
-// reconciliation.
-type Sweeper = operation.Sweeper[Action]
-
-// SweepCapturesWorker and SweepCancelsWorker run each kind's Sweeper as a
-// River job of its own.
-type (
-	SweepCapturesWorker = operation.SweepWorker[SweepCapturesArgs, Action]
-	SweepCancelsWorker  = operation.SweepWorker[SweepCancelsArgs, Action]
-)
-
-// NewSweeper returns the Sweeper of one kind's actions.
-func NewSweeper(pool *pgxpool.Pool, keys *idempotency.Store, logger *slog.Logger, cfg operation.SweepConfig, kind Kind) *Sweeper {
-	return operation.NewSweeper(pool, keys, logger, cfg, tableOf(kind), operation.Stranded{
-		JobKind: ActPaymentArgs{}.Kind(), JobArg: "action_id",
-		Reason: "no job was left to send this " + string(kind),
-	}, actionLocks{keys})
 }

@@ -21,7 +21,7 @@ func TestAlertRulesNameOurMetrics(t *testing.T) {
 	rules := alertrules.Load(t, "../..")
 
 	m := metrics.New()
-	m.RegisterDatabase(nil) // descriptions only: nothing is scraped
+	m.RegisterDatabase(nil, nil) // descriptions only: nothing is scraped
 	descs := make(chan *prometheus.Desc, 1000)
 	m.Registry().Describe(descs)
 	close(descs)

@@ -2,6 +2,8 @@ package metrics
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -27,8 +29,24 @@ type database struct {
 	queries []databaseQuery
 }
 
-// RegisterDatabase adds the gauges read from the database to m.
-func (m *Metrics) RegisterDatabase(pool *pgxpool.Pool) {
+// OperationTable is where one operation kind's rows are: Table, narrowed
+// by Scope (a condition) where kinds share a table.
+type OperationTable struct{ Operation, Table, Scope string }
+
+// RegisterDatabase adds the gauges read from the database to m, with the
+// operations' gauges over every kind of operations.
+func (m *Metrics) RegisterDatabase(pool *pgxpool.Pool, operations []OperationTable) {
+	var byStatus, awaiting []string
+	for _, op := range operations {
+		where := "TRUE"
+		if op.Scope != "" {
+			where = op.Scope
+		}
+		byStatus = append(byStatus, fmt.Sprintf(`SELECT %s, status, count(*) FROM %s WHERE %s GROUP BY status`,
+			quoteLiteral(op.Operation), op.Table, where))
+		awaiting = append(awaiting, fmt.Sprintf(`SELECT %s, count(*) FROM %s WHERE %s AND status = 'requires_reconciliation' AND reconcile_after IS NULL`,
+			quoteLiteral(op.Operation), op.Table, where))
+	}
 	gauge := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc(name, help, labels, nil)
 	}
@@ -41,15 +59,10 @@ func (m *Metrics) RegisterDatabase(pool *pgxpool.Pool) {
 				`SELECT status, count(*) FROM payments GROUP BY status`},
 			{gauge("oncepay_payments_awaiting_operator", "Payments the reconciler gave up on (requires_reconciliation, no next look)."),
 				`SELECT count(*) FROM payments WHERE status = 'requires_reconciliation' AND reconcile_after IS NULL`},
-			{gauge("oncepay_operations", "Provider operations by operation (payment, refund) and status.", "operation", "status"),
-				`SELECT 'payment', status, count(*) FROM payments GROUP BY status
-				UNION ALL SELECT 'refund', status, count(*) FROM refunds GROUP BY status
-				UNION ALL SELECT action, status, count(*) FROM payment_actions GROUP BY action, status`},
+			{gauge("oncepay_operations", "Provider operations by operation (payment, refund, capture, cancel, payout) and status.", "operation", "status"),
+				strings.Join(byStatus, "\nUNION ALL ")},
 			{gauge("oncepay_operations_awaiting_operator", "Operations the reconciler gave up on (requires_reconciliation, no next look), by operation.", "operation"),
-				`SELECT 'payment', count(*) FROM payments WHERE status = 'requires_reconciliation' AND reconcile_after IS NULL
-				UNION ALL SELECT 'refund', count(*) FROM refunds WHERE status = 'requires_reconciliation' AND reconcile_after IS NULL
-				UNION ALL SELECT action, count(*) FROM payment_actions WHERE status = 'requires_reconciliation' AND reconcile_after IS NULL
-					GROUP BY action`},
+				strings.Join(awaiting, "\nUNION ALL ")},
 			{gauge("oncepay_idempotency_keys", "Idempotency keys by status (expired: tombstones).", "status"),
 				`SELECT status, count(*) FROM idempotency_keys GROUP BY status`},
 			{gauge("oncepay_river_jobs", "River jobs by queue, kind and state.", "queue", "kind", "state"),
@@ -129,3 +142,6 @@ func number(v any) float64 {
 	}
 	return 0
 }
+
+// quoteLiteral quotes s as an SQL string literal.
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }

@@ -82,7 +82,7 @@ func New() *Metrics {
 		}, []string{"limit"}),
 		keysSwept: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "oncepay_idempotency_keys_swept_total",
-			Help: "Processing keys the sweeper moved to unknown, their payment or refund having no job left (handed to reconciliation), by resource (payment, refund).",
+			Help: "Processing keys the sweeper moved to unknown, their operation having no job left (handed to reconciliation), by resource: the operation kind (payment, refund, capture, cancel, payout).",
 		}, []string{"resource"}),
 		keysTombstoned: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "oncepay_idempotency_keys_tombstoned_total", Help: "Finished keys past their retention that the reaper made tombstones.",
@@ -91,10 +91,6 @@ func New() *Metrics {
 			Name: "oncepay_idempotency_keys_reaped_total", Help: "Tombstones past their own retention that the reaper deleted.",
 		}),
 	}
-	// Both resources from the start, so that a rate over them is 0, not
-	// absent, until the first sweep.
-	m.keysSwept.WithLabelValues("payment")
-	m.keysSwept.WithLabelValues("refund")
 	m.registry.MustRegister(m.httpRequests, m.httpDuration, m.decisions, m.duplicates, m.providerCalls, m.providerDuration,
 		m.reconciliations, m.rateLimited, m.keysSwept, m.keysTombstoned, m.keysReaped,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -166,6 +162,14 @@ func (m *Metrics) tenantLabel(tenantID string) string {
 // ended in result.
 func (m *Metrics) Reconciliations(operation, result string, n int) {
 	m.reconciliations.WithLabelValues(operation, result).Add(float64(n))
+}
+
+// SweptKinds starts each operation kind's sweep counter at zero, so that a
+// rate over it is 0, not absent, until the first sweep.
+func (m *Metrics) SweptKinds(kinds ...string) {
+	for _, kind := range kinds {
+		m.keysSwept.WithLabelValues(kind)
+	}
 }
 
 // KeySwept counts one key whose resource ("payment", "refund") the sweeper

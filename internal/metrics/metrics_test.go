@@ -16,6 +16,7 @@ import (
 	"github.com/oncepay/oncepay/internal/api"
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/kinds"
 	"github.com/oncepay/oncepay/internal/metrics"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/outbox"
@@ -80,7 +81,7 @@ func TestAPIMetricsMoveWithRequests(t *testing.T) {
 	jobs, err := outbox.NewInsertOnly(pool, logger)
 	require.NoError(t, err)
 	srv := httptest.NewServer(api.NewHandler(api.Deps{Pool: pool, Keys: keys, Logger: logger, Metrics: m,
-		Payments: &payments.Service{Deps: operation.Deps{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger}}}))
+		Kinds: operation.Kinds{payments.Kind()}, Operations: operation.Deps{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger}}))
 	defer srv.Close()
 	acme, err := tenant.Create(context.Background(), pool, "metrics-"+id.New("t"))
 	require.NoError(t, err)
@@ -181,7 +182,7 @@ func TestDatabaseGauges(t *testing.T) {
 	pool, _ := pgtest.NewPool(t)
 	logger := slog.New(slog.DiscardHandler)
 	m := metrics.New()
-	m.RegisterDatabase(pool)
+	m.RegisterDatabase(pool, kinds.MetricsTables(kinds.All()))
 	reg := m.Registry()
 	require.Equal(t, 1.0, value(t, reg, "oncepay_database_scrape_ok", nil))
 	require.Equal(t, 0.0, value(t, reg, "oncepay_payments", map[string]string{"status": "processing"}))
@@ -190,7 +191,7 @@ func TestDatabaseGauges(t *testing.T) {
 	jobs, err := outbox.NewInsertOnly(pool, logger)
 	require.NoError(t, err)
 	srv := httptest.NewServer(api.NewHandler(api.Deps{Pool: pool, Keys: keys, Logger: logger,
-		Payments: &payments.Service{Deps: operation.Deps{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger}}}))
+		Kinds: operation.Kinds{payments.Kind()}, Operations: operation.Deps{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger}}))
 	defer srv.Close()
 	acme, err := tenant.Create(context.Background(), pool, "gauges-"+id.New("t"))
 	require.NoError(t, err)
@@ -233,6 +234,7 @@ func TestDatabaseGauges(t *testing.T) {
 func TestKeyLifecycleCounters(t *testing.T) {
 	t.Parallel()
 	m := metrics.New()
+	m.SweptKinds(kinds.All().Names()...)
 	reg := m.Registry()
 	rec := httptest.NewRecorder()
 	m.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))

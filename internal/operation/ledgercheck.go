@@ -278,25 +278,36 @@ func (c *LedgerChecker[Op, Obj]) record(ctx context.Context, res *LedgerCheckRes
 	return nil
 }
 
+// LedgerPass is one kind's ledger check, as LedgerCheckWorker runs it: a
+// LedgerChecker of any kind.
+type LedgerPass interface {
+	Check(ctx context.Context, from, to time.Time) (LedgerCheckResult, error)
+	passInfo() (LedgerCheckConfig, Table, *slog.Logger)
+}
+
+func (c *LedgerChecker[Op, Obj]) passInfo() (LedgerCheckConfig, Table, *slog.Logger) {
+	return c.cfg, c.table, c.logger
+}
+
 // LedgerCheckWorker runs a kind's LedgerChecker over its window as a
 // River job. Two runs side by side are harmless: a finding already open is
 // not recorded again.
-type LedgerCheckWorker[Args river.JobArgs, Op, Obj any] struct {
+type LedgerCheckWorker[Args river.JobArgs] struct {
 	river.WorkerDefaults[Args]
-	Checker *LedgerChecker[Op, Obj]
+	Checker LedgerPass
 }
 
 // Timeout lets a run list a large window page by page.
-func (w *LedgerCheckWorker[Args, Op, Obj]) Timeout(*river.Job[Args]) time.Duration {
+func (w *LedgerCheckWorker[Args]) Timeout(*river.Job[Args]) time.Duration {
 	return 15 * time.Minute
 }
 
 // Work checks the window ending now.
-func (w *LedgerCheckWorker[Args, Op, Obj]) Work(ctx context.Context, _ *river.Job[Args]) error {
-	c := w.Checker
+func (w *LedgerCheckWorker[Args]) Work(ctx context.Context, _ *river.Job[Args]) error {
+	cfg, table, logger := w.Checker.passInfo()
 	to := time.Now()
-	res, err := c.Check(ctx, to.Add(-c.cfg.Window), to)
-	c.logger.InfoContext(ctx, "ledger check", slog.String("operation", c.table.Operation), slog.Int("listed", res.Listed),
+	res, err := w.Checker.Check(ctx, to.Add(-cfg.Window), to)
+	logger.InfoContext(ctx, "ledger check", slog.String("operation", table.Operation), slog.Int("listed", res.Listed),
 		slog.Int("succeeded", res.Succeeded), slog.Int("disagreements", len(res.Disagreements)),
 		slog.Int("new_findings", res.NewFindings()), slog.Int("unchecked", res.Unchecked), slog.Any("error", err))
 	return err

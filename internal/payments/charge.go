@@ -35,10 +35,13 @@ type ChargeWorker = operation.Worker[ChargePaymentArgs, Payment, provider.Outcom
 
 // NewChargeWorker returns a worker.
 func NewChargeWorker(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, logger *slog.Logger, cfg operation.WorkerConfig) *ChargeWorker {
+	return operation.NewWorker(pool, keys, logger, cfg, "charge", paymentsTable, newChargeable(pool, keys, pc, cfg))
+}
+
+func newChargeable(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, cfg operation.WorkerConfig) chargeable {
 	cfg = cfg.WithDefaults()
-	return operation.NewWorker(pool, keys, logger, cfg, "charge", paymentsTable,
-		chargeable{paymentLocks: paymentLocks{keys}, pool: pool, provider: pc,
-			starter: newAttemptStarter(pool, cfg.ProviderCallTimeout()), recorder: newOutcomeRecorder(pool, keys, cfg.RecordTimeout)})
+	return chargeable{paymentLocks: paymentLocks{keys}, pool: pool, provider: pc,
+		starter: newAttemptStarter(pool, cfg.ProviderCallTimeout()), recorder: newOutcomeRecorder(pool, keys, cfg.RecordTimeout)}
 }
 
 // paymentLocks is how the engine reads and locks a payment.

@@ -27,6 +27,7 @@ import (
 	"github.com/oncepay/oncepay/internal/tenant"
 	"github.com/oncepay/oncepay/internal/testkit/apitest"
 	"github.com/oncepay/oncepay/internal/testkit/pgtest"
+	"github.com/oncepay/oncepay/internal/testkit/workertest"
 	"github.com/oncepay/oncepay/tools/stripesim"
 )
 
@@ -51,12 +52,18 @@ type chargeBundle struct {
 // reconciler returns a Reconciler for the bundle with the tests' short
 // timers where cfg leaves them zero.
 func (b *chargeBundle) reconciler(cfg payments.ReconcileConfig) *payments.Reconciler {
+	return payments.NewReconciler(b.pool, b.keys, b.provider, b.logger, shortReconcile(cfg))
+}
+
+// shortReconcile is cfg with the tests' short timers where it leaves them
+// zero.
+func shortReconcile(cfg payments.ReconcileConfig) payments.ReconcileConfig {
 	cfg.Settle = cmp.Or(cfg.Settle, 100*time.Millisecond)
 	cfg.RetryBase = cmp.Or(cfg.RetryBase, 100*time.Millisecond)
 	cfg.RetryMax = cmp.Or(cfg.RetryMax, 500*time.Millisecond)
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, 100*time.Millisecond)
 	cfg.RunBudget = cmp.Or(cfg.RunBudget, 5*time.Second)
-	return payments.NewReconciler(b.pool, b.keys, b.provider, b.logger, cfg)
+	return cfg
 }
 
 type chargeOptions struct {
@@ -93,21 +100,15 @@ func setupCharge(t *testing.T, opts chargeOptions) *chargeBundle {
 	}
 	providerClient := provider.New(provider.Config{SecretKey: "sk_test_oncepay", APIBase: simServer.URL})
 	workers := river.NewWorkers()
-	river.AddWorker(workers, payments.NewChargeWorker(pool, keys, providerClient, logger, cfg))
 	b := &chargeBundle{t: t, ctx: ctx, pool: pool, api: apiServer, sim: stripesim.AdminClient{BaseURL: simServer.URL}, tenant: apiServer.Tenant, keys: keys,
 		provider: providerClient, logger: logger, chargeCfg: cfg}
-	var periodic []*river.PeriodicJob
-	if opts.reconcile {
-		river.AddWorker(workers, &payments.ReconcileWorker{Reconciler: b.reconciler(opts.reconcileCfg)})
-		scfg := opts.sweepCfg
-		scfg.Grace = cmp.Or(scfg.Grace, time.Second)
-		river.AddWorker(workers, &payments.SweepWorker{Sweeper: payments.NewSweeper(pool, keys, logger, scfg)})
-		periodic = []*river.PeriodicJob{
-			river.NewPeriodicJob(river.PeriodicInterval(200*time.Millisecond),
-				func() (river.JobArgs, *river.InsertOpts) { return payments.ReconcilePaymentsArgs{}, nil }, nil),
-			river.NewPeriodicJob(river.PeriodicInterval(200*time.Millisecond),
-				func() (river.JobArgs, *river.InsertOpts) { return payments.SweepPaymentsArgs{}, nil }, nil),
-		}
+	scfg := opts.sweepCfg
+	scfg.Grace = cmp.Or(scfg.Grace, time.Second)
+	env := operation.Env{Pool: pool, Keys: keys, Provider: providerClient, Logger: logger, Worker: cfg,
+		Reconcile: shortReconcile(opts.reconcileCfg), Sweep: scfg}
+	periodic := workertest.Start(t, workers, env, 200*time.Millisecond, payments.Kind())
+	if !opts.reconcile {
+		periodic = nil
 	}
 	client, err := outbox.NewWorkerClient(pool, outbox.WorkerConfig{
 		Workers: workers, JobTimeout: cfg.JobTimeout, RescueStuckJobsAfter: time.Minute,

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
 	"github.com/stripe/stripe-go/v76"
 
 	"github.com/oncepay/oncepay/internal/ledger"
@@ -149,15 +148,3 @@ func paymentEvidence(p Payment) map[string]any {
 	return map[string]any{"id": p.ID, "tenant_id": p.TenantID, "status": p.Status, "amount": p.Amount, "currency": p.Currency,
 		"generation": p.ProviderKeyGeneration, "intent_id": p.ProviderPaymentIntentID, "failure_code": p.FailureCode}
 }
-
-// LedgerCheckArgs is the LedgerChecker's periodic job.
-type LedgerCheckArgs struct{}
-
-// Kind is the job's River kind.
-func (LedgerCheckArgs) Kind() string { return "ledger_check" }
-
-// InsertOpts puts the job on the maintenance queue, one per tick.
-func (LedgerCheckArgs) InsertOpts() river.InsertOpts { return operation.MaintenanceInsertOpts() }
-
-// LedgerCheckWorker runs the payments' LedgerChecker as a River job.
-type LedgerCheckWorker = operation.LedgerCheckWorker[LedgerCheckArgs, Payment, *provider.Intent]

@@ -8,7 +8,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
 	"github.com/stripe/stripe-go/v76"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
@@ -192,17 +191,3 @@ func (r *Reconciler) recordFinal(ctx context.Context, p Payment, out provider.Ou
 // notReachedMessage is what the payment shows once proven never charged.
 const notReachedMessage = "The payment never reached the payment provider and nothing was charged. " +
 	"Retry the request with the same Idempotency-Key to charge it."
-
-// ReconcilePaymentsArgs is the Reconciler's periodic job.
-type ReconcilePaymentsArgs struct{}
-
-// Kind is the job's River kind.
-func (ReconcilePaymentsArgs) Kind() string { return "reconcile_payments" }
-
-// InsertOpts puts the job on the maintenance queue, one at a time.
-func (ReconcilePaymentsArgs) InsertOpts() river.InsertOpts {
-	return operation.MaintenanceInsertOpts()
-}
-
-// ReconcileWorker runs the Reconciler as a River job.
-type ReconcileWorker = operation.ReconcileWorker[ReconcilePaymentsArgs]

@@ -44,7 +44,7 @@ func startOn(t *testing.T, pool *pgxpool.Pool, cfg ratelimit.Config) (*server, f
 	jobs, err := outbox.NewInsertOnly(pool, logger)
 	require.NoError(t, err)
 	srv := httptest.NewServer(api.NewHandler(api.Deps{Pool: pool, Keys: keys, Logger: logger,
-		Payments: &payments.Service{Deps: operation.Deps{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger}}}))
+		Kinds: operation.Kinds{payments.Kind()}, Operations: operation.Deps{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger}}))
 	t.Cleanup(srv.Close)
 	return &server{t: t, url: srv.URL}, func(name string) tenant.Created {
 		created, err := tenant.Create(context.Background(), pool, name+"-"+id.New("t"))

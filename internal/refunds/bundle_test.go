@@ -23,6 +23,7 @@ import (
 	"github.com/oncepay/oncepay/internal/refunds"
 	"github.com/oncepay/oncepay/internal/testkit/apitest"
 	"github.com/oncepay/oncepay/internal/testkit/pgtest"
+	"github.com/oncepay/oncepay/internal/testkit/workertest"
 	"github.com/oncepay/oncepay/tools/stripesim"
 )
 
@@ -71,17 +72,14 @@ func setup(t *testing.T, opts options) *bundle {
 	}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, payments.NewChargeWorker(pool, b.keys, b.provider, logger, b.cfg))
-	river.AddWorker(workers, refunds.NewWorker(pool, b.keys, b.provider, logger, b.cfg))
-	var periodic []*river.PeriodicJob
-	if opts.lifecycle {
-		river.AddWorker(workers, &refunds.ReconcileWorker{Reconciler: b.reconciler(opts.reconcileCfg)})
-		river.AddWorker(workers, &refunds.SweepWorker{Sweeper: refunds.NewSweeper(pool, b.keys, logger, payments.SweepConfig{Grace: time.Second, OnSwept: opts.onSwept})})
-		periodic = []*river.PeriodicJob{
-			river.NewPeriodicJob(river.PeriodicInterval(200*time.Millisecond),
-				func() (river.JobArgs, *river.InsertOpts) { return refunds.ReconcileRefundsArgs{}, nil }, nil),
-			river.NewPeriodicJob(river.PeriodicInterval(200*time.Millisecond),
-				func() (river.JobArgs, *river.InsertOpts) { return refunds.SweepRefundsArgs{}, nil }, nil),
-		}
+	env := operation.Env{Pool: pool, Keys: b.keys, Provider: b.provider, Logger: logger, Worker: b.cfg,
+		Reconcile: shortReconcile(opts.reconcileCfg), Sweep: operation.SweepConfig{Grace: time.Second}}
+	if opts.onSwept != nil {
+		env.Swept = func(string) { opts.onSwept() }
+	}
+	periodic := workertest.Start(t, workers, env, 200*time.Millisecond, refunds.Kind())
+	if !opts.lifecycle {
+		periodic = nil
 	}
 	client, err := outbox.NewWorkerClient(pool, outbox.WorkerConfig{
 		Workers: workers, JobTimeout: b.cfg.MaxAttemptDuration(), RescueStuckJobsAfter: time.Minute,
@@ -99,12 +97,18 @@ func setup(t *testing.T, opts options) *bundle {
 // reconciler returns a refund Reconciler with the tests' short timers where
 // cfg leaves them zero.
 func (b *bundle) reconciler(cfg payments.ReconcileConfig) *refunds.Reconciler {
+	return refunds.NewReconciler(b.pool, b.keys, b.provider, b.logger, shortReconcile(cfg))
+}
+
+// shortReconcile is cfg with the tests' short timers where it leaves them
+// zero.
+func shortReconcile(cfg payments.ReconcileConfig) payments.ReconcileConfig {
 	cfg.Settle = cmp.Or(cfg.Settle, 100*time.Millisecond)
 	cfg.RetryBase = cmp.Or(cfg.RetryBase, 100*time.Millisecond)
 	cfg.RetryMax = cmp.Or(cfg.RetryMax, 500*time.Millisecond)
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, 100*time.Millisecond)
 	cfg.RunBudget = cmp.Or(cfg.RunBudget, 5*time.Second)
-	return refunds.NewReconciler(b.pool, b.keys, b.provider, b.logger, cfg)
+	return cfg
 }
 
 func (b *bundle) startWorker() {

@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
 	"github.com/stripe/stripe-go/v76"
 
 	"github.com/oncepay/oncepay/internal/ledger"
@@ -150,15 +149,3 @@ func refundEvidence(r Refund) map[string]any {
 		"currency": r.Currency, "generation": r.ProviderKeyGeneration, "provider_refund_id": r.ProviderRefundID,
 		"failure_code": r.FailureCode}
 }
-
-// LedgerCheckArgs is the refund LedgerChecker's periodic job.
-type LedgerCheckArgs struct{}
-
-// Kind is the job's River kind.
-func (LedgerCheckArgs) Kind() string { return "ledger_check_refunds" }
-
-// InsertOpts puts the job on the maintenance queue, one per tick.
-func (LedgerCheckArgs) InsertOpts() river.InsertOpts { return operation.MaintenanceInsertOpts() }
-
-// LedgerCheckWorker runs the refunds' LedgerChecker as a River job.
-type LedgerCheckWorker = operation.LedgerCheckWorker[LedgerCheckArgs, Refund, *provider.Refund]

@@ -7,7 +7,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/operation"
@@ -20,13 +19,7 @@ import (
 // refund id when one is known, else among the payment intent's refunds
 // (the list endpoint, which is consistent) by refund_id and
 // refund_generation metadata.
-type Reconciler struct {
-	*operation.Reconciler[claim, provider.RefundOutcome]
-	pool     *pgxpool.Pool
-	keys     *idempotency.Store
-	provider *provider.Client
-	cfg      operation.ReconcileConfig
-}
+type Reconciler = operation.Reconciler[claim, provider.RefundOutcome]
 
 // refundsTable is where the engine finds refunds.
 var refundsTable = operation.Table{
@@ -45,9 +38,11 @@ var refundsTable = operation.Table{
 // NewReconciler returns a refund Reconciler, with the settings of every
 // operation kind's reconciler.
 func NewReconciler(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, logger *slog.Logger, cfg operation.ReconcileConfig) *Reconciler {
-	r := &Reconciler{pool: pool, keys: keys, provider: pc, cfg: cfg.WithDefaults()}
-	r.Reconciler = operation.NewReconciler(pool, keys, logger, cfg, refundsTable, reconcilable{refundLocks{keys}, r})
-	return r
+	return operation.NewReconciler(pool, keys, logger, cfg, refundsTable, newReconcilable(pool, keys, pc, cfg))
+}
+
+func newReconcilable(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, cfg operation.ReconcileConfig) reconcilable {
+	return reconcilable{refundLocks: refundLocks{keys}, pool: pool, provider: pc, cfg: cfg.WithDefaults()}
 }
 
 // claim is a refund as the reconciler claims it, with its payment's
@@ -62,7 +57,9 @@ type claim struct {
 // reconcilable is what refunds supply to the engine's reconciler.
 type reconcilable struct {
 	refundLocks
-	r *Reconciler
+	pool     *pgxpool.Pool
+	provider *provider.Client
+	cfg      operation.ReconcileConfig
 }
 
 func (k reconcilable) Entry(c claim) operation.Entry { return entryOf(c.Refund) }
@@ -70,18 +67,18 @@ func (k reconcilable) Entry(c claim) operation.Entry { return entryOf(c.Refund) 
 // RecordFinal records a final outcome found by reconciliation, as the
 // worker would, under the one lock order.
 func (k reconcilable) RecordFinal(ctx context.Context, c claim, out provider.RefundOutcome) error {
-	return postgres.InTx(ctx, k.r.pool, func(tx pgx.Tx) error {
-		if _, err := lockForOutcome(ctx, tx, k.r.keys, c.TenantID, c.ID); err != nil {
+	return postgres.InTx(ctx, k.pool, func(tx pgx.Tx) error {
+		if _, err := lockForOutcome(ctx, tx, k.keys, c.TenantID, c.ID); err != nil {
 			return err
 		}
-		_, _, err := recordOutcome(ctx, tx, k.r.keys, c.Refund, out)
+		_, _, err := recordOutcome(ctx, tx, k.keys, c.Refund, out)
 		return err
 	})
 }
 
 // LookUp asks the provider what became of the refund.
 func (k reconcilable) LookUp(ctx context.Context, c claim) (provider.RefundOutcome, operation.Look) {
-	out, absent, note := k.r.lookUp(ctx, c)
+	out, absent, note := k.lookUp(ctx, c)
 	switch {
 	case out.Kind == provider.Succeeded || out.Kind == provider.Declined:
 		return out, operation.Look{Found: operation.Final, ProviderID: out.RefundID()}
@@ -96,7 +93,7 @@ func (k reconcilable) LookUp(ctx context.Context, c claim) (provider.RefundOutco
 // lookUp asks the provider what became of the refund. absent is the proof
 // that none was created for its generation; otherwise an Ambiguous outcome
 // carries in note why the look could not tell.
-func (r *Reconciler) lookUp(ctx context.Context, c claim) (out provider.RefundOutcome, absent bool, note string) {
+func (r reconcilable) lookUp(ctx context.Context, c claim) (out provider.RefundOutcome, absent bool, note string) {
 	callCtx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
 	defer cancel()
 	if c.ProviderRefundID != nil {
@@ -141,16 +138,3 @@ func errText(err error) string {
 // notReachedMessage is what the refund shows once proven never sent.
 const notReachedMessage = "The refund never reached the payment provider and nothing was refunded. " +
 	"Retry the request with the same Idempotency-Key to refund it."
-
-// ReconcileRefundsArgs is the refund Reconciler's periodic job.
-type ReconcileRefundsArgs struct{}
-
-// Kind is the job's River kind.
-func (ReconcileRefundsArgs) Kind() string { return "reconcile_refunds" }
-
-// InsertOpts puts the job on the maintenance queue, one at a time, without
-// retries: the next tick is the retry.
-func (ReconcileRefundsArgs) InsertOpts() river.InsertOpts { return operation.MaintenanceInsertOpts() }
-
-// ReconcileWorker runs the refund Reconciler as a River job.
-type ReconcileWorker = operation.ReconcileWorker[ReconcileRefundsArgs]

@@ -132,3 +132,22 @@ func nonEmpty(s string) *string {
 	}
 	return &s
 }
+
+// OperatorView is a refund as an operator sees it: what the API shows, and
+// the key and provider bookkeeping it hides.
+type OperatorView struct {
+	Refund
+	TenantID          string     `json:"tenant_id"`
+	IdempotencyKey    string     `json:"idempotency_key"`
+	Generation        int        `json:"generation"`
+	FirstAttemptAt    *time.Time `json:"first_attempt_at"`
+	LastAttemptAt     *time.Time `json:"last_attempt_at"`
+	ReconcileAfter    *time.Time `json:"reconcile_after"`
+	ReconcileAttempts int        `json:"reconcile_attempts"`
+}
+
+func operatorView(r Refund) OperatorView {
+	return OperatorView{Refund: r, TenantID: r.TenantID, IdempotencyKey: r.IdempotencyKey, Generation: r.ProviderKeyGeneration,
+		FirstAttemptAt: r.FirstProviderAttemptAt, LastAttemptAt: r.LastProviderAttemptAt, ReconcileAfter: r.ReconcileAfter,
+		ReconcileAttempts: r.ReconcileAttempts}
+}

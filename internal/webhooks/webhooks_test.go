@@ -100,8 +100,7 @@ func setup(t *testing.T, opts options) *bundle {
 	}
 	apiSrv := httptest.NewServer(api.NewHandler(api.Deps{
 		Pool: pool, Keys: keys, Logger: logger,
-		Payments: &payments.Service{Deps: operation.Deps{DB: pool, Keys: keys, Outbox: jobs, Logger: logger}},
-		Refunds:  &refunds.Service{Deps: operation.Deps{DB: pool, Keys: keys, Outbox: jobs, Logger: logger}},
+		Kinds: operation.Kinds{payments.Kind(), refunds.Kind()}, Operations: operation.Deps{DB: pool, Keys: keys, Outbox: jobs, Logger: logger},
 		Webhooks: &webhooks.Handler{Pool: pool, Jobs: jobs, Logger: logger, Secret: hookSecret},
 	}))
 	t.Cleanup(apiSrv.Close)

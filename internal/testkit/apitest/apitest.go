@@ -17,12 +17,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncepay/oncepay/internal/api"
-	"github.com/oncepay/oncepay/internal/authorizations"
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/kinds"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/outbox"
-	"github.com/oncepay/oncepay/internal/payments"
-	"github.com/oncepay/oncepay/internal/refunds"
 	"github.com/oncepay/oncepay/internal/tenant"
 	"github.com/oncepay/oncepay/internal/webhooks"
 )
@@ -86,11 +84,10 @@ func start(t testing.TB, pool *pgxpool.Pool, created tenant.Created, moreV1Route
 	operations := operation.Deps{DB: pool, Keys: keys, Outbox: outbox.New(inserter), Logger: logger}
 	handler := api.NewHandler(api.Deps{
 		Pool: pool, Keys: keys, Logger: logger,
-		Payments:       &payments.Service{Deps: operations},
-		Refunds:        &refunds.Service{Deps: operations},
-		Authorizations: &authorizations.Service{Deps: operations},
-		Webhooks:       &webhooks.Handler{Pool: pool, Jobs: operations.Outbox, Logger: logger, Secret: WebhookSecret},
-		MoreV1Routes:   moreV1Routes,
+		Kinds:        kinds.All(),
+		Operations:   operations,
+		Webhooks:     &webhooks.Handler{Pool: pool, Jobs: operations.Outbox, Logger: logger, Secret: WebhookSecret},
+		MoreV1Routes: moreV1Routes,
 	})
 	srv := httptest.NewServer(handler)
 	t.Cleanup(srv.Close)

@@ -1,0 +1,312 @@
+package operation
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+
+	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/provider"
+)
+
+// Kind is an operation kind as the rest of the service sees it: declared
+// once by its package (a Spec) and registered in one list
+// (internal/kinds), which the API's routes, the worker, the operator's
+// commands, the console and the metrics all read. Nothing outside a kind's
+// package names the kind otherwise.
+type Kind interface {
+	// Name is the kind's operation, singular ("refund"): its metrics
+	// label, its name on log lines and in the operator's output.
+	Name() string
+	// Table is where the engine finds the kind's operations.
+	Table() Table
+	// Owns reports whether id is one of the kind's operations (by its
+	// prefix), so that an operator's command reaches it by id alone.
+	Owns(id string) bool
+	// Routes mounts the kind's endpoints inside the authenticated /v1
+	// group.
+	Routes(r chi.Router, d Deps)
+	// Start adds the kind's workers (its job's, its reconciler's, its
+	// sweeper's, its ledger check's) and returns its periodic jobs.
+	Start(workers *river.Workers, env Env) ([]Periodic, error)
+	// Operator is how an operator's commands reach one of its operations.
+	Operator(env Env) Operator
+	// OfPayment lists the kind's operations of a payment, oldest first,
+	// for the payment's timeline; nil for a kind with no payment.
+	OfPayment(ctx context.Context, db Querier, tenantID, paymentID string) ([]Summary, error)
+}
+
+// Kinds is the registry: every kind the service runs, in the order their
+// routes and workers are added.
+type Kinds []Kind
+
+// Of is the kind that owns id.
+func (ks Kinds) Of(id string) (Kind, bool) {
+	for _, k := range ks {
+		if k.Owns(id) {
+			return k, true
+		}
+	}
+	return nil, false
+}
+
+// Names are the kinds' names, in order.
+func (ks Kinds) Names() []string {
+	names := make([]string, len(ks))
+	for i, k := range ks {
+		names[i] = k.Name()
+	}
+	return names
+}
+
+// Env is what the engine builds every kind's worker side from.
+type Env struct {
+	Pool      *pgxpool.Pool
+	Keys      *idempotency.Store
+	Provider  *provider.Client
+	Logger    *slog.Logger
+	Worker    WorkerConfig
+	Reconcile ReconcileConfig
+	Sweep     SweepConfig
+	Ledger    LedgerCheckConfig
+	// Observe, if set, receives each reconciliation pass's counts, with
+	// its kind's name (for metrics).
+	Observe func(kind string, res ReconcileResult)
+	// Swept, if set, is called for each operation a sweeper handed to
+	// reconciliation, with its kind's name. It must not block.
+	Swept func(kind string)
+}
+
+// Schedule names the interval a periodic job runs at, which the worker's
+// configuration sets.
+type Schedule int
+
+const (
+	EveryReconcile Schedule = iota
+	EverySweep
+	EveryLedgerCheck
+)
+
+// Periodic is a periodic job of a kind.
+type Periodic struct {
+	Args  river.JobArgs
+	Every Schedule
+}
+
+// Operator is what an operator's commands ask of a kind.
+type Operator interface {
+	// ReconcileNow looks one operation awaiting reconciliation up now.
+	ReconcileNow(ctx context.Context, tenantID, id string) (ReconcileResult, error)
+	// ReleaseKey releases a key stuck unknown, on the provider's proof only.
+	ReleaseKey(ctx context.Context, tenantID, key, reason, operator string) (Released, error)
+	// Show reads one operation as an operator sees it.
+	Show(ctx context.Context, tenantID, id string) (Shown, error)
+}
+
+// Shown is one operation as an operator's command prints it: View in
+// JSON, the rest in a table. ParentID is its payment's id, if it has one.
+type Shown struct {
+	View                                              any
+	ID, ParentID, Status, FailureCode, FailureMessage string
+}
+
+// Summary is one operation on a timeline: a payment's charge, refund,
+// capture or cancel, or a payout.
+type Summary struct {
+	Operation        string    `json:"operation"`
+	ID               string    `json:"id"`
+	Status           string    `json:"status"`
+	Amount           int64     `json:"amount"`
+	IdempotencyKey   string    `json:"idempotency_key"`
+	ProviderObjectID *string   `json:"provider_object_id"`
+	Generation       int       `json:"generation"`
+	CreatedAt        time.Time `json:"created_at"`
+	UpdatedAt        time.Time `json:"updated_at"`
+	// Job names the operation's jobs: its kind's job arguments.
+	Job river.JobArgs `json:"-"`
+}
+
+// Named is the type parameter of the engine's periodic jobs: a kind's
+// declaration type, whose zero value names the kind, so that each kind's
+// reconciler, sweeper and ledger check run as River kinds of their own
+// ("reconcile_refunds") without a type per job in the kind's package.
+type Named interface{ Name() string }
+
+func plural[K Named]() string {
+	var k K
+	return k.Name() + "s"
+}
+
+// The periodic jobs of a kind K, on the maintenance queue, one at a time.
+type (
+	ReconcileArgs[K Named]   struct{}
+	SweepArgs[K Named]       struct{}
+	LedgerCheckArgs[K Named] struct{}
+)
+
+// Kind is the job's River kind.
+func (ReconcileArgs[K]) Kind() string { return "reconcile_" + plural[K]() }
+
+// Kind is the job's River kind.
+func (SweepArgs[K]) Kind() string { return "sweep_stranded_" + plural[K]() }
+
+// Kind is the job's River kind.
+func (LedgerCheckArgs[K]) Kind() string { return "ledger_check_" + plural[K]() }
+
+// InsertOpts puts the job on the maintenance queue.
+func (ReconcileArgs[K]) InsertOpts() river.InsertOpts { return MaintenanceInsertOpts() }
+
+// InsertOpts puts the job on the maintenance queue.
+func (SweepArgs[K]) InsertOpts() river.InsertOpts { return MaintenanceInsertOpts() }
+
+// InsertOpts puts the job on the maintenance queue.
+func (LedgerCheckArgs[K]) InsertOpts() river.InsertOpts { return MaintenanceInsertOpts() }
+
+// Spec declares a kind K: its table, what it supplies to the engine's
+// worker (A its job's arguments, Op its operation, O its provider answer)
+// and reconciler (C its claimed operation), and what it shows. The engine
+// builds and registers the rest: the worker, the reconciler, the sweeper,
+// their periodic jobs, the operator's reach and the ledger check.
+type Spec[K Named, A river.JobArgs, Op, O, C any] struct {
+	// Where is the kind's table; Action names its provider call on log
+	// lines ("charge"), the kind's name if empty.
+	Where  Table
+	Action string
+	// Prefixes are the prefixes of the kind's ids ("rfd").
+	Prefixes []string
+	// JobArg is the name of the job argument that holds the operation's
+	// id, and Stranded what an operation shows when the sweeper finds it
+	// with no job left.
+	JobArg, Stranded string
+	// SharesJob: the job's worker is another kind's, declared beside this
+	// one on the same table and job (a capture's and a cancel's); JobWhere
+	// is then the whole table the job's worker acts on.
+	SharesJob bool
+	JobWhere  Table
+	// Mount adds the kind's endpoints.
+	Mount func(r chi.Router, d Deps)
+	// Attempt and Reconcile are what the kind supplies to the engine's
+	// worker and reconciler.
+	Attempt   func(env Env) Attemptable[A, Op, O]
+	Reconcile func(env Env) Reconcilable[C, O]
+	// Show is an operation as an operator sees it.
+	Show func(op Op) Shown
+	// Summary is an operation on a timeline; PaymentOps, if set, lists a
+	// payment's operations of the kind, oldest first.
+	Summary    func(op Op) Summary
+	PaymentOps func(ctx context.Context, db Querier, tenantID, paymentID string) ([]Op, error)
+	// LedgerCheck, if set, is the kind's side of the ledger check.
+	LedgerCheck func(env Env) LedgerPass
+}
+
+// Name is K's.
+func (s Spec[K, A, Op, O, C]) Name() string {
+	var k K
+	return k.Name()
+}
+
+// Table is where the kind's operations live.
+func (s Spec[K, A, Op, O, C]) Table() Table { return s.Where }
+
+// Owns reports whether id starts with one of the kind's prefixes.
+func (s Spec[K, A, Op, O, C]) Owns(id string) bool {
+	for _, p := range s.Prefixes {
+		if strings.HasPrefix(id, p+"_") {
+			return true
+		}
+	}
+	return false
+}
+
+// Routes mounts the kind's endpoints.
+func (s Spec[K, A, Op, O, C]) Routes(r chi.Router, d Deps) { s.Mount(r, d) }
+
+// Start adds the worker, the reconciler, the sweeper and, if the kind has
+// one, the ledger check, and returns their periodic jobs.
+func (s Spec[K, A, Op, O, C]) Start(workers *river.Workers, env Env) ([]Periodic, error) {
+	attempt := s.Attempt(env)
+	sweepCfg := env.Sweep
+	if env.Swept != nil {
+		sweepCfg.OnSwept = func() { env.Swept(s.Name()) }
+	}
+	sweeper := NewSweeper(env.Pool, env.Keys, env.Logger, sweepCfg, s.Where,
+		Stranded{JobKind: (*new(A)).Kind(), JobArg: s.JobArg, Reason: s.Stranded}, Locking[Op](attempt))
+	reconcile := &ReconcileWorker[ReconcileArgs[K]]{Reconciler: s.reconciler(env)}
+	if env.Observe != nil {
+		reconcile.Observe = func(res ReconcileResult) { env.Observe(s.Name(), res) }
+	}
+	adds := []func() error{
+		func() error { return river.AddWorkerSafely(workers, reconcile) },
+		func() error { return river.AddWorkerSafely(workers, &SweepWorker[SweepArgs[K], Op]{Sweeper: sweeper}) },
+	}
+	if !s.SharesJob {
+		table := s.Where
+		if s.JobWhere.Name != "" {
+			table = s.JobWhere
+		}
+		adds = append(adds, func() error {
+			return river.AddWorkerSafely(workers, NewWorker(env.Pool, env.Keys, env.Logger, env.Worker, cmp.Or(s.Action, s.Name()), table, attempt))
+		})
+	}
+	periodic := []Periodic{{ReconcileArgs[K]{}, EveryReconcile}, {SweepArgs[K]{}, EverySweep}}
+	if s.LedgerCheck != nil {
+		adds = append(adds, func() error {
+			return river.AddWorkerSafely(workers, &LedgerCheckWorker[LedgerCheckArgs[K]]{Checker: s.LedgerCheck(env)})
+		})
+		periodic = append(periodic, Periodic{LedgerCheckArgs[K]{}, EveryLedgerCheck})
+	}
+	for _, add := range adds {
+		if err := add(); err != nil {
+			return nil, fmt.Errorf("add the %s workers: %w", s.Name(), err)
+		}
+	}
+	return periodic, nil
+}
+
+func (s Spec[K, A, Op, O, C]) reconciler(env Env) *Reconciler[C, O] {
+	return NewReconciler(env.Pool, env.Keys, env.Logger, env.Reconcile, s.Where, s.Reconcile(env))
+}
+
+// Operator is the kind's reconciler and its operator's view.
+func (s Spec[K, A, Op, O, C]) Operator(env Env) Operator {
+	return specOperator[Op, C, O]{Reconciler: s.reconciler(env), locking: s.Attempt(env), show: s.Show, pool: env.Pool}
+}
+
+// OfPayment lists the kind's operations of a payment.
+func (s Spec[K, A, Op, O, C]) OfPayment(ctx context.Context, db Querier, tenantID, paymentID string) ([]Summary, error) {
+	if s.PaymentOps == nil {
+		return nil, nil
+	}
+	ops, err := s.PaymentOps(ctx, db, tenantID, paymentID)
+	if err != nil {
+		return nil, err
+	}
+	list := make([]Summary, len(ops))
+	for i, op := range ops {
+		list[i] = s.Summary(op)
+		list[i].Operation = s.Name()
+	}
+	return list, nil
+}
+
+type specOperator[Op, C, O any] struct {
+	*Reconciler[C, O]
+	locking Locking[Op]
+	show    func(Op) Shown
+	pool    *pgxpool.Pool
+}
+
+func (o specOperator[Op, C, O]) Show(ctx context.Context, tenantID, id string) (Shown, error) {
+	op, err := o.locking.Load(ctx, o.pool, tenantID, id)
+	if err != nil {
+		return Shown{}, err
+	}
+	return o.show(op), nil
+}

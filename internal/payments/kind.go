@@ -1,0 +1,58 @@
+package payments
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/oncepay/oncepay/internal/operation"
+	"github.com/oncepay/oncepay/internal/provider"
+)
+
+// payment names the kind: the engine's periodic jobs are generic over it
+// (reconcile_payments, sweep_stranded_payments, ledger_check_payments).
+type payment struct{}
+
+func (payment) Name() string { return "payment" }
+
+// SweepConfig tunes the sweepers of every operation kind.
+type SweepConfig = operation.SweepConfig
+
+// Kind declares payments to the engine, for the registry. A payment is
+// every other kind's parent: its charge heads the timeline of the
+// payment's operations.
+func Kind() operation.Kind {
+	return operation.Spec[payment, ChargePaymentArgs, Payment, provider.Outcome, claim]{
+		Where: paymentsTable, Action: "charge", Prefixes: []string{"pay"},
+		JobArg: "payment_id", Stranded: "no charge job was left to finish this payment",
+		Mount: func(r chi.Router, d operation.Deps) {
+			s := &Service{Deps: d}
+			r.Method(http.MethodPost, "/payments", s.HandleCreate())
+			r.Get("/payments", s.HandleList())
+			r.Get("/payments/{id}", s.HandleGet())
+		},
+		Attempt: func(env operation.Env) operation.Attemptable[ChargePaymentArgs, Payment, provider.Outcome] {
+			return newChargeable(env.Pool, env.Keys, env.Provider, env.Worker)
+		},
+		Reconcile: func(env operation.Env) operation.Reconcilable[claim, provider.Outcome] {
+			return reconcilable{paymentLocks{env.Keys}, NewReconciler(env.Pool, env.Keys, env.Provider, env.Logger, env.Reconcile)}
+		},
+		Show: func(p Payment) operation.Shown {
+			return operation.Shown{View: p, ID: p.ID, ParentID: p.ID, Status: string(p.Status),
+				FailureCode: deref(p.FailureCode), FailureMessage: deref(p.FailureMessage)}
+		},
+		Summary: func(p Payment) operation.Summary {
+			return operation.Summary{ID: p.ID, Status: string(p.Status), Amount: p.Amount, IdempotencyKey: p.IdempotencyKey,
+				ProviderObjectID: p.ProviderPaymentIntentID, Generation: p.ProviderKeyGeneration, CreatedAt: p.CreatedAt.UTC(),
+				UpdatedAt: p.UpdatedAt.UTC(), Job: ChargePaymentArgs{TenantID: p.TenantID, PaymentID: p.ID}}
+		},
+		PaymentOps: func(ctx context.Context, db operation.Querier, tenantID, paymentID string) ([]Payment, error) {
+			p, err := GetPayment(ctx, db, tenantID, paymentID)
+			return []Payment{p}, err
+		},
+		LedgerCheck: func(env operation.Env) operation.LedgerPass {
+			return NewLedgerChecker(env.Pool, env.Provider, env.Logger, env.Ledger)
+		},
+	}
+}
