@@ -88,7 +88,9 @@ func (s *Server) handleClearFaults(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleLedger(w http.ResponseWriter, _ *http.Request) {
 	s.mu.Lock()
-	s.expireAuthorizations(s.now())
+	now := s.now()
+	s.settleDuePayouts(now)
+	s.expireAuthorizations(now)
 	s.dispatch("", "")
 	l := s.st.ledger()
 	s.mu.Unlock()
@@ -97,7 +99,8 @@ func (s *Server) handleLedger(w http.ResponseWriter, _ *http.Request) {
 
 // handleAdvanceClock moves the simulator's clock forward by {"advance":
 // "168h"} (a Go duration), and answers {"now": …}: authorizations older than
-// seven days by the new clock are canceled, as Stripe cancels them.
+// seven days by the new clock are canceled, as Stripe cancels them, and
+// payouts due by the new clock move on, before the answer.
 func (s *Server) handleAdvanceClock(w http.ResponseWriter, r *http.Request) {
 	var body struct {
 		Advance string `json:"advance"`
@@ -114,6 +117,7 @@ func (s *Server) handleAdvanceClock(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.clockAhead += d
 	now := s.now()
+	s.settleDuePayouts(now)
 	s.expireAuthorizations(now)
 	s.dispatch("", "")
 	s.mu.Unlock()

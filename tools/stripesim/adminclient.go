@@ -62,6 +62,17 @@ func (c AdminClient) Ledger(ctx context.Context) (Ledger, error) {
 	return l, err
 }
 
+// Balance returns an account's available balance in a currency ("" for
+// the platform's own account), as GET /v1/balance would answer it, but
+// read from the ledger: injected faults do not apply to it.
+func (c AdminClient) Balance(ctx context.Context, account, currency string) (int64, error) {
+	l, err := c.Ledger(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return l.Available(account, currency), nil
+}
+
 // ResolveIntent finishes a requires_action or processing payment intent
 // with status succeeded, requires_payment_method or canceled.
 func (c AdminClient) ResolveIntent(ctx context.Context, id, status string) error {

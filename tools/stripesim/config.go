@@ -42,6 +42,18 @@ type Config struct {
 	// Defaults to 2s: long enough that a search right after a create misses
 	// it, short enough for a demo.
 	SearchIndexDelay time.Duration
+	// PayoutTransitDelay is how long after its creation, by Now (and the
+	// advances of POST /_sim/clock), a payout stays pending before the
+	// bank has it: it is then in_transit, and can no longer be canceled.
+	// Payouts move on by themselves, whether or not anyone reads them, so
+	// that their events are sent. A negative value makes the step
+	// immediate: right after the request that created the payout, which
+	// answers it pending. Defaults to 1s (a business day at Stripe).
+	PayoutTransitDelay time.Duration
+	// PayoutPaidDelay is how long a payout is in transit before it is paid,
+	// or fails when its amount ends in 13 (see the package documentation).
+	// A negative value makes the step immediate. Defaults to 2s.
+	PayoutPaidDelay time.Duration
 	// ReplayCommittedOn5xx makes an error_after fault store the committed
 	// response under the request's idempotency key instead of the error it
 	// answers, so that a retry with the key replays the committed object.
@@ -92,6 +104,8 @@ func (c Config) WithDefaults() Config {
 	c.ProcessingRetrievals = cmp.Or(c.ProcessingRetrievals, 2)
 	c.Rand = cmp.Or(c.Rand, rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())))
 	c.SearchIndexDelay = cmp.Or(c.SearchIndexDelay, 2*time.Second)
+	c.PayoutTransitDelay = cmp.Or(c.PayoutTransitDelay, time.Second)
+	c.PayoutPaidDelay = cmp.Or(c.PayoutPaidDelay, 2*time.Second)
 	if c.WebhookClient == nil {
 		transport := http.DefaultTransport.(*http.Transport).Clone()
 		transport.MaxIdleConnsPerHost = 64

@@ -37,7 +37,17 @@
 //     gt, gte, lt, lte) and customer, pages with limit (1 to 100, default
 //     10) and the starting_after and ending_before cursors, newest first.
 //     GET /v1/refunds is consistent in the same way, filtered by
-//     payment_intent, charge and created.
+//     payment_intent, charge and created, and so is GET /v1/payouts,
+//     filtered by created, arrival_date, status and destination.
+//   - Balances are simpler than Stripe's: a captured charge is available
+//     at once (nothing is ever pending), so that a test can pay out what it
+//     just charged. An account's available balance in a currency is its
+//     captured charges, less its refunds (a refund of a charge still only
+//     authorized releases the hold and takes nothing), less its payouts
+//     that did not fail and were not canceled. A payout beyond it is a 400
+//     balance_insufficient, as at Stripe; a refund is not refused for it,
+//     and takes the balance below zero, as at Stripe (the account owes it
+//     and pays nothing out until it is repaid).
 //
 // The Stripe side speaks Stripe's wire format (form-encoded requests, bearer
 // auth, Stripe's JSON objects and error shape; TestSpecFidelity validates
@@ -56,6 +66,11 @@
 //	POST /v1/refunds
 //	GET  /v1/refunds?payment_intent=ID&limit=N&starting_after=ID
 //	GET  /v1/refunds/{id}
+//	POST /v1/payouts
+//	GET  /v1/payouts?status=paid&created[gte]=T&limit=N&starting_after=ID
+//	GET  /v1/payouts/{id}
+//	POST /v1/payouts/{id}/cancel
+//	GET  /v1/balance
 //	GET  /v1/events?type=payment_intent.*&created[gte]=T&limit=N&ending_before=ID
 //	GET  /v1/events/{id}
 //
@@ -66,15 +81,36 @@
 // and an authorization still uncaptured seven days later, by the
 // simulator's clock, is canceled with reason automatic, as Stripe does.
 //
+// A payout (amount, currency, description, metadata, statement_descriptor;
+// method standard, as instant is a 400 instant_payouts_unsupported, the
+// account's bank account being no debit card) draws on the account's
+// available balance and goes to the account's one bank account
+// (destination ba_…). It is pending, then in_transit
+// Config.PayoutTransitDelay (1s) after its creation, then paid
+// Config.PayoutPaidDelay (2s) later, by the simulator's clock (Config.Now
+// and POST /_sim/clock), whether or not anyone reads it: each request
+// first settles what is due, and a settler does when no request comes,
+// until Server.Close. Only a pending payout can be canceled; its amount
+// goes back to the balance. A payout whose amount ends in 13 (113, 2013:
+// amount % 100 == 13) fails instead of being paid, with failure_code
+// account_closed and "The bank account has been closed.", as a payout to
+// Stripe's test bank account 000111111116 does, and its amount goes back
+// to the balance.
+//
 // Every change to an intent (created, succeeded, payment_failed, canceled,
-// requires_action, processing, amount_capturable_updated) and every refund (refund.created,
-// charge.refunded) records an event carrying the object as rendered then,
-// the api_version and the request that caused it. With Config.WebhookURL
+// requires_action, processing, amount_capturable_updated), every refund
+// (refund.created, charge.refunded) and every payout (payout.created;
+// payout.updated at each change of status, followed by payout.paid,
+// payout.failed or payout.canceled when the status is final) records an
+// event carrying the object as rendered then, the api_version and the
+// request that caused it. With Config.WebhookURL
 // set, each event is also POSTed there in the background, signed as Stripe
 // signs (Stripe-Signature: t=…,v1=HMAC-SHA256 of "t.body" under
 // Config.WebhookSecret), and retried with backoff until it is answered 2xx.
 // Webhook faults drop an event (it is still listed), duplicate it, deliver
 // it after the next one, or delay it. Server.Close stops the deliveries.
+// The events of a payout after its creation name no request: the bank
+// moved it.
 //
 // Confirmation outcomes are chosen by the payment method:
 //
@@ -96,7 +132,8 @@
 //	POST   /_sim/webhook_faults                  inject a WebhookFault (drop, duplicate, reorder, delay)
 //	GET    /_sim/webhook_faults                  list them
 //	DELETE /_sim/webhook_faults                  clear them
-//	GET    /_sim/ledger                          the Ledger
-//	POST   /_sim/clock                           {"advance":"168h"} moves the clock forward (authorizations expire)
+//	GET    /_sim/ledger                          the Ledger: objects (payouts too), keys and balances
+//	POST   /_sim/clock                           {"advance":"168h"} moves the clock forward (authorizations expire,
+//	                                             payouts due move on)
 //	POST   /_sim/reset                           forget every object, key and fault
 package stripesim

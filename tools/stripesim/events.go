@@ -21,6 +21,12 @@ const (
 	eventIntentAmountCapturableUpdated = "payment_intent.amount_capturable_updated"
 	eventChargeRefunded                = "charge.refunded"
 	eventRefundCreated                 = "refund.created"
+	eventPayoutCreated                 = "payout.created"
+	// A payout changed status: in_transit, paid, failed or canceled.
+	eventPayoutUpdated  = "payout.updated"
+	eventPayoutPaid     = "payout.paid"
+	eventPayoutFailed   = "payout.failed"
+	eventPayoutCanceled = "payout.canceled"
 )
 
 // event is a record of a change to an object, as Stripe keeps it: the
@@ -128,6 +134,25 @@ func (s *Server) refundEvents(re *refund, now time.Time) {
 	if ch, ok := s.st.charges[re.chargeID]; ok {
 		s.st.emit(ch.account, eventChargeRefunded, s.st.chargeJSON(ch, nil), now, s.cfg.EventAPIVersion)
 	}
+}
+
+// payoutEvents records a payout's new status: payout.updated, then
+// payout.paid, payout.failed or payout.canceled when the status is final.
+func (s *Server) payoutEvents(po *payout, now time.Time) {
+	obj := s.payoutJSON(po)
+	s.st.emit(po.account, eventPayoutUpdated, obj, now, s.cfg.EventAPIVersion)
+	typ := ""
+	switch po.status {
+	case payoutPaid:
+		typ = eventPayoutPaid
+	case payoutFailed:
+		typ = eventPayoutFailed
+	case payoutCanceled:
+		typ = eventPayoutCanceled
+	default:
+		return
+	}
+	s.st.emit(po.account, typ, obj, now, s.cfg.EventAPIVersion)
 }
 
 func eventListParams() paramSpec {

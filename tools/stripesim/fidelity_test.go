@@ -38,7 +38,9 @@ func TestSpecFidelity(t *testing.T) {
 	rec := &recorder{}
 	recorded := &http.Client{Transport: rec}
 	c := newClock()
-	srv := httptest.NewServer(stripesim.New(stripesim.Config{Now: c.Now, SearchIndexDelay: -1, ProcessingRetrievals: 1}))
+	sim := stripesim.New(stripesim.Config{Now: c.Now, SearchIndexDelay: -1, ProcessingRetrievals: 1})
+	t.Cleanup(sim.Close) // the payout settler
+	srv := httptest.NewServer(sim)
 	t.Cleanup(srv.Close)
 	b := &bundle{
 		srv:   srv,
@@ -273,6 +275,8 @@ func drive(t *testing.T, b *bundle, c *clock, recorded *http.Client) {
 		require.Equal(t, 2, listed)
 	}
 
+	drivePayouts(t, b, c)
+
 	// Search and list, plain and expanded, over several pages.
 	c.Advance(time.Second)
 	sp := &stripe.PaymentIntentSearchParams{SearchParams: stripe.SearchParams{Query: "currency:'usd'"}}
@@ -419,6 +423,111 @@ func drive(t *testing.T, b *bundle, c *clock, recorded *http.Client) {
 			var serr *stripe.Error
 			require.ErrorAs(t, err, &serr, "error case %d", i)
 		}
+	}
+}
+
+// fidelityPayee is the connected account whose balance drivePayouts pays
+// out.
+const fidelityPayee = "acct_fidelityPayouts"
+
+// onPayee is a PayoutParams acting on fidelityPayee.
+func onPayee() *stripe.PayoutParams {
+	p := &stripe.PayoutParams{}
+	p.SetStripeAccount(fidelityPayee)
+	return p
+}
+
+// drivePayouts makes every kind of payout and balance request: the balance
+// of an account that has nothing, then of one that was paid; payouts made,
+// read pending, in transit, canceled, paid and failed by the bank (an
+// amount ending in 13), listed and filtered, with their events; and the
+// refusals (beyond the balance, not pending, unknown, instant).
+func drivePayouts(t *testing.T, b *bundle, c *clock) {
+	t.Helper()
+	balance := &stripe.BalanceParams{}
+	balance.SetStripeAccount(fidelityPayee)
+	_, err := b.api.Balance.Get(balance)
+	require.NoError(t, err)
+	for range 4 {
+		p := intentParams("pm_card_visa", true)
+		p.SetStripeAccount(fidelityPayee)
+		_, err := b.api.PaymentIntents.New(p)
+		require.NoError(t, err)
+	}
+	var made []*stripe.Payout
+	for _, amount := range []int64{1000, 2013, 700} {
+		p := onPayee()
+		p.Amount, p.Currency = stripe.Int64(amount), stripe.String("usd")
+		p.Description, p.StatementDescriptor = stripe.String("weekly payout"), stripe.String("ONCEPAY")
+		p.AddMetadata("payout_id", fmt.Sprint("pay_", amount))
+		po, err := b.api.Payouts.New(p)
+		require.NoError(t, err)
+		made = append(made, po)
+	}
+	_, err = b.api.Payouts.Cancel(made[2].ID, onPayee())
+	require.NoError(t, err)
+	_, err = b.api.Payouts.Get(made[0].ID, onPayee())
+	require.NoError(t, err)
+	c.Advance(time.Second)
+	_, err = b.api.Payouts.Get(made[0].ID, onPayee())
+	require.NoError(t, err)
+	c.Advance(2 * time.Second)
+	for _, po := range made {
+		_, err = b.api.Payouts.Get(po.ID, onPayee())
+		require.NoError(t, err)
+	}
+	_, err = b.api.Balance.Get(balance)
+	require.NoError(t, err)
+
+	for _, status := range []string{"", "paid", "failed"} {
+		lp := &stripe.PayoutListParams{}
+		lp.SetStripeAccount(fidelityPayee)
+		lp.Limit = stripe.Int64(2)
+		if status != "" {
+			lp.Status = stripe.String(status)
+		}
+		it := b.api.Payouts.List(lp)
+		for it.Next() {
+		}
+		require.NoError(t, it.Err())
+	}
+
+	ep := &stripe.EventListParams{Type: stripe.String("payout.*")}
+	ep.SetStripeAccount(fidelityPayee)
+	ep.Limit = stripe.Int64(4)
+	var types []string
+	for it := b.api.Events.List(ep); it.Next(); {
+		types = append(types, string(it.Event().Type))
+	}
+	for _, typ := range []string{"payout.created", "payout.updated", "payout.paid", "payout.failed", "payout.canceled"} {
+		require.Contains(t, types, typ)
+	}
+
+	refusals := []func() error{
+		func() error {
+			p := onPayee()
+			p.Amount, p.Currency = stripe.Int64(99_999_999), stripe.String("usd")
+			_, err := b.api.Payouts.New(p)
+			return err
+		},
+		func() error {
+			p := onPayee()
+			p.Amount, p.Currency, p.Method = stripe.Int64(100), stripe.String("usd"), stripe.String("instant")
+			_, err := b.api.Payouts.New(p)
+			return err
+		},
+		func() error { _, err := b.api.Payouts.Cancel(made[0].ID, onPayee()); return err },
+		func() error { _, err := b.api.Payouts.Get("po_missing", onPayee()); return err },
+		func() error {
+			lp := &stripe.PayoutListParams{Status: stripe.String("lost")}
+			it := b.api.Payouts.List(lp)
+			it.Next()
+			return it.Err()
+		},
+	}
+	for i, run := range refusals {
+		var serr *stripe.Error
+		require.ErrorAs(t, run(), &serr, "payout refusal %d", i)
 	}
 }
 
@@ -661,6 +770,10 @@ var simulatedOperations = map[string][]string{
 	"/v1/refunds/{refund}":                 {"get"},
 	"/v1/events":                           {"get"},
 	"/v1/events/{id}":                      {"get"},
+	"/v1/payouts":                          {"get", "post"},
+	"/v1/payouts/{payout}":                 {"get"},
+	"/v1/payouts/{payout}/cancel":          {"post"},
+	"/v1/balance":                          {"get"},
 }
 
 // pruneSpec cuts Stripe's 8 MB spec down to the responses of the simulated

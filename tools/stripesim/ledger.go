@@ -10,18 +10,33 @@ import (
 // created and, per idempotency key, how its requests were handled. Tests
 // assert on it that a payment was executed exactly once at the provider.
 type Ledger struct {
-	// Objects are the payment intents, charges and refunds in creation
-	// order, with their current status.
+	// Objects are the payment intents, charges, refunds and payouts in
+	// creation order, with their current status.
 	Objects []LedgerObject `json:"objects"`
 	// Keys are the idempotency keys in order of first use.
 	Keys []KeyStats `json:"keys"`
+	// Balances are the available balances, one per account and currency
+	// the account has used, by account then currency.
+	Balances []LedgerBalance `json:"balances"`
+}
+
+// LedgerBalance is an account's available balance in one currency: what
+// its captured charges brought in, less its refunds and its payouts that
+// did not fail and were not canceled. It is never negative.
+type LedgerBalance struct {
+	// Account is the connected account; empty for the platform's own.
+	Account string `json:"account,omitempty"`
+	// Currency is the lower-case ISO code.
+	Currency string `json:"currency"`
+	// Available is in the currency's smallest unit.
+	Available int64 `json:"available"`
 }
 
 // LedgerObject is one object the simulator created.
 type LedgerObject struct {
-	// ID is the Stripe id (pi_..., ch_..., re_...).
+	// ID is the Stripe id (pi_..., ch_..., re_..., po_...).
 	ID string `json:"id"`
-	// Object is payment_intent, charge or refund.
+	// Object is payment_intent, charge, refund or payout.
 	Object string `json:"object"`
 	// Amount is in the currency's smallest unit.
 	Amount int64 `json:"amount"`
@@ -37,6 +52,8 @@ type LedgerObject struct {
 	Currency string `json:"currency"`
 	// Status is the object's current status.
 	Status string `json:"status"`
+	// FailureCode is set on a failed payout (account_closed).
+	FailureCode string `json:"failure_code,omitempty"`
 	// PaymentIntent is the intent a charge or refund belongs to.
 	PaymentIntent string `json:"payment_intent,omitempty"`
 	// Metadata is the object's metadata; never nil.
@@ -82,13 +99,47 @@ type KeyStats struct {
 // IntentsWithMetadata returns the payment intents whose metadata has key set
 // to value, in creation order.
 func (l Ledger) IntentsWithMetadata(key, value string) []LedgerObject {
+	return l.withMetadata("payment_intent", key, value)
+}
+
+// PayoutsWithMetadata returns the payouts whose metadata has key set to
+// value, in creation order.
+func (l Ledger) PayoutsWithMetadata(key, value string) []LedgerObject {
+	return l.withMetadata("payout", key, value)
+}
+
+func (l Ledger) withMetadata(object, key, value string) []LedgerObject {
 	var out []LedgerObject
 	for _, o := range l.Objects {
-		if v, ok := o.Metadata[key]; o.Object == "payment_intent" && ok && v == value {
+		if v, ok := o.Metadata[key]; o.Object == object && ok && v == value {
 			out = append(out, o)
 		}
 	}
 	return out
+}
+
+// Payouts returns every payout, of every account, in creation order. A
+// chaos test checks on them that each idempotency key made at most one
+// payout (IdempotencyKey) and that each payout ended paid.
+func (l Ledger) Payouts() []LedgerObject {
+	var out []LedgerObject
+	for _, o := range l.Objects {
+		if o.Object == "payout" {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// Available returns an account's available balance in a currency ("" for
+// the platform's own account); zero for a currency it never used.
+func (l Ledger) Available(account, currency string) int64 {
+	for _, b := range l.Balances {
+		if b.Account == account && b.Currency == currency {
+			return b.Available
+		}
+	}
+	return 0
 }
 
 // Object returns the object with the given id.
@@ -173,8 +224,14 @@ func (st *state) ledger() Ledger {
 			Account: re.account,
 		}})
 	}
+	for _, po := range st.payouts {
+		entries = append(entries, entry{po.seq, LedgerObject{
+			ID: po.id, Object: "payout", Amount: po.amount, Currency: po.currency, Status: po.status, FailureCode: po.failureCode,
+			Metadata: metadataJSON(po.metadata), IdempotencyKey: po.idempotencyKey, Created: po.created, Account: po.account,
+		}})
+	}
 	slices.SortFunc(entries, func(a, b entry) int { return cmp.Compare(a.seq, b.seq) })
-	l := Ledger{Objects: make([]LedgerObject, 0, len(entries)), Keys: []KeyStats{}}
+	l := Ledger{Objects: make([]LedgerObject, 0, len(entries)), Keys: []KeyStats{}, Balances: []LedgerBalance{}}
 	for _, e := range entries {
 		l.Objects = append(l.Objects, e.obj)
 	}
@@ -190,5 +247,11 @@ func (st *state) ledger() Ledger {
 			Mismatches: k.mismatches,
 		})
 	}
+	for k, n := range st.balances {
+		l.Balances = append(l.Balances, LedgerBalance{Account: k.account, Currency: k.currency, Available: n})
+	}
+	slices.SortFunc(l.Balances, func(a, b LedgerBalance) int {
+		return cmp.Or(cmp.Compare(a.Account, b.Account), cmp.Compare(a.Currency, b.Currency))
+	})
 	return l
 }

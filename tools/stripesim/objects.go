@@ -145,6 +145,54 @@ type refund struct {
 	currency               string
 	metadata               map[string]string
 	reason                 string
+	// released is set on a refund of a charge not yet captured: it released
+	// (part of) the authorization, and took nothing from the balance, which
+	// never had the money.
+	released bool
+}
+
+// Payout statuses, as Stripe spells them: pending until the bank has it,
+// in_transit until it arrives, then paid or failed; only a pending payout
+// can be canceled.
+const (
+	payoutPending   = "pending"
+	payoutInTransit = "in_transit"
+	payoutPaid      = "paid"
+	payoutFailed    = "failed"
+	payoutCanceled  = "canceled"
+)
+
+// payout is a Payout of (part of) an account's available balance to its
+// bank account.
+type payout struct {
+	id             string
+	account        string // the connected account whose balance it draws on
+	seq            int64
+	created        int64
+	createdAt      time.Time // created to the nanosecond: the settlement is timed from it
+	idempotencyKey string
+	amount         int64
+	currency       string
+	description    string
+	metadata       map[string]string
+	descriptor     string // statement_descriptor
+	status         string
+	failureCode    string
+	failureMessage string
+	// reversal is the balance transaction that gave the amount back to the
+	// balance when the payout failed or was canceled.
+	reversal string
+}
+
+// settled reports whether the payout has reached a final status.
+func (po *payout) settled() bool {
+	return po.status != payoutPending && po.status != payoutInTransit
+}
+
+// balanceKey names one balance of an account: Stripe keeps one per
+// currency.
+type balanceKey struct {
+	account, currency string
 }
 
 // state is everything the simulator remembers. Server.mu guards it.
@@ -158,6 +206,16 @@ type state struct {
 	authorized map[string]*intent
 	charges    map[string]*charge
 	refunds    map[string]*refund
+	payouts    map[string]*payout
+	// unsettled are the payouts still pending or in transit, by id: the only
+	// ones the settlement, run before every request, has to look at.
+	unsettled map[string]*payout
+	// balances are the available balances, kept up to date at each change
+	// (a capture, a refund, a payout made or given back) rather than summed
+	// over an account's charges, which would cost a refund or a payout time
+	// in proportion to all the account ever charged. A currency an account
+	// has used has an entry, zero included.
+	balances map[balanceKey]int64
 	// customers maps a customer id to the account that first used it: at
 	// Stripe a customer belongs to one account.
 	customers map[string]string
@@ -178,6 +236,9 @@ func newState() *state {
 		authorized: map[string]*intent{},
 		charges:    map[string]*charge{},
 		refunds:    map[string]*refund{},
+		payouts:    map[string]*payout{},
+		unsettled:  map[string]*payout{},
+		balances:   map[balanceKey]int64{},
 		customers:  map[string]string{},
 		keys:       map[keyScope]*keyEntry{},
 
@@ -235,6 +296,7 @@ func (st *state) succeed(in *intent, now time.Time) {
 	}
 	in.status = statusSucceeded
 	in.amountReceived = in.amount
+	st.credit(in.account, in.currency, in.amount)
 }
 
 // capture captures amount of an authorized intent; the rest of the
@@ -249,6 +311,7 @@ func (st *state) capture(in *intent, amount int64) {
 	in.amountReceived = amount
 	in.captures++
 	delete(st.authorized, in.id)
+	st.credit(in.account, in.currency, amount)
 }
 
 // cancel cancels an intent that has not been captured, releasing an
@@ -299,6 +362,11 @@ func (st *state) chargeOf(account, id string) (*charge, bool) {
 func (st *state) refundOf(account, id string) (*refund, bool) {
 	re, ok := st.refunds[id]
 	return re, ok && re.account == account
+}
+
+func (st *state) payoutOf(account, id string) (*payout, bool) {
+	po, ok := st.payouts[id]
+	return po, ok && po.account == account
 }
 
 func (st *state) eventOf(account, id string) (*event, bool) {

@@ -12,7 +12,8 @@ import (
 
 // A simulator that outlives its process: the local stack keeps its state in
 // a file (stripesim's STRIPESIM_STATE_FILE), so that a restarted stack's
-// provider still has the intents, refunds, keys and events its books name;
+// provider still has the intents, refunds, payouts, keys and events its
+// books name;
 // the ledger check would otherwise find every earlier payment missing.
 // Faults, undelivered webhooks and requests in flight are not kept: they
 // belong to the process that had them.
@@ -25,14 +26,20 @@ type savedState struct {
 	Intents    []savedIntent     `json:"intents"`
 	Charges    []savedCharge     `json:"charges"`
 	Refunds    []savedRefund     `json:"refunds"`
+	Payouts    []savedPayout     `json:"payouts"`
 	Keys       []savedKey        `json:"keys"`
 	Events     []savedEvent      `json:"events"`
 	Customers  map[string]string `json:"customers"`
 }
 
 // stateVersion changes whenever savedState does: a file of another version
-// is refused, not half read.
-const stateVersion = 1
+// is refused, not half read. Version 2 added payouts and refunds' Released;
+// a version 1 file, written before payouts existed, has neither and is read
+// whole, so it is still accepted.
+const stateVersion = 2
+
+// oldestStateVersion is the oldest version LoadState reads.
+const oldestStateVersion = 1
 
 type savedIntent struct {
 	ID, ClientSecret     string
@@ -81,6 +88,21 @@ type savedRefund struct {
 	Currency                        string
 	Metadata                        map[string]string
 	Reason                          string
+	Released                        bool
+}
+
+type savedPayout struct {
+	ID, Account                 string
+	Seq, Created                int64
+	CreatedAt                   time.Time
+	IdempotencyKey              string
+	Amount                      int64
+	Currency, Description       string
+	Metadata                    map[string]string
+	StatementDescriptor         string
+	Status                      string
+	FailureCode, FailureMessage string
+	Reversal                    string
 }
 
 type savedKey struct {
@@ -110,6 +132,7 @@ type savedEvent struct {
 }
 
 // SaveState writes the simulator's objects, keys and events to w as JSON.
+// Balances are not written: LoadState sums them from the objects.
 func (s *Server) SaveState(w io.Writer) error {
 	s.mu.Lock()
 	saved := s.st.saved()
@@ -129,14 +152,16 @@ func (s *Server) LoadState(r io.Reader) error {
 	if err := json.NewDecoder(r).Decode(&saved); err != nil {
 		return fmt.Errorf("stripesim: load state: %w", err)
 	}
-	if saved.Version != stateVersion {
-		return fmt.Errorf("stripesim: load state: version %d, this simulator reads %d", saved.Version, stateVersion)
+	if saved.Version < oldestStateVersion || saved.Version > stateVersion {
+		return fmt.Errorf("stripesim: load state: version %d, this simulator reads %d to %d", saved.Version, oldestStateVersion, stateVersion)
 	}
 	st := restore(saved)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st.faults, st.webhookFaults = s.st.faults, s.st.webhookFaults
 	s.st, s.clockAhead = st, saved.ClockAhead
+	// Payouts that were on their way move on in this process.
+	s.watchPayouts()
 	return nil
 }
 
@@ -174,6 +199,15 @@ func (st *state) saved() savedState {
 		out.Refunds = append(out.Refunds, savedRefund{
 			ID: re.id, ChargeID: re.chargeID, IntentID: re.intentID, Account: re.account, Seq: re.seq, Created: re.created,
 			IdempotencyKey: re.idempotencyKey, Amount: re.amount, Currency: re.currency, Metadata: re.metadata, Reason: re.reason,
+			Released: re.released,
+		})
+	}
+	for _, po := range sortedBySeq(st.payouts, func(po *payout) int64 { return po.seq }) {
+		out.Payouts = append(out.Payouts, savedPayout{
+			ID: po.id, Account: po.account, Seq: po.seq, Created: po.created, CreatedAt: po.createdAt, IdempotencyKey: po.idempotencyKey,
+			Amount: po.amount, Currency: po.currency, Description: po.description, Metadata: po.metadata,
+			StatementDescriptor: po.descriptor, Status: po.status, FailureCode: po.failureCode, FailureMessage: po.failureMessage,
+			Reversal: po.reversal,
 		})
 	}
 	for _, k := range sortedBySeq(st.keys, func(k *keyEntry) int64 { return k.seq }) {
@@ -231,8 +265,22 @@ func restore(saved savedState) *state {
 		st.refunds[re.ID] = &refund{
 			id: re.ID, chargeID: re.ChargeID, intentID: re.IntentID, account: re.Account, seq: re.Seq, created: re.Created,
 			idempotencyKey: re.IdempotencyKey, amount: re.Amount, currency: re.Currency, metadata: re.Metadata, reason: re.Reason,
+			released: re.Released,
 		}
 	}
+	for _, po := range saved.Payouts {
+		restored := &payout{
+			id: po.ID, account: po.Account, seq: po.Seq, created: po.Created, createdAt: po.CreatedAt, idempotencyKey: po.IdempotencyKey,
+			amount: po.Amount, currency: po.Currency, description: po.Description, metadata: po.Metadata,
+			descriptor: po.StatementDescriptor, status: po.Status, failureCode: po.FailureCode, failureMessage: po.FailureMessage,
+			reversal: po.Reversal,
+		}
+		st.payouts[po.ID] = restored
+		if !restored.settled() {
+			st.unsettled[po.ID] = restored
+		}
+	}
+	st.recomputeBalances()
 	for _, k := range saved.Keys {
 		scope := keyScope{apiKey: k.APIKey, account: k.Account, key: k.Key}
 		state := keyDone

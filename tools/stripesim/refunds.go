@@ -75,6 +75,11 @@ func (s *Server) createRefund(req *apiRequest) response {
 		return badRequest("amount_too_large", "amount",
 			"Refund amount (%d %s) is greater than unrefunded amount on charge (%d %s)", amount, ch.currency, remaining, ch.currency)
 	}
+	// A refund of a captured charge comes out of the balance, even below
+	// zero, as at Stripe (the account then owes it, and pays nothing out);
+	// one of a charge still only authorized releases the hold, and the
+	// balance never had that money.
+	released := ch.uncaptured
 	ch.amountRefunded += amount
 	re := &refund{
 		id:             newID("re_", 24),
@@ -88,8 +93,12 @@ func (s *Server) createRefund(req *apiRequest) response {
 		currency:       ch.currency,
 		metadata:       hash(p, "metadata"),
 		reason:         reason,
+		released:       released,
 	}
 	s.st.refunds[re.id] = re
+	if !released {
+		s.st.debit(re.account, re.currency, re.amount)
+	}
 	s.refundEvents(re, req.now)
 	return jsonResponse(http.StatusOK, s.st.refundJSON(re, exp))
 }

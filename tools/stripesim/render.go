@@ -148,6 +148,32 @@ type refundJSON struct {
 	Status             string            `json:"status"`
 }
 
+type payoutJSON struct {
+	ID                        string            `json:"id"`
+	Object                    string            `json:"object"`
+	Amount                    int64             `json:"amount"`
+	ArrivalDate               int64             `json:"arrival_date"`
+	Automatic                 bool              `json:"automatic"`
+	BalanceTransaction        *string           `json:"balance_transaction"`
+	Created                   int64             `json:"created"`
+	Currency                  string            `json:"currency"`
+	Description               *string           `json:"description"`
+	Destination               *string           `json:"destination"`
+	FailureBalanceTransaction *string           `json:"failure_balance_transaction"`
+	FailureCode               *string           `json:"failure_code"`
+	FailureMessage            *string           `json:"failure_message"`
+	Livemode                  bool              `json:"livemode"`
+	Metadata                  map[string]string `json:"metadata"`
+	Method                    string            `json:"method"`
+	OriginalPayout            *string           `json:"original_payout"`
+	ReconciliationStatus      string            `json:"reconciliation_status"`
+	ReversedBy                *string           `json:"reversed_by"`
+	SourceType                string            `json:"source_type"`
+	StatementDescriptor       *string           `json:"statement_descriptor"`
+	Status                    string            `json:"status"`
+	Type                      string            `json:"type"`
+}
+
 type listJSON struct {
 	Object  string        `json:"object"`
 	Data    []*intentJSON `json:"data"`
@@ -317,4 +343,33 @@ func (st *state) refundJSON(re *refund, exp expansion) *refundJSON {
 		out.PaymentIntent = st.intentJSON(in, nil)
 	}
 	return out
+}
+
+// payoutJSON renders a payout. Its arrival_date is when it is due to be
+// paid, by the simulator's clock; Stripe gives the day the bank is
+// expected to credit it. A manual payout (automatic false) is not
+// reconciled with the balance transactions it pays out, hence
+// reconciliation_status not_applicable, as at Stripe.
+func (s *Server) payoutJSON(po *payout) *payoutJSON {
+	return &payoutJSON{
+		ID:                        po.id,
+		Object:                    "payout",
+		Amount:                    po.amount,
+		ArrivalDate:               s.arrivalAt(po).Unix(),
+		BalanceTransaction:        nullable("txn_" + po.id[3:]),
+		Created:                   po.created,
+		Currency:                  po.currency,
+		Description:               nullable(po.description),
+		Destination:               nullable(bankAccountOf(po.account)),
+		FailureBalanceTransaction: nullable(po.reversal),
+		FailureCode:               nullable(po.failureCode),
+		FailureMessage:            nullable(po.failureMessage),
+		Metadata:                  metadataJSON(po.metadata),
+		Method:                    "standard",
+		ReconciliationStatus:      "not_applicable",
+		SourceType:                "card",
+		StatementDescriptor:       nullable(po.descriptor),
+		Status:                    po.status,
+		Type:                      "bank_account",
+	}
 }

@@ -26,8 +26,12 @@ type Server struct {
 	mu sync.Mutex
 	st *state
 	// clockAhead is how far POST /_sim/clock moved the simulator's clock
-	// past Config.Now, to reach an authorization's expiry in a test.
+	// past Config.Now, to reach an authorization's expiry or a payout's
+	// settlement in a test.
 	clockAhead time.Duration
+	// settling says whether the settler, which moves payouts on by the
+	// clock when no request comes, is running.
+	settling bool
 
 	send *sender
 }
@@ -76,6 +80,11 @@ func (s *Server) routes() {
 	s.mux.Handle("POST /v1/refunds", s.api(s.createRefund))
 	s.mux.Handle("GET /v1/refunds", s.api(s.listRefunds))
 	s.mux.Handle("GET /v1/refunds/{id}", s.api(s.getRefund))
+	s.mux.Handle("POST /v1/payouts", s.api(s.createPayout))
+	s.mux.Handle("GET /v1/payouts", s.api(s.listPayouts))
+	s.mux.Handle("GET /v1/payouts/{id}", s.api(s.getPayout))
+	s.mux.Handle("POST /v1/payouts/{id}/cancel", s.api(s.cancelPayout))
+	s.mux.Handle("GET /v1/balance", s.api(s.getBalance))
 	s.mux.Handle("GET /v1/events", s.api(s.listEvents))
 	s.mux.Handle("GET /v1/events/{id}", s.api(s.getEvent))
 	s.mux.Handle("/v1/", s.api(unrecognized))
@@ -278,6 +287,7 @@ func (s *Server) process(w http.ResponseWriter, r *http.Request, requestID strin
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	req.now = s.now()
+	s.settleDuePayouts(req.now)
 	s.expireAuthorizations(req.now)
 	resp := ep(req)
 	s.dispatch(requestID, req.key)

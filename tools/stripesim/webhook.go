@@ -97,7 +97,8 @@ func (s *Server) takeWebhookFault(typ string) (WebhookFault, bool) {
 
 // sender delivers events to the webhook endpoint in the background. Each
 // delivery runs in its own goroutine, so a slow endpoint delays nothing
-// else, as Stripe's deliveries are independent of each other.
+// else, as Stripe's deliveries are independent of each other. The payout
+// settler shares its lifetime (ctx, wg): Close ends both.
 type sender struct {
 	ctx  context.Context
 	stop context.CancelFunc
@@ -111,8 +112,9 @@ func newSender() *sender {
 	return &sender{ctx: ctx, stop: stop}
 }
 
-// Close stops webhook deliveries, including their retries, and waits for
-// them to end. The simulator still answers requests afterwards, but sends
+// Close stops webhook deliveries, including their retries, and the payout
+// settler, and waits for them to end. The simulator still answers requests
+// afterwards (payouts then move on only when a request comes), but sends
 // no more webhooks.
 func (s *Server) Close() {
 	// Under the lock, so no dispatch starts a delivery after the stop.
