@@ -98,31 +98,44 @@ func RefundOutcomeOf(re *Refund) RefundOutcome {
 	return out
 }
 
-// classifyRefund maps a refund call's result to what it proves. A 4xx
-// other than a key conflict (400, 402, 404) is answered before anything is
-// created, so it is Rejected; everything else that is not a refund is
-// Ambiguous.
+// classifyRefund maps a refund call's result to what it proves.
 func classifyRefund(re *stripe.Refund, err error, replayed bool) RefundOutcome {
 	if err == nil {
 		out := RefundOutcomeOf(RefundOf(re))
 		out.HTTPStatus, out.Replayed = http.StatusOK, replayed
 		return out
 	}
+	f := failedCall(err, replayed)
+	return RefundOutcome{Kind: f.kind, Code: f.code, Message: f.message, HTTPStatus: f.status, Replayed: f.replayed, Err: f.err}
+}
+
+// failure is what a failed call to make or change an object proves.
+type failure struct {
+	kind          Kind
+	code, message string
+	status        int
+	replayed      bool
+	err           error
+}
+
+// failedCall reads a failed call: a key conflict; a 4xx other than that
+// (400, 402, 404) is answered before anything is made, so it is Rejected;
+// everything else (no answer, a 5xx, a 429) is Ambiguous.
+func failedCall(err error, replayed bool) failure {
 	var se *stripe.Error
 	if !errors.As(err, &se) {
-		return RefundOutcome{Kind: Ambiguous, Err: err}
+		return failure{kind: Ambiguous, err: err}
 	}
-	out := RefundOutcome{Code: string(se.Code), Message: MessageFor(string(se.Code), ""), HTTPStatus: se.HTTPStatusCode, Replayed: replayed, Err: Redact(err)}
+	f := failure{code: string(se.Code), message: MessageFor(string(se.Code), ""), status: se.HTTPStatusCode, replayed: replayed, err: Redact(err),
+		kind: Ambiguous}
 	switch {
 	case se.Type == stripe.ErrorTypeIdempotency && se.HTTPStatusCode == http.StatusBadRequest:
-		out.Kind = KeyConflict
+		f.kind = KeyConflict
 	case se.HTTPStatusCode == http.StatusBadRequest || se.HTTPStatusCode == http.StatusPaymentRequired ||
 		se.HTTPStatusCode == http.StatusNotFound:
-		out.Kind = Rejected
-	default:
-		out.Kind = Ambiguous
+		f.kind = Rejected
 	}
-	return out
+	return f
 }
 
 // CreateRefund refunds r.Amount of r.PaymentIntentID, with r's key.
