@@ -52,6 +52,10 @@ func runAdmin(ctx context.Context, a admin) error {
 		err = a.paymentsList(ctx)
 	case "payments show":
 		err = a.paymentsShow(ctx)
+	case "operations list":
+		err = a.operationsList(ctx)
+	case "operations show":
+		err = a.operationsShow(ctx)
 	case "reconcile":
 		err = a.reconcile(ctx)
 	case "keys release":
@@ -792,4 +796,78 @@ func (a admin) findingsResolve(ctx context.Context) error {
 		return a.writeJSON(f)
 	}
 	return a.fields("finding", f.ID, "resolved", tsp(f.ResolvedAt), "by", str(f.ResolvedBy), "note", str(f.ResolutionNote))
+}
+
+// operationsList lists one kind's operations, from the registry.
+func (a admin) operationsList(ctx context.Context) error {
+	var kind operation.Kind
+	for _, k := range kinds.All() {
+		if k.Name() == a.cmd.args[0] {
+			kind = k
+		}
+	}
+	if kind == nil {
+		return fmt.Errorf("no kind %q; the kinds are %s", a.cmd.args[0], strings.Join(kinds.All().Names(), ", "))
+	}
+	list, err := kind.Operator(operation.Env{Pool: a.pool, Keys: a.keys(), Logger: slog.New(slog.DiscardHandler)}).
+		List(ctx, a.cmd.opts.status, a.cmd.opts.limit)
+	if err != nil {
+		return err
+	}
+	if a.cmd.opts.json {
+		views := make([]any, len(list))
+		for i, op := range list {
+			views[i] = op.View
+		}
+		return a.writeJSON(views)
+	}
+	rows := make([][]string, len(list))
+	for i, op := range list {
+		rows[i] = []string{op.ID, op.Status, orDash(op.ParentID), op.TenantID, op.IdempotencyKey, orDash(op.FailureCode)}
+	}
+	return a.table("ID\tSTATUS\tPAYMENT\tTENANT\tKEY\tFAILURE", rows)
+}
+
+// operationsShow shows one operation of any kind, with its key and jobs.
+func (a admin) operationsShow(ctx context.Context) error {
+	id := a.cmd.args[0]
+	kind, ok := kinds.All().Of(id)
+	if !ok {
+		return fmt.Errorf("%q is no operation's id: ids start with a kind's prefix (pay_, rfd_, cap_, ccl_, pyo_)", id)
+	}
+	table := kind.Table()
+	var tenantID string
+	if err := a.pool.QueryRow(ctx, `SELECT tenant_id FROM `+table.Name+` WHERE id = $1`, id).Scan(&tenantID); err != nil {
+		return fmt.Errorf("%w: no %s %q (\"api operations list %s\" lists them)", table.NotFound, kind.Name(), id, kind.Name())
+	}
+	op, err := kind.Operator(operation.Env{Pool: a.pool, Keys: a.keys(), Logger: slog.New(slog.DiscardHandler)}).Show(ctx, tenantID, id)
+	if err != nil {
+		return err
+	}
+	var key *idempotency.Record
+	switch rec, err := a.keys().Get(ctx, a.pool, tenantID, op.IdempotencyKey); {
+	case err == nil:
+		key = &rec
+	case !errors.Is(err, idempotency.ErrKeyNotFound):
+		return err
+	}
+	jobs, err := operation.JobsOf(ctx, a.pool, op.Job)
+	if err != nil {
+		return err
+	}
+	if a.cmd.opts.json {
+		return a.writeJSON(map[string]any{"kind": kind.Name(), kind.Name(): op.View, "key": key, "jobs": jobs})
+	}
+	keyState := "reaped"
+	if key != nil {
+		keyState = string(key.Status)
+	}
+	if err := a.fields(kind.Name(), op.ID, "status", op.Status, "payment", orDash(op.ParentID), "tenant", op.TenantID,
+		"key", fmt.Sprintf("%s is %s", op.IdempotencyKey, keyState), "failure", orDash(op.FailureCode)); err != nil {
+		return err
+	}
+	for _, j := range jobs {
+		fmt.Fprintf(a.out, "job %d (%s): %s, attempt %d of %d\n", j.ID, j.Kind, j.State, j.Attempt, j.MaxAttempts)
+	}
+	return nil
 }

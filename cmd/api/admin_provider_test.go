@@ -506,7 +506,7 @@ func TestRefundKeysReleaseAndReconcile(t *testing.T) {
 		return s
 	}
 	var res struct {
-		Verdict string         `json:"verdict"`
+		Verdict string               `json:"verdict"`
 		Refund  refunds.OperatorView `json:"refund"`
 		After   refunds.OperatorView `json:"after"`
 	}

@@ -162,6 +162,21 @@ release of it), what we know of its provider calls (intent, provider key,
 generation, attempt times, reconciliation schedule), its River jobs with the
 errors of their attempts, the provider's events about it and its ledger
 findings. It only reads.`, flags: jsonFlag},
+	{name: "operations list", args: []string{"KIND"}, summary: "list one kind's operations of every tenant, newest first", help: `Lists the operations of KIND (payment, refund, capture, cancel, payout: every
+registered kind) of every tenant, newest first, with their state, their
+payment (for a kind that has one), their key and why they failed.`, flags: func(fs *flag.FlagSet, o *options) {
+		jsonFlag(fs, o)
+		fs.StringVar(&o.status, "status", "", "only operations in this state")
+		fs.IntVar(&o.limit, "limit", 50, "at most this many operations (1 to 1000)")
+	}, check: func(o *options) error {
+		if o.limit < 1 || o.limit > 1000 {
+			return errors.New("--limit must be 1 to 1000")
+		}
+		return nil
+	}},
+	{name: "operations show", args: []string{"ID"}, summary: "one operation of any kind: its state, its key, its jobs", help: `Shows one operation of any kind by its id (pay_…, rfd_…, cap_…, ccl_…, pyo_…):
+its state as an operator sees it, its idempotency key and the key's state, and
+its River jobs with the errors of their attempts. It only reads.`, flags: jsonFlag},
 	{name: "reconcile", reads: readsProvider, args: []string{"ID"}, summary: "look a payment, refund, capture or cancel up at the provider now and settle it", help: `Looks payment ID up at the provider now and settles it with the reconciler's
 own code; it never charges. A refund's id (rfd_…), a capture's (cap_…) or a
 cancel's (ccl_…) awaiting reconciliation is looked up the same way by its own

@@ -208,7 +208,7 @@ func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, tracing *tele
 		DBTimeout:  cfg.RequestDBTimeout,
 		Auth: tenant.NewAuthenticator(pool, tenant.AuthConfig{CacheTTL: cfg.AuthCacheTTL, Timeout: cfg.RequestDBTimeout,
 			Failures: ratelimit.NewFailures(cfg.AuthFailureLimit, cfg.AuthFailureWindow), OnLimited: func() { m.RateLimited("auth") }}),
-		Webhooks: &webhooks.Handler{Pool: pool, Jobs: jobsOutbox, Logger: logger, Secret: cfg.StripeWebhookSecret,
+		Webhooks: &webhooks.Handler{Pool: pool, Jobs: jobsOutbox, Logger: logger, Secret: cfg.StripeWebhookSecret, Kinds: kinds.All(),
 			Timeout: cfg.RequestDBTimeout},
 	})
 	if cfg.StripeWebhookSecret == "" {

@@ -83,6 +83,21 @@ func TestConsole(t *testing.T) {
 	status, _ = w.get(t, "/console/payments/pay_nosuchpayment")
 	require.Equal(t, http.StatusNotFound, status)
 
+	// Every kind's operations are listed and shown from the registry.
+	status, list = w.get(t, "/console/operations?kind=payment&status=succeeded")
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, list, `href="/console/operations/`+paymentID+`"`)
+	status, page = w.get(t, "/console/operations/"+paymentID)
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, page, "Key reserved")
+	require.Contains(t, page, "(charge_payment) attempt 1 started")
+	require.Contains(t, page, "Now succeeded")
+	status, page = w.get(t, "/console/operations?kind=transfer")
+	require.Equal(t, http.StatusBadRequest, status)
+	require.Contains(t, page, "payout")
+	status, _ = w.get(t, "/console/operations/pyo_01JD3W9ZC6M7X4Q2V8N5R0T1YB")
+	require.Equal(t, http.StatusNotFound, status)
+
 	_, findings := w.get(t, "/console/findings")
 	require.Contains(t, findings, "No open finding")
 	_, err := ledger.Record(p.ctx, p.pool, ledger.KindMissingIntent, paymentID, "pi_gone", map[string]any{"reason": "test"})

@@ -126,11 +126,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err := river.AddWorkerSafely(workers, &outbox.ReapKeysWorker{Store: keys, DB: pool, Logger: logger}); err != nil {
 		return fmt.Errorf("register key reaper: %w", err)
 	}
-	processor := webhooks.NewProcessor(pool, keys, providerClient, logger, webhooks.ProcessorConfig{CallTimeout: workerCfg.ProviderCallTimeout()})
+	processor := webhooks.NewProcessor(pool, keys, providerClient, logger, webhooks.ProcessorConfig{CallTimeout: workerCfg.ProviderCallTimeout(), Kinds: kinds.All()})
 	if err := river.AddWorkerSafely(workers, &webhooks.ProcessWorker{Processor: processor}); err != nil {
 		return fmt.Errorf("register webhook event processor: %w", err)
 	}
-	recoverer := webhooks.NewRecoverer(pool, providerClient, logger, webhooks.RecoverConfig{Lookback: cfg.WebhookRecoverLookback})
+	recoverer := webhooks.NewRecoverer(pool, providerClient, logger, webhooks.RecoverConfig{Lookback: cfg.WebhookRecoverLookback, Kinds: kinds.All()})
 	if err := river.AddWorkerSafely(workers, &webhooks.RecoverWorker{Recoverer: recoverer}); err != nil {
 		return fmt.Errorf("register webhook recovery: %w", err)
 	}

@@ -81,10 +81,10 @@ func setup(t *testing.T, opts options) *bundle {
 	require.NoError(t, err)
 	keys := idempotency.NewStore(idempotency.Config{LockWait: opts.lockWait})
 	handler := api.NewHandler(api.Deps{
-		Pool:     pool,
-		Keys:     keys,
+		Pool:  pool,
+		Keys:  keys,
 		Kinds: operation.Kinds{payments.Kind(), refunds.Kind()}, Operations: operation.Deps{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger},
-		Logger:   logger,
+		Logger: logger,
 	})
 	server := httptest.NewServer(handler)
 	t.Cleanup(server.Close)

@@ -44,7 +44,7 @@ func TestRoundTrips(t *testing.T) {
 		srv := httptest.NewServer(api.NewHandler(api.Deps{
 			Pool: pool, Keys: keys, Logger: logger,
 			Kinds: operation.Kinds{payments.Kind()}, Operations: operation.Deps{DB: pool, Keys: keys, Outbox: outbox.New(jobs), Logger: logger},
-			Auth:     tenant.NewAuthenticator(pool, tenant.AuthConfig{CacheTTL: time.Minute}),
+			Auth: tenant.NewAuthenticator(pool, tenant.AuthConfig{CacheTTL: time.Minute}),
 		}))
 		t.Cleanup(srv.Close)
 		return srv.URL

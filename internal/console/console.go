@@ -60,6 +60,8 @@ func Handler(cfg Config) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+Path+"{$}", c.payments)
 	mux.HandleFunc("GET "+Path+"payments/{id}", c.payment)
+	mux.HandleFunc("GET "+Path+"operations", c.operations)
+	mux.HandleFunc("GET "+Path+"operations/{id}", c.operation)
 	mux.HandleFunc("GET "+Path+"findings", c.findings)
 	mux.HandleFunc("GET "+Path+"alerts", c.alerts)
 	return mux

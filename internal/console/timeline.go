@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/payments"
 )
 
@@ -46,21 +47,7 @@ func timeline(d payments.Detail, ops []Operation) []Entry {
 	}
 	add(accepted, "payment", "Payment accepted", fmt.Sprintf("%s, %s, capture %s; its charge job queued in the same transaction",
 		formatAmount(p.Amount, p.Currency), p.PaymentMethod, p.CaptureMethod))
-	for _, j := range d.Jobs {
-		name := fmt.Sprintf("Job %d (%s)", j.ID, j.Kind)
-		if j.CreatedAt.Sub(p.CreatedAt).Abs() > time.Second {
-			add(j.CreatedAt, "job", name+" queued", "")
-		}
-		for _, e := range j.Errors {
-			add(e.At, "job", fmt.Sprintf("%s attempt %d failed", name, e.Attempt), e.Error)
-		}
-		if j.AttemptedAt != nil {
-			add(*j.AttemptedAt, "job", fmt.Sprintf("%s attempt %d started", name, j.Attempt), "")
-		}
-		if j.FinalizedAt != nil {
-			add(*j.FinalizedAt, "job", name+" "+j.State, fmt.Sprintf("after %d of %d attempts", j.Attempt, j.MaxAttempts))
-		}
-	}
+	addJobs(d.Jobs, p.CreatedAt, add)
 	call := fmt.Sprintf("on account %s with provider key %s (generation %d)", AccountName(p.ProviderAccount), p.ProviderIdempotencyKey,
 		p.ProviderKeyGeneration)
 	if p.FirstProviderAttemptAt != nil {
@@ -126,4 +113,24 @@ func timeline(d payments.Detail, ops []Operation) []Entry {
 	}
 	slices.SortStableFunc(out, func(a, b Entry) int { return a.At.Compare(b.At) })
 	return out
+}
+
+// addJobs adds each job's queueing (if not with its operation, created
+// at), attempts, errors and end.
+func addJobs(jobs []operation.Job, created time.Time, add func(at time.Time, kind, what, detail string)) {
+	for _, j := range jobs {
+		name := fmt.Sprintf("Job %d (%s)", j.ID, j.Kind)
+		if j.CreatedAt.Sub(created).Abs() > time.Second {
+			add(j.CreatedAt, "job", name+" queued", "")
+		}
+		for _, e := range j.Errors {
+			add(e.At, "job", fmt.Sprintf("%s attempt %d failed", name, e.Attempt), e.Error)
+		}
+		if j.AttemptedAt != nil {
+			add(*j.AttemptedAt, "job", fmt.Sprintf("%s attempt %d started", name, j.Attempt), "")
+		}
+		if j.FinalizedAt != nil {
+			add(*j.FinalizedAt, "job", name+" "+j.State, fmt.Sprintf("after %d of %d attempts", j.Attempt, j.MaxAttempts))
+		}
+	}
 }

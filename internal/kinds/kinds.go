@@ -8,6 +8,7 @@ import (
 	"github.com/oncepay/oncepay/internal/metrics"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/payments"
+	"github.com/oncepay/oncepay/internal/payouts"
 	"github.com/oncepay/oncepay/internal/refunds"
 )
 
@@ -19,6 +20,7 @@ func All() operation.Kinds {
 		refunds.Kind(),
 		authorizations.CaptureKind(),
 		authorizations.CancelKind(),
+		payouts.Kind(),
 	}
 }
 

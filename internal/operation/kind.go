@@ -13,6 +13,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
@@ -41,6 +42,13 @@ type Kind interface {
 	// OfPayment lists the kind's operations of a payment, oldest first,
 	// for the payment's timeline; nil for a kind with no payment.
 	OfPayment(ctx context.Context, db Querier, tenantID, paymentID string) ([]Summary, error)
+	// EventTypes are the provider events the kind answers itself
+	// (SettleEvent); the webhook endpoint stores them with a job.
+	EventTypes() []string
+	// SettleEvent reads the event's object (objectID, on account) from the
+	// provider and records what it proves; result names what it did
+	// ("settled", "unchanged", "not_ours").
+	SettleEvent(ctx context.Context, env Env, account, objectID string) (result string, err error)
 }
 
 // Kinds is the registry: every kind the service runs, in the order their
@@ -108,6 +116,9 @@ type Operator interface {
 	ReleaseKey(ctx context.Context, tenantID, key, reason, operator string) (Released, error)
 	// Show reads one operation as an operator sees it.
 	Show(ctx context.Context, tenantID, id string) (Shown, error)
+	// List reads the kind's operations of every tenant, newest first, in
+	// status if it is set, at most limit.
+	List(ctx context.Context, status string, limit int) ([]Shown, error)
 }
 
 // Shown is one operation as an operator's command prints it: View in
@@ -115,6 +126,12 @@ type Operator interface {
 type Shown struct {
 	View                                              any
 	ID, ParentID, Status, FailureCode, FailureMessage string
+	// TenantID and IdempotencyKey name the operation's key; Job its jobs;
+	// ProviderID is the provider's object, once known.
+	TenantID, IdempotencyKey string
+	Job                      river.JobArgs
+	ProviderID               *string
+	CreatedAt, UpdatedAt     time.Time
 }
 
 // Summary is one operation on a timeline: a payment's charge, refund,
@@ -204,6 +221,24 @@ type Spec[K Named, A river.JobArgs, Op, O, C any] struct {
 	PaymentOps func(ctx context.Context, db Querier, tenantID, paymentID string) ([]Op, error)
 	// LedgerCheck, if set, is the kind's side of the ledger check.
 	LedgerCheck func(env Env) LedgerPass
+	// MoreWorkers, if set, adds the workers of the kind's own jobs beside
+	// the engine's (a payout's cancel).
+	MoreWorkers func(workers *river.Workers, env Env) error
+	// Events are the provider events Settle answers, if the kind answers
+	// any itself.
+	Events []string
+	Settle func(ctx context.Context, env Env, account, objectID string) (string, error)
+}
+
+// EventTypes are the events the kind answers.
+func (s Spec[K, A, Op, O, C]) EventTypes() []string { return s.Events }
+
+// SettleEvent answers one of the kind's events.
+func (s Spec[K, A, Op, O, C]) SettleEvent(ctx context.Context, env Env, account, objectID string) (string, error) {
+	if s.Settle == nil {
+		return "", fmt.Errorf("the %s kind answers no events", s.Name())
+	}
+	return s.Settle(ctx, env, account, objectID)
 }
 
 // Name is K's.
@@ -262,6 +297,9 @@ func (s Spec[K, A, Op, O, C]) Start(workers *river.Workers, env Env) ([]Periodic
 		})
 		periodic = append(periodic, Periodic{LedgerCheckArgs[K]{}, EveryLedgerCheck})
 	}
+	if s.MoreWorkers != nil {
+		adds = append(adds, func() error { return s.MoreWorkers(workers, env) })
+	}
 	for _, add := range adds {
 		if err := add(); err != nil {
 			return nil, fmt.Errorf("add the %s workers: %w", s.Name(), err)
@@ -276,7 +314,7 @@ func (s Spec[K, A, Op, O, C]) reconciler(env Env) *Reconciler[C, O] {
 
 // Operator is the kind's reconciler and its operator's view.
 func (s Spec[K, A, Op, O, C]) Operator(env Env) Operator {
-	return specOperator[Op, C, O]{Reconciler: s.reconciler(env), locking: s.Attempt(env), show: s.Show, pool: env.Pool}
+	return specOperator[Op, C, O]{Reconciler: s.reconciler(env), locking: s.Attempt(env), show: s.Show, summary: s.Summary, pool: env.Pool}
 }
 
 // OfPayment lists the kind's operations of a payment.
@@ -300,6 +338,7 @@ type specOperator[Op, C, O any] struct {
 	*Reconciler[C, O]
 	locking Locking[Op]
 	show    func(Op) Shown
+	summary func(Op) Summary
 	pool    *pgxpool.Pool
 }
 
@@ -308,5 +347,59 @@ func (o specOperator[Op, C, O]) Show(ctx context.Context, tenantID, id string) (
 	if err != nil {
 		return Shown{}, err
 	}
-	return o.show(op), nil
+	shown := o.show(op)
+	e := o.locking.Entry(op)
+	sum := o.summary(op)
+	shown.TenantID, shown.IdempotencyKey, shown.Job, shown.ProviderID = e.TenantID, e.IdempotencyKey, sum.Job, sum.ProviderObjectID
+	shown.CreatedAt, shown.UpdatedAt = sum.CreatedAt, sum.UpdatedAt
+	return shown, nil
 }
+
+func (o specOperator[Op, C, O]) List(ctx context.Context, status string, limit int) ([]Shown, error) {
+	_, table, _ := o.passInfo()
+	rows, err := o.pool.Query(ctx, `SELECT tenant_id, id FROM `+table.Name+` WHERE ($1 = '' OR status = $1)`+table.scoped()+`
+		ORDER BY id DESC LIMIT $2`, status, limit)
+	ids, err := CollectAll[struct {
+		TenantID string `db:"tenant_id"`
+		ID       string `db:"id"`
+	}](rows, err, "list "+table.Operation+"s")
+	if err != nil {
+		return nil, err
+	}
+	list := make([]Shown, 0, len(ids))
+	for _, op := range ids {
+		shown, err := o.Show(ctx, op.TenantID, op.ID)
+		if err != nil {
+			return nil, err
+		}
+		list = append(list, shown)
+	}
+	return list, nil
+}
+
+// Args are the job arguments of a kind K whose job names its operation by
+// tenant and id ("id" is the sweeper's JobArg): the engine's, so that a
+// kind needs no type of its own. Its River kind is K's name.
+type Args[K Named] struct {
+	TenantID string `json:"tenant_id"`
+	ID       string `json:"id"`
+}
+
+// Kind is the job's River kind; never rename a kind while jobs may be
+// queued.
+func (Args[K]) Kind() string {
+	var k K
+	return k.Name()
+}
+
+// InsertOpts makes the job unique per operation while one is live, on the
+// payments queue, retried as a charge is (well inside the provider's
+// 24-hour key window). Finished states are left out, so an operation
+// resumed under its next generation gets a new job.
+func (Args[K]) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{Queue: outbox.QueuePayments, MaxAttempts: outbox.ChargeMaxAttempts,
+		UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: outbox.LiveJobStates()}}
+}
+
+// Of names the job's operation.
+func (a Args[K]) Of() (tenantID, id string) { return a.TenantID, a.ID }

@@ -2,10 +2,9 @@ package payments
 
 import (
 	"net/http"
-	"slices"
-	"strings"
 
 	"github.com/oncepay/oncepay/internal/jsonbody"
+	"github.com/oncepay/oncepay/internal/money"
 )
 
 // Limits on a new payment's fields, published in docs/api.md. The metadata
@@ -13,8 +12,8 @@ import (
 // is refused by it later: Stripe takes at most 50 keys, keys of at most 40
 // characters without square brackets, and values of at most 500 characters.
 const (
-	MinAmount           = 1
-	MaxAmount           = 99_999_999
+	MinAmount           = money.MinAmount
+	MaxAmount           = money.MaxAmount
 	MaxPaymentMethodLen = 255
 	MaxCustomerLen      = 255
 	MaxDescriptionLen   = 1000
@@ -26,13 +25,8 @@ const (
 	MetadataKeyForbids = "[]"
 )
 
-// Currencies are the ISO 4217 codes accepted, lowercase as the provider
-// spells them. Amounts are in each currency's minor unit (cents for usd,
-// yen for jpy).
-var Currencies = []string{
-	"aud", "brl", "cad", "chf", "czk", "dkk", "eur", "gbp", "hkd", "huf", "inr", "jpy",
-	"mxn", "nok", "nzd", "pln", "sek", "sgd", "usd",
-}
+// Currencies are the ISO 4217 codes accepted (money.Currencies).
+var Currencies = money.Currencies
 
 // CreateRequest is a validated request for a new payment. Its JSON encoding
 // is what the idempotency fingerprint hashes, so absent, null and empty
@@ -73,13 +67,8 @@ func ValidateCreateJSON(body []byte) (CreateRequest, error) {
 func ValidateCreate(obj jsonbody.Object) (CreateRequest, error) {
 	v := jsonbody.NewValidator(obj)
 	req := CreateRequest{
-		Amount: v.Integer("amount", true, MinAmount, MaxAmount),
-		Currency: v.String("currency", jsonbody.StringRule{Required: true, MaxLen: 3, Check: func(s string) string {
-			if !slices.Contains(Currencies, s) {
-				return "must be a lowercase ISO 4217 code oncepay supports: one of " + strings.Join(Currencies, ", ")
-			}
-			return ""
-		}}),
+		Amount:        v.Integer("amount", true, MinAmount, MaxAmount),
+		Currency:      v.String("currency", jsonbody.StringRule{Required: true, MaxLen: 3, Check: money.CheckCurrency}),
 		PaymentMethod: v.String("payment_method", jsonbody.StringRule{Required: true, MaxLen: MaxPaymentMethodLen, Check: printableToken}),
 		Customer:      v.String("customer", jsonbody.StringRule{MaxLen: MaxCustomerLen, Check: printableToken}),
 		Description:   v.String("description", jsonbody.StringRule{MaxLen: MaxDescriptionLen}),

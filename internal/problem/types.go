@@ -64,6 +64,16 @@ var (
 		"The payment provider did not return the money (for example the card was closed, or the provider refused the request); " +
 			"failure_code says why. The refund is failed and its amount counts as refundable again. To try again, create a new " +
 			"refund with a new Idempotency-Key."}
+	PayoutsNeedAccount = Type{"payouts-need-account", "Payouts need a connected account", http.StatusForbidden,
+		"A payout pays out the tenant's own balance, which only a connected account holds: the platform's balance is not the " +
+			"tenant's. An operator gives a tenant its account (api tenants set-account). Nothing was stored under the " +
+			"Idempotency-Key: once the tenant has an account, the same request with the same key works."}
+	PayoutFailed = Type{"payout-failed", "The payout failed", http.StatusUnprocessableEntity,
+		"The payment provider did not pay the money out (the balance was too low, or the bank refused it); failure_code says " +
+			"why, and whatever left the balance is back in it. To try again, create a new payout with a new Idempotency-Key."}
+	PayoutNotCancelable = Type{"payout-not-cancelable", "The payout cannot be canceled", http.StatusConflict,
+		"Only a payout still pending at the provider can be canceled; payout_status names the payout's state. A payout in " +
+			"transit or paid is at the bank already, and one failed or canceled has nothing left to cancel."}
 	PaymentNotCapturable = Type{"payment-not-capturable", "The payment cannot be captured", http.StatusConflict,
 		"Only a payment created with capture_method manual and now requires_capture can be captured, once; payment_status names " +
 			"the payment's state. A capture or a cancel of it already in flight, a payment captured or canceled (by you, or by the " +
@@ -99,7 +109,7 @@ func Catalog() []Type {
 		IdempotencyKeyExpired, IdempotencyRetryNeeded,
 		InvalidRequest, RequestTooLarge, UnsupportedMediaType, UnsupportedContentEncoding, Unauthorized, NotFound, MethodNotAllowed,
 		CardDeclined, ProviderRejected, CustomerForbidden, PaymentNotRefundable, RefundExceedsRemaining, RefundFailed, PaymentNotCapturable,
-		PaymentNotCancelable, PaymentBusy,
+		PaymentNotCancelable, PaymentBusy, PayoutsNeedAccount, PayoutFailed, PayoutNotCancelable,
 		RateLimited, TooManyPending, ServiceUnavailable, Internal,
 	}
 }

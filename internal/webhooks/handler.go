@@ -16,6 +16,7 @@ import (
 	"github.com/stripe/stripe-go/v76"
 	"github.com/stripe/stripe-go/v76/webhook"
 
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/problem"
 	"github.com/oncepay/oncepay/internal/provider"
 	"github.com/oncepay/oncepay/internal/respond"
@@ -41,6 +42,8 @@ type Handler struct {
 	Tolerance time.Duration
 	// Timeout bounds the database work of one delivery. Defaults to 5s.
 	Timeout time.Duration
+	// Kinds are the operation kinds whose own events are stored with a job.
+	Kinds operation.Kinds
 }
 
 // badField is a 400 naming what was wrong: the signature header or the body.
@@ -116,7 +119,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	log := h.Logger.With(slog.String("event_id", ev.ID), slog.String("event_type", ev.Type))
 	ctx, cancel := context.WithTimeout(r.Context(), cmp.Or(h.Timeout, 5*time.Second))
 	defer cancel()
-	stored, err := Ingest(ctx, h.Pool, h.Jobs, ev, SourceWebhook)
+	stored, err := Ingest(ctx, h.Pool, h.Jobs, ev, SourceWebhook, h.Kinds)
 	if err != nil {
 		// 503 or 500: the provider retries the delivery.
 		respond.Problem(w, r, h.Logger, err)

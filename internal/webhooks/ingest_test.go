@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncepay/oncepay/internal/id"
+	"github.com/oncepay/oncepay/internal/kinds"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/provider"
 	"github.com/oncepay/oncepay/internal/testkit/pgtest"
@@ -31,7 +32,7 @@ func TestIngestRoundTrips(t *testing.T) {
 	}
 	ingest := func(ev provider.Event) (bool, []string) {
 		log.Take()
-		stored, err := webhooks.Ingest(ctx, pool, jobs, ev, webhooks.SourceWebhook)
+		stored, err := webhooks.Ingest(ctx, pool, jobs, ev, webhooks.SourceWebhook, kinds.All())
 		require.NoError(t, err)
 		// River's insert notification, when due, travels in the job's
 		// batch: no round trip of its own.

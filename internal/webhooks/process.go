@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/ledger"
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/provider"
 	"github.com/oncepay/oncepay/internal/refunds"
@@ -36,18 +38,39 @@ const (
 	readIntent
 	readRefund
 	readChargeRefunds
+	// byKind: an operation kind answers the event itself (its SettleEvent).
+	byKind
 )
 
-// EventTypes are the event types acted on: the events a provider's
-// webhook endpoint should be enabled for (any other is stored as ignored,
-// at the cost of its delivery). Adding a type to actionOf adds it here.
-func EventTypes() []string {
-	return []string{
+// EventTypes are the event types acted on, kinds' own among them: the
+// events a provider's webhook endpoint should be enabled for (any other is
+// stored as ignored, at the cost of its delivery). Adding a type to
+// actionOf adds it here.
+func EventTypes(kinds operation.Kinds) []string {
+	types := []string{
 		"payment_intent.succeeded", "payment_intent.payment_failed", "payment_intent.canceled",
 		"payment_intent.requires_action", "payment_intent.processing", "payment_intent.amount_capturable_updated",
 		"refund.created", "refund.updated", "refund.failed",
 		"charge.refunded",
 	}
+	for _, k := range kinds {
+		types = append(types, k.EventTypes()...)
+	}
+	return types
+}
+
+// dispatch is what acts on an event type: actionOf's table, else the kind
+// that answers the type itself.
+func dispatch(eventType string, kinds operation.Kinds) (action, operation.Kind) {
+	if a := actionOf(eventType); a != ignore {
+		return a, nil
+	}
+	for _, k := range kinds {
+		if slices.Contains(k.EventTypes(), eventType) {
+			return byKind, k
+		}
+	}
+	return ignore, nil
 }
 
 // actionOf is the dispatch table: adding a type is a line here, and one
@@ -75,17 +98,21 @@ type Processor struct {
 	logger   *slog.Logger
 	// CallTimeout bounds one provider call.
 	callTimeout time.Duration
+	kinds       operation.Kinds
 }
 
 // ProcessorConfig tunes a Processor. Zero values take the defaults.
 type ProcessorConfig struct {
 	// CallTimeout bounds one provider call. Defaults to 20s.
 	CallTimeout time.Duration
+	// Kinds are the operation kinds whose own events are processed by them.
+	Kinds operation.Kinds
 }
 
 // NewProcessor returns a Processor.
 func NewProcessor(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, logger *slog.Logger, cfg ProcessorConfig) *Processor {
-	return &Processor{pool: pool, keys: keys, provider: pc, logger: logger, callTimeout: cmp.Or(cfg.CallTimeout, 20*time.Second)}
+	return &Processor{pool: pool, keys: keys, provider: pc, logger: logger, callTimeout: cmp.Or(cfg.CallTimeout, 20*time.Second),
+		kinds: cfg.Kinds}
 }
 
 // Process acts on one stored event, once: an event already processed is
@@ -103,13 +130,22 @@ func (p *Processor) Process(ctx context.Context, eventID string) (string, error)
 		log = log.With(slog.String("account", ev.Account))
 	}
 	result := ResultIgnored
-	switch actionOf(ev.Type) {
+	act, kind := dispatch(ev.Type, p.kinds)
+	switch act {
 	case readIntent:
 		result, err = p.settleIntent(ctx, ev, log)
 	case readRefund:
 		result, err = p.settleRefund(ctx, ev, log)
 	case readChargeRefunds:
 		result, err = p.settleChargeRefunds(ctx, ev, log)
+	case byKind:
+		result = ResultNotOurs
+		if ev.ObjectID != nil {
+			callCtx, cancel := context.WithTimeout(ctx, p.callTimeout)
+			result, err = kind.SettleEvent(callCtx, operation.Env{Pool: p.pool, Keys: p.keys, Provider: p.provider, Logger: p.logger},
+				ev.Account, *ev.ObjectID)
+			cancel()
+		}
 	}
 	if err != nil {
 		return "", err

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/provider"
@@ -26,6 +27,8 @@ type RecoverConfig struct {
 	MaxPages int
 	// CallTimeout bounds the listing. Defaults to 1m.
 	CallTimeout time.Duration
+	// Kinds are the operation kinds whose own events are stored with a job.
+	Kinds operation.Kinds
 }
 
 // WithDefaults returns the configuration with zero values defaulted.
@@ -94,7 +97,7 @@ func (r *Recoverer) runAccount(ctx context.Context, jobs Inserter, account strin
 	// Whatever was listed before an error is stored: each event is
 	// independent, and the cursor moves only over stored events.
 	for _, ev := range events {
-		isNew, ierr := Ingest(ctx, r.pool, jobs, ev, SourceRecovery)
+		isNew, ierr := Ingest(ctx, r.pool, jobs, ev, SourceRecovery, r.cfg.Kinds)
 		if ierr != nil {
 			return len(events), stored, false, errors.Join(err, ierr)
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/provider"
@@ -52,8 +53,8 @@ type Inserter interface {
 // The last two are how nearly every event of a payment arrives: the
 // provider sends it as it answers the charge, just before or after the
 // answer is recorded.
-func Ingest(ctx context.Context, pool *pgxpool.Pool, jobs Inserter, ev provider.Event, source Source) (stored bool, err error) {
-	action := actionOf(ev.Type)
+func Ingest(ctx context.Context, pool *pgxpool.Pool, jobs Inserter, ev provider.Event, source Source, kinds operation.Kinds) (stored bool, err error) {
+	action, _ := dispatch(ev.Type, kinds)
 	final := string(payments.FinalStatusOfEvent(ev.Type))
 	// Two round trips: BEGIN with the event, then the job with COMMIT.
 	err = postgres.InTx(ctx, pool, func(tx pgx.Tx) error {
@@ -254,4 +255,22 @@ func eventPaymentIntent(ctx context.Context, db querier, eventID string) (string
 		return "", fmt.Errorf("read event %s: %w", eventID, err)
 	}
 	return intentID, nil
+}
+
+// Stored is a stored provider event, as an operator sees it.
+type Stored struct {
+	ID          string     `db:"id" json:"id"`
+	Type        string     `db:"type" json:"type"`
+	Source      string     `db:"source" json:"source"`
+	Created     time.Time  `db:"created" json:"created"`
+	ReceivedAt  time.Time  `db:"received_at" json:"received_at"`
+	ProcessedAt *time.Time `db:"processed_at" json:"processed_at"`
+	Result      *string    `db:"result" json:"result"`
+}
+
+// About reads the stored events about a provider object, oldest first.
+func About(ctx context.Context, db operation.Querier, objectID string) ([]Stored, error) {
+	rows, err := db.Query(ctx, `SELECT id, type, source, created, received_at, processed_at, result
+		FROM webhook_events WHERE object_id = $1 ORDER BY created, id`, objectID)
+	return operation.CollectAll[Stored](rows, err, "read the events about "+objectID)
 }

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	mathrand "math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -27,6 +28,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/oncepay/oncepay/internal/kinds"
 	"github.com/oncepay/oncepay/internal/tenant"
 	"github.com/oncepay/oncepay/internal/testkit/localpg"
 	"github.com/oncepay/oncepay/internal/webhooks"
@@ -216,7 +218,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		// The endpoint is enabled for the event types the API acts on, as a
 		// Stripe endpoint should be (docs/operations.md).
 		simEnv = append(simEnv, "STRIPESIM_WEBHOOK_URL=http://"+cfg.APIAddr+"/v1/webhooks/stripe", "STRIPESIM_WEBHOOK_SECRET="+secret,
-			"STRIPESIM_WEBHOOK_EVENTS="+strings.Join(webhooks.EventTypes(), ","))
+			"STRIPESIM_WEBHOOK_EVENTS="+strings.Join(webhooks.EventTypes(kinds.All()), ","))
 		err := s.start(&Process{Name: "stripesim", Binary: "stripesim", Env: simEnv, Ready: s.SimURL + "/_sim/faults"})
 		if err != nil {
 			return nil, err
@@ -583,6 +585,14 @@ func (s *Stack) Tenant(name string) (tenant.Created, error) {
 	return created, err
 }
 
+// SetAccount gives the tenant named name its connected account.
+func (s *Stack) SetAccount(name, account string) error {
+	if out, err := s.command("api", "tenants", "set-account", name, account).CombinedOutput(); err != nil {
+		return fmt.Errorf("api tenants set-account %s %s: %w: %s", name, account, err, out)
+	}
+	return nil
+}
+
 // OnlyKey returns a new API key of the tenant named name, made if needed,
 // and ends every key the tenant had before at once: a stack started again
 // and again (make up) leaves one valid key, the one it printed last.
@@ -744,12 +754,19 @@ func (p *Process) Exited() <-chan struct{} {
 
 // FreeAddrs returns n loopback addresses nothing listens on right now, for
 // a stack that must not collide with another (the demo beside make up).
+// They are drawn below Linux's ephemeral range (32768 and up), where the
+// kernel takes the local ports of outgoing connections: a port found free
+// there can be taken by any connection (a test's, a database client's)
+// before the stack listens on it.
 func FreeAddrs(n int) ([]string, error) {
 	var addrs []string
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+	for tries := 0; len(addrs) < n; tries++ {
+		if tries > 1000 {
+			return nil, errors.New("no free loopback port found from 20000 to 32767")
+		}
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 20000+mathrand.IntN(12768)))
 		if err != nil {
-			return nil, err
+			continue // taken
 		}
 		defer ln.Close()
 		addrs = append(addrs, ln.Addr().String())

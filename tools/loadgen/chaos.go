@@ -34,6 +34,10 @@ func providerFaults() []stripesim.Fault {
 		{Mode: stripesim.FaultErrorBefore, Status: 500, Probability: 0.04, Path: "POST /v1/payment_intents/*"},
 		{Mode: stripesim.FaultErrorAfter, Status: 500, Probability: 0.04, Path: "POST /v1/payment_intents/*"},
 		{Mode: stripesim.FaultCloseAfter, Probability: 0.03, Path: "POST /v1/payment_intents/*"},
+		// Payouts and their cancels too.
+		{Mode: stripesim.FaultErrorBefore, Status: 500, Probability: 0.04, Path: "POST /v1/payouts*"},
+		{Mode: stripesim.FaultErrorAfter, Status: 500, Probability: 0.04, Path: "POST /v1/payouts*"},
+		{Mode: stripesim.FaultCloseAfter, Probability: 0.03, Path: "POST /v1/payouts*"},
 	}
 }
 

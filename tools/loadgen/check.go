@@ -316,8 +316,12 @@ func (r *run) check(ctx context.Context) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	payouts, err := r.checkPayouts(ctx, answers)
+	if err != nil {
+		return nil, err
+	}
 	report.Invariants = []Invariant{acked, oneEach, provider, replays, mismatch, isolation, failures, refunds, actions,
-		checkMonotonicReads(r.reads.snapshot(), time.Minute)}
+		checkMonotonicReads(r.reads.snapshot(), time.Minute), payouts}
 	return report, nil
 }
 
@@ -537,4 +541,95 @@ func (r *run) get(ctx context.Context, tenant int, paymentID string) (int, error
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, resp.Body)
 	return resp.StatusCode, nil
+}
+
+// payoutStage orders a payout's statuses as the provider moves it: ours
+// may lag behind the provider's (an event still on its way), never lead.
+var payoutStage = map[string]int{"pending": 1, "in_transit": 2, "paid": 3, "failed": 4, "canceled": 4}
+
+// checkPayouts is invariant 11: each payout key made at most one payout,
+// on its tenant's own account (a tenant on the platform's made none);
+// every acknowledged payout was answered by the provider (not processing,
+// not being reconciled); the provider made each of ours at most once, and
+// exactly once when ours says it was made, and ours is never ahead of it.
+func (r *run) checkPayouts(ctx context.Context, answers []answer) (Invariant, error) {
+	inv := Invariant{Name: "11 payouts: one per key, on the tenant's account, answered, made once at the provider, never ahead of it"}
+	type payoutRow struct {
+		ID, TenantID, Key, Status, Account string
+		ProviderID                         *string
+	}
+	rows, err := r.pool.Query(ctx, `SELECT id, tenant_id, idempotency_key, status, provider_account, provider_payout_id FROM payouts`)
+	if err != nil {
+		return inv, err
+	}
+	list, err := pgx.CollectRows(rows, pgx.RowToStructByPos[payoutRow])
+	if err != nil {
+		return inv, err
+	}
+	// The provider's ledger is read after ours: payouts still move at the
+	// provider, and only forward, so ours read first is never ahead of it
+	// unless it was ahead when read.
+	ledger, err := r.sim.Ledger(ctx)
+	if err != nil {
+		return inv, fmt.Errorf("read the simulator's ledger: %w", err)
+	}
+	accounts := map[string]string{}
+	for _, t := range r.tenants {
+		accounts[t.ID] = t.Account
+	}
+	byID, keys := map[string]payoutRow{}, map[string]int{}
+	for _, p := range list {
+		byID[p.ID] = p
+		keys[p.TenantID+" "+p.Key]++
+		if accounts[p.TenantID] == "" || p.Account != accounts[p.TenantID] {
+			inv.Violations = append(inv.Violations, fmt.Sprintf("%s is on account %q, its tenant's is %q", p.ID, p.Account, accounts[p.TenantID]))
+		}
+	}
+	for key, n := range keys {
+		if n > 1 {
+			inv.Violations = append(inv.Violations, fmt.Sprintf("payout key %s made %d payouts", key, n))
+		}
+	}
+	for _, a := range answers {
+		if a.Op != OpPayout || a.PayoutID == "" {
+			continue
+		}
+		inv.Checked++
+		switch p, ok := byID[a.PayoutID]; {
+		case !ok:
+			inv.Violations = append(inv.Violations, a.PayoutID+" was acknowledged but does not exist")
+		case p.TenantID != r.tenants[a.Tenant].ID:
+			inv.Violations = append(inv.Violations, a.PayoutID+" belongs to another tenant than the request")
+		case p.Status == "processing" || p.Status == "requires_reconciliation":
+			inv.Violations = append(inv.Violations, fmt.Sprintf("%s is %s: the provider's answer was never recorded", p.ID, p.Status))
+		}
+	}
+	made := map[string][]stripesim.LedgerObject{}
+	for _, o := range ledger.Objects {
+		if o.Object == "payout" {
+			made[o.Metadata["payout_id"]] = append(made[o.Metadata["payout_id"]], o)
+		}
+	}
+	for payoutID, objs := range made {
+		if _, ok := byID[payoutID]; !ok {
+			inv.Violations = append(inv.Violations, fmt.Sprintf("provider payout %s names payout %q, which we do not know", objs[0].ID, payoutID))
+		}
+	}
+	for _, p := range list {
+		inv.Checked++
+		objs := made[p.ID]
+		switch {
+		case len(objs) > 1:
+			inv.Violations = append(inv.Violations, fmt.Sprintf("%s was made %d times at the provider", p.ID, len(objs)))
+		case p.ProviderID == nil && len(objs) != 0:
+			inv.Violations = append(inv.Violations, fmt.Sprintf("%s is %s with no provider payout, but the provider made %s", p.ID, p.Status, objs[0].ID))
+		case p.ProviderID != nil && (len(objs) != 1 || objs[0].ID != *p.ProviderID):
+			inv.Violations = append(inv.Violations, fmt.Sprintf("%s records provider payout %s, which the provider does not have as its one", p.ID, *p.ProviderID))
+		case len(objs) == 1 && objs[0].Account != p.Account:
+			inv.Violations = append(inv.Violations, fmt.Sprintf("%s was made on account %q, not its own %q", p.ID, objs[0].Account, p.Account))
+		case len(objs) == 1 && payoutStage[p.Status] > payoutStage[objs[0].Status]:
+			inv.Violations = append(inv.Violations, fmt.Sprintf("%s is %s, ahead of the provider's %s", p.ID, p.Status, objs[0].Status))
+		}
+	}
+	return inv, nil
 }

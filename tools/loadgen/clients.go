@@ -27,6 +27,7 @@ const (
 	OpRefund    Op = "refund"    // a refund of an earlier payment (and its retries)
 	OpCapture   Op = "capture"   // a capture of an earlier manual payment (and its retries)
 	OpCancel    Op = "cancel"    // a cancel of an earlier manual payment (and its retries)
+	OpPayout    Op = "payout"    // a payout of the tenant's balance (and its retries)
 )
 
 // answer is one HTTP exchange as a client saw it.
@@ -39,12 +40,13 @@ type answer struct {
 	Status    int // 0 for a transport error
 	Err       string
 	PaymentID string
-	// RefundID is the refund an OpRefund answer names.
-	RefundID string
-	Problem  string
-	Replayed bool
-	At       time.Time
-	Took     time.Duration
+	// RefundID is the refund an OpRefund answer names, PayoutID the
+	// payout an OpPayout answer names.
+	RefundID, PayoutID string
+	Problem            string
+	Replayed           bool
+	At                 time.Time
+	Took               time.Duration
 }
 
 // end is when the answer (or the error) arrived: what fault windows are
@@ -177,6 +179,11 @@ func (r *run) operation(ctx context.Context, client *http.Client, c, n int, past
 		})
 		wg.Wait()
 	}
+	// A payout of part of the tenant's balance, retried with its key; a
+	// tenant on the platform's account is refused (403).
+	if r.chance(r.cfg.PayoutRate) {
+		r.payOut(ctx, client, tenant)
+	}
 	if r.chance(r.cfg.ReadRate) {
 		r.readOne(ctx, client, c)
 	}
@@ -264,6 +271,25 @@ func (r *run) refund(ctx context.Context, client *http.Client, tenant int, payme
 	return a
 }
 
+// payOut asks for a payout under a new key and retries it with that key,
+// as pay does, once more after its answer (which must replay it).
+func (r *run) payOut(ctx context.Context, client *http.Client, tenant int) {
+	key := "lg-payout-" + strings.ToLower(id.New("k")[2:])
+	amount := int64(100 + r.intn(900))
+	body := fmt.Sprintf(`{"amount": %d, "currency": "usd", "description": "loadgen"}`, amount)
+	var made answer
+	for range 2 {
+		made = r.retry(ctx, func() answer { return r.post(ctx, client, tenant, "/v1/payouts", key, body, OpPayout, amount, "") })
+	}
+	// Now and then a cancel, racing the payout's transit at the provider.
+	if made.PayoutID != "" && r.chance(0.3) {
+		cancelKey := "lg-payout-cancel-" + strings.ToLower(id.New("k")[2:])
+		r.retry(ctx, func() answer {
+			return r.post(ctx, client, tenant, "/v1/payouts/"+made.PayoutID+"/cancel", cancelKey, `{}`, OpPayout, 0, "")
+		})
+	}
+}
+
 // retryable says whether a client retries the answer with the same key: a
 // 409 only while the key or the payment is busy, not when the operation was
 // refused (a refund of a payment not refundable, or beyond what is left).
@@ -333,6 +359,9 @@ func (r *run) post(ctx context.Context, client *http.Client, tenant int, path, k
 		a.Problem = doc.Type[strings.LastIndex(doc.Type, "/")+1:]
 		if strings.HasPrefix(doc.ID, "rfd_") {
 			a.RefundID = doc.ID
+		}
+		if strings.HasPrefix(doc.ID, "pyo_") {
+			a.PayoutID = doc.ID
 		}
 	}
 	if !strings.HasPrefix(a.PaymentID, "pay_") {
@@ -431,7 +460,8 @@ func (r *run) awaitSettled(ctx context.Context) error {
 		var open int
 		err := r.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM payments WHERE status NOT IN ('succeeded', 'failed', 'requires_capture', 'canceled'))
 			+ (SELECT count(*) FROM refunds WHERE status NOT IN ('succeeded', 'failed', 'canceled'))
-			+ (SELECT count(*) FROM payment_actions WHERE status NOT IN ('succeeded', 'failed'))`).Scan(&open)
+			+ (SELECT count(*) FROM payment_actions WHERE status NOT IN ('succeeded', 'failed'))
+			+ (SELECT count(*) FROM payouts WHERE status IN ('processing', 'requires_reconciliation'))`).Scan(&open)
 		if err == nil && open == 0 {
 			return nil
 		}

@@ -60,6 +60,9 @@ type Config struct {
 	// RefundRate is the chance that an operation is followed by two
 	// refunds, with different keys, of an earlier payment.
 	RefundRate float64
+	// PayoutRate is the chance that an operation is followed by a payout
+	// of part of its tenant's balance (retried with its key).
+	PayoutRate float64
 	// ReadRate is the chance that an operation is followed by a read of a
 	// payment or a refund that some client made: the reads are checked for
 	// states that go backwards.
@@ -118,7 +121,7 @@ func (c Config) withDefaults() Config {
 	}
 	switch c.Scenario {
 	case Steady, Replay:
-		c.RetryRate, c.DuplicateRate, c.MismatchRate, c.RefundRate, c.ManualRate, c.ActionRate, c.ReadRate = 0, 0, 0, 0, 0, 0, 0
+		c.RetryRate, c.DuplicateRate, c.MismatchRate, c.RefundRate, c.ManualRate, c.ActionRate, c.ReadRate, c.PayoutRate = 0, 0, 0, 0, 0, 0, 0, 0
 	case Chaos:
 		c.APIs = cmp.Or(c.APIs, 2)
 		c.Workers = cmp.Or(c.Workers, 2)
@@ -198,12 +201,22 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		rng:    rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
 		record: &recorder{}, reads: &reads{},
 	}
+	// The first tenant is on the platform's account; every other on a
+	// connected account of its own, whose balance it pays out.
 	for i := range cfg.Tenants {
-		created, err := stack.Tenant(fmt.Sprintf("loadgen-%d", i+1))
+		name := fmt.Sprintf("loadgen-%d", i+1)
+		created, err := stack.Tenant(name)
 		if err != nil {
 			return nil, err
 		}
-		r.tenants = append(r.tenants, tenantKey{ID: created.TenantID, APIKey: created.APIKey})
+		account := ""
+		if i > 0 {
+			account = fmt.Sprintf("acct_loadgen%d", i+1)
+			if err := stack.SetAccount(name, account); err != nil {
+				return nil, err
+			}
+		}
+		r.tenants = append(r.tenants, tenantKey{ID: created.TenantID, APIKey: created.APIKey, Account: account})
 	}
 	return r.drive(ctx)
 }
@@ -233,7 +246,7 @@ type run struct {
 	replayKeys []replayKey
 }
 
-type tenantKey struct{ ID, APIKey string }
+type tenantKey struct{ ID, APIKey, Account string }
 
 // window is a period during which target (an API URL, or "" for every
 // process) may fail.

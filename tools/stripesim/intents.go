@@ -514,27 +514,7 @@ func (s *Server) listIntents(req *apiRequest) response {
 	}
 	slices.SortFunc(all, newestFirst)
 
-	// The page is the limit intents next to the cursor on its side: after
-	// it (older) for starting_after, before it (newer) for ending_before.
-	// has_more says whether more lie beyond the page on that side.
-	page := all
-	switch {
-	case after != "":
-		i, found := slices.BinarySearchFunc(all, cursor, newestFirst)
-		if found {
-			i++
-		}
-		page = all[i:]
-	case before != "":
-		i, _ := slices.BinarySearchFunc(all, cursor, newestFirst)
-		page = all[:i]
-	}
-	hasMore := len(page) > limit
-	if hasMore && before != "" {
-		page = page[len(page)-limit:]
-	} else if hasMore {
-		page = page[:limit]
-	}
+	page, hasMore := pageAround(all, cursor, after, before, limit, newestFirst)
 
 	out := &listJSON{Object: "list", Data: make([]*intentJSON, 0, len(page)), HasMore: hasMore, URL: "/v1/payment_intents"}
 	dataExp := exp.under("data.")

@@ -355,24 +355,7 @@ func (s *Server) listPayouts(req *apiRequest) response {
 	}
 	slices.SortFunc(all, newestPayoutFirst)
 
-	page := all
-	switch {
-	case after != "":
-		i, found := slices.BinarySearchFunc(all, cursor, newestPayoutFirst)
-		if found {
-			i++
-		}
-		page = all[i:]
-	case before != "":
-		i, _ := slices.BinarySearchFunc(all, cursor, newestPayoutFirst)
-		page = all[:i]
-	}
-	hasMore := len(page) > limit
-	if hasMore && before != "" {
-		page = page[len(page)-limit:]
-	} else if hasMore {
-		page = page[:limit]
-	}
+	page, hasMore := pageAround(all, cursor, after, before, limit, newestPayoutFirst)
 	out := &payoutListJSON{Object: "list", Data: make([]*payoutJSON, 0, len(page)), HasMore: hasMore, URL: "/v1/payouts"}
 	for _, po := range page {
 		out.Data = append(out.Data, s.payoutJSON(po))

@@ -188,24 +188,7 @@ func (s *Server) listRefunds(req *apiRequest) response {
 	}
 	slices.SortFunc(all, newestRefundFirst)
 
-	page := all
-	switch {
-	case after != "":
-		i, found := slices.BinarySearchFunc(all, cursor, newestRefundFirst)
-		if found {
-			i++
-		}
-		page = all[i:]
-	case before != "":
-		i, _ := slices.BinarySearchFunc(all, cursor, newestRefundFirst)
-		page = all[:i]
-	}
-	hasMore := len(page) > limit
-	if hasMore && before != "" {
-		page = page[len(page)-limit:]
-	} else if hasMore {
-		page = page[:limit]
-	}
+	page, hasMore := pageAround(all, cursor, after, before, limit, newestRefundFirst)
 	out := &refundListJSON{Object: "list", Data: make([]*refundJSON, 0, len(page)), HasMore: hasMore, URL: "/v1/refunds"}
 	dataExp := exp.under("data.")
 	for _, re := range page {

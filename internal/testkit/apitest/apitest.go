@@ -86,7 +86,7 @@ func start(t testing.TB, pool *pgxpool.Pool, created tenant.Created, moreV1Route
 		Pool: pool, Keys: keys, Logger: logger,
 		Kinds:        kinds.All(),
 		Operations:   operations,
-		Webhooks:     &webhooks.Handler{Pool: pool, Jobs: operations.Outbox, Logger: logger, Secret: WebhookSecret},
+		Webhooks:     &webhooks.Handler{Pool: pool, Jobs: operations.Outbox, Logger: logger, Secret: WebhookSecret, Kinds: kinds.All()},
 		MoreV1Routes: moreV1Routes,
 	})
 	srv := httptest.NewServer(handler)

@@ -55,6 +55,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	flags.Float64Var(&cfg.DeclineRate, "decline-rate", 0.1, "share of operations with a card that declines")
 	flags.Float64Var(&cfg.RefundRate, "refund-rate", 0.1, "share of operations followed by two racing refunds of an earlier payment")
 	flags.Float64Var(&cfg.ManualRate, "manual-rate", 0.2, "share of new payments made with capture_method manual (authorized, then captured or canceled)")
+	flags.Float64Var(&cfg.PayoutRate, "payout-rate", 0.1, "share of operations followed by a payout of part of the tenant's balance, retried with its key")
 	flags.Float64Var(&cfg.ReadRate, "read-rate", 0.5, "share of operations followed by a read of a payment or a refund some client made (checked for states going backwards)")
 	flags.Float64Var(&cfg.ActionRate, "action-rate", 0.2, "share of operations followed by a capture and a cancel, racing, of an earlier manual payment")
 	flags.IntVar(&cfg.APIs, "apis", 2, "API processes (chaos; other scenarios run one unless set)")

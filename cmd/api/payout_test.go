@@ -1,0 +1,106 @@
+package main
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"github.com/stripe/stripe-go/v76"
+
+	"github.com/oncepay/oncepay/internal/id"
+	"github.com/oncepay/oncepay/internal/operation"
+	"github.com/oncepay/oncepay/internal/payouts"
+)
+
+// TestPayoutOperatorCommands: a payout reaches the operator's commands
+// through the registry alone: listed and shown by kind and id, its stuck
+// key released only on the provider's proof that it was never made, and
+// one made at the provider but never recorded settled by reconcile.
+func TestPayoutOperatorCommands(t *testing.T) {
+	t.Parallel()
+	b := setupOps(t)
+	api, _ := b.withSimulator()
+	account := "acct_ops" + strings.ToLower(id.New("a")[2:14])
+	_, err := b.cli("tenants", "set-account", b.name, account)
+	require.NoError(t, err)
+	funding := &stripe.PaymentIntentParams{Amount: stripe.Int64(9000), Currency: stripe.String("usd"),
+		PaymentMethod: stripe.String("pm_card_visa"), Confirm: stripe.Bool(true)}
+	funding.SetStripeAccount(account)
+	_, err = api.PaymentIntents.New(funding)
+	require.NoError(t, err)
+
+	// Accepted with no worker running, then stuck: handed to
+	// reconciliation with its key unknown.
+	stuck := func(key string, sent bool) string {
+		req, err := http.NewRequest(http.MethodPost, b.base+"/v1/payouts", strings.NewReader(`{"amount": 3000, "currency": "usd"}`))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+b.tenant.APIKey)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", key)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusAccepted, resp.StatusCode)
+		var payoutID string
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT id FROM payouts WHERE idempotency_key = $1`, key).Scan(&payoutID))
+		b.exec(`UPDATE payouts SET status = 'requires_reconciliation', reconcile_after = NULL,
+			first_provider_attempt_at = CASE WHEN $2 THEN now() - interval '1 minute' END,
+			last_provider_attempt_at = CASE WHEN $2 THEN now() - interval '1 minute' END WHERE id = $1`, payoutID, sent)
+		b.exec(`UPDATE idempotency_keys SET status = 'unknown' WHERE idempotency_key = $1`, key)
+		b.exec(`UPDATE river_job SET state = 'completed', finalized_at = now() WHERE args->>'id' = $1`, payoutID)
+		return payoutID
+	}
+
+	// Never sent: released; the client's retry sends it under the next
+	// generation.
+	neverKey := id.New("key")
+	never := stuck(neverKey, false)
+	var released struct {
+		Verdict string         `json:"verdict"`
+		Payout  payouts.Payout `json:"payout"`
+	}
+	b.cliJSON(&released, "keys", "release", b.name, neverKey, "--reason", "nothing at the provider", "--operator", "ana")
+	require.Equal(t, "released", released.Verdict)
+	require.Equal(t, payouts.StatusFailed, released.Payout.Status)
+
+	// Made at the provider, its answer lost: reconcile finds it by its
+	// metadata and records it; nothing is sent again.
+	madeKey := id.New("key")
+	made := stuck(madeKey, true)
+	var tenantID string
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT tenant_id FROM payouts WHERE id = $1`, made).Scan(&tenantID))
+	params := &stripe.PayoutParams{Amount: stripe.Int64(3000), Currency: stripe.String("usd")}
+	params.SetStripeAccount(account)
+	params.SetIdempotencyKey(operation.ProviderKey("payout", tenantID, madeKey, made, 1))
+	params.AddMetadata(payouts.MetadataPayoutID, made)
+	params.AddMetadata(payouts.MetadataTenantID, tenantID)
+	params.AddMetadata(payouts.MetadataGeneration, "1")
+	po, err := api.Payouts.New(params)
+	require.NoError(t, err)
+	var reconciled struct {
+		Verdict string         `json:"verdict"`
+		After   payouts.Payout `json:"after"`
+	}
+	b.cliJSON(&reconciled, "reconcile", made)
+	require.Equal(t, "settled", reconciled.Verdict)
+	require.Equal(t, payouts.StatusPending, reconciled.After.Status)
+	require.Equal(t, po.ID, *reconciled.After.ProviderPayoutID)
+
+	// Listed by kind, shown by id, with its key.
+	out, err := b.cli("operations", "list", "payout")
+	require.NoError(t, err)
+	require.Contains(t, out, never)
+	require.Contains(t, out, made)
+	var shown struct {
+		Kind string `json:"kind"`
+		Key  struct {
+			Status string `json:"status"`
+		} `json:"key"`
+	}
+	b.cliJSON(&shown, "operations", "show", made)
+	require.Equal(t, "payout", shown.Kind)
+	require.Equal(t, "completed", shown.Key.Status)
+	_, err = b.cli("operations", "list", "transfer")
+	require.ErrorContains(t, err, "no kind \"transfer\"")
+}

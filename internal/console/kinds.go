@@ -1,0 +1,104 @@
+package console
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/kinds"
+	"github.com/oncepay/oncepay/internal/operation"
+	"github.com/oncepay/oncepay/internal/webhooks"
+)
+
+// operator is a kind's reach for the console's reads: no provider, it
+// never looks anything up.
+func (c *server) operator(kind operation.Kind) operation.Operator {
+	return kind.Operator(operation.Env{Pool: c.cfg.Pool, Keys: c.cfg.Keys, Logger: slog.New(slog.DiscardHandler)})
+}
+
+// operations lists one registered kind's operations, newest first.
+func (c *server) operations(w http.ResponseWriter, r *http.Request) {
+	name, status := r.URL.Query().Get("kind"), r.URL.Query().Get("status")
+	all := kinds.All()
+	i := slices.IndexFunc(all, func(k operation.Kind) bool { return k.Name() == name })
+	if i < 0 {
+		c.fail(w, r, http.StatusBadRequest, fmt.Errorf("kind %q is not one of %v", name, all.Names()))
+		return
+	}
+	list, err := c.operator(all[i]).List(r.Context(), status, 100)
+	if err != nil {
+		c.fail(w, r, http.StatusServiceUnavailable, err)
+		return
+	}
+	c.render(w, r, http.StatusOK, "operations.html", map[string]any{"Title": "Operations: " + name, "Kind": name,
+		"Kinds": all.Names(), "Status": status, "Operations": list})
+}
+
+// operation is one operation of any kind, with its timeline.
+func (c *server) operation(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	kind, ok := kinds.All().Of(id)
+	if !ok {
+		c.fail(w, r, http.StatusNotFound, fmt.Errorf("no operation %q", id))
+		return
+	}
+	var tenantID string
+	if err := c.cfg.Pool.QueryRow(r.Context(), `SELECT tenant_id FROM `+kind.Table().Name+` WHERE id = $1`, id).Scan(&tenantID); err != nil {
+		c.fail(w, r, http.StatusNotFound, fmt.Errorf("no %s %q", kind.Name(), id))
+		return
+	}
+	op, err := c.operator(kind).Show(r.Context(), tenantID, id)
+	var key *idempotency.Record
+	if err == nil {
+		rec, kerr := c.cfg.Keys.Get(r.Context(), c.cfg.Pool, tenantID, op.IdempotencyKey)
+		if kerr == nil {
+			key = &rec
+		} else if !errors.Is(kerr, idempotency.ErrKeyNotFound) {
+			err = kerr
+		}
+	}
+	var jobs []operation.Job
+	var events []webhooks.Stored
+	if err == nil {
+		jobs, err = operation.JobsOf(r.Context(), c.cfg.Pool, op.Job)
+	}
+	if err == nil && op.ProviderID != nil {
+		events, err = webhooks.About(r.Context(), c.cfg.Pool, *op.ProviderID)
+	}
+	if err != nil {
+		c.fail(w, r, http.StatusServiceUnavailable, err)
+		return
+	}
+	c.render(w, r, http.StatusOK, "operation.html", map[string]any{"Title": kind.Name() + " " + id, "Op": op, "Kind": kind.Name(),
+		"Key": key, "Jobs": jobs, "Timeline": operationTimeline(op, key, jobs, events)})
+}
+
+// operationTimeline puts what is recorded of an operation in the order it
+// happened: its key, its acceptance, its jobs' attempts, the provider's
+// events about its object, its state now.
+func operationTimeline(op operation.Shown, key *idempotency.Record, jobs []operation.Job, events []webhooks.Stored) []Entry {
+	var out []Entry
+	add := func(at time.Time, kind, what, detail string) {
+		out = append(out, Entry{At: at.UTC(), Kind: kind, What: what, Detail: detail})
+	}
+	if key != nil {
+		detail := "Idempotency-Key " + key.Key + ", now " + string(key.Status)
+		if key.Response != nil {
+			detail += ", answering " + strconv.Itoa(key.Response.StatusCode)
+		}
+		add(key.CreatedAt, "key", "Key reserved", detail)
+	}
+	add(op.CreatedAt, "operation", "Accepted", "its job queued in the same transaction")
+	addJobs(jobs, op.CreatedAt, add)
+	for _, e := range events {
+		add(e.ReceivedAt, "webhook", "Webhook "+e.Type+" received", fmt.Sprintf("event %s by %s, result %s", e.ID, e.Source, formatString(e.Result)))
+	}
+	add(op.UpdatedAt, "provider", "Now "+op.Status, "provider object "+formatString(op.ProviderID)+", failure "+op.FailureCode)
+	slices.SortStableFunc(out, func(a, b Entry) int { return a.At.Compare(b.At) })
+	return out
+}

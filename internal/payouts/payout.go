@@ -1,0 +1,92 @@
+// Package payouts pays a tenant's connected-account balance out to its
+// bank (POST /v1/payouts): a kind on the engine (internal/operation), and
+// the worked example of docs/template.md. It is the kind with no parent:
+// its lock order is its row, then its key. The provider makes the payout
+// once, under a key derived from the client's; it then settles at the
+// provider (pending, in transit, then paid, failed or canceled), which its
+// payout.* events, or a read, record here.
+package payouts
+
+import (
+	"strconv"
+
+	"github.com/oncepay/oncepay/internal/operation"
+	"github.com/oncepay/oncepay/internal/provider"
+	"github.com/oncepay/oncepay/internal/respond"
+)
+
+// IDPrefix starts every payout id ("pyo_01J…"), distinct from the
+// provider's own (po_…), which a payout shows as provider_payout_id.
+const IDPrefix = "pyo"
+
+// Status is a payout's state; the names match payouts.status.
+type Status string
+
+// A payout is processing until the provider made it, then has the
+// provider's status: pending and in_transit (the money left the balance),
+// paid (a bank may still return it: failed), failed or canceled (the money
+// is back). failed with operation.FailureProviderNotReached was never sent,
+// and the client's retry with the same key sends it.
+const (
+	StatusProcessing             Status = "processing"
+	StatusPending                Status = "pending"
+	StatusInTransit              Status = "in_transit"
+	StatusPaid                   Status = "paid"
+	StatusFailed                 Status = "failed"
+	StatusCanceled               Status = "canceled"
+	StatusRequiresReconciliation Status = "requires_reconciliation"
+)
+
+// stage orders the provider's statuses: a payout only moves forward, so an
+// event delivered late never undoes a later one.
+func stage(s Status) int {
+	return map[Status]int{StatusPending: 1, StatusInTransit: 2, StatusPaid: 3, StatusFailed: 4, StatusCanceled: 4}[s]
+}
+
+// Metadata set on every provider payout: events and the reconciler find a
+// payout by it, and tell its generations apart.
+const (
+	MetadataPayoutID   = "payout_id"
+	MetadataTenantID   = "tenant_id"
+	MetadataGeneration = "payout_generation"
+)
+
+// Payout is a payout as stored and as the API shows it.
+type Payout struct {
+	operation.Lifecycle
+	Object           string  `json:"object" db:"-"`
+	Amount           int64   `json:"amount" db:"amount"`
+	Currency         string  `json:"currency" db:"currency"`
+	Description      *string `json:"description" db:"description"`
+	Status           Status  `json:"status" db:"status"`
+	ProviderAccount  string  `json:"-" db:"provider_account"`
+	ProviderPayoutID *string `json:"provider_payout_id" db:"provider_payout_id"`
+}
+
+// MarshalJSON fills the constant "object" member.
+func (p Payout) MarshalJSON() ([]byte, error) {
+	type plain Payout
+	p.Object, p.CreatedAt, p.UpdatedAt = "payout", p.CreatedAt.UTC(), p.UpdatedAt.UTC()
+	return respond.Marshal(plain(p))
+}
+
+func (p Payout) key() string { return p.IdempotencyKey }
+
+// request is the one provider request that makes p in its generation.
+func (p Payout) request() provider.PayoutRequest {
+	return provider.PayoutRequest{IdempotencyKey: p.ProviderIdempotencyKey, Amount: p.Amount, Currency: p.Currency,
+		Description: deref(p.Description), Metadata: map[string]string{MetadataPayoutID: p.ID, MetadataTenantID: p.TenantID,
+			MetadataGeneration: strconv.Itoa(p.ProviderKeyGeneration)}}
+}
+
+// made reports whether a provider payout was made for p's generation.
+func (p Payout) made(po *provider.Payout) bool {
+	return po.Metadata[MetadataPayoutID] == p.ID && po.Metadata[MetadataGeneration] == strconv.Itoa(p.ProviderKeyGeneration)
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}

@@ -1,0 +1,251 @@
+package payouts_test
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncepay/oncepay/internal/id"
+	"github.com/oncepay/oncepay/internal/kinds"
+	"github.com/oncepay/oncepay/internal/operation"
+	"github.com/oncepay/oncepay/internal/outbox"
+	"github.com/oncepay/oncepay/internal/payouts"
+	"github.com/oncepay/oncepay/internal/provider"
+	"github.com/oncepay/oncepay/internal/tenant"
+	"github.com/oncepay/oncepay/internal/testkit/apitest"
+	"github.com/oncepay/oncepay/internal/testkit/pgtest"
+	"github.com/oncepay/oncepay/internal/testkit/workertest"
+	"github.com/oncepay/oncepay/internal/webhooks"
+	"github.com/oncepay/oncepay/tools/stripesim"
+)
+
+// bundle is the service around payouts: the API (as a tenant on a
+// connected account of its own), the simulator delivering its events to
+// it, and a worker running every registered kind with short timers.
+type bundle struct {
+	ctx     context.Context
+	api     *apitest.Server
+	sim     stripesim.AdminClient
+	account string
+	client  *outbox.Client
+}
+
+// setup starts the bundle; a payout moves on at the provider after
+// transit, then is paid as long after.
+func setup(t *testing.T, transit time.Duration) *bundle {
+	t.Helper()
+	ctx := context.Background()
+	pool, _ := pgtest.NewPool(t)
+	logger := slog.New(slog.DiscardHandler)
+	account := "acct_" + id.New("a")[2:18]
+	created, err := tenant.CreateOnAccount(ctx, pool, t.Name(), account)
+	require.NoError(t, err)
+	api := apitest.StartAs(t, pool, created)
+	sim := stripesim.New(stripesim.Config{Logger: logger, MaxHold: 5 * time.Second, SearchIndexDelay: -1,
+		WebhookURL: api.URL + "/v1/webhooks/stripe", WebhookSecret: apitest.WebhookSecret, WebhookRetryBase: 50 * time.Millisecond,
+		PayoutTransitDelay: transit, PayoutPaidDelay: transit})
+	simSrv := httptest.NewServer(sim)
+	t.Cleanup(simSrv.Close)
+	t.Cleanup(sim.Close)
+
+	pc := provider.New(provider.Config{SecretKey: "sk_test_payouts", APIBase: simSrv.URL})
+	env := operation.Env{Pool: pool, Keys: api.Keys, Provider: pc, Logger: logger,
+		Worker:    operation.WorkerConfig{JobTimeout: 2 * time.Second, PollInterval: 50 * time.Millisecond, RecordTimeout: time.Second},
+		Reconcile: operation.ReconcileConfig{Settle: 100 * time.Millisecond, RetryBase: 100 * time.Millisecond, RetryMax: 500 * time.Millisecond, RunBudget: 5 * time.Second},
+		Sweep:     operation.SweepConfig{Grace: time.Second}}
+	workers := river.NewWorkers()
+	periodic := workertest.Start(t, workers, env, 200*time.Millisecond, kinds.All()...)
+	river.AddWorker(workers, &webhooks.ProcessWorker{Processor: webhooks.NewProcessor(pool, api.Keys, pc, logger,
+		webhooks.ProcessorConfig{Kinds: kinds.All()})})
+	client, err := outbox.NewWorkerClient(pool, outbox.WorkerConfig{
+		Workers: workers, PeriodicJobs: periodic, JobTimeout: env.Worker.MaxAttemptDuration(), RescueStuckJobsAfter: time.Minute,
+		Retry: outbox.RetryPolicy{Base: 20 * time.Millisecond, Max: 100 * time.Millisecond}, FetchPollInterval: 50 * time.Millisecond, Logger: logger,
+	})
+	require.NoError(t, err)
+	require.NoError(t, client.Start(ctx))
+	t.Cleanup(func() {
+		stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = client.StopAndCancel(stopCtx)
+	})
+	return &bundle{ctx: ctx, api: api, sim: stripesim.AdminClient{BaseURL: simSrv.URL}, account: account, client: client}
+}
+
+// fund charges amount on the tenant's account: its balance at the provider.
+func (b *bundle) fund(t *testing.T, amount string) {
+	t.Helper()
+	paid := b.api.Post(t, "/v1/payments", id.New("key"), `{"amount": `+amount+`, "currency": "usd", "payment_method": "pm_card_visa"}`,
+		"Prefer", "wait=10")
+	require.Equal(t, http.StatusCreated, paid.Status, paid.Raw)
+}
+
+func (b *bundle) payOut(t *testing.T, key, body string) apitest.Response {
+	t.Helper()
+	return b.api.Post(t, "/v1/payouts", key, body, "Prefer", "wait=10")
+}
+
+// providerPayouts are the simulator's payouts made for a payout of ours.
+func (b *bundle) providerPayouts(t *testing.T, payoutID string) []stripesim.LedgerObject {
+	t.Helper()
+	l, err := b.sim.Ledger(b.ctx)
+	require.NoError(t, err)
+	var found []stripesim.LedgerObject
+	for _, o := range l.Objects {
+		if o.Object == "payout" && o.Metadata[payouts.MetadataPayoutID] == payoutID {
+			found = append(found, o)
+		}
+	}
+	return found
+}
+
+func (b *bundle) waitStatus(t *testing.T, payoutID string, want payouts.Status) apitest.Response {
+	t.Helper()
+	var got apitest.Response
+	require.Eventually(t, func() bool {
+		got = b.api.Get(t, "/v1/payouts/"+payoutID)
+		return got.Body["status"] == string(want)
+	}, 15*time.Second, 20*time.Millisecond, "payout %s never became %s", payoutID, want)
+	return got
+}
+
+// TestPayoutIsMadeOnceAndSettlesThroughItsEvents: a payout of the tenant's
+// balance is made once on its account under the derived key; a retry
+// replays the answer; the provider's events then move it to in_transit and
+// paid, and a list shows it.
+func TestPayoutIsMadeOnceAndSettlesThroughItsEvents(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 300*time.Millisecond)
+	b.fund(t, "5000")
+	key := id.New("key")
+	made := b.payOut(t, key, `{"amount": 3000, "currency": "usd", "description": "weekly"}`)
+	require.Equal(t, http.StatusCreated, made.Status, made.Raw)
+	require.Equal(t, "pending", made.Body["status"])
+	payoutID := made.Body["id"].(string)
+	require.True(t, id.Valid(payouts.IDPrefix, payoutID), payoutID)
+
+	again := b.payOut(t, key, `{"amount": 3000, "currency": "usd", "description": "weekly"}`)
+	require.Equal(t, http.StatusCreated, again.Status, again.Raw)
+	require.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
+	require.Equal(t, payoutID, again.Body["id"])
+
+	found := b.providerPayouts(t, payoutID)
+	require.Len(t, found, 1)
+	require.Equal(t, b.account, found[0].Account)
+	require.Equal(t, int64(3000), found[0].Amount)
+	require.Equal(t, operation.ProviderKey("payout", b.api.Tenant.TenantID, key, payoutID, 1), found[0].IdempotencyKey)
+
+	paid := b.waitStatus(t, payoutID, payouts.StatusPaid)
+	require.Equal(t, found[0].ID, paid.Body["provider_payout_id"])
+	list := b.api.Get(t, "/v1/payouts?limit=1")
+	require.Equal(t, http.StatusOK, list.Status, list.Raw)
+	require.Len(t, list.Body["data"], 1)
+
+	mismatch := b.payOut(t, key, `{"amount": 3001, "currency": "usd", "description": "weekly"}`)
+	require.Equal(t, http.StatusUnprocessableEntity, mismatch.Status, mismatch.Raw)
+	require.Len(t, b.providerPayouts(t, payoutID), 1)
+}
+
+// TestPayoutNeedsAConnectedAccount: the platform's balance is not a
+// tenant's: without an account of its own a payout is 403, stored nowhere.
+func TestPayoutNeedsAConnectedAccount(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 300*time.Millisecond)
+	other, err := tenant.Create(b.ctx, b.api.Pool, t.Name()+" platform")
+	require.NoError(t, err)
+	platform := b.api.As(other)
+	key := id.New("key")
+	for range 2 {
+		refused := platform.Post(t, "/v1/payouts", key, `{"amount": 100, "currency": "usd"}`)
+		require.Equal(t, http.StatusForbidden, refused.Status, refused.Raw)
+		require.Equal(t, "/docs/problems/payouts-need-account", refused.Body["type"])
+	}
+	var n int
+	require.NoError(t, b.api.Pool.QueryRow(b.ctx, `SELECT count(*) FROM payouts WHERE tenant_id = $1`, other.TenantID).Scan(&n))
+	require.Zero(t, n)
+}
+
+// TestPayoutBeyondTheBalanceFails: the provider refuses a payout of more
+// than the balance; the refusal is final, stored and replayed, and nothing
+// left the balance.
+func TestPayoutBeyondTheBalanceFails(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 300*time.Millisecond)
+	b.fund(t, "1000")
+	key := id.New("key")
+	for range 2 {
+		refused := b.payOut(t, key, `{"amount": 1500, "currency": "usd"}`)
+		require.Equal(t, http.StatusUnprocessableEntity, refused.Status, refused.Raw)
+		require.Equal(t, "/docs/problems/payout-failed", refused.Body["type"])
+		require.Equal(t, "balance_insufficient", refused.Body["failure_code"])
+	}
+	fits := b.payOut(t, id.New("key"), `{"amount": 1000, "currency": "usd"}`)
+	require.Equal(t, http.StatusCreated, fits.Status, fits.Raw)
+}
+
+// TestPayoutReturnedByTheBankFails: a payout the bank refuses after it was
+// made (the simulator's amounts ending in 13) ends failed, with the
+// provider's reason, and its money is back in the balance.
+func TestPayoutReturnedByTheBankFails(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 300*time.Millisecond)
+	b.fund(t, "2013")
+	made := b.payOut(t, id.New("key"), `{"amount": 2013, "currency": "usd"}`)
+	require.Equal(t, http.StatusCreated, made.Status, made.Raw)
+	failed := b.waitStatus(t, made.Body["id"].(string), payouts.StatusFailed)
+	require.Equal(t, "account_closed", failed.Body["failure_code"])
+	again := b.payOut(t, id.New("key"), `{"amount": 2013, "currency": "usd"}`)
+	require.Equal(t, http.StatusCreated, again.Status, "the failed payout's money is back: %s", again.Raw)
+}
+
+// TestPayoutWhoseAnswerIsLostIsReconciled: the provider makes the payout
+// and answers 500, stored under the key and replayed to every retry: the
+// worker hands it to the reconciler, which finds the one payout by its
+// metadata and records it. Exactly one payout, and the key completes.
+func TestPayoutWhoseAnswerIsLostIsReconciled(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 300*time.Millisecond)
+	b.fund(t, "4000")
+	require.NoError(t, b.sim.InjectFault(b.ctx, stripesim.Fault{Mode: stripesim.FaultErrorAfter, Path: "POST /v1/payouts", Count: 1}))
+	key := id.New("key")
+	accepted := b.api.Post(t, "/v1/payouts", key, `{"amount": 4000, "currency": "usd"}`)
+	require.Equal(t, http.StatusAccepted, accepted.Status, accepted.Raw)
+	payoutID := accepted.Body["id"].(string)
+	b.waitStatus(t, payoutID, payouts.StatusPaid)
+	require.Len(t, b.providerPayouts(t, payoutID), 1)
+	// The provider stored its 500 under the key: the worker learned nothing
+	// from retrying, and the reconciler found the payout by its metadata.
+	l, err := b.sim.Ledger(b.ctx)
+	require.NoError(t, err)
+	stats, ok := l.Key(operation.ProviderKey("payout", b.api.Tenant.TenantID, key, payoutID, 1))
+	require.True(t, ok)
+	require.Equal(t, http.StatusInternalServerError, stats.Status)
+	require.Equal(t, 1, stats.Executions)
+	replayed := b.payOut(t, key, `{"amount": 4000, "currency": "usd"}`)
+	require.Equal(t, http.StatusCreated, replayed.Status, replayed.Raw)
+}
+
+// TestPendingPayoutCancels: a pending payout is canceled at the provider
+// by its job, its money back; one no longer pending is refused 409, and the
+// balance pays the money out again.
+func TestPendingPayoutCancels(t *testing.T) {
+	t.Parallel()
+	b := setup(t, time.Hour)
+	b.fund(t, "3000")
+	made := b.payOut(t, id.New("key"), `{"amount": 3000, "currency": "usd"}`)
+	require.Equal(t, http.StatusCreated, made.Status, made.Raw)
+	payoutID := made.Body["id"].(string)
+	canceled := b.api.Post(t, "/v1/payouts/"+payoutID+"/cancel", id.New("key"), `{}`)
+	require.Equal(t, http.StatusAccepted, canceled.Status, canceled.Raw)
+	b.waitStatus(t, payoutID, payouts.StatusCanceled)
+
+	refused := b.api.Post(t, "/v1/payouts/"+payoutID+"/cancel", id.New("key"), `{}`)
+	require.Equal(t, http.StatusConflict, refused.Status, refused.Raw)
+	require.Equal(t, "canceled", refused.Body["payout_status"])
+	require.Equal(t, "/docs/problems/payout-not-cancelable", refused.Body["type"])
+}

@@ -1,0 +1,153 @@
+package payouts
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/oncepay/oncepay/internal/id"
+	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/jsonbody"
+	"github.com/oncepay/oncepay/internal/money"
+	"github.com/oncepay/oncepay/internal/operation"
+	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/provider"
+)
+
+// service serves the payouts' endpoints.
+type service struct{ operation.Deps }
+
+// createRequest is a validated payout; its JSON encoding is what the
+// idempotency fingerprint hashes.
+type createRequest struct {
+	Amount      int64  `json:"amount"`
+	Currency    string `json:"currency"`
+	Description string `json:"description,omitempty"`
+}
+
+// errNoAccount refuses a tenant without a connected account, stored
+// nowhere: once an operator gives it one, the same request works.
+var errNoAccount = problem.New(problem.PayoutsNeedAccount,
+	"This tenant has no connected account: the platform's balance is not yours to pay out.")
+
+func decodeCreate(w http.ResponseWriter, r *http.Request) (createRequest, error) {
+	obj, err := jsonbody.Read(w, r)
+	if err != nil {
+		return createRequest{}, err
+	}
+	v := jsonbody.NewValidator(obj)
+	return createRequest{
+		Amount:      v.Integer("amount", true, money.MinAmount, money.MaxAmount),
+		Currency:    v.String("currency", jsonbody.StringRule{Required: true, MaxLen: 3, Check: money.CheckCurrency}),
+		Description: v.String("description", jsonbody.StringRule{MaxLen: 255}),
+	}, v.Err()
+}
+
+// create writes the payout (or resumes the one proven never sent) and its
+// job, and answers 202.
+func (s service) create(ctx context.Context, tx pgx.Tx, attempt idempotency.Attempt, req createRequest) (idempotency.Outcome, error) {
+	tenantID, key := attempt.Request.TenantID, attempt.Request.Key
+	p, err := Payout{}, error(nil)
+	if attempt.ResourceID != "" {
+		if p, err = lock(ctx, tx, s.Keys, tenantID, attempt.ResourceID); err == nil {
+			gen := p.ProviderKeyGeneration + 1
+			rows, qerr := table.Resume(ctx, tx, tenantID, p.ID, gen, operation.ProviderKey(table.Operation, tenantID, key, p.ID, gen), columns)
+			p, err = operation.CollectOne[Payout](rows, qerr, "resume payout", ErrNotFound)
+		}
+	} else {
+		payoutID := id.New(IDPrefix)
+		var description *string
+		if req.Description != "" {
+			description = &req.Description
+		}
+		p, err = insert(ctx, tx, Payout{Lifecycle: operation.Lifecycle{ID: payoutID, TenantID: tenantID, IdempotencyKey: key,
+			ProviderIdempotencyKey: operation.ProviderKey(table.Operation, tenantID, key, payoutID, 1)},
+			Amount: req.Amount, Currency: req.Currency, Description: description, Status: StatusProcessing})
+	}
+	if err != nil {
+		return idempotency.Outcome{}, err
+	}
+	if _, err := s.Outbox.InsertTx(ctx, tx, args{TenantID: tenantID, ID: p.ID}); err != nil {
+		return idempotency.Outcome{}, err
+	}
+	s.Logger.InfoContext(ctx, "payout accepted", slog.String("tenant_id", tenantID), slog.String("payout_id", p.ID),
+		slog.Int64("amount", p.Amount), slog.Bool("resumed", attempt.ResourceID != ""))
+	resp, err := s.Accepted(p, location(p))
+	return idempotency.Outcome{Status: idempotency.StatusProcessing, ResourceID: p.ID, Response: resp}, err
+}
+
+func location(p Payout) string { return "/v1/payouts/" + p.ID }
+
+// finalResponse is what a retry of the client's POST replays once the
+// provider answered: 201 with the payout it made, or 422 payout-failed.
+func finalResponse(p Payout) (idempotency.Response, error) {
+	if p.Status != StatusFailed && p.Status != StatusCanceled {
+		return operation.Created(p, location(p))
+	}
+	code, message := p.Failure()
+	return operation.Refused(&problem.Error{Type: problem.PayoutFailed, Detail: fmt.Sprintf("Payout %s is %s (%s): %s", p.ID, p.Status, code, message),
+		Extensions: map[string]any{"payout_id": p.ID, "payout_status": p.Status, "failure_code": code}}, location(p)), nil
+}
+
+// cancelRequest is a cancel: the path names the payout; the body is {}.
+type cancelRequest struct {
+	PayoutID string `json:"-"`
+}
+
+func decodeCancel(w http.ResponseWriter, r *http.Request) (cancelRequest, error) {
+	payoutID := chi.URLParam(r, "id")
+	if !id.Valid(IDPrefix, payoutID) {
+		return cancelRequest{}, problem.New(problem.NotFound, "No payout %q.", payoutID)
+	}
+	obj, err := jsonbody.ReadOptional(w, r)
+	if err != nil {
+		return cancelRequest{}, err
+	}
+	return cancelRequest{PayoutID: payoutID}, jsonbody.NewValidator(obj).Err()
+}
+
+// cancel queues, under the payout's lock, the job that cancels a pending
+// payout at the provider (the API never calls it), and answers 202 with the
+// payout: read it until canceled, or in transit if the bank was quicker. A
+// payout not pending is refused and nothing is stored: one still being made
+// may become cancelable.
+func (s service) cancel(ctx context.Context, tx pgx.Tx, attempt idempotency.Attempt, req cancelRequest) (idempotency.Outcome, error) {
+	p, err := lock(ctx, tx, s.Keys, attempt.Request.TenantID, req.PayoutID)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return idempotency.Outcome{}, problem.New(problem.NotFound, "No payout %q.", req.PayoutID)
+	case err != nil:
+		return idempotency.Outcome{}, err
+	case p.Status != StatusPending:
+		return idempotency.Outcome{}, &problem.Error{Type: problem.PayoutNotCancelable,
+			Detail:     fmt.Sprintf("Payout %s is %s; only a pending payout can be canceled.", p.ID, p.Status),
+			Extensions: map[string]any{"payout_id": p.ID, "payout_status": p.Status}}
+	}
+	if _, err := s.Outbox.InsertTx(ctx, tx, cancelArgs{TenantID: p.TenantID, ID: p.ID}); err != nil {
+		return idempotency.Outcome{}, err
+	}
+	resp, err := s.Accepted(p, location(p))
+	return idempotency.Outcome{Status: idempotency.StatusCompleted, ResourceID: p.ID, Response: resp}, err
+}
+
+// Settle records what a provider payout proves of the payout it was made
+// for (by its metadata), under the payout's locks, in a transaction of its
+// own: what its events, its cancel and the reconciler call.
+func Settle(ctx context.Context, db idempotency.TxBeginner, keys *idempotency.Store, account string, po *provider.Payout) (p Payout, changed bool, err error) {
+	err = pgx.BeginTxFunc(ctx, db, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		if p, err = lock(ctx, tx, keys, po.Metadata[MetadataTenantID], po.Metadata[MetadataPayoutID]); err != nil {
+			return err
+		}
+		if p.ProviderAccount != account || !p.made(po) {
+			return nil // another account's object names it, or another generation
+		}
+		p, changed, err = advance(ctx, tx, keys, p, provider.PayoutOutcomeOf(po))
+		return err
+	})
+	return p, changed, err
+}
