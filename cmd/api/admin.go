@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -702,7 +704,19 @@ func (a admin) ledgerCheck(ctx context.Context) error {
 		return err
 	}
 	all := append(append([]payments.Disagreement{}, res.Disagreements...), refundRes.Disagreements...)
-	if err := a.ledgerCheckReport(res, refundRes, all); err != nil {
+	// Every other registered kind with a ledger check of its own.
+	more := map[string]operation.LedgerCheckResult{}
+	for _, kind := range kinds.All() {
+		pass := kind.Ledger(operation.Env{Pool: a.pool, Provider: pc, Logger: logger})
+		if pass == nil || kind.Name() == "payment" || kind.Name() == "refund" {
+			continue
+		}
+		if more[kind.Name()], err = pass.Check(ctx, since, until); err != nil {
+			return err
+		}
+		all = append(all, more[kind.Name()].Disagreements...)
+	}
+	if err := a.ledgerCheckReport(res, refundRes, more, all); err != nil {
 		return err
 	}
 	if len(all) > 0 {
@@ -711,11 +725,17 @@ func (a admin) ledgerCheck(ctx context.Context) error {
 	return nil
 }
 
-func (a admin) ledgerCheckReport(res payments.LedgerCheckResult, refundRes refunds.LedgerCheckResult, all []payments.Disagreement) error {
+func (a admin) ledgerCheckReport(res payments.LedgerCheckResult, refundRes refunds.LedgerCheckResult, more map[string]operation.LedgerCheckResult,
+	all []payments.Disagreement) error {
 	if a.cmd.opts.json {
-		return a.writeJSON(map[string]any{"from": res.From.UTC(), "to": res.To.UTC(), "intents": res.Listed,
+		out := map[string]any{"from": res.From.UTC(), "to": res.To.UTC(), "intents": res.Listed,
 			"payments": res.Succeeded, "unchecked": res.Unchecked + refundRes.Unchecked,
-			"provider_refunds": refundRes.Listed, "refunds": refundRes.Succeeded, "disagreements": all})
+			"provider_refunds": refundRes.Listed, "refunds": refundRes.Succeeded, "disagreements": all}
+		for name, r := range more {
+			out["provider_"+name+"s"], out[name+"s"] = r.Listed, r.Succeeded
+			out["unchecked"] = out["unchecked"].(int) + r.Unchecked
+		}
+		return a.writeJSON(out)
 	}
 	fmt.Fprintf(a.out, "window %s to %s: %d intents listed, %d succeeded payments looked for, %d disagreements",
 		ts(res.From), ts(res.To), res.Listed, res.Succeeded, len(res.Disagreements))
@@ -727,6 +747,13 @@ func (a admin) ledgerCheckReport(res payments.LedgerCheckResult, refundRes refun
 	if refundRes.Unchecked > 0 {
 		fmt.Fprintf(a.out, ", %d refunds not checked (provider errors: run again)", refundRes.Unchecked)
 	}
+	for _, name := range slices.Sorted(maps.Keys(more)) {
+		r := more[name]
+		fmt.Fprintf(a.out, "\n%d provider %ss listed, %d made %ss looked for, %d disagreements", r.Listed, name, r.Succeeded, name, len(r.Disagreements))
+		if r.Unchecked > 0 {
+			fmt.Fprintf(a.out, ", %d %ss not checked (provider errors: run again)", r.Unchecked, name)
+		}
+	}
 	fmt.Fprintln(a.out)
 	if len(all) == 0 {
 		return nil
@@ -737,10 +764,11 @@ func (a admin) ledgerCheckReport(res payments.LedgerCheckResult, refundRes refun
 		if d.New {
 			finding = "new"
 		}
-		rows = append(rows, []string{d.Kind, orDash(d.PaymentID), orDash(d.RefundID), orDash(d.IntentID + d.ProviderRefundID), finding, d.Reason})
+		rows = append(rows, []string{d.Kind, orDash(d.PaymentID), orDash(d.RefundID + d.OperationID), orDash(d.IntentID + d.ProviderRefundID + d.ProviderObjectID),
+			finding, d.Reason})
 	}
 	fmt.Fprintln(a.out)
-	if err := a.table("KIND\tPAYMENT\tREFUND\tPROVIDER OBJECT\tFINDING\tREASON", rows); err != nil {
+	if err := a.table("KIND\tPAYMENT\tOPERATION\tPROVIDER OBJECT\tFINDING\tREASON", rows); err != nil {
 		return err
 	}
 	_, err := fmt.Fprintln(a.out, "\n\"api findings list --open\" lists the findings; \"api payments show ID\" tells more of a payment.")

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-const findingColumns = `id, kind, payment_id, refund_id, provider_object_id, evidence, created_at, resolved_at, resolution_note, resolved_by`
+const findingColumns = `id, kind, payment_id, refund_id, operation_id, provider_object_id, evidence, created_at, resolved_at, resolution_note, resolved_by`
 
 // ErrNotFound is returned by Resolve for a finding that does not exist.
 var ErrNotFound = errors.New("ledger finding not found")

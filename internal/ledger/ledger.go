@@ -55,6 +55,16 @@ const (
 	// KindMissingRefund: a refund recorded succeeded has no refund at the
 	// provider (none recorded, or the one recorded does not exist).
 	KindMissingRefund = "missing_refund"
+	// KindUnknownPayout: the provider has a payout that names a payout we
+	// do not know.
+	KindUnknownPayout = "unknown_payout"
+	// KindPayoutMismatch: a provider payout contradicts our payout (another
+	// amount, a status ours is ahead of, another payout than the one
+	// recorded), or moved on long ago while ours still waits for it.
+	KindPayoutMismatch = "payout_mismatch"
+	// KindMissingPayout: a payout recorded made has no payout at the
+	// provider (none recorded, or the one recorded does not exist).
+	KindMissingPayout = "missing_payout"
 )
 
 // Finding is one disagreement.
@@ -62,8 +72,10 @@ type Finding struct {
 	ID        string  `db:"id" json:"id"`
 	Kind      string  `db:"kind" json:"kind"`
 	PaymentID *string `db:"payment_id" json:"payment_id"`
-	// RefundID names the refund of a refund's finding.
+	// RefundID names the refund of a refund's finding, OperationID the
+	// operation of another kind's (a payout's).
 	RefundID         *string         `db:"refund_id" json:"refund_id"`
+	OperationID      *string         `db:"operation_id" json:"operation_id"`
 	ProviderObjectID *string         `db:"provider_object_id" json:"provider_object_id"`
 	Evidence         json.RawMessage `db:"evidence" json:"evidence"`
 	CreatedAt        time.Time       `db:"created_at" json:"created_at"`
@@ -93,16 +105,20 @@ func Record(ctx context.Context, db Execer, kind, paymentID, providerObjectID st
 // of payment paymentID), or about a provider refund that names none
 // (refundID empty).
 func RecordRefund(ctx context.Context, db Execer, kind, paymentID, refundID, providerObjectID string, evidence any) (bool, error) {
+	return record(ctx, db, kind, paymentID, refundID, "", providerObjectID, evidence)
+}
+
+func record(ctx context.Context, db Execer, kind, paymentID, refundID, operationID, providerObjectID string, evidence any) (bool, error) {
 	raw, err := json.Marshal(evidence)
 	if err != nil {
 		return false, fmt.Errorf("encode finding evidence: %w", err)
 	}
 	tag, err := db.Exec(ctx, `
-		INSERT INTO ledger_findings (id, kind, payment_id, refund_id, provider_object_id, evidence)
-		VALUES ($1, $2, nullif($3, ''), nullif($4, ''), nullif($5, ''), $6)
-		ON CONFLICT (kind, coalesce(payment_id, ''), coalesce(refund_id, ''), coalesce(provider_object_id, ''))
+		INSERT INTO ledger_findings (id, kind, payment_id, refund_id, operation_id, provider_object_id, evidence)
+		VALUES ($1, $2, nullif($3, ''), nullif($4, ''), nullif($5, ''), nullif($6, ''), $7)
+		ON CONFLICT (kind, coalesce(payment_id, ''), coalesce(refund_id, ''), coalesce(operation_id, ''), coalesce(provider_object_id, ''))
 			WHERE resolved_at IS NULL DO NOTHING`,
-		id.New("lf"), kind, paymentID, refundID, providerObjectID, raw)
+		id.New("lf"), kind, paymentID, refundID, operationID, providerObjectID, raw)
 	if err != nil {
 		return false, fmt.Errorf("record ledger finding: %w", err)
 	}
@@ -133,6 +149,10 @@ type Disagreement struct {
 	// disagreement.
 	RefundID         string `json:"refund_id,omitempty"`
 	ProviderRefundID string `json:"provider_refund_id,omitempty"`
+	// OperationID and ProviderObjectID name those of another kind's (a
+	// payout's).
+	OperationID      string `json:"operation_id,omitempty"`
+	ProviderObjectID string `json:"provider_object_id,omitempty"`
 	Reason           string `json:"reason"`
 	// New is false when the same disagreement was already an open finding.
 	New bool `json:"new"`
@@ -145,13 +165,14 @@ func Report(ctx context.Context, db Execer, logger *slog.Logger, d Disagreement,
 	evidence["reason"] = d.Reason
 	evidence["source"] = "ledger_check"
 	var err error
-	d.New, err = RecordRefund(ctx, db, d.Kind, d.PaymentID, d.RefundID, cmp.Or(d.ProviderRefundID, d.IntentID), evidence)
+	d.New, err = record(ctx, db, d.Kind, d.PaymentID, d.RefundID, d.OperationID, cmp.Or(d.ProviderRefundID, d.IntentID, d.ProviderObjectID), evidence)
 	if err != nil {
 		return d, err
 	}
 	if d.New {
 		logger.WarnContext(ctx, "ledger check found a disagreement", slog.String("kind", d.Kind), slog.String("payment_id", d.PaymentID),
 			slog.String("intent_id", d.IntentID), slog.String("refund_id", d.RefundID), slog.String("provider_refund_id", d.ProviderRefundID),
+			slog.String("operation_id", d.OperationID), slog.String("provider_object_id", d.ProviderObjectID),
 			slog.String("reason", d.Reason))
 	}
 	return d, nil

@@ -42,6 +42,8 @@ type Kind interface {
 	// OfPayment lists the kind's operations of a payment, oldest first,
 	// for the payment's timeline; nil for a kind with no payment.
 	OfPayment(ctx context.Context, db Querier, tenantID, paymentID string) ([]Summary, error)
+	// Ledger is the kind's ledger check; nil for a kind that has none.
+	Ledger(env Env) LedgerPass
 	// EventTypes are the provider events the kind answers itself
 	// (SettleEvent); the webhook endpoint stores them with a job.
 	EventTypes() []string
@@ -232,6 +234,14 @@ type Spec[K Named, A river.JobArgs, Op, O, C any] struct {
 
 // EventTypes are the events the kind answers.
 func (s Spec[K, A, Op, O, C]) EventTypes() []string { return s.Events }
+
+// Ledger is the kind's ledger check, if it has one.
+func (s Spec[K, A, Op, O, C]) Ledger(env Env) LedgerPass {
+	if s.LedgerCheck == nil {
+		return nil
+	}
+	return s.LedgerCheck(env)
+}
 
 // SettleEvent answers one of the kind's events.
 func (s Spec[K, A, Op, O, C]) SettleEvent(ctx context.Context, env Env, account, objectID string) (string, error) {

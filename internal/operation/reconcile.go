@@ -153,6 +153,9 @@ type Table struct {
 	InFlight []string
 	// NotFound is the kind's error for an operation that does not exist.
 	NotFound error
+	// Made are the statuses of an operation the provider carried out, which
+	// the ledger check confirms at the provider ("succeeded", if empty).
+	Made []string
 	// Scope, if set, narrows the table to this kind's rows where kinds
 	// share a table ("action = 'capture'"), so that each kind is claimed,
 	// counted and logged as itself.

@@ -7,9 +7,9 @@ import (
 	"net/http"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/provider"
 )
@@ -45,6 +45,7 @@ func Kind() operation.Kind {
 				ProviderObjectID: p.ProviderPayoutID, Generation: p.ProviderKeyGeneration, CreatedAt: p.CreatedAt.UTC(),
 				UpdatedAt: p.UpdatedAt.UTC(), Job: args{TenantID: p.TenantID, ID: p.ID}}
 		},
+		LedgerCheck: newLedgerChecker,
 		MoreWorkers: func(workers *river.Workers, env operation.Env) error {
 			return river.AddWorkerSafely(workers, &cancelWorker{env: env})
 		},

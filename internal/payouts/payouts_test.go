@@ -34,6 +34,7 @@ type bundle struct {
 	sim     stripesim.AdminClient
 	account string
 	client  *outbox.Client
+	env     operation.Env
 }
 
 // setup starts the bundle; a payout moves on at the provider after
@@ -74,7 +75,7 @@ func setup(t *testing.T, transit time.Duration) *bundle {
 		defer cancel()
 		_ = client.StopAndCancel(stopCtx)
 	})
-	return &bundle{ctx: ctx, api: api, sim: stripesim.AdminClient{BaseURL: simSrv.URL}, account: account, client: client}
+	return &bundle{ctx: ctx, api: api, sim: stripesim.AdminClient{BaseURL: simSrv.URL}, account: account, client: client, env: env}
 }
 
 // fund charges amount on the tenant's account: its balance at the provider.
@@ -248,4 +249,42 @@ func TestPendingPayoutCancels(t *testing.T) {
 	require.Equal(t, http.StatusConflict, refused.Status, refused.Raw)
 	require.Equal(t, "canceled", refused.Body["payout_status"])
 	require.Equal(t, "/docs/problems/payout-not-cancelable", refused.Body["type"])
+}
+
+// TestPayoutLedgerCheck: the ledger check lists the provider's payouts of
+// every tenant's account and finds what disagrees with ours: a payout
+// naming one we do not know, and one of ours whose provider payout does
+// not exist. Payouts that agree, and the account's own (no metadata of
+// ours), are no finding.
+func TestPayoutLedgerCheck(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 300*time.Millisecond)
+	b.fund(t, "9000")
+	made := b.payOut(t, id.New("key"), `{"amount": 1000, "currency": "usd"}`)
+	require.Equal(t, http.StatusCreated, made.Status, made.Raw)
+	pc := b.env.Provider.For(b.account)
+	own := pc.CreatePayout(b.ctx, provider.PayoutRequest{IdempotencyKey: id.New("k"), Amount: 500, Currency: "usd"})
+	require.Equal(t, provider.Succeeded, own.Kind, own.Err)
+	stranger := pc.CreatePayout(b.ctx, provider.PayoutRequest{IdempotencyKey: id.New("k"), Amount: 700, Currency: "usd",
+		Metadata: map[string]string{payouts.MetadataPayoutID: "pyo_01JD3W9ZC6M7X4Q2V8N5R0T1YB", payouts.MetadataTenantID: b.api.Tenant.TenantID}})
+	require.Equal(t, provider.Succeeded, stranger.Kind, stranger.Err)
+
+	check := func() []string {
+		res, err := payouts.Kind().Ledger(b.env).Check(b.ctx, time.Now().Add(-time.Hour), time.Now())
+		require.NoError(t, err)
+		require.Zero(t, res.Unchecked)
+		var found []string
+		for _, d := range res.Disagreements {
+			found = append(found, d.Kind+" "+d.OperationID+" "+d.ProviderObjectID)
+		}
+		return found
+	}
+	require.Equal(t, []string{"unknown_payout pyo_01JD3W9ZC6M7X4Q2V8N5R0T1YB " + stranger.PayoutID()}, check())
+
+	payoutID := made.Body["id"].(string)
+	_, err := b.api.Pool.Exec(b.ctx, `UPDATE payouts SET provider_payout_id = 'po_gone' WHERE id = $1`, payoutID)
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{"unknown_payout pyo_01JD3W9ZC6M7X4Q2V8N5R0T1YB " + stranger.PayoutID(),
+		"payout_mismatch " + payoutID + " " + made.Body["provider_payout_id"].(string),
+		"missing_payout " + payoutID + " po_gone"}, check())
 }

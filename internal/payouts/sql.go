@@ -24,6 +24,7 @@ var table = operation.Table{
 	NotReachedMessage: "The payout never reached the payment provider and nothing was paid out. " +
 		"Retry the request with the same Idempotency-Key to send it.",
 	Resumed: string(StatusProcessing), InFlight: []string{string(StatusProcessing)}, NotFound: ErrNotFound,
+	Made: []string{string(StatusPending), string(StatusInTransit), string(StatusPaid)},
 }
 
 // insert writes a new payout on the tenant's connected account; a tenant

@@ -1,0 +1,106 @@
+package payouts
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/oncepay/oncepay/internal/ledger"
+	"github.com/oncepay/oncepay/internal/operation"
+	"github.com/oncepay/oncepay/internal/provider"
+)
+
+// audit is the payouts' side of the ledger check: the provider's payouts
+// on every tenant's connected account, compared with ours.
+type audit struct {
+	pool     *pgxpool.Pool
+	provider *provider.Client
+}
+
+func (a audit) List(ctx context.Context, w provider.ListWindow, page func(string, []*provider.Payout) error) error {
+	rows, err := a.pool.Query(ctx, `SELECT stripe_account AS account FROM tenants WHERE stripe_account IS NOT NULL
+		UNION SELECT DISTINCT provider_account FROM payouts WHERE created_at >= $1`, w.CreatedFrom)
+	accounts, err := operation.CollectAll[struct{ Account string }](rows, err, "list the payouts' accounts")
+	if err != nil {
+		return err
+	}
+	for _, acct := range accounts {
+		if err := a.provider.For(acct.Account).ListPayoutsCreated(ctx, w, func(p []*provider.Payout) error { return page(acct.Account, p) }); err != nil {
+			return fmt.Errorf("list the payouts of %s: %w", acct.Account, err)
+		}
+	}
+	return nil
+}
+
+func (a audit) Retrieve(ctx context.Context, p Payout, id string) operation.Read[*provider.Payout] {
+	out := a.provider.For(p.ProviderAccount).RetrievePayout(ctx, id)
+	return operation.Read[*provider.Payout]{Obj: out.Payout, Kind: out.Kind, HTTPStatus: out.HTTPStatus, Err: out.Err}
+}
+
+func (audit) Object(po *provider.Payout) operation.ObjectRef {
+	return operation.ObjectRef{ID: po.ID, OperationID: po.Metadata[MetadataPayoutID], TenantID: po.Metadata[MetadataTenantID]}
+}
+
+func (audit) Operation(p Payout) operation.OperationRef {
+	return operation.OperationRef{ID: p.ID, TenantID: p.TenantID, Account: p.ProviderAccount, ProviderID: p.ProviderPayoutID}
+}
+
+// Compare: a payout naming one of ours we do not know; ours made with
+// another amount, or another payout than the one recorded; ours ahead of
+// the provider's status; or the provider's moved on long ago while ours
+// waits. A payout naming none of ours is the account's own (its schedule).
+func (audit) Compare(_ context.Context, po *provider.Payout, matched *Payout, cfg operation.LedgerCheckConfig) ([]operation.Finding, error) {
+	if matched == nil {
+		if po.Metadata[MetadataPayoutID] == "" {
+			return nil, nil
+		}
+		return []operation.Finding{finding(ledger.KindUnknownPayout, po.Metadata[MetadataPayoutID], po,
+			fmt.Sprintf("provider payout %s (%s, %d %s) names payout %s, which we do not know", po.ID, po.Status, po.Amount, po.Currency,
+				po.Metadata[MetadataPayoutID]))}, nil
+	}
+	p, theirs := *matched, Status(po.Status)
+	var reason string
+	switch {
+	case po.Amount != p.Amount || po.Currency != p.Currency:
+		reason = fmt.Sprintf("provider payout %s is %d %s, payout %s is %d %s", po.ID, po.Amount, po.Currency, p.ID, p.Amount, p.Currency)
+	case p.ProviderPayoutID != nil && *p.ProviderPayoutID != po.ID:
+		reason = fmt.Sprintf("payout %s records provider payout %s, but %s was made for it too: paid out twice?", p.ID, *p.ProviderPayoutID, po.ID)
+	case stage(p.Status) > stage(theirs):
+		reason = fmt.Sprintf("payout %s is %s, ahead of provider payout %s, %s", p.ID, p.Status, po.ID, theirs)
+	case stage(theirs) > stage(p.Status) && time.Since(po.Created) > cfg.UnsettledAfter:
+		reason = fmt.Sprintf("provider payout %s is %s, but payout %s is still %s and nothing is going to settle it", po.ID, theirs, p.ID, p.Status)
+	}
+	if reason == "" {
+		return nil, nil
+	}
+	return []operation.Finding{finding(ledger.KindPayoutMismatch, p.ID, po, reason)}, nil
+}
+
+func (audit) Confirm(p Payout, read operation.Read[*provider.Payout]) []operation.Finding {
+	if stage(p.Status) <= stage(Status(read.Obj.Status)) {
+		return nil
+	}
+	return []operation.Finding{finding(ledger.KindPayoutMismatch, p.ID, read.Obj,
+		fmt.Sprintf("payout %s is %s, ahead of provider payout %s, %s", p.ID, p.Status, read.Obj.ID, read.Obj.Status))}
+}
+
+func (audit) Missing(p Payout, providerID string) operation.Finding {
+	reason := fmt.Sprintf("payout %s is %s but records no provider payout", p.ID, p.Status)
+	if providerID != "" {
+		reason = fmt.Sprintf("payout %s is %s, but its provider payout %s does not exist", p.ID, p.Status, providerID)
+	}
+	return operation.Finding{Disagreement: ledger.Disagreement{Kind: ledger.KindMissingPayout, OperationID: p.ID, ProviderObjectID: providerID,
+		Reason: reason}, Evidence: map[string]any{"payout": p}}
+}
+
+func finding(kind, payoutID string, po *provider.Payout, reason string) operation.Finding {
+	return operation.Finding{Disagreement: ledger.Disagreement{Kind: kind, OperationID: payoutID, ProviderObjectID: po.ID, Reason: reason},
+		Evidence: map[string]any{"provider_payout": po}}
+}
+
+// newLedgerChecker is the payouts' ledger check, on the engine's.
+func newLedgerChecker(env operation.Env) operation.LedgerPass {
+	return operation.NewLedgerChecker(env.Pool, env.Logger, env.Ledger, table, columns, audit{env.Pool, env.Provider})
+}
