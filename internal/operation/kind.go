@@ -3,6 +3,7 @@ package operation
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -227,9 +228,12 @@ type Spec[K Named, A river.JobArgs, Op, O, C any] struct {
 	// the engine's (a payout's cancel).
 	MoreWorkers func(workers *river.Workers, env Env) error
 	// Events are the provider events Settle answers, if the kind answers
-	// any itself.
+	// any itself: Settle reads the event's object (objectID, on account)
+	// again from the provider and records what it proves; changed is
+	// whether anything was. An object that is not the kind's (another
+	// account's, or made elsewhere) is the table's NotFound.
 	Events []string
-	Settle func(ctx context.Context, env Env, account, objectID string) (string, error)
+	Settle func(ctx context.Context, env Env, account, objectID string) (changed bool, err error)
 }
 
 // EventTypes are the events the kind answers.
@@ -243,12 +247,22 @@ func (s Spec[K, A, Op, O, C]) Ledger(env Env) LedgerPass {
 	return s.LedgerCheck(env)
 }
 
-// SettleEvent answers one of the kind's events.
+// SettleEvent answers one of the kind's events: "settled" when it
+// changed something, "unchanged", or "not_ours".
 func (s Spec[K, A, Op, O, C]) SettleEvent(ctx context.Context, env Env, account, objectID string) (string, error) {
 	if s.Settle == nil {
 		return "", fmt.Errorf("the %s kind answers no events", s.Name())
 	}
-	return s.Settle(ctx, env, account, objectID)
+	changed, err := s.Settle(ctx, env, account, objectID)
+	switch {
+	case errors.Is(err, s.Where.NotFound):
+		return "not_ours", nil
+	case err != nil:
+		return "", err
+	case changed:
+		return "settled", nil
+	}
+	return "unchanged", nil
 }
 
 // Name is K's.

