@@ -68,10 +68,17 @@ func Reads[T any](r chi.Router, d Deps, path, noun, prefix string, notFound erro
 	}))
 }
 
-// LockRow is the lock order of a kind with no parent: the operation's row,
-// then its key (a reaped key is no obstacle). It returns the operation as
-// locked, read with columns; key names its idempotency key.
+// LockRow takes an operation's locks in the one order of its kind: its
+// parent's row if it has one (t.Parent), its own row, then its key (a
+// reaped key is no obstacle). It returns the operation as locked, read
+// with columns; key names its idempotency key.
 func LockRow[Op any](ctx context.Context, tx pgx.Tx, keys *idempotency.Store, t Table, columns, tenantID, id string, key func(Op) string) (Op, error) {
+	if p := t.Parent; p != nil {
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM `+p.Table+` WHERE tenant_id = $1 AND id = (
+			SELECT `+p.Column+` FROM `+t.Name+` WHERE tenant_id = $1 AND id = $2) FOR UPDATE`, tenantID, id); err != nil {
+			return *new(Op), fmt.Errorf("lock the %s's %s: %w", t.Operation, p.Table, err)
+		}
+	}
 	rows, err := tx.Query(ctx, `SELECT `+columns+` FROM `+t.Name+` WHERE tenant_id = $1 AND id = $2 FOR UPDATE`, tenantID, id)
 	op, err := CollectOne[Op](rows, err, "lock "+t.Operation, t.NotFound)
 	if err != nil {

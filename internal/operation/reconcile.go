@@ -153,6 +153,9 @@ type Table struct {
 	InFlight []string
 	// NotFound is the kind's error for an operation that does not exist.
 	NotFound error
+	// Parent, if set, is the row the kind's operations belong to (a
+	// refund's payment): its lock comes first in the kind's lock order.
+	Parent *Parent
 	// Made are the statuses of an operation the provider carried out, which
 	// the ledger check confirms at the provider ("succeeded", if empty).
 	Made []string
@@ -161,6 +164,11 @@ type Table struct {
 	// counted and logged as itself.
 	Scope string
 }
+
+// Parent is a kind's parent relation: Column of the kind's table holds
+// the id of a row of Table (the tenant's too), which every transaction
+// that changes one of the kind's outcomes locks first.
+type Parent struct{ Table, Column string }
 
 // LockResource locks an operation's row by id: the Endpoint's hook for a
 // re-acquired key of a kind with no parent, whose row is its first lock.

@@ -33,6 +33,7 @@ var refundsTable = operation.Table{
 	Resumed:           string(StatusPending),
 	InFlight:          []string{string(StatusPending)},
 	NotFound:          ErrNotFound,
+	Parent:            &operation.Parent{Table: "payments", Column: "payment_id"},
 }
 
 // NewReconciler returns a refund Reconciler, with the settings of every

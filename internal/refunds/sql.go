@@ -9,7 +9,6 @@ import (
 
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/operation"
-	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
@@ -95,28 +94,10 @@ func lockRefund(ctx context.Context, tx pgx.Tx, tenantID, refundID string) (Refu
 }
 
 // lockForOutcome takes, in the one order, the locks of a transaction that
-// changes a refund's outcome: its payment, the refund, then the refund's
-// idempotency key (a reaped key is no obstacle). It returns the refund as
-// locked.
+// changes a refund's outcome: its payment (the declared parent), the
+// refund, then its idempotency key. It returns the refund as locked.
 func lockForOutcome(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, tenantID, refundID string) (Refund, error) {
-	var paymentID string
-	if err := tx.QueryRow(ctx, `SELECT payment_id FROM refunds WHERE tenant_id = $1 AND id = $2`, tenantID, refundID).Scan(&paymentID); err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
-			return Refund{}, fmt.Errorf("lock refund %s: %w", refundID, ErrNotFound)
-		}
-		return Refund{}, fmt.Errorf("lock refund %s: %w", refundID, err)
-	}
-	if _, err := payments.LockPaymentRow(ctx, tx, tenantID, paymentID); err != nil {
-		return Refund{}, err
-	}
-	r, err := lockRefund(ctx, tx, tenantID, refundID)
-	if err != nil {
-		return Refund{}, err
-	}
-	if err := keys.Lock(ctx, tx, r.TenantID, r.IdempotencyKey); err != nil && !errors.Is(err, idempotency.ErrKeyNotFound) {
-		return Refund{}, err
-	}
-	return r, nil
+	return operation.LockRow(ctx, tx, keys, refundsTable, refundColumns, tenantID, refundID, func(r Refund) string { return r.IdempotencyKey })
 }
 
 // resumeRefund puts a refund whose key was re-acquired back to pending
