@@ -527,15 +527,14 @@ func (a admin) reconcileOne(ctx context.Context, kind operation.Kind, id string,
 	if err != nil {
 		return err
 	}
-	table := kind.Table()
-	var tenantID string
-	if err := a.pool.QueryRow(ctx, `SELECT tenant_id FROM `+table.Name+` WHERE id = $1`, id).Scan(&tenantID); err != nil {
-		return fmt.Errorf("%w: no %s %q (\"api payments show PAYMENT\" lists a payment's operations)", table.NotFound, kind.Name(), id)
+	before, err := r.Find(ctx, id)
+	if errors.Is(err, kind.Table().NotFound) {
+		return fmt.Errorf("%w (\"api operations list %s\" lists them)", err, kind.Name())
 	}
-	before, err := r.Show(ctx, tenantID, id)
 	if err != nil {
 		return err
 	}
+	tenantID := before.TenantID
 	if before.Status != awaitingReconciliation {
 		// Nothing to settle: the same verdict a final payment gets.
 		note := fmt.Sprintf("only an operation awaiting reconciliation is looked up at the provider; this one is %s", before.Status)
@@ -863,15 +862,14 @@ func (a admin) operationsShow(ctx context.Context) error {
 	if !ok {
 		return fmt.Errorf("%q is no operation's id: ids start with a kind's prefix (pay_, rfd_, cap_, ccl_, pyo_)", id)
 	}
-	table := kind.Table()
-	var tenantID string
-	if err := a.pool.QueryRow(ctx, `SELECT tenant_id FROM `+table.Name+` WHERE id = $1`, id).Scan(&tenantID); err != nil {
-		return fmt.Errorf("%w: no %s %q (\"api operations list %s\" lists them)", table.NotFound, kind.Name(), id, kind.Name())
+	op, err := kind.Operator(operation.Env{Pool: a.pool, Keys: a.keys(), Logger: slog.New(slog.DiscardHandler)}).Find(ctx, id)
+	if errors.Is(err, kind.Table().NotFound) {
+		return fmt.Errorf("%w (\"api operations list %s\" lists them)", err, kind.Name())
 	}
-	op, err := kind.Operator(operation.Env{Pool: a.pool, Keys: a.keys(), Logger: slog.New(slog.DiscardHandler)}).Show(ctx, tenantID, id)
 	if err != nil {
 		return err
 	}
+	tenantID := op.TenantID
 	var key *idempotency.Record
 	switch rec, err := a.keys().Get(ctx, a.pool, tenantID, op.IdempotencyKey); {
 	case err == nil:

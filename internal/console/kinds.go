@@ -47,12 +47,12 @@ func (c *server) operation(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusNotFound, fmt.Errorf("no operation %q", id))
 		return
 	}
-	var tenantID string
-	if err := c.cfg.Pool.QueryRow(r.Context(), `SELECT tenant_id FROM `+kind.Table().Name+` WHERE id = $1`, id).Scan(&tenantID); err != nil {
-		c.fail(w, r, http.StatusNotFound, fmt.Errorf("no %s %q", kind.Name(), id))
+	op, err := c.operator(kind).Find(r.Context(), id)
+	if errors.Is(err, kind.Table().NotFound) {
+		c.fail(w, r, http.StatusNotFound, err)
 		return
 	}
-	op, err := c.operator(kind).Show(r.Context(), tenantID, id)
+	tenantID := op.TenantID
 	var key *idempotency.Record
 	if err == nil {
 		rec, kerr := c.cfg.Keys.Get(r.Context(), c.cfg.Pool, tenantID, op.IdempotencyKey)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
@@ -119,6 +120,9 @@ type Operator interface {
 	ReleaseKey(ctx context.Context, tenantID, key, reason, operator string) (Released, error)
 	// Show reads one operation as an operator sees it.
 	Show(ctx context.Context, tenantID, id string) (Shown, error)
+	// Find is Show for an operator who has only the id, of any tenant; the
+	// kind's NotFound when there is none.
+	Find(ctx context.Context, id string) (Shown, error)
 	// List reads the kind's operations of every tenant, newest first, in
 	// status if it is set, at most limit.
 	List(ctx context.Context, status string, limit int) ([]Shown, error)
@@ -377,6 +381,19 @@ func (o specOperator[Op, C, O]) Show(ctx context.Context, tenantID, id string) (
 	shown.TenantID, shown.IdempotencyKey, shown.Job, shown.ProviderID = e.TenantID, e.IdempotencyKey, sum.Job, sum.ProviderObjectID
 	shown.CreatedAt, shown.UpdatedAt = sum.CreatedAt, sum.UpdatedAt
 	return shown, nil
+}
+
+func (o specOperator[Op, C, O]) Find(ctx context.Context, id string) (Shown, error) {
+	_, table, _ := o.passInfo()
+	var tenantID string
+	err := o.pool.QueryRow(ctx, `SELECT tenant_id FROM `+table.Name+` WHERE id = $1`+table.scoped(), id).Scan(&tenantID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = table.NotFound
+	}
+	if err != nil {
+		return Shown{}, fmt.Errorf("find %s %q: %w", table.Operation, id, err)
+	}
+	return o.Show(ctx, tenantID, id)
 }
 
 func (o specOperator[Op, C, O]) List(ctx context.Context, status string, limit int) ([]Shown, error) {

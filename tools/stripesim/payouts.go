@@ -157,34 +157,38 @@ func (s *Server) createPayout(req *apiRequest) response {
 }
 
 func (s *Server) getPayout(req *apiRequest) response {
+	po, refused := s.payoutNamed(req)
+	if po == nil {
+		return refused
+	}
+	return jsonResponse(http.StatusOK, s.payoutJSON(po))
+}
+
+// payoutNamed is the account's payout a request's path names, for the
+// requests whose only parameter is expand; nil with the answer when the
+// parameters are wrong or there is no such payout.
+func (s *Server) payoutNamed(req *apiRequest) (*payout, response) {
 	spec := paramSpec{"expand": {kind: paramList}}
 	if e := spec.check(req.params); e != nil {
-		return rejected(e)
+		return nil, rejected(e)
 	}
 	if _, e := expandParam(req.params); e != nil {
-		return rejected(e)
+		return nil, rejected(e)
 	}
 	po, ok := s.st.payoutOf(req.account, req.id)
 	if !ok {
-		return notFound("payout", "payout", req.id)
+		return nil, notFound("payout", "payout", req.id)
 	}
-	return jsonResponse(http.StatusOK, s.payoutJSON(po))
+	return po, response{}
 }
 
 // cancelPayout cancels a pending payout and gives its amount back to the
 // balance. Once the bank has it (in_transit) it can no longer be canceled,
 // as at Stripe.
 func (s *Server) cancelPayout(req *apiRequest) response {
-	spec := paramSpec{"expand": {kind: paramList}}
-	if e := spec.check(req.params); e != nil {
-		return rejected(e)
-	}
-	if _, e := expandParam(req.params); e != nil {
-		return rejected(e)
-	}
-	po, ok := s.st.payoutOf(req.account, req.id)
-	if !ok {
-		return notFound("payout", "payout", req.id)
+	po, refused := s.payoutNamed(req)
+	if po == nil {
+		return refused
 	}
 	if po.status != payoutPending {
 		return badRequest("", "", "Payouts can only be canceled while they are pending.")
