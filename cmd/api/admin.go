@@ -9,8 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
-	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -25,7 +23,6 @@ import (
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/provider"
-	"github.com/oncepay/oncepay/internal/refunds"
 	"github.com/oncepay/oncepay/internal/tenant"
 )
 
@@ -692,30 +689,19 @@ func (a admin) ledgerCheck(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	logger := slog.New(slog.DiscardHandler)
-	since, until := a.cmd.opts.since, a.cmd.opts.until
-	res, err := payments.NewLedgerChecker(a.pool, pc, logger, payments.LedgerCheckConfig{}).Check(ctx, since, until)
-	if err != nil {
-		return err
-	}
-	refundRes, err := refunds.NewLedgerChecker(a.pool, pc, logger, payments.LedgerCheckConfig{}).Check(ctx, since, until)
-	if err != nil {
-		return err
-	}
-	all := append(append([]payments.Disagreement{}, res.Disagreements...), refundRes.Disagreements...)
-	// Every other registered kind with a ledger check of its own.
-	more := map[string]operation.LedgerCheckResult{}
+	env := operation.Env{Pool: a.pool, Provider: pc, Logger: slog.New(slog.DiscardHandler)}
+	var results []operation.LedgerCheckResult
+	var all []ledger.Disagreement
 	for _, kind := range kinds.All() {
-		pass := kind.Ledger(operation.Env{Pool: a.pool, Provider: pc, Logger: logger})
-		if pass == nil || kind.Name() == "payment" || kind.Name() == "refund" {
-			continue
+		if pass := kind.Ledger(env); pass != nil {
+			res, err := pass.Check(ctx, a.cmd.opts.since, a.cmd.opts.until)
+			if err != nil {
+				return err
+			}
+			results, all = append(results, res), append(all, res.Disagreements...)
 		}
-		if more[kind.Name()], err = pass.Check(ctx, since, until); err != nil {
-			return err
-		}
-		all = append(all, more[kind.Name()].Disagreements...)
 	}
-	if err := a.ledgerCheckReport(res, refundRes, more, all); err != nil {
+	if err := a.ledgerCheckReport(results, all); err != nil {
 		return err
 	}
 	if len(all) > 0 {
@@ -724,33 +710,25 @@ func (a admin) ledgerCheck(ctx context.Context) error {
 	return nil
 }
 
-func (a admin) ledgerCheckReport(res payments.LedgerCheckResult, refundRes refunds.LedgerCheckResult, more map[string]operation.LedgerCheckResult,
-	all []payments.Disagreement) error {
+// ledgerCheckReport prints each kind's check: in JSON, what it listed and
+// looked for under their names ("provider_refunds", "refunds").
+func (a admin) ledgerCheckReport(results []operation.LedgerCheckResult, all []ledger.Disagreement) error {
 	if a.cmd.opts.json {
-		out := map[string]any{"from": res.From.UTC(), "to": res.To.UTC(), "intents": res.Listed,
-			"payments": res.Succeeded, "unchecked": res.Unchecked + refundRes.Unchecked,
-			"provider_refunds": refundRes.Listed, "refunds": refundRes.Succeeded, "disagreements": all}
-		for name, r := range more {
-			out["provider_"+name+"s"], out[name+"s"] = r.Listed, r.Succeeded
-			out["unchecked"] = out["unchecked"].(int) + r.Unchecked
+		out := map[string]any{"from": a.cmd.opts.since.UTC(), "to": a.cmd.opts.until.UTC(), "disagreements": all}
+		unchecked := 0
+		for _, r := range results {
+			out[strings.ReplaceAll(r.Objects, " ", "_")], out[r.Operations] = r.Listed, r.Succeeded
+			unchecked += r.Unchecked
 		}
+		out["unchecked"] = unchecked
 		return a.writeJSON(out)
 	}
-	fmt.Fprintf(a.out, "window %s to %s: %d intents listed, %d succeeded payments looked for, %d disagreements",
-		ts(res.From), ts(res.To), res.Listed, res.Succeeded, len(res.Disagreements))
-	if res.Unchecked > 0 {
-		fmt.Fprintf(a.out, ", %d payments not checked (provider errors: run again)", res.Unchecked)
-	}
-	fmt.Fprintf(a.out, "\n%d provider refunds listed, %d succeeded refunds looked for, %d disagreements",
-		refundRes.Listed, refundRes.Succeeded, len(refundRes.Disagreements))
-	if refundRes.Unchecked > 0 {
-		fmt.Fprintf(a.out, ", %d refunds not checked (provider errors: run again)", refundRes.Unchecked)
-	}
-	for _, name := range slices.Sorted(maps.Keys(more)) {
-		r := more[name]
-		fmt.Fprintf(a.out, "\n%d provider %ss listed, %d made %ss looked for, %d disagreements", r.Listed, name, r.Succeeded, name, len(r.Disagreements))
+	fmt.Fprintf(a.out, "window %s to %s:", ts(a.cmd.opts.since), ts(a.cmd.opts.until))
+	for _, r := range results {
+		fmt.Fprintf(a.out, "\n%d %s listed, %d %s %s looked for, %d disagreements", r.Listed, r.Objects, r.Succeeded, r.Made, r.Operations,
+			len(r.Disagreements))
 		if r.Unchecked > 0 {
-			fmt.Fprintf(a.out, ", %d %ss not checked (provider errors: run again)", r.Unchecked, name)
+			fmt.Fprintf(a.out, ", %d %s not checked (provider errors: run again)", r.Unchecked, r.Operations)
 		}
 	}
 	fmt.Fprintln(a.out)

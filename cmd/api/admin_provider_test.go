@@ -506,9 +506,9 @@ func TestRefundKeysReleaseAndReconcile(t *testing.T) {
 		return s
 	}
 	var res struct {
-		Verdict string               `json:"verdict"`
-		Refund  refunds.OperatorView `json:"refund"`
-		After   refunds.OperatorView `json:"after"`
+		Verdict string         `json:"verdict"`
+		Refund  refunds.Refund `json:"refund"`
+		After   refunds.Refund `json:"after"`
 	}
 
 	// Never sent: released, with who and why.

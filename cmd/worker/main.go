@@ -26,7 +26,6 @@ import (
 	"github.com/riverqueue/river"
 	"riverqueue.com/riverui"
 
-	"github.com/oncepay/oncepay/internal/authorizations"
 	"github.com/oncepay/oncepay/internal/console"
 	"github.com/oncepay/oncepay/internal/envconfig"
 	"github.com/oncepay/oncepay/internal/idempotency"
@@ -120,9 +119,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 			periodic = append(periodic, periodicJob(every[job.Every], job.Args))
 		}
 	}
-	if err := river.AddWorkerSafely(workers, &authorizations.ExpireWorker{Expirer: authorizations.NewExpirer(pool, keys, providerClient, logger)}); err != nil {
-		return fmt.Errorf("register authorization expiry: %w", err)
-	}
 	if err := river.AddWorkerSafely(workers, &outbox.ReapKeysWorker{Store: keys, DB: pool, Logger: logger}); err != nil {
 		return fmt.Errorf("register key reaper: %w", err)
 	}
@@ -142,8 +138,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		webhooks.RecoverWebhookEventsPeriodicJob(cfg.WebhookRecoverInterval),
 		periodicJob(cfg.WebhookAwaitInterval, webhooks.SettleAwaitingEventsArgs{}),
 		outbox.ReapKeysPeriodicJob(cfg.ReapInterval),
-		// Authorizations are voided after seven days: an hour late is soon.
-		periodicJob(cfg.LedgerCheckInterval, authorizations.ExpireAuthorizationsArgs{}),
 	)
 	// The worker starts while the database is down; then River keeps its
 	// nightly reindex, which fails harmlessly if the role is not the owner.

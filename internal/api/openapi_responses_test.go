@@ -375,7 +375,8 @@ func startWorker(t *testing.T, pool *pgxpool.Pool, srv *apitest.Server) {
 	pc := provider.New(provider.Config{SecretKey: "sk_test_oncepay", APIBase: sim.URL})
 	cfg := operation.WorkerConfig{JobTimeout: 2 * time.Second, PollInterval: 50 * time.Millisecond}
 	river.AddWorker(workers, payments.NewChargeWorker(pool, srv.Keys, pc, logger, cfg))
-	river.AddWorker(workers, authorizations.NewWorker(pool, srv.Keys, pc, logger, cfg))
+	_, err := authorizations.CaptureKind().Start(workers, operation.Env{Pool: pool, Keys: srv.Keys, Provider: pc, Logger: logger, Worker: cfg})
+	require.NoError(t, err)
 	client, err := outbox.NewWorkerClient(pool, outbox.WorkerConfig{
 		Workers: workers, JobTimeout: 2 * time.Second, RescueStuckJobsAfter: time.Minute,
 		Retry: outbox.RetryPolicy{Base: 20 * time.Millisecond, Max: 100 * time.Millisecond}, Logger: logger,

@@ -3,7 +3,6 @@ package authorizations
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
@@ -19,10 +18,8 @@ import (
 	"github.com/oncepay/oncepay/internal/problem"
 )
 
-// Service serves the capture and the cancel of a payment's authorization.
-type Service struct {
-	operation.Deps
-}
+// service serves the capture and the cancel of a payment's authorization.
+type service struct{ operation.Deps }
 
 // Request is a validated capture or cancel. Its JSON encoding is what the
 // idempotency fingerprint hashes, with the path (which names the payment
@@ -35,22 +32,14 @@ type Request struct {
 	CancellationReason string `json:"cancellation_reason,omitempty"`
 }
 
-// HandleCapture serves POST /v1/payments/{id}/capture.
-func (s *Service) HandleCapture() http.Handler { return s.handle(Capture) }
-
-// HandleCancel serves POST /v1/payments/{id}/cancel.
-func (s *Service) HandleCancel() http.Handler { return s.handle(Cancel) }
-
-// handle declares the kind's endpoint: everything about the key is the
+// handle is the kind's endpoint: everything about the key is the
 // idempotency Endpoint's; this package brings the body's rules and the
-// operation.
-func (s *Service) handle(kind Kind) http.Handler {
-	// Under the payment's lock: check, write the action and its job,
-	// answer 202. A re-acquired key resumes its action: lock its payment
-	// first.
+// operation. A re-acquired key resumes its action: its payment is locked
+// first.
+func (s service) handle(kind Kind) http.Handler {
 	return operation.Endpoint(s.Deps,
 		func(w http.ResponseWriter, r *http.Request) (Request, error) { return decode(w, r, kind) },
-		s.act, LockActionPayment)
+		s.act, actionsTable.LockResource)
 }
 
 // decode reads and validates the body: {} or {"amount_to_capture": N} for
@@ -83,7 +72,7 @@ func decode(w http.ResponseWriter, r *http.Request, kind Kind) (Request, error) 
 // act runs under the key. Every refusal is an error, so nothing is stored
 // under the key: a payment not (yet) authorized may still be, and a retry
 // with the same key must then work.
-func (s *Service) act(ctx context.Context, tx pgx.Tx, attempt idempotency.Attempt, req Request) (idempotency.Outcome, error) {
+func (s service) act(ctx context.Context, tx pgx.Tx, attempt idempotency.Attempt, req Request) (idempotency.Outcome, error) {
 	tenantID := attempt.Request.TenantID
 	p, err := payments.LockForOperation(ctx, tx, tenantID, req.PaymentID)
 	if err != nil {
@@ -91,26 +80,18 @@ func (s *Service) act(ctx context.Context, tx pgx.Tx, attempt idempotency.Attemp
 	}
 	var a Action
 	if attempt.ResourceID != "" {
-		a, err = s.resume(ctx, tx, p, attempt.ResourceID)
+		a, err = s.resume(ctx, tx, p, req.Kind, attempt.ResourceID)
 	} else {
 		a, err = s.insert(ctx, tx, p, attempt.Request.Key, req)
 	}
 	if err != nil {
 		return idempotency.Outcome{}, err
 	}
-	if _, err := s.Outbox.InsertTx(ctx, tx, ActPaymentArgs{TenantID: tenantID, ActionID: a.ID}); err != nil {
-		return idempotency.Outcome{}, err
-	}
-	resp, err := s.Accepted(p, "/v1/payments/"+p.ID)
-	if err != nil {
-		return idempotency.Outcome{}, err
-	}
-	s.Logger.InfoContext(ctx, string(a.Kind)+" accepted", slog.String("tenant_id", tenantID), slog.String("payment_id", p.ID),
-		slog.String("action_id", a.ID), slog.Bool("resumed", attempt.ResourceID != ""))
-	return idempotency.Outcome{Status: idempotency.StatusProcessing, ResourceID: a.ID, Response: resp}, nil
+	return s.Accept(ctx, tx, a, string(a.Kind), ActPaymentArgs{TenantID: tenantID, ActionID: a.ID}, p, "/v1/payments/"+p.ID,
+		attempt.ResourceID != "")
 }
 
-func (s *Service) insert(ctx context.Context, tx pgx.Tx, p payments.Payment, clientKey string, req Request) (Action, error) {
+func (s service) insert(ctx context.Context, tx pgx.Tx, p payments.Payment, clientKey string, req Request) (Action, error) {
 	if err := actionable(ctx, tx, p, req.Kind, ""); err != nil {
 		return Action{}, err
 	}
@@ -119,33 +100,22 @@ func (s *Service) insert(ctx context.Context, tx pgx.Tx, p payments.Payment, cli
 			Detail: fmt.Sprintf("Payment %s holds %d %s; a capture takes at most that.", p.ID, p.AmountCapturable, p.Currency),
 			Fields: []problem.FieldError{{Field: "amount_to_capture", Detail: fmt.Sprintf("must be at most amount_capturable, %d", p.AmountCapturable)}}}
 	}
-	actionID := id.New(req.Kind.idPrefix())
-	a := Action{
-		ID: actionID, TenantID: p.TenantID, PaymentID: p.ID, IdempotencyKey: clientKey, Kind: req.Kind, Status: StatusPending,
-		ProviderPaymentIntentID: deref(p.ProviderPaymentIntentID),
-		ProviderAccount:         p.ProviderAccount,
-		ProviderIdempotencyKey:  operation.ProviderKey(string(req.Kind), p.TenantID, clientKey, actionID, 1),
-	}
-	if req.AmountToCapture > 0 {
-		a.AmountToCapture = &req.AmountToCapture
-	}
-	if req.CancellationReason != "" {
-		a.CancellationReason = &req.CancellationReason
-	}
-	return insertAction(ctx, tx, a)
+	return insertAction(ctx, tx, Action{Lifecycle: operation.NewLifecycle(tableOf(req.Kind), req.Kind.idPrefix(), p.TenantID, clientKey),
+		PaymentID: p.ID, Kind: req.Kind, AmountToCapture: &req.AmountToCapture, CancellationReason: &req.CancellationReason,
+		Status: StatusPending, ProviderPaymentIntentID: deref(p.ProviderPaymentIntentID), ProviderAccount: p.ProviderAccount})
 }
 
 // resume takes an action proven never sent back to pending under its next
 // generation, if the payment still holds its authorization.
-func (s *Service) resume(ctx context.Context, tx pgx.Tx, p payments.Payment, actionID string) (Action, error) {
-	_, a, err := lockForOutcome(ctx, tx, s.Keys, p.TenantID, actionID)
+func (s service) resume(ctx context.Context, tx pgx.Tx, p payments.Payment, kind Kind, actionID string) (Action, error) {
+	a, err := rowsOf(s.Keys, kind).Locked(ctx, tx, p.TenantID, actionID)
 	if err != nil {
 		return Action{}, err
 	}
 	if err := actionable(ctx, tx, p, a.Kind, a.ID); err != nil {
 		return Action{}, err
 	}
-	return resumeAction(ctx, tx, a)
+	return rowsOf(s.Keys, a.Kind).Resume(ctx, tx, a)
 }
 
 // actionable refuses a payment the kind cannot act on: not a manual

@@ -14,35 +14,37 @@ import (
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
-// recordOutcome records a final provider answer for a, locked with its
-// payment p (lockForOutcome): the action's state; the payment's, from the
+// record records a final provider answer for the action sent, under its
+// locks (its payment's first): the action's state; the payment's, from the
 // intent the answer carries (captured: succeeded; released: canceled); and
 // the key's final answer, 200 with the payment, or the kind's problem when
-// the provider refused. An action another run recorded is left alone.
-func recordOutcome(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, p payments.Payment, a Action, out provider.Outcome) error {
-	var (
-		status        Status
-		code, message string
-	)
+// the provider refused. An action another run recorded, or of another
+// generation now, is left alone.
+func record(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, sent Action, out provider.Outcome) error {
+	rs := rowsOf(keys, sent.Kind)
+	if _, err := rs.Locked(ctx, tx, sent.TenantID, sent.ID); err != nil {
+		return err
+	}
+	status, code, message := StatusSucceeded, "", ""
 	switch out.Kind {
 	case provider.Succeeded:
-		status = StatusSucceeded
 	case provider.Rejected, provider.Declined:
-		status = StatusFailed
-		code, message = cmp.Or(out.Code, "rejected"), out.Message
+		status, code, message = StatusFailed, cmp.Or(out.Code, "rejected"), out.Message
 	default:
-		return fmt.Errorf("record %s %s: outcome %s is not final", a.Kind, a.ID, out.Kind)
+		return fmt.Errorf("record %s %s: outcome %s is not final", sent.Kind, sent.ID, out.Kind)
 	}
-	final, changed, err := finalizeAction(ctx, tx, a, status, code, message)
+	final, changed, err := rs.Finish(ctx, tx, sent, string(status), "", code, message)
 	if err != nil || !changed {
 		return err
 	}
-	if out.Intent != nil && out.Intent.ID == a.ProviderPaymentIntentID {
-		ended, changed, err := payments.EndAuthorization(ctx, tx, p, out.Intent)
-		if err != nil {
+	p, err := payments.GetPayment(ctx, tx, final.TenantID, final.PaymentID)
+	if err != nil {
+		return err
+	}
+	if out.Intent != nil && out.Intent.ID == final.ProviderPaymentIntentID {
+		if ended, changed, err := payments.EndAuthorization(ctx, tx, p, out.Intent); err != nil {
 			return err
-		}
-		if changed {
+		} else if changed {
 			p = ended
 		}
 	}
@@ -50,10 +52,7 @@ func recordOutcome(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, p pa
 	if err != nil {
 		return err
 	}
-	if err := keys.Complete(ctx, tx, a.TenantID, a.IdempotencyKey, resp); err != nil {
-		return fmt.Errorf("complete idempotency key: %w", err)
-	}
-	return nil
+	return rs.Complete(ctx, tx, final, resp)
 }
 
 // finalResponse is what the action's key replays once it is final: the

@@ -2,49 +2,19 @@ package authorizations
 
 import (
 	"context"
-	"log/slog"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stripe/stripe-go/v76"
 
-	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
-// Worker sends captures and cancels on the engine's worker.
-type Worker = operation.Worker[ActPaymentArgs, Action, provider.Outcome]
-
-// NewWorker returns the worker of captures and cancels, with every kind's
-// timers (operation.WorkerConfig).
-func NewWorker(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, logger *slog.Logger, cfg operation.WorkerConfig) *Worker {
-	return operation.NewWorker(pool, keys, logger, cfg, "payment action", actionsTable,
-		attemptable{actionLocks: actionLocks{keys}, provider: pc})
-}
-
-// actionLocks is how the engine reads and locks an action.
-type actionLocks struct{ keys *idempotency.Store }
-
-func (actionLocks) Load(ctx context.Context, db operation.Querier, tenantID, id string) (Action, error) {
-	return GetAction(ctx, db, tenantID, id)
-}
-
-func (actionLocks) Entry(a Action) operation.Entry { return entryOf(a) }
-
-// Lock takes the payment's lock, then the action's, then its key's.
-func (l actionLocks) Lock(ctx context.Context, tx pgx.Tx, tenantID, id string) error {
-	_, _, err := lockForOutcome(ctx, tx, l.keys, tenantID, id)
-	return err
-}
-
 // attemptable is what captures and cancels supply to the engine's worker.
 type attemptable struct {
-	actionLocks
+	rows
 	provider *provider.Client
 }
-
-func (attemptable) Of(args ActPaymentArgs) (string, string) { return args.TenantID, args.ActionID }
 
 // Send captures or cancels the payment's intent under the action's key, on
 // the payment's account. A refusal is read again, so the payment is
@@ -66,27 +36,45 @@ func (k attemptable) Send(ctx context.Context, a Action) (provider.Outcome, erro
 	return out, nil
 }
 
-func (attemptable) Judge(out provider.Outcome) operation.Judged { return operation.JudgeIntent(out) }
-
 // RecordPending is never needed: a capture or a cancel answers at once.
 func (attemptable) RecordPending(context.Context, operation.Querier, Action, provider.Outcome) error {
 	return nil
 }
 
 func (k attemptable) RecordFinal(ctx context.Context, tx pgx.Tx, a Action, out provider.Outcome) error {
-	p, locked, err := lockForOutcome(ctx, tx, k.keys, a.TenantID, a.ID)
-	if err != nil {
-		return err
-	}
-	return recordOutcome(ctx, tx, k.keys, p, locked, out)
+	return record(ctx, tx, k.Keys, a, out)
 }
 
-// entryOf is what the engine reads of an action.
-func entryOf(a Action) operation.Entry {
-	return operation.Entry{TenantID: a.TenantID, ID: a.ID, IdempotencyKey: a.IdempotencyKey, Status: string(a.Status), Generation: a.ProviderKeyGeneration,
-		FirstAttemptAt: a.FirstProviderAttemptAt, ReconcileAttempts: a.ReconcileAttempts,
-		LogAttrs: []any{slog.String("payment_id", a.PaymentID), slog.String("action", string(a.Kind)),
-			slog.String("provider_idempotency_key", a.ProviderIdempotencyKey)}}
+// claim is an action as the reconciler claims it, with whether no request
+// can still be in flight.
+type claim struct {
+	Action
+	Settled bool `db:"settled"`
+}
+
+func (c claim) Claimed() Action { return c.Action }
+
+// lookUp settles an action by reading the payment's intent: its state says
+// which action happened, and a held authorization, once no request can
+// still be in flight, proves the action never reached the provider. It
+// never sends the action again.
+func lookUp(env operation.Env) operation.LookUp[claim, provider.Outcome] {
+	return func(ctx context.Context, c claim) (provider.Outcome, operation.Look) {
+		read := env.Provider.For(deref(c.ProviderAccount)).RetrieveIntent(ctx, c.ProviderPaymentIntentID)
+		if read.Err != nil {
+			return read, operation.Look{Note: "reading the payment's intent failed", Err: read.Err}
+		}
+		out, held := outcomeOfIntent(c.Action, read.Intent)
+		switch {
+		case held && c.Settled:
+			return out, operation.Look{Found: operation.Absent}
+		case held:
+			return out, operation.Look{Note: "the authorization is still held, but a request may still be in flight"}
+		case out.Kind == provider.Ambiguous:
+			return out, operation.Look{Note: "the intent is " + string(read.Intent.Status)}
+		}
+		return out, operation.Look{Found: operation.Final, ProviderID: read.IntentID()}
+	}
 }
 
 // outcomeOfIntent is what the intent's state says of action a: the
@@ -98,9 +86,7 @@ func outcomeOfIntent(a Action, in *provider.Intent) (out provider.Outcome, held 
 	switch in.Status {
 	case stripe.PaymentIntentStatusRequiresCapture:
 		return out, true
-	case stripe.PaymentIntentStatusSucceeded:
-		out.Kind = provider.Succeeded
-	case stripe.PaymentIntentStatusCanceled:
+	case stripe.PaymentIntentStatusSucceeded, stripe.PaymentIntentStatusCanceled:
 		out.Kind = provider.Succeeded
 	default:
 		out.Kind = provider.Ambiguous

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/outbox"
@@ -48,6 +49,21 @@ func Endpoint[Req any](d Deps,
 // Accepted is the 202 of an operation not yet final, with d's Retry-After.
 func (d Deps) Accepted(v any, location string) (idempotency.Response, error) {
 	return Accepted(v, location, d.retryAfter())
+}
+
+// Accept ends a kind's create under the client's key: it queues op's job
+// and answers 202 with view at location, the answer the key replays until
+// the job records the final one. what names the operation on the log line.
+func (d Deps) Accept(ctx context.Context, tx pgx.Tx, op Operation, what string, job river.JobArgs, view any, location string,
+	resumed bool) (idempotency.Outcome, error) {
+	if _, err := d.Outbox.InsertTx(ctx, tx, job); err != nil {
+		return idempotency.Outcome{}, err
+	}
+	e := op.Entry()
+	d.Logger.InfoContext(ctx, what+" accepted", append(e.LogAttrs, slog.String("tenant_id", e.TenantID), slog.String(what+"_id", e.ID),
+		slog.Bool("resumed", resumed))...)
+	resp, err := d.Accepted(view, location)
+	return idempotency.Outcome{Status: idempotency.StatusProcessing, ResourceID: e.ID, Response: resp}, err
 }
 
 func (d Deps) retryAfter() time.Duration { return cmp.Or(d.RetryAfter, time.Second) }

@@ -49,10 +49,17 @@ type Kind interface {
 	// EventTypes are the provider events the kind answers itself
 	// (SettleEvent); the webhook endpoint stores them with a job.
 	EventTypes() []string
-	// SettleEvent reads the event's object (objectID, on account) from the
-	// provider and records what it proves; result names what it did
-	// ("settled", "unchanged", "not_ours").
-	SettleEvent(ctx context.Context, env Env, account, objectID string) (result string, err error)
+	// SettleEvent reads the event's object from the provider and records
+	// what it proves; result names what it did ("settled", "unchanged",
+	// "not_ours").
+	SettleEvent(ctx context.Context, env Env, ev Event) (result string, err error)
+}
+
+// Event is a provider event a kind answers: its type, the account it
+// happened on ("" the platform's), its object's id and, where the object
+// names one, its payment intent's.
+type Event struct {
+	ID, Type, Account, ObjectID, IntentID string
 }
 
 // Kinds is the registry: every kind the service runs, in the order their
@@ -138,7 +145,15 @@ type Shown struct {
 	TenantID, IdempotencyKey string
 	Job                      river.JobArgs
 	ProviderID               *string
+	Amount                   int64
+	Generation               int
 	CreatedAt, UpdatedAt     time.Time
+}
+
+// summary is the operation on a timeline.
+func (s Shown) summary(operation string) Summary {
+	return Summary{Operation: operation, ID: s.ID, Status: s.Status, Amount: s.Amount, IdempotencyKey: s.IdempotencyKey,
+		ProviderObjectID: s.ProviderID, Generation: s.Generation, CreatedAt: s.CreatedAt.UTC(), UpdatedAt: s.UpdatedAt.UTC(), Job: s.Job}
 }
 
 // Summary is one operation on a timeline: a payment's charge, refund,
@@ -198,7 +213,7 @@ func (LedgerCheckArgs[K]) InsertOpts() river.InsertOpts { return MaintenanceInse
 // and reconciler (C its claimed operation), and what it shows. The engine
 // builds and registers the rest: the worker, the reconciler, the sweeper,
 // their periodic jobs, the operator's reach and the ledger check.
-type Spec[K Named, A river.JobArgs, Op, O, C any] struct {
+type Spec[K Named, A JobOf, Op any, O Answer, C any] struct {
 	// Where is the kind's table; Action names its provider call on log
 	// lines ("charge"), the kind's name if empty.
 	Where  Table
@@ -218,26 +233,26 @@ type Spec[K Named, A river.JobArgs, Op, O, C any] struct {
 	Mount func(r chi.Router, d Deps)
 	// Attempt and Reconcile are what the kind supplies to the engine's
 	// worker and reconciler.
-	Attempt   func(env Env) Attemptable[A, Op, O]
+	Attempt   func(env Env) Attemptable[Op, O]
 	Reconcile func(env Env) Reconcilable[C, O]
-	// Show is an operation as an operator sees it.
-	Show func(op Op) Shown
-	// Summary is an operation on a timeline; PaymentOps, if set, lists a
-	// payment's operations of the kind, oldest first.
-	Summary    func(op Op) Summary
+	// Show is an operation as an operator sees it, and on a timeline
+	// (Lifecycle.Show); PaymentOps, if set, lists a payment's operations of
+	// the kind, oldest first.
+	Show       func(op Op) Shown
 	PaymentOps func(ctx context.Context, db Querier, tenantID, paymentID string) ([]Op, error)
 	// LedgerCheck, if set, is the kind's side of the ledger check.
 	LedgerCheck func(env Env) LedgerPass
 	// MoreWorkers, if set, adds the workers of the kind's own jobs beside
-	// the engine's (a payout's cancel).
-	MoreWorkers func(workers *river.Workers, env Env) error
+	// the engine's (a payout's cancel), and returns those that are
+	// periodic.
+	MoreWorkers func(workers *river.Workers, env Env) ([]Periodic, error)
 	// Events are the provider events Settle answers, if the kind answers
-	// any itself: Settle reads the event's object (objectID, on account)
-	// again from the provider and records what it proves; changed is
-	// whether anything was. An object that is not the kind's (another
-	// account's, or made elsewhere) is the table's NotFound.
+	// any itself: Settle reads the event's object again from the provider
+	// and records what it proves; changed is whether anything was. An
+	// object that is not the kind's (another account's, or made elsewhere)
+	// is the table's NotFound.
 	Events []string
-	Settle func(ctx context.Context, env Env, account, objectID string) (changed bool, err error)
+	Settle func(ctx context.Context, env Env, ev Event) (changed bool, err error)
 }
 
 // EventTypes are the events the kind answers.
@@ -253,11 +268,11 @@ func (s Spec[K, A, Op, O, C]) Ledger(env Env) LedgerPass {
 
 // SettleEvent answers one of the kind's events: "settled" when it
 // changed something, "unchanged", or "not_ours".
-func (s Spec[K, A, Op, O, C]) SettleEvent(ctx context.Context, env Env, account, objectID string) (string, error) {
+func (s Spec[K, A, Op, O, C]) SettleEvent(ctx context.Context, env Env, ev Event) (string, error) {
 	if s.Settle == nil {
 		return "", fmt.Errorf("the %s kind answers no events", s.Name())
 	}
-	changed, err := s.Settle(ctx, env, account, objectID)
+	changed, err := s.Settle(ctx, env, ev)
 	switch {
 	case errors.Is(err, s.Where.NotFound):
 		return "not_ours", nil
@@ -315,7 +330,7 @@ func (s Spec[K, A, Op, O, C]) Start(workers *river.Workers, env Env) ([]Periodic
 			table = s.JobWhere
 		}
 		adds = append(adds, func() error {
-			return river.AddWorkerSafely(workers, NewWorker(env.Pool, env.Keys, env.Logger, env.Worker, cmp.Or(s.Action, s.Name()), table, attempt))
+			return river.AddWorkerSafely(workers, NewWorker[A](env.Pool, env.Keys, env.Logger, env.Worker, cmp.Or(s.Action, s.Name()), table, attempt))
 		})
 	}
 	periodic := []Periodic{{ReconcileArgs[K]{}, EveryReconcile}, {SweepArgs[K]{}, EverySweep}}
@@ -326,7 +341,11 @@ func (s Spec[K, A, Op, O, C]) Start(workers *river.Workers, env Env) ([]Periodic
 		periodic = append(periodic, Periodic{LedgerCheckArgs[K]{}, EveryLedgerCheck})
 	}
 	if s.MoreWorkers != nil {
-		adds = append(adds, func() error { return s.MoreWorkers(workers, env) })
+		adds = append(adds, func() error {
+			more, err := s.MoreWorkers(workers, env)
+			periodic = append(periodic, more...)
+			return err
+		})
 	}
 	for _, add := range adds {
 		if err := add(); err != nil {
@@ -342,7 +361,7 @@ func (s Spec[K, A, Op, O, C]) reconciler(env Env) *Reconciler[C, O] {
 
 // Operator is the kind's reconciler and its operator's view.
 func (s Spec[K, A, Op, O, C]) Operator(env Env) Operator {
-	return specOperator[Op, C, O]{Reconciler: s.reconciler(env), locking: s.Attempt(env), show: s.Show, summary: s.Summary, pool: env.Pool}
+	return specOperator[Op, C, O]{Reconciler: s.reconciler(env), locking: s.Attempt(env), show: s.Show, pool: env.Pool}
 }
 
 // OfPayment lists the kind's operations of a payment.
@@ -356,8 +375,7 @@ func (s Spec[K, A, Op, O, C]) OfPayment(ctx context.Context, db Querier, tenantI
 	}
 	list := make([]Summary, len(ops))
 	for i, op := range ops {
-		list[i] = s.Summary(op)
-		list[i].Operation = s.Name()
+		list[i] = s.Show(op).summary(s.Name())
 	}
 	return list, nil
 }
@@ -366,7 +384,6 @@ type specOperator[Op, C, O any] struct {
 	*Reconciler[C, O]
 	locking Locking[Op]
 	show    func(Op) Shown
-	summary func(Op) Summary
 	pool    *pgxpool.Pool
 }
 
@@ -375,12 +392,7 @@ func (o specOperator[Op, C, O]) Show(ctx context.Context, tenantID, id string) (
 	if err != nil {
 		return Shown{}, err
 	}
-	shown := o.show(op)
-	e := o.locking.Entry(op)
-	sum := o.summary(op)
-	shown.TenantID, shown.IdempotencyKey, shown.Job, shown.ProviderID = e.TenantID, e.IdempotencyKey, sum.Job, sum.ProviderObjectID
-	shown.CreatedAt, shown.UpdatedAt = sum.CreatedAt, sum.UpdatedAt
-	return shown, nil
+	return o.show(op), nil
 }
 
 func (o specOperator[Op, C, O]) Find(ctx context.Context, id string) (Shown, error) {

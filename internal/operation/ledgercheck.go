@@ -66,8 +66,13 @@ type Audited[Op, Obj any] interface {
 	// Confirm says what disagrees between a succeeded op and its object,
 	// read by id.
 	Confirm(op Op, r Read[Obj]) []Finding
-	// Missing is the finding of a succeeded op whose object is not at the
-	// provider: providerID is the one it recorded, "" when none.
+}
+
+// Misser is what a kind whose findings name more than its operation (a
+// refund's payment) says of a made op whose object is not at the provider:
+// providerID is the one it recorded, "" when none. Without it the finding
+// is missing_<kind>.
+type Misser[Op any] interface {
 	Missing(op Op, providerID string) Finding
 }
 
@@ -127,7 +132,11 @@ func NewLedgerChecker[Op, Obj any](pool *pgxpool.Pool, logger *slog.Logger, cfg 
 
 // LedgerCheckResult is what one check saw and found.
 type LedgerCheckResult struct {
-	From, To time.Time
+	// Objects names what the provider listed ("provider refunds"),
+	// Operations what was looked for ("refunds"), which are Made
+	// ("succeeded").
+	Objects, Operations, Made string
+	From, To                  time.Time
 	// Listed is how many objects the provider listed; Succeeded how many
 	// succeeded operations of the window were looked for at the provider.
 	Listed, Succeeded int
@@ -152,7 +161,11 @@ func (r LedgerCheckResult) NewFindings() int {
 // the clock skew) with our operations, and the operations that succeeded
 // with a first provider attempt in [from, to] with the provider's objects.
 func (c *LedgerChecker[Op, Obj]) Check(ctx context.Context, from, to time.Time) (LedgerCheckResult, error) {
-	res := LedgerCheckResult{From: from, To: to}
+	res := LedgerCheckResult{From: from, To: to, Objects: cmp.Or(c.table.Listed, "provider "+c.table.Operation+"s"),
+		Operations: c.table.Operation + "s", Made: "succeeded"}
+	if len(c.table.Made) > 0 {
+		res.Made = "made"
+	}
 	listed := map[string]bool{}
 	window := provider.ListWindow{CreatedFrom: from.Add(-c.cfg.ClockSkew), CreatedTo: to.Add(c.cfg.ClockSkew), MaxPages: c.cfg.MaxPages}
 	err := c.kind.List(ctx, window, func(account string, page []Obj) error {
@@ -235,13 +248,30 @@ func (c *LedgerChecker[Op, Obj]) comparePage(ctx context.Context, account string
 	return nil
 }
 
+// missing is the finding of a made op whose object is not at the provider.
+func (c *LedgerChecker[Op, Obj]) missing(op Op, opID, providerID string) Finding {
+	if m, ok := c.kind.(Misser[Op]); ok {
+		return m.Missing(op, providerID)
+	}
+	name, status := c.table.Operation, ""
+	if o, ok := any(op).(Operation); ok {
+		status = o.Entry().Status
+	}
+	reason := fmt.Sprintf("%s %s is %s but records no provider %s", name, opID, status, name)
+	if providerID != "" {
+		reason = fmt.Sprintf("%s %s is %s, but its provider %s %s does not exist", name, opID, status, name, providerID)
+	}
+	return Finding{Disagreement: ledger.Disagreement{Kind: "missing_" + name, OperationID: opID, ProviderObjectID: providerID, Reason: reason},
+		Evidence: map[string]any{name: op}}
+}
+
 // checkExists looks for the object of a succeeded operation: one the
 // listing did not show is read by id, and one that does not exist is a
 // finding.
 func (c *LedgerChecker[Op, Obj]) checkExists(ctx context.Context, op Op, listed map[string]bool, res *LedgerCheckResult) error {
 	ref := c.kind.Operation(op)
 	if ref.ProviderID == nil {
-		return c.record(ctx, res, c.kind.Missing(op, ""))
+		return c.record(ctx, res, c.missing(op, ref.ID, ""))
 	}
 	providerID := *ref.ProviderID
 	if listed[providerID] {
@@ -252,7 +282,7 @@ func (c *LedgerChecker[Op, Obj]) checkExists(ctx context.Context, op Op, listed 
 	cancel()
 	switch {
 	case read.Err != nil && read.HTTPStatus == http.StatusNotFound:
-		f := c.kind.Missing(op, providerID)
+		f := c.missing(op, ref.ID, providerID)
 		f.evidence()["provider_error"] = read.Err.Error()
 		return c.record(ctx, res, f)
 	case read.Err != nil:

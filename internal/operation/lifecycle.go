@@ -2,6 +2,7 @@ package operation
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,7 +11,9 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
 
+	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
 )
 
@@ -25,6 +28,8 @@ type Lifecycle struct {
 	ProviderIdempotencyKey string     `json:"-" db:"provider_idempotency_key"`
 	ProviderKeyGeneration  int        `json:"-" db:"provider_key_generation"`
 	FirstProviderAttemptAt *time.Time `json:"-" db:"first_provider_attempt_at"`
+	LastProviderAttemptAt  *time.Time `json:"-" db:"last_provider_attempt_at"`
+	ReconcileAfter         *time.Time `json:"-" db:"reconcile_after"`
 	ReconcileAttempts      int        `json:"-" db:"reconcile_attempts"`
 	FailureCode            *string    `json:"failure_code" db:"failure_code"`
 	FailureMessage         *string    `json:"failure_message" db:"failure_message"`
@@ -32,16 +37,65 @@ type Lifecycle struct {
 	UpdatedAt              time.Time  `json:"updated_at" db:"updated_at"`
 }
 
+// NewLifecycle is a new operation of the kind t, with an id (prefix_…) and
+// its first generation's provider key.
+func NewLifecycle(t Table, prefix, tenantID, key string) Lifecycle {
+	opID := id.New(prefix)
+	return Lifecycle{ID: opID, TenantID: tenantID, IdempotencyKey: key, ProviderKeyGeneration: 1,
+		ProviderIdempotencyKey: ProviderKey(t.Operation, tenantID, key, opID, 1)}
+}
+
 // LifecycleColumns are Lifecycle's columns, for a kind's SELECT lists.
 const LifecycleColumns = `id, tenant_id, idempotency_key, provider_idempotency_key, provider_key_generation,
-	first_provider_attempt_at, reconcile_attempts, failure_code, failure_message, created_at, updated_at`
+	first_provider_attempt_at, last_provider_attempt_at, reconcile_after, reconcile_attempts, failure_code, failure_message,
+	created_at, updated_at`
 
-// Entry is what the engine reads of an operation in status, with more
-// attributes for its log lines.
-func (l Lifecycle) Entry(status string, logAttrs ...any) Entry {
+// EntryIn is what the engine reads of an operation in status, with more
+// attributes for its log lines: a kind's Entry.
+func (l Lifecycle) EntryIn(status string, logAttrs ...any) Entry {
 	return Entry{TenantID: l.TenantID, ID: l.ID, IdempotencyKey: l.IdempotencyKey, Status: status, Generation: l.ProviderKeyGeneration,
 		FirstAttemptAt: l.FirstProviderAttemptAt, ReconcileAttempts: l.ReconcileAttempts,
 		LogAttrs: append(logAttrs, slog.String("provider_idempotency_key", l.ProviderIdempotencyKey))}
+}
+
+// Show is an operation as an operator sees it: the API's view with the
+// bookkeeping it hides (Inside), the lifecycle's facts, and what only its
+// kind knows: its status and amount, its provider object and its job.
+func (l Lifecycle) Show(view any, status string, amount int64, providerID *string, job river.JobArgs) Shown {
+	code, message := l.Failure()
+	return Shown{View: Inside{View: view, Lifecycle: l}, ID: l.ID, Status: status, FailureCode: code, FailureMessage: message,
+		TenantID: l.TenantID, IdempotencyKey: l.IdempotencyKey, Job: job, ProviderID: providerID, Amount: amount,
+		Generation: l.ProviderKeyGeneration, CreatedAt: l.CreatedAt, UpdatedAt: l.UpdatedAt}
+}
+
+// Inside is an operation as an operator's JSON shows it: View, what the
+// API shows, with the bookkeeping the API hides.
+type Inside struct {
+	View      any
+	Lifecycle Lifecycle
+}
+
+// MarshalJSON adds the key, the generation and the attempts to the view's
+// members.
+func (in Inside) MarshalJSON() ([]byte, error) {
+	view, err := json.Marshal(in.View)
+	if err != nil {
+		return nil, err
+	}
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(view, &members); err != nil {
+		return nil, fmt.Errorf("show %s: %w", in.Lifecycle.ID, err)
+	}
+	l := in.Lifecycle
+	for name, v := range map[string]any{"tenant_id": l.TenantID, "idempotency_key": l.IdempotencyKey,
+		"provider_idempotency_key": l.ProviderIdempotencyKey, "generation": l.ProviderKeyGeneration,
+		"first_attempt_at": l.FirstProviderAttemptAt, "last_attempt_at": l.LastProviderAttemptAt, "reconcile_after": l.ReconcileAfter,
+		"reconcile_attempts": l.ReconcileAttempts} {
+		if members[name], err = json.Marshal(v); err != nil {
+			return nil, err
+		}
+	}
+	return json.Marshal(members)
 }
 
 // Failure is the failure's code and message, "" for none.
@@ -55,16 +109,13 @@ func (l Lifecycle) Failure() (code, message string) {
 	return code, message
 }
 
-// Reads mounts the reads of a kind's objects: GET path/{id}, and a page of
-// them newest first at GET path. get reads one of a tenant's, list up to n
-// older than after (the newest if empty).
-func Reads[T any](r chi.Router, d Deps, path, noun, prefix string, notFound error,
-	get func(ctx context.Context, db Querier, tenantID, id string) (T, error),
-	list func(ctx context.Context, db Querier, tenantID, after string, n int) ([]T, error)) {
-	res := NewResource[T](d, noun, prefix, notFound)
-	r.Get(path+"/{id}", res.HandleGet(func(ctx context.Context, tenantID, id string) (T, error) { return get(ctx, d.DB, tenantID, id) }))
-	r.Get(path, res.HandleList(func(ctx context.Context, _ *http.Request, tenantID, after string, n int) ([]T, error) {
-		return list(ctx, d.DB, tenantID, after, n)
+// Reads mounts the reads of a kind's operations, whose ids start with
+// prefix: GET path/{id}, and a page of them newest first at GET path.
+func Reads[Op Operation](r chi.Router, d Deps, path, prefix string, rows Rows[Op]) {
+	res := NewResource[Op](d, rows.Table.Operation, prefix, rows.Table.NotFound)
+	r.Get(path+"/{id}", res.HandleGet(func(ctx context.Context, tenantID, id string) (Op, error) { return rows.Load(ctx, d.DB, tenantID, id) }))
+	r.Get(path, res.HandleList(func(ctx context.Context, _ *http.Request, tenantID, after string, n int) ([]Op, error) {
+		return rows.Page(ctx, d.DB, tenantID, "", after, n)
 	}))
 }
 
@@ -73,11 +124,8 @@ func Reads[T any](r chi.Router, d Deps, path, noun, prefix string, notFound erro
 // reaped key is no obstacle). It returns the operation as locked, read
 // with columns; key names its idempotency key.
 func LockRow[Op any](ctx context.Context, tx pgx.Tx, keys *idempotency.Store, t Table, columns, tenantID, id string, key func(Op) string) (Op, error) {
-	if p := t.Parent; p != nil {
-		if _, err := tx.Exec(ctx, `SELECT 1 FROM `+p.Table+` WHERE tenant_id = $1 AND id = (
-			SELECT `+p.Column+` FROM `+t.Name+` WHERE tenant_id = $1 AND id = $2) FOR UPDATE`, tenantID, id); err != nil {
-			return *new(Op), fmt.Errorf("lock the %s's %s: %w", t.Operation, p.Table, err)
-		}
+	if err := t.lockParent(ctx, tx, id); err != nil {
+		return *new(Op), err
 	}
 	rows, err := tx.Query(ctx, `SELECT `+columns+` FROM `+t.Name+` WHERE tenant_id = $1 AND id = $2 FOR UPDATE`, tenantID, id)
 	op, err := CollectOne[Op](rows, err, "lock "+t.Operation, t.NotFound)

@@ -135,10 +135,9 @@ type Table struct {
 	// FixedProviderID: the provider object is known from the start (an
 	// action on the payment's intent), so a resumed operation keeps it.
 	FixedProviderID bool
-	// ClaimColumns are the columns a claim returns (RETURNING, over the
-	// table's row); settled is the column expression SettledColumn makes of
-	// the parameter number it is given.
-	ClaimColumns func(settled string) string
+	// Columns are what the kind's operation reads (LifecycleColumns and
+	// its own), and ClaimExtra what a claim reads besides ("… AS intent_id").
+	Columns, ClaimExtra string
 	// NotReachedMessage is what an operation proven never sent shows.
 	NotReachedMessage string
 	// AlsoClear, if set, clears more of an outcome's columns when the
@@ -157,12 +156,25 @@ type Table struct {
 	// refund's payment): its lock comes first in the kind's lock order.
 	Parent *Parent
 	// Made are the statuses of an operation the provider carried out, which
-	// the ledger check confirms at the provider ("succeeded", if empty).
-	Made []string
+	// the ledger check confirms at the provider ("succeeded", if empty);
+	// Listed names the provider's objects it lists ("provider refunds", if
+	// empty).
+	Made   []string
+	Listed string
 	// Scope, if set, narrows the table to this kind's rows where kinds
 	// share a table ("action = 'capture'"), so that each kind is claimed,
 	// counted and logged as itself.
 	Scope string
+}
+
+// ClaimColumns are the columns a claim returns (RETURNING, over the
+// table's row); settled is the column expression SettledColumn makes of
+// the parameter number it is given.
+func (t Table) ClaimColumns(settled string) string {
+	if t.ClaimExtra != "" {
+		return t.Columns + ", " + t.ClaimExtra + ", " + settled
+	}
+	return t.Columns + ", " + settled
 }
 
 // Parent is a kind's parent relation: Column of the kind's table holds
@@ -170,11 +182,25 @@ type Table struct {
 // that changes one of the kind's outcomes locks first.
 type Parent struct{ Table, Column string }
 
-// LockResource locks an operation's row by id: the Endpoint's hook for a
-// re-acquired key of a kind with no parent, whose row is its first lock.
+// LockResource locks an operation by id, its parent's row first if it has
+// one, then its own: the Endpoint's hook for a re-acquired key, whose lock
+// comes last in the kind's order.
 func (t Table) LockResource(ctx context.Context, tx pgx.Tx, id string) error {
+	if err := t.lockParent(ctx, tx, id); err != nil {
+		return err
+	}
 	if _, err := tx.Exec(ctx, `SELECT 1 FROM `+t.Name+` WHERE id = $1 FOR UPDATE`, id); err != nil {
 		return fmt.Errorf("lock %s: %w", t.Operation, err)
+	}
+	return nil
+}
+
+// lockParent locks the row of operation id's parent, if its kind has one.
+func (t Table) lockParent(ctx context.Context, tx pgx.Tx, id string) error {
+	if p := t.Parent; p != nil {
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM `+p.Table+` WHERE id = (SELECT `+p.Column+` FROM `+t.Name+` WHERE id = $1) FOR UPDATE`, id); err != nil {
+			return fmt.Errorf("lock the %s's %s: %w", t.Operation, p.Table, err)
+		}
 	}
 	return nil
 }

@@ -42,19 +42,15 @@ type timings struct {
 	PollInterval, MaxPollDuration time.Duration
 }
 
-// Judged is what a provider answer proves, as the engine's worker reads it.
-type Judged struct {
-	Kind provider.Kind
-	// Replayed with a 5xx HTTPStatus: the provider stored that error under
-	// the key and answers every retry with it.
-	Replayed   bool
-	HTTPStatus int
-	// ProviderID is the provider's object, once known; State its status.
-	ProviderID, State string
-	// Code is the provider's error or failure code, for logs.
-	Code string
-	Err  error
+// JobOf is a kind's job arguments: they name the job's operation.
+type JobOf interface {
+	river.JobArgs
+	Of() (tenantID, id string)
 }
+
+// Answer is a kind's provider answer: the engine judges it by what it
+// proves (provider.Judgement), whatever the object it carries.
+type Answer interface{ Judge() provider.Judgement }
 
 // Locking is how a kind reads and locks one of its operations: what every
 // part of the engine that changes an operation needs of it.
@@ -70,15 +66,12 @@ type Locking[Op any] interface {
 // Attemptable is what a kind supplies to the engine's Worker. A is the
 // job's arguments, Op the operation as the kind reads it, O the kind's
 // provider answer.
-type Attemptable[A river.JobArgs, Op, O any] interface {
+type Attemptable[Op, O any] interface {
 	Locking[Op]
-	// Of names the job's operation.
-	Of(args A) (tenantID, id string)
 	// Send calls the provider for op under its derived key, or reads the
 	// provider object an earlier attempt found. It may read more of op's
 	// context (the payment a refund gives back).
 	Send(ctx context.Context, op Op) (O, error)
-	Judge(out O) Judged
 	// RecordPending notes a pending provider object, so that the next
 	// attempt reads it instead of sending again.
 	RecordPending(ctx context.Context, db Querier, op Op, out O) error
@@ -129,7 +122,7 @@ type (
 //     window ending, the last attempt failing for any reason) goes to the
 //     reconciler, with the key unknown, in the transaction that completes
 //     the job.
-type Worker[A river.JobArgs, Op, O any] struct {
+type Worker[A JobOf, Op any, O Answer] struct {
 	river.WorkerDefaults[A]
 
 	pool *pgxpool.Pool
@@ -139,7 +132,7 @@ type Worker[A river.JobArgs, Op, O any] struct {
 	// action names the call in logs ("refund", "capture").
 	action string
 	table  Table
-	kind   Attemptable[A, Op, O]
+	kind   Attemptable[Op, O]
 	// What the kind also says, if it does (nil if not).
 	starter   Starter[Op]
 	recorder  FinalRecorder[A, Op, O]
@@ -148,8 +141,8 @@ type Worker[A river.JobArgs, Op, O any] struct {
 
 // NewWorker returns the engine's worker for a kind whose operations live
 // in table.
-func NewWorker[A river.JobArgs, Op, O any](pool *pgxpool.Pool, keys *idempotency.Store, logger *slog.Logger, cfg WorkerConfig,
-	action string, table Table, kind Attemptable[A, Op, O]) *Worker[A, Op, O] {
+func NewWorker[A JobOf, Op any, O Answer](pool *pgxpool.Pool, keys *idempotency.Store, logger *slog.Logger, cfg WorkerConfig,
+	action string, table Table, kind Attemptable[Op, O]) *Worker[A, Op, O] {
 	w := &Worker[A, Op, O]{pool: pool, keys: keys, log: logger, t: cfg.timings(), action: action, table: table, kind: kind}
 	w.starter, _ = any(kind).(Starter[Op])
 	w.recorder, _ = any(kind).(FinalRecorder[A, Op, O])
@@ -163,7 +156,7 @@ func (w *Worker[A, Op, O]) Timeout(*river.Job[A]) time.Duration { return w.t.Job
 // Work runs one attempt; on the job's last attempt any failure hands the
 // operation to reconciliation (LastAttempt).
 func (w *Worker[A, Op, O]) Work(ctx context.Context, job *river.Job[A]) error {
-	tenantID, id := w.kind.Of(job.Args)
+	tenantID, id := job.Args.Of()
 	log := w.log.With(slog.String("tenant_id", tenantID), slog.String(w.table.Operation+"_id", id),
 		slog.Int64("job_id", job.ID), slog.Int("attempt", job.Attempt))
 	last := LastAttempt{Action: w.action, Operation: w.table.Operation, RecordTimeout: w.t.RecordTimeout,
@@ -226,8 +219,8 @@ func (w *Worker[A, Op, O]) start(ctx context.Context, tenantID, id string) (op O
 // polls if pending, hands the operation over if only a look-up can tell,
 // and fails the attempt (retried with the same key) if it proves nothing.
 func (w *Worker[A, Op, O]) record(ctx context.Context, job *river.Job[A], id string, op Op, out O, age time.Duration, log *slog.Logger) error {
-	j := w.kind.Judge(out)
-	log = log.With(slog.String(w.table.ProviderIDLog, j.ProviderID), slog.String("outcome", j.Kind.String()))
+	j := out.Judge()
+	log = log.With(slog.String(w.table.ProviderIDLog, j.ObjectID), slog.String("outcome", j.Kind.String()))
 
 	switch {
 	case isFinal(j.Kind):
@@ -244,7 +237,7 @@ func (w *Worker[A, Op, O]) record(ctx context.Context, job *river.Job[A], id str
 		if w.abandoner != nil {
 			if ended, abandoned := w.abandoner.Abandon(ctx, op, out); abandoned {
 				log.WarnContext(ctx, w.table.Operation+" still "+j.State+" at the provider; abandoned it")
-				if ej := w.kind.Judge(ended); !isFinal(ej.Kind) {
+				if ej := ended.Judge(); !isFinal(ej.Kind) {
 					return w.undetermined(ctx, id, ej, log)
 				}
 				return w.recordFinal(ctx, job, op, ended)
@@ -270,7 +263,7 @@ func isFinal(k provider.Kind) bool {
 
 // undetermined fails the attempt so that River retries it with the same
 // key; on the last attempt, Work hands the operation over instead.
-func (w *Worker[A, Op, O]) undetermined(ctx context.Context, id string, j Judged, log *slog.Logger) error {
+func (w *Worker[A, Op, O]) undetermined(ctx context.Context, id string, j provider.Judgement, log *slog.Logger) error {
 	log.WarnContext(ctx, "provider outcome undetermined; will retry with the same key", slog.Any("error", j.Err))
 	return fmt.Errorf("%s %s: the provider's answer proves nothing: %w", w.action, id, j.Err)
 }
@@ -281,7 +274,7 @@ func (w *Worker[A, Op, O]) recordFinal(ctx context.Context, job *river.Job[A], o
 	if w.recorder != nil {
 		return w.recorder.RecordFinalWithJob(ctx, job, op, out)
 	}
-	tenantID, id := w.kind.Of(job.Args)
+	tenantID, id := job.Args.Of()
 	return postgres.InTx(ctx, w.pool, func(tx pgx.Tx) error {
 		if err := w.kind.Lock(ctx, tx, tenantID, id); err != nil {
 			return err
@@ -296,7 +289,7 @@ func (w *Worker[A, Op, O]) recordFinal(ctx context.Context, job *river.Job[A], o
 // handOver gives the job's operation (if still in flight) to the
 // reconciler, its key unknown, and completes the job, in one transaction.
 func (w *Worker[A, Op, O]) handOver(ctx context.Context, job *river.Job[A], reason string) error {
-	tenantID, id := w.kind.Of(job.Args)
+	tenantID, id := job.Args.Of()
 	return postgres.InTx(ctx, w.pool, func(tx pgx.Tx) error {
 		if err := w.kind.Lock(ctx, tx, tenantID, id); err != nil {
 			return err
@@ -392,15 +385,4 @@ func EachSucceeded[Op any](ctx context.Context, db postgres.Querier, table Table
 		return fmt.Errorf("check succeeded %ss: %w", table.Operation, err)
 	}
 	return nil
-}
-
-// JudgeIntent judges an answer about a payment intent (a charge, a capture,
-// a cancel), for the kinds whose provider answer is a provider.Outcome.
-func JudgeIntent(out provider.Outcome) Judged {
-	j := Judged{Kind: out.Kind, Replayed: out.Replayed, HTTPStatus: out.HTTPStatus, ProviderID: out.IntentID(),
-		Code: out.Code, Err: out.Err}
-	if out.Intent != nil {
-		j.State = string(out.Intent.Status)
-	}
-	return j
 }

@@ -10,7 +10,6 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
-	"github.com/oncepay/oncepay/internal/authorizations"
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
@@ -108,7 +107,7 @@ func TestQueueInsertIsRiversRow(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE args->>'payment_id' = $1`, args.PaymentID).Scan(&n))
 	require.Equal(t, 1, n)
 
-	for _, unsupported := range []river.JobArgs{periodicArgs{}, authorizations.ExpireAuthorizationsArgs{}} {
+	for _, unsupported := range []river.JobArgs{periodicArgs{}, payments.ExpireAuthorizationsArgs{}} {
 		require.Error(t, jobs.QueueInsert(ctx, &pgx.Batch{}, unsupported), "%T", unsupported)
 	}
 }

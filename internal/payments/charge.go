@@ -35,7 +35,7 @@ type ChargeWorker = operation.Worker[ChargePaymentArgs, Payment, provider.Outcom
 
 // NewChargeWorker returns a worker.
 func NewChargeWorker(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, logger *slog.Logger, cfg operation.WorkerConfig) *ChargeWorker {
-	return operation.NewWorker(pool, keys, logger, cfg, "charge", paymentsTable, newChargeable(pool, keys, pc, cfg))
+	return operation.NewWorker[ChargePaymentArgs](pool, keys, logger, cfg, "charge", paymentsTable, newChargeable(pool, keys, pc, cfg))
 }
 
 func newChargeable(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, cfg operation.WorkerConfig) chargeable {
@@ -68,8 +68,6 @@ type chargeable struct {
 	recorder *outcomeRecorder
 }
 
-func (chargeable) Of(args ChargePaymentArgs) (string, string) { return args.TenantID, args.PaymentID }
-
 // Start reads the payment and starts its attempt in one statement, with
 // the charges starting at the same moment (attemptStarter).
 func (k chargeable) Start(ctx context.Context, _ operation.Querier, tenantID, id string) (Payment, time.Duration, bool, error) {
@@ -91,8 +89,6 @@ func (k chargeable) Send(ctx context.Context, p Payment) (provider.Outcome, erro
 	}
 	return out, nil
 }
-
-func (chargeable) Judge(out provider.Outcome) operation.Judged { return operation.JudgeIntent(out) }
 
 // RecordPending records a pending answer. Only the poll at which the
 // payment starts waiting for its customer takes the locks (payment row,

@@ -15,6 +15,9 @@ type ChargePaymentArgs struct {
 // Kind is the job's River kind; never rename it while jobs may be queued.
 func (ChargePaymentArgs) Kind() string { return "charge_payment" }
 
+// Of names the job's payment.
+func (a ChargePaymentArgs) Of() (tenantID, paymentID string) { return a.TenantID, a.PaymentID }
+
 // InsertOpts makes a charge job unique per payment while one is live, a
 // second guard (after the idempotency key) against two jobs charging the
 // same payment at once. Finished states are left out of the uniqueness, so

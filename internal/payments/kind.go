@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/riverqueue/river"
 
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/provider"
@@ -32,20 +33,17 @@ func Kind() operation.Kind {
 			r.Get("/payments", s.HandleList())
 			r.Get("/payments/{id}", s.HandleGet())
 		},
-		Attempt: func(env operation.Env) operation.Attemptable[ChargePaymentArgs, Payment, provider.Outcome] {
+		Attempt: func(env operation.Env) operation.Attemptable[Payment, provider.Outcome] {
 			return newChargeable(env.Pool, env.Keys, env.Provider, env.Worker)
 		},
 		Reconcile: func(env operation.Env) operation.Reconcilable[claim, provider.Outcome] {
 			return reconcilable{paymentLocks{env.Keys}, NewReconciler(env.Pool, env.Keys, env.Provider, env.Logger, env.Reconcile)}
 		},
 		Show: func(p Payment) operation.Shown {
-			return operation.Shown{View: p, ID: p.ID, ParentID: p.ID, Status: string(p.Status),
-				FailureCode: deref(p.FailureCode), FailureMessage: deref(p.FailureMessage)}
-		},
-		Summary: func(p Payment) operation.Summary {
-			return operation.Summary{ID: p.ID, Status: string(p.Status), Amount: p.Amount, IdempotencyKey: p.IdempotencyKey,
-				ProviderObjectID: p.ProviderPaymentIntentID, Generation: p.ProviderKeyGeneration, CreatedAt: p.CreatedAt.UTC(),
-				UpdatedAt: p.UpdatedAt.UTC(), Job: ChargePaymentArgs{TenantID: p.TenantID, PaymentID: p.ID}}
+			return operation.Shown{View: p, ID: p.ID, ParentID: p.ID, Status: string(p.Status), FailureCode: deref(p.FailureCode),
+				FailureMessage: deref(p.FailureMessage), TenantID: p.TenantID, IdempotencyKey: p.IdempotencyKey,
+				Job: ChargePaymentArgs{TenantID: p.TenantID, PaymentID: p.ID}, ProviderID: p.ProviderPaymentIntentID, Amount: p.Amount,
+				Generation: p.ProviderKeyGeneration, CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt}
 		},
 		PaymentOps: func(ctx context.Context, db operation.Querier, tenantID, paymentID string) ([]Payment, error) {
 			p, err := GetPayment(ctx, db, tenantID, paymentID)
@@ -53,6 +51,13 @@ func Kind() operation.Kind {
 		},
 		LedgerCheck: func(env operation.Env) operation.LedgerPass {
 			return NewLedgerChecker(env.Pool, env.Provider, env.Logger, env.Ledger)
+		},
+		// Authorizations the provider voided on its own, once a ledger
+		// check's interval.
+		MoreWorkers: func(workers *river.Workers, env operation.Env) ([]operation.Periodic, error) {
+			expirer := &ExpireWorker{Expirer: NewExpirer(env.Pool, env.Keys, env.Provider, env.Logger)}
+			return []operation.Periodic{{Args: ExpireAuthorizationsArgs{}, Every: operation.EveryLedgerCheck}},
+				river.AddWorkerSafely(workers, expirer)
 		},
 	}
 }

@@ -41,7 +41,8 @@ type Reconciler struct {
 var paymentsTable = operation.Table{
 	Operation: "payment", Name: "payments",
 	ProviderIDColumn: "provider_payment_intent_id", ProviderIDLog: "intent_id",
-	ClaimColumns:      func(settled string) string { return paymentColumns + ", " + settled },
+	Columns:           paymentColumns,
+	Listed:            "intents",
 	NotReachedMessage: notReachedMessage, AlsoClear: ", decline_code = NULL, finalized_at = NULL", Resumed: string(StatusProcessing),
 	InFlight: texts(inFlight),
 	NotFound: ErrNotFound,

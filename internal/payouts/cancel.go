@@ -32,7 +32,7 @@ func (w *cancelWorker) Timeout(*river.Job[cancelArgs]) time.Duration {
 }
 
 func (w *cancelWorker) Work(ctx context.Context, job *river.Job[cancelArgs]) error {
-	p, err := Get(ctx, w.env.Pool, job.Args.TenantID, job.Args.ID)
+	p, err := rowsOf(w.env.Keys).Load(ctx, w.env.Pool, job.Args.TenantID, job.Args.ID)
 	if err != nil || p.Status != StatusPending || p.ProviderPayoutID == nil {
 		return err
 	}

@@ -26,26 +26,20 @@ func Kind() operation.Kind {
 			s := service{d}
 			r.Method(http.MethodPost, "/payouts", operation.Endpoint(d, decodeCreate, s.create, table.LockResource))
 			r.Method(http.MethodPost, "/payouts/{id}/cancel", operation.Endpoint(d, decodeCancel, s.cancel, nil))
-			operation.Reads(r, d, "/payouts", "payout", IDPrefix, ErrNotFound, Get, list)
+			operation.Reads(r, d, "/payouts", IDPrefix, rowsOf(d.Keys))
 		},
-		Attempt: func(env operation.Env) operation.Attemptable[args, Payout, provider.PayoutOutcome] {
-			return attemptable{locks{env.Keys}, env.Provider}
+		Attempt: func(env operation.Env) operation.Attemptable[Payout, provider.PayoutOutcome] {
+			return attemptable{rowsOf(env.Keys), env.Provider}
 		},
 		Reconcile: func(env operation.Env) operation.Reconcilable[claim, provider.PayoutOutcome] {
-			return reconcilable{locks{env.Keys}, env.Pool, env.Provider, env.Reconcile.WithDefaults()}
+			return operation.ByLookUp[claim](env, attemptable{rowsOf(env.Keys), env.Provider}, lookUp(env))
 		},
 		Show: func(p Payout) operation.Shown {
-			code, message := p.Failure()
-			return operation.Shown{View: p, ID: p.ID, Status: string(p.Status), FailureCode: code, FailureMessage: message}
-		},
-		Summary: func(p Payout) operation.Summary {
-			return operation.Summary{ID: p.ID, Status: string(p.Status), Amount: p.Amount, IdempotencyKey: p.IdempotencyKey,
-				ProviderObjectID: p.ProviderPayoutID, Generation: p.ProviderKeyGeneration, CreatedAt: p.CreatedAt.UTC(),
-				UpdatedAt: p.UpdatedAt.UTC(), Job: args{TenantID: p.TenantID, ID: p.ID}}
+			return p.Lifecycle.Show(p, string(p.Status), p.Amount, p.ProviderPayoutID, args{TenantID: p.TenantID, ID: p.ID})
 		},
 		LedgerCheck: newLedgerChecker,
-		MoreWorkers: func(workers *river.Workers, env operation.Env) error {
-			return river.AddWorkerSafely(workers, &cancelWorker{env: env})
+		MoreWorkers: func(workers *river.Workers, env operation.Env) ([]operation.Periodic, error) {
+			return nil, river.AddWorkerSafely(workers, &cancelWorker{env: env})
 		},
 		Events: []string{"payout.created", "payout.updated", "payout.paid", "payout.failed", "payout.canceled"},
 		Settle: settleEvent,
@@ -54,14 +48,14 @@ func Kind() operation.Kind {
 
 // settleEvent reads the event's payout from the provider, never trusting
 // the event's copy, and records it.
-func settleEvent(ctx context.Context, env operation.Env, account, payoutID string) (bool, error) {
-	out := env.Provider.For(account).RetrievePayout(ctx, payoutID)
+func settleEvent(ctx context.Context, env operation.Env, ev operation.Event) (bool, error) {
+	out := env.Provider.For(ev.Account).RetrievePayout(ctx, ev.ObjectID)
 	switch {
 	case out.Payout == nil && out.HTTPStatus == http.StatusNotFound:
 		return false, ErrNotFound
 	case out.Payout == nil:
-		return false, fmt.Errorf("read payout %s: %w", payoutID, out.Err)
+		return false, fmt.Errorf("read payout %s: %w", ev.ObjectID, out.Err)
 	}
-	_, changed, err := Settle(ctx, env.Pool, env.Keys, account, out.Payout)
+	_, changed, err := Settle(ctx, env.Pool, env.Keys, ev.Account, out.Payout)
 	return changed, err
 }

@@ -86,15 +86,6 @@ func (audit) Confirm(p Payout, read operation.Read[*provider.Payout]) []operatio
 		fmt.Sprintf("payout %s is %s, ahead of provider payout %s, %s", p.ID, p.Status, read.Obj.ID, read.Obj.Status))}
 }
 
-func (audit) Missing(p Payout, providerID string) operation.Finding {
-	reason := fmt.Sprintf("payout %s is %s but records no provider payout", p.ID, p.Status)
-	if providerID != "" {
-		reason = fmt.Sprintf("payout %s is %s, but its provider payout %s does not exist", p.ID, p.Status, providerID)
-	}
-	return operation.Finding{Disagreement: ledger.Disagreement{Kind: ledger.KindMissingPayout, OperationID: p.ID, ProviderObjectID: providerID,
-		Reason: reason}, Evidence: map[string]any{"payout": p}}
-}
-
 func finding(kind, payoutID string, po *provider.Payout, reason string) operation.Finding {
 	return operation.Finding{Disagreement: ledger.Disagreement{Kind: kind, OperationID: payoutID, ProviderObjectID: po.ID, Reason: reason},
 		Evidence: map[string]any{"provider_payout": po}}
@@ -102,5 +93,5 @@ func finding(kind, payoutID string, po *provider.Payout, reason string) operatio
 
 // newLedgerChecker is the payouts' ledger check, on the engine's.
 func newLedgerChecker(env operation.Env) operation.LedgerPass {
-	return operation.NewLedgerChecker(env.Pool, env.Logger, env.Ledger, table, columns, audit{env.Pool, env.Provider})
+	return operation.NewLedgerChecker(env.Pool, env.Logger, env.Ledger, table, table.Columns, audit{env.Pool, env.Provider})
 }

@@ -8,6 +8,7 @@
 package payouts
 
 import (
+	"log/slog"
 	"strconv"
 
 	"github.com/oncepay/oncepay/internal/operation"
@@ -70,7 +71,10 @@ func (p Payout) MarshalJSON() ([]byte, error) {
 	return respond.Marshal(plain(p))
 }
 
-func (p Payout) key() string { return p.IdempotencyKey }
+// Entry is what the engine reads of a payout.
+func (p Payout) Entry() operation.Entry {
+	return p.EntryIn(string(p.Status), slog.String("account", p.ProviderAccount))
+}
 
 // request is the one provider request that makes p in its generation.
 func (p Payout) request() provider.PayoutRequest {

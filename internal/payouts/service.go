@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 
 	"github.com/go-chi/chi/v5"
@@ -51,34 +50,20 @@ func decodeCreate(w http.ResponseWriter, r *http.Request) (createRequest, error)
 // create writes the payout (or resumes the one proven never sent) and its
 // job, and answers 202.
 func (s service) create(ctx context.Context, tx pgx.Tx, attempt idempotency.Attempt, req createRequest) (idempotency.Outcome, error) {
-	tenantID, key := attempt.Request.TenantID, attempt.Request.Key
+	tenantID, rs := attempt.Request.TenantID, rowsOf(s.Keys)
 	p, err := Payout{}, error(nil)
 	if attempt.ResourceID != "" {
-		if p, err = lock(ctx, tx, s.Keys, tenantID, attempt.ResourceID); err == nil {
-			gen := p.ProviderKeyGeneration + 1
-			rows, qerr := table.Resume(ctx, tx, tenantID, p.ID, gen, operation.ProviderKey(table.Operation, tenantID, key, p.ID, gen), columns)
-			p, err = operation.CollectOne[Payout](rows, qerr, "resume payout", ErrNotFound)
+		if p, err = rs.Locked(ctx, tx, tenantID, attempt.ResourceID); err == nil {
+			p, err = rs.Resume(ctx, tx, p)
 		}
 	} else {
-		payoutID := id.New(IDPrefix)
-		var description *string
-		if req.Description != "" {
-			description = &req.Description
-		}
-		p, err = insert(ctx, tx, Payout{Lifecycle: operation.Lifecycle{ID: payoutID, TenantID: tenantID, IdempotencyKey: key,
-			ProviderIdempotencyKey: operation.ProviderKey(table.Operation, tenantID, key, payoutID, 1)},
-			Amount: req.Amount, Currency: req.Currency, Description: description, Status: StatusProcessing})
+		p, err = insert(ctx, tx, Payout{Lifecycle: operation.NewLifecycle(table, IDPrefix, tenantID, attempt.Request.Key),
+			Amount: req.Amount, Currency: req.Currency, Description: &req.Description, Status: StatusProcessing})
 	}
 	if err != nil {
 		return idempotency.Outcome{}, err
 	}
-	if _, err := s.Outbox.InsertTx(ctx, tx, args{TenantID: tenantID, ID: p.ID}); err != nil {
-		return idempotency.Outcome{}, err
-	}
-	s.Logger.InfoContext(ctx, "payout accepted", slog.String("tenant_id", tenantID), slog.String("payout_id", p.ID),
-		slog.Int64("amount", p.Amount), slog.Bool("resumed", attempt.ResourceID != ""))
-	resp, err := s.Accepted(p, location(p))
-	return idempotency.Outcome{Status: idempotency.StatusProcessing, ResourceID: p.ID, Response: resp}, err
+	return s.Accept(ctx, tx, p, "payout", args{TenantID: tenantID, ID: p.ID}, p, location(p), attempt.ResourceID != "")
 }
 
 func location(p Payout) string { return "/v1/payouts/" + p.ID }
@@ -117,7 +102,7 @@ func decodeCancel(w http.ResponseWriter, r *http.Request) (cancelRequest, error)
 // payout not pending is refused and nothing is stored: one still being made
 // may become cancelable.
 func (s service) cancel(ctx context.Context, tx pgx.Tx, attempt idempotency.Attempt, req cancelRequest) (idempotency.Outcome, error) {
-	p, err := lock(ctx, tx, s.Keys, attempt.Request.TenantID, req.PayoutID)
+	p, err := rowsOf(s.Keys).Locked(ctx, tx, attempt.Request.TenantID, req.PayoutID)
 	switch {
 	case errors.Is(err, ErrNotFound):
 		return idempotency.Outcome{}, problem.New(problem.NotFound, "No payout %q.", req.PayoutID)
@@ -140,13 +125,13 @@ func (s service) cancel(ctx context.Context, tx pgx.Tx, attempt idempotency.Atte
 // own: what its events, its cancel and the reconciler call.
 func Settle(ctx context.Context, db idempotency.TxBeginner, keys *idempotency.Store, account string, po *provider.Payout) (p Payout, changed bool, err error) {
 	err = pgx.BeginTxFunc(ctx, db, pgx.TxOptions{}, func(tx pgx.Tx) error {
-		if p, err = lock(ctx, tx, keys, po.Metadata[MetadataTenantID], po.Metadata[MetadataPayoutID]); err != nil {
+		if p, err = rowsOf(keys).Locked(ctx, tx, po.Metadata[MetadataTenantID], po.Metadata[MetadataPayoutID]); err != nil {
 			return err
 		}
 		if p.ProviderAccount != account || !p.made(po) {
 			return nil // another account's object names it, or another generation
 		}
-		p, changed, err = advance(ctx, tx, keys, p, provider.PayoutOutcomeOf(po))
+		p, changed, err = record(ctx, tx, rowsOf(keys), p, provider.PayoutOutcomeOf(po))
 		return err
 	})
 	return p, changed, err

@@ -15,54 +15,45 @@ import (
 // ErrNotFound is returned for a payout that does not exist for the tenant.
 var ErrNotFound = errors.New("payout not found")
 
-const columns = operation.LifecycleColumns + `, amount, currency, description, status, provider_account, provider_payout_id`
-
-// table is where the engine finds payouts.
+// table is where the engine finds payouts; a payout has no parent, so its
+// lock order is its row, then its key.
 var table = operation.Table{
 	Operation: "payout", Name: "payouts", ProviderIDColumn: "provider_payout_id", ProviderIDLog: "provider_payout_id",
-	ClaimColumns: func(settled string) string { return columns + ", " + settled },
+	Columns: operation.LifecycleColumns + `, amount, currency, description, status, provider_account, provider_payout_id`,
 	NotReachedMessage: "The payout never reached the payment provider and nothing was paid out. " +
 		"Retry the request with the same Idempotency-Key to send it.",
 	Resumed: string(StatusProcessing), InFlight: []string{string(StatusProcessing)}, NotFound: ErrNotFound,
 	Made: []string{string(StatusPending), string(StatusInTransit), string(StatusPaid)},
 }
 
+// rows is how the engine reads and locks payouts.
+type rows = operation.Rows[Payout]
+
+func rowsOf(keys *idempotency.Store) rows { return rows{Table: table, Keys: keys} }
+
 // insert writes a new payout on the tenant's connected account; a tenant
 // without one is refused.
 func insert(ctx context.Context, tx pgx.Tx, p Payout) (Payout, error) {
 	rows, err := tx.Query(ctx, `
 		INSERT INTO payouts (id, tenant_id, idempotency_key, amount, currency, description, status, provider_account, provider_idempotency_key)
-		SELECT $1, $2, $3, $4, $5, $6, $7, stripe_account, $8 FROM tenants WHERE id = $2 AND stripe_account IS NOT NULL
-		RETURNING `+columns, p.ID, p.TenantID, p.IdempotencyKey, p.Amount, p.Currency, p.Description, p.Status, p.ProviderIdempotencyKey)
+		SELECT $1, $2, $3, $4, $5, nullif($6, ''), $7, stripe_account, $8 FROM tenants WHERE id = $2 AND stripe_account IS NOT NULL
+		RETURNING `+table.Columns, p.ID, p.TenantID, p.IdempotencyKey, p.Amount, p.Currency, p.Description, p.Status, p.ProviderIdempotencyKey)
 	if p, err = operation.CollectOne[Payout](rows, err, "insert payout", ErrNotFound); errors.Is(err, ErrNotFound) {
 		return p, errNoAccount
 	}
 	return p, err
 }
 
-// Get reads a tenant's payout; another tenant's is ErrNotFound.
-func Get(ctx context.Context, db operation.Querier, tenantID, payoutID string) (Payout, error) {
-	rows, err := db.Query(ctx, `SELECT `+columns+` FROM payouts WHERE tenant_id = $1 AND id = $2`, tenantID, payoutID)
-	return operation.CollectOne[Payout](rows, err, "get payout", ErrNotFound)
-}
-
-// list returns up to n of a tenant's payouts older than after, newest first.
-func list(ctx context.Context, db operation.Querier, tenantID, after string, n int) ([]Payout, error) {
-	rows, err := db.Query(ctx, `SELECT `+columns+` FROM payouts WHERE tenant_id = $1 AND ($2 = '' OR id < $2)
-		ORDER BY id DESC LIMIT $3`, tenantID, after, n)
-	return operation.CollectAll[Payout](rows, err, "list payouts")
-}
-
-// lock takes a payout's locks, in the order of a kind with no parent.
-func lock(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, tenantID, payoutID string) (Payout, error) {
-	return operation.LockRow(ctx, tx, keys, table, columns, tenantID, payoutID, Payout.key)
-}
-
-// advance records what the provider says of a payout, under its locks:
-// the creation's outcome with the key's final response if the payout was
-// in flight, else its status if the provider's is further along. changed
-// is false when there was nothing to record.
-func advance(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, p Payout, out provider.PayoutOutcome) (Payout, bool, error) {
+// record records what the provider says of payout sent under its locks,
+// unless it moved to another generation meanwhile: the creation's outcome
+// with the key's final response if it was in flight, else its status if
+// the provider's is further along. changed is false when there was nothing
+// to record.
+func record(ctx context.Context, tx pgx.Tx, r rows, sent Payout, out provider.PayoutOutcome) (Payout, bool, error) {
+	p, err := r.Locked(ctx, tx, sent.TenantID, sent.ID)
+	if err != nil || p.ProviderKeyGeneration != sent.ProviderKeyGeneration {
+		return p, false, err
+	}
 	status := StatusFailed // refused: no payout was made
 	if out.Payout != nil {
 		status = Status(out.Payout.Status)
@@ -77,18 +68,13 @@ func advance(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, p Payout, 
 	if status == StatusFailed || status == StatusCanceled {
 		code, message = out.Code, out.Message
 	}
-	rows, err := tx.Query(ctx, `
-		UPDATE payouts SET status = $4, provider_payout_id = coalesce(nullif($5, ''), provider_payout_id),
-			failure_code = nullif($6, ''), failure_message = nullif($7, ''), reconcile_after = NULL, updated_at = now()
-		WHERE tenant_id = $1 AND id = $2 AND provider_key_generation = $3
-		RETURNING `+columns, p.TenantID, p.ID, p.ProviderKeyGeneration, status, out.PayoutID(), code, message)
-	next, err := operation.CollectOne[Payout](rows, err, "record payout", ErrNotFound)
-	if err != nil || !inFlight {
-		return next, err == nil, err
+	next, changed, err := r.Finish(ctx, tx, p, string(status), out.PayoutID(), code, message, string(p.Status))
+	if err != nil || !changed || !inFlight {
+		return next, changed, err
 	}
 	resp, err := finalResponse(next)
 	if err == nil {
-		err = keys.Complete(ctx, tx, p.TenantID, p.IdempotencyKey, resp)
+		err = r.Complete(ctx, tx, next, resp)
 	}
 	return next, err == nil, err
 }

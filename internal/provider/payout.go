@@ -153,3 +153,12 @@ func (c *Client) ListPayoutsCreated(ctx context.Context, w ListWindow, fn func([
 	it := c.api.Payouts.List(params)
 	return inPages("payouts", it.Next, func() *Payout { return PayoutOf(it.Payout()) }, it.Err, maxPages, fn)
 }
+
+// Judge is what the answer about a payout proves.
+func (o PayoutOutcome) Judge() Judgement {
+	j := Judgement{Kind: o.Kind, Replayed: o.Replayed, HTTPStatus: o.HTTPStatus, ObjectID: o.PayoutID(), Code: o.Code, Err: o.Err}
+	if o.Payout != nil {
+		j.State = string(o.Payout.Status)
+	}
+	return j
+}

@@ -474,3 +474,27 @@ func settledBy(out Outcome, want stripe.PaymentIntentStatus) Outcome {
 	}
 	return out
 }
+
+// Judgement is what any classified answer proves, whatever its object (an
+// intent, a refund, a payout): the one shape the engine's worker reads.
+type Judgement struct {
+	Kind Kind
+	// Replayed with a 5xx HTTPStatus: the provider stored that error under
+	// the key and answers every retry with it.
+	Replayed   bool
+	HTTPStatus int
+	// ObjectID is the provider's object, once known; State its status.
+	ObjectID, State string
+	// Code is the provider's error or failure code, for logs.
+	Code string
+	Err  error
+}
+
+// Judge is what the answer about an intent proves.
+func (o Outcome) Judge() Judgement {
+	j := Judgement{Kind: o.Kind, Replayed: o.Replayed, HTTPStatus: o.HTTPStatus, ObjectID: o.IntentID(), Code: o.Code, Err: o.Err}
+	if o.Intent != nil {
+		j.State = string(o.Intent.Status)
+	}
+	return j
+}

@@ -209,3 +209,12 @@ func (c *Client) ListRefunds(ctx context.Context, intentID, metadataKey, metadat
 	}
 	return FoundRefunds{Refunds: found, Complete: true}, nil
 }
+
+// Judge is what the answer about a refund proves.
+func (o RefundOutcome) Judge() Judgement {
+	j := Judgement{Kind: o.Kind, Replayed: o.Replayed, HTTPStatus: o.HTTPStatus, ObjectID: o.RefundID(), Code: o.Code, Err: o.Err}
+	if o.Refund != nil {
+		j.State = string(o.Refund.Status)
+	}
+	return j
+}

@@ -1,5 +1,24 @@
 package refunds
 
+import (
+	"log/slog"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/operation"
+	"github.com/oncepay/oncepay/internal/provider"
+)
+
 // RequestOf exposes requestOf to the tests, which play a provider request
 // whose answer was lost.
 var RequestOf = requestOf
+
+// Reconciler is the refunds' reconciler, whose passes the tests run.
+type Reconciler = operation.Reconciler[claim, provider.RefundOutcome]
+
+// NewReconciler is the reconciler the refunds' kind starts.
+func NewReconciler(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, logger *slog.Logger, cfg operation.ReconcileConfig) *Reconciler {
+	env := operation.Env{Pool: pool, Keys: keys, Provider: pc, Logger: logger, Reconcile: cfg}
+	return operation.NewReconciler(pool, keys, logger, cfg, table, operation.ByLookUp[claim](env, attemptable{rowsOf(keys), pool, pc}, lookUp(env)))
+}

@@ -1,9 +1,7 @@
 package refunds
 
 import (
-	"net/http"
-
-	"github.com/go-chi/chi/v5"
+	"context"
 
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/provider"
@@ -18,32 +16,24 @@ func (refund) Name() string { return "refund" }
 // Kind declares refunds to the engine, for the registry.
 func Kind() operation.Kind {
 	return operation.Spec[refund, RefundPaymentArgs, Refund, provider.RefundOutcome, claim]{
-		Where: refundsTable, Prefixes: []string{IDPrefix},
-		JobArg: "refund_id", Stranded: "no refund job was left to finish this refund",
-		Mount: func(r chi.Router, d operation.Deps) {
-			s := &Service{Deps: d}
-			r.Method(http.MethodPost, "/payments/{id}/refunds", s.HandleCreate())
-			r.Get("/payments/{id}/refunds", s.HandleList())
-			r.Get("/refunds/{id}", s.HandleGet())
-		},
-		Attempt: func(env operation.Env) operation.Attemptable[RefundPaymentArgs, Refund, provider.RefundOutcome] {
-			return attemptable{refundLocks: refundLocks{env.Keys}, pool: env.Pool, provider: env.Provider}
+		Where: table, Prefixes: []string{IDPrefix}, JobArg: "refund_id", Stranded: "no refund job was left to finish this refund",
+		Mount: mount,
+		Attempt: func(env operation.Env) operation.Attemptable[Refund, provider.RefundOutcome] {
+			return attemptable{rowsOf(env.Keys), env.Pool, env.Provider}
 		},
 		Reconcile: func(env operation.Env) operation.Reconcilable[claim, provider.RefundOutcome] {
-			return newReconcilable(env.Pool, env.Keys, env.Provider, env.Reconcile)
+			return operation.ByLookUp[claim](env, attemptable{rowsOf(env.Keys), env.Pool, env.Provider}, lookUp(env))
 		},
 		Show: func(r Refund) operation.Shown {
-			return operation.Shown{View: operatorView(r), ID: r.ID, ParentID: r.PaymentID, Status: string(r.Status),
-				FailureCode: deref(r.FailureCode), FailureMessage: deref(r.FailureMessage)}
+			shown := r.Lifecycle.Show(r, string(r.Status), r.Amount, r.ProviderRefundID, RefundPaymentArgs{TenantID: r.TenantID, RefundID: r.ID})
+			shown.ParentID = r.PaymentID
+			return shown
 		},
-		Summary: func(r Refund) operation.Summary {
-			return operation.Summary{ID: r.ID, Status: string(r.Status), Amount: r.Amount, IdempotencyKey: r.IdempotencyKey,
-				ProviderObjectID: r.ProviderRefundID, Generation: r.ProviderKeyGeneration, CreatedAt: r.CreatedAt.UTC(),
-				UpdatedAt: r.UpdatedAt.UTC(), Job: RefundPaymentArgs{TenantID: r.TenantID, RefundID: r.ID}}
+		PaymentOps: func(ctx context.Context, db operation.Querier, tenantID, paymentID string) ([]Refund, error) {
+			return rowsOf(nil).OfParent(ctx, db, tenantID, paymentID)
 		},
-		PaymentOps: OfPayment,
-		LedgerCheck: func(env operation.Env) operation.LedgerPass {
-			return NewLedgerChecker(env.Pool, env.Provider, env.Logger, env.Ledger)
-		},
+		LedgerCheck: newLedgerChecker,
+		Events:      events,
+		Settle:      settleEvent,
 	}
 }

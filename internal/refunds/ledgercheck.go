@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -17,22 +16,12 @@ import (
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
-// LedgerChecker compares the provider's refunds with our refunds and
-// records every disagreement as a ledger finding, as payments.LedgerChecker
-// does for intents and payments. It only reads at the provider (lists
-// refunds, reads one by id): it never refunds or cancels, and never changes
-// a refund.
-type LedgerChecker = operation.LedgerChecker[Refund, *provider.Refund]
-
-// LedgerCheckResult is what one check of refunds saw and found: Listed
-// provider refunds, Succeeded refunds looked for at the provider.
-type LedgerCheckResult = operation.LedgerCheckResult
-
-// NewLedgerChecker returns the refunds' LedgerChecker, with the payments
-// check's settings. A refund may come long after its payment: every
-// account that any payment used is listed.
-func NewLedgerChecker(pool *pgxpool.Pool, pc *provider.Client, logger *slog.Logger, cfg payments.LedgerCheckConfig) *LedgerChecker {
-	return operation.NewLedgerChecker(pool, logger, cfg, refundsTable, refundColumns, refundAudit{pool: pool, provider: pc})
+// newLedgerChecker is the refunds' ledger check, on the engine's: it
+// compares the provider's refunds with ours, and only reads at the
+// provider. A refund may come long after its payment: every account that
+// any payment used is listed.
+func newLedgerChecker(env operation.Env) operation.LedgerPass {
+	return operation.NewLedgerChecker(env.Pool, env.Logger, env.Ledger, table, table.Columns, refundAudit{env.Pool, env.Provider})
 }
 
 // refundAudit is the refunds' side of the ledger check: the provider's

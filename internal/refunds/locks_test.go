@@ -52,7 +52,7 @@ func TestCreateAndRecordingDoNotDeadlock(t *testing.T) {
 			defer wg.Done()
 			created = b.api.Refund(t, p.ID, id.New("key"), `{"amount": 100}`)
 		}()
-		_, changed, err := refunds.Settle(b.ctx, b.pool, b.keys, "", b.api.Tenant.TenantID, made.Refund)
+		_, changed, err := refunds.Settle(b.ctx, b.pool, b.keys, "", made.Refund)
 		wg.Wait()
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) {

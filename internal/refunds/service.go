@@ -3,118 +3,139 @@ package refunds
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
+	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/jsonbody"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/problem"
 )
 
-// Service creates and reads refunds.
-type Service struct {
-	operation.Deps
+// service serves the refunds' endpoints.
+type service struct{ operation.Deps }
+
+// mount adds POST and GET /v1/payments/{id}/refunds and GET
+// /v1/refunds/{id}. Everything about the key is the idempotency Endpoint's;
+// a re-acquired key resumes its refund, so its payment is locked first.
+func mount(r chi.Router, d operation.Deps) {
+	s, res := service{d}, operation.NewResource[Refund](d, "refund", IDPrefix, ErrNotFound)
+	r.Method(http.MethodPost, "/payments/{id}/refunds", operation.Endpoint(d, decodeCreate, s.create, table.LockResource))
+	r.Get("/refunds/{id}", res.HandleGet(func(ctx context.Context, tenantID, refundID string) (Refund, error) {
+		return GetRefund(ctx, d.DB, tenantID, refundID)
+	}))
+	r.Get("/payments/{id}/refunds", res.HandleList(func(ctx context.Context, r *http.Request, tenantID, after string, n int) ([]Refund, error) {
+		// Another tenant's payment is 404, like a missing one, not an
+		// empty list that would confirm it exists.
+		paymentID := chi.URLParam(r, "id")
+		notFound := problem.New(problem.NotFound, "No payment %q.", paymentID)
+		if !id.Valid("pay", paymentID) {
+			return nil, notFound
+		}
+		if _, err := payments.GetPayment(ctx, d.DB, tenantID, paymentID); err != nil {
+			if errors.Is(err, payments.ErrNotFound) {
+				err = notFound
+			}
+			return nil, err
+		}
+		return rowsOf(d.Keys).Page(ctx, d.DB, tenantID, paymentID, after, n)
+	}))
 }
 
-// HandleCreate serves POST /v1/payments/{id}/refunds. Everything about the
-// key (400 without one, replay, 409 while in flight, 422 on a mismatch,
-// Prefer: wait, 5xx never stored) is the idempotency Endpoint's; this
-// package brings only the body's rules and the operation.
-func (s *Service) HandleCreate() http.Handler {
-	// A re-acquired key resumes its refund: lock its payment first.
-	return operation.Endpoint(s.Deps, DecodeCreate, s.create, LockRefundPayment)
+// CreateRequest is a validated request for a refund. Its JSON encoding is
+// what the idempotency fingerprint hashes (with the path, which names the
+// payment), so an absent amount and null are the same request.
+type CreateRequest struct {
+	PaymentID string `json:"-"`
+	// Amount is 0 for "what remains".
+	Amount int64  `json:"amount,omitempty"`
+	Reason string `json:"reason,omitempty"`
 }
 
-// create is the operation run under the key: under the payment's row lock
-// it checks the payment can give back the amount, writes the refund (or
-// resumes the one an earlier attempt wrote) and the job that will make it,
-// and answers 202. Every refusal is an error, so nothing is stored under
-// the key: each depends on state that may change (the payment may succeed,
-// a pending refund may fail), and a retry with the same key must then work.
-func (s *Service) create(ctx context.Context, tx pgx.Tx, attempt idempotency.Attempt, req CreateRequest) (idempotency.Outcome, error) {
-	tenantID := attempt.Request.TenantID
-	var (
-		r   Refund
-		err error
-	)
+// decodeCreate reads and validates a body, reporting every invalid field
+// at once. An empty body is the empty object: refund what remains.
+func decodeCreate(w http.ResponseWriter, r *http.Request) (CreateRequest, error) {
+	paymentID := chi.URLParam(r, "id")
+	if !id.Valid("pay", paymentID) {
+		return CreateRequest{}, problem.New(problem.NotFound, "No payment %q.", paymentID)
+	}
+	obj, err := jsonbody.ReadOptional(w, r)
+	if err != nil {
+		return CreateRequest{}, err
+	}
+	req, err := ValidateCreate(obj)
+	req.PaymentID = paymentID
+	return req, err
+}
+
+// ValidateCreate validates a parsed body.
+func ValidateCreate(obj jsonbody.Object) (CreateRequest, error) {
+	v := jsonbody.NewValidator(obj)
+	req := CreateRequest{
+		Amount: v.Integer("amount", false, payments.MinAmount, payments.MaxAmount),
+		Reason: v.String("reason", jsonbody.StringRule{MaxLen: 64, Check: func(s string) string {
+			if s != "" && !slices.Contains(Reasons, s) {
+				return "must be one of " + strings.Join(Reasons, ", ")
+			}
+			return ""
+		}}),
+	}
+	if err := v.Err(); err != nil {
+		return CreateRequest{}, err
+	}
+	return req, nil
+}
+
+// create runs under the key: under the payment's row lock it checks that
+// the payment can give the amount back, writes the refund (or resumes the
+// one proven never sent) and its job, and answers 202. Every refusal is an
+// error, so nothing is stored under the key: each depends on state that
+// may change, and a retry with the same key must then work.
+func (s service) create(ctx context.Context, tx pgx.Tx, attempt idempotency.Attempt, req CreateRequest) (idempotency.Outcome, error) {
+	tenantID, key, rs := attempt.Request.TenantID, attempt.Request.Key, rowsOf(s.Keys)
+	r, except := Refund{}, ""
 	if attempt.ResourceID != "" {
-		r, err = s.resume(ctx, tx, tenantID, attempt.ResourceID)
-	} else {
-		r, err = s.insert(ctx, tx, tenantID, attempt.Request.Key, req)
+		// Its payment is locked already (LockResource): this is the refund's.
+		locked, err := rs.Locked(ctx, tx, tenantID, attempt.ResourceID)
+		if err != nil {
+			return idempotency.Outcome{}, err
+		}
+		// Its amount stopped counting when it failed: its room is checked
+		// again.
+		r, req.PaymentID, except = locked, locked.PaymentID, locked.ID
 	}
-	if err != nil {
-		return idempotency.Outcome{}, err
-	}
-	if _, err := s.Outbox.InsertTx(ctx, tx, RefundPaymentArgs{TenantID: tenantID, RefundID: r.ID}); err != nil {
-		return idempotency.Outcome{}, err
-	}
-	resp, err := s.accepted(r)
-	if err != nil {
-		return idempotency.Outcome{}, err
-	}
-	s.Logger.InfoContext(ctx, "refund accepted", slog.String("tenant_id", tenantID), slog.String("payment_id", r.PaymentID),
-		slog.String("refund_id", r.ID), slog.Int64("amount", r.Amount), slog.Bool("resumed", attempt.ResourceID != ""))
-	return idempotency.Outcome{Status: idempotency.StatusProcessing, ResourceID: r.ID, Response: resp}, nil
-}
-
-func (s *Service) insert(ctx context.Context, tx pgx.Tx, tenantID, clientKey string, req CreateRequest) (Refund, error) {
 	p, err := lockRefundable(ctx, tx, tenantID, req.PaymentID)
 	if err != nil {
-		return Refund{}, err
+		return idempotency.Outcome{}, err
 	}
-	remaining, err := remainingAmount(ctx, tx, p, "")
+	committed, err := committedAmount(ctx, tx, p.ID, except)
 	if err != nil {
-		return Refund{}, err
+		return idempotency.Outcome{}, err
 	}
-	amount := cmp.Or(req.Amount, remaining)
+	remaining := p.AmountCaptured - committed
+	amount := cmp.Or(r.Amount, req.Amount, remaining)
 	if remaining <= 0 || amount > remaining {
-		return Refund{}, exceedsRemaining(p, amount, remaining)
+		return idempotency.Outcome{}, exceedsRemaining(p, amount, remaining)
 	}
-	refundID := id.New(IDPrefix)
-	return insertRefund(ctx, tx, Refund{
-		ID:                     refundID,
-		TenantID:               tenantID,
-		PaymentID:              p.ID,
-		IdempotencyKey:         clientKey,
-		Amount:                 amount,
-		Currency:               p.Currency,
-		Reason:                 nonEmpty(req.Reason),
-		Status:                 StatusPending,
-		ProviderIdempotencyKey: operation.ProviderKey(refundsTable.Operation, tenantID, clientKey, refundID, 1),
-		ProviderAccount:        p.ProviderAccount,
-	})
-}
-
-// resume takes a refund proven never sent back to pending under its next
-// generation. Its amount stopped counting when it failed, so the room for
-// it is checked again.
-func (s *Service) resume(ctx context.Context, tx pgx.Tx, tenantID, refundID string) (Refund, error) {
-	r, err := GetRefund(ctx, tx, tenantID, refundID)
+	if except != "" {
+		r, err = rs.Resume(ctx, tx, r)
+	} else {
+		r, err = insert(ctx, tx, Refund{Lifecycle: operation.NewLifecycle(table, IDPrefix, tenantID, key), PaymentID: p.ID, Amount: amount,
+			Currency: p.Currency, Reason: &req.Reason, Status: StatusPending, ProviderAccount: p.ProviderAccount})
+	}
 	if err != nil {
-		return Refund{}, err
+		return idempotency.Outcome{}, err
 	}
-	// Usually held already (LockRefundPayment); taking it again is free.
-	p, err := lockRefundable(ctx, tx, tenantID, r.PaymentID)
-	if err != nil {
-		return Refund{}, err
-	}
-	if r, err = lockRefund(ctx, tx, tenantID, refundID); err != nil {
-		return Refund{}, err
-	}
-	remaining, err := remainingAmount(ctx, tx, p, r.ID)
-	if err != nil {
-		return Refund{}, err
-	}
-	if r.Amount > remaining {
-		return Refund{}, exceedsRemaining(p, r.Amount, remaining)
-	}
-	return resumeRefund(ctx, tx, r)
+	return s.Accept(ctx, tx, r, "refund", RefundPaymentArgs{TenantID: tenantID, RefundID: r.ID}, r, "/v1/refunds/"+r.ID, except != "")
 }
 
 // lockRefundable locks the payment (the first lock of the order) and
@@ -123,34 +144,19 @@ func (s *Service) resume(ctx context.Context, tx pgx.Tx, tenantID, refundID stri
 // will, and its answer says so.
 func lockRefundable(ctx context.Context, tx pgx.Tx, tenantID, paymentID string) (payments.Payment, error) {
 	p, err := payments.LockForOperation(ctx, tx, tenantID, paymentID)
-	if err != nil {
+	if err != nil || (p.Status == payments.StatusSucceeded && p.ProviderPaymentIntentID != nil) {
 		return p, err
 	}
-	if p.Status != payments.StatusSucceeded || p.ProviderPaymentIntentID == nil {
-		pe := problem.New(problem.PaymentNotRefundable, "Payment %s is %s; only a succeeded payment can be refunded.", p.ID, p.Status)
-		switch p.Status {
-		case payments.StatusFailed, payments.StatusCanceled:
-			pe.Detail += " It never will be: nothing was charged, so there is nothing to give back."
-		default:
-			pe.Detail += " It may still succeed: retry the same request with the same Idempotency-Key later."
-			pe.RetryAfter = 5 * time.Second
-		}
-		pe.Extensions = map[string]any{"payment_id": p.ID, "payment_status": p.Status}
-		return p, pe
+	pe := problem.New(problem.PaymentNotRefundable, "Payment %s is %s; only a succeeded payment can be refunded.", p.ID, p.Status)
+	switch p.Status {
+	case payments.StatusFailed, payments.StatusCanceled:
+		pe.Detail += " It never will be: nothing was charged, so there is nothing to give back."
+	default:
+		pe.Detail += " It may still succeed: retry the same request with the same Idempotency-Key later."
+		pe.RetryAfter = 5 * time.Second
 	}
-	return p, nil
-}
-
-// remainingAmount is what can still be refunded of p: what the provider
-// captured (all of an automatic payment, what a capture took of a manual
-// one), less its refunds, except's own amount left out. The caller holds
-// p's lock.
-func remainingAmount(ctx context.Context, tx pgx.Tx, p payments.Payment, except string) (int64, error) {
-	committed, err := committedAmount(ctx, tx, p.ID, except)
-	if err != nil {
-		return 0, err
-	}
-	return p.AmountCaptured - committed, nil
+	pe.Extensions = map[string]any{"payment_id": p.ID, "payment_status": p.Status}
+	return p, pe
 }
 
 func exceedsRemaining(p payments.Payment, amount, remaining int64) *problem.Error {
@@ -163,23 +169,15 @@ func exceedsRemaining(p payments.Payment, amount, remaining int64) *problem.Erro
 	return pe
 }
 
-// accepted is the 202 stored under the key and replayed until the refund
-// job records the final answer.
-func (s *Service) accepted(r Refund) (idempotency.Response, error) {
-	return s.Accepted(r, "/v1/refunds/"+r.ID)
-}
-
 // finalResponse is what a retry of the client's POST replays once the
 // refund is final: 201 with the refund, or 422 refund-failed naming it.
 func finalResponse(r Refund) (idempotency.Response, error) {
 	if r.Status == StatusSucceeded {
 		return operation.Created(r, "/v1/refunds/"+r.ID)
 	}
-	code := deref(r.FailureCode)
-	pe := &problem.Error{
-		Type:       problem.RefundFailed,
-		Detail:     fmt.Sprintf("Refund %s of payment %s is %s (%s): %s", r.ID, r.PaymentID, r.Status, code, deref(r.FailureMessage)),
+	code, message := r.Failure()
+	return operation.Refused(&problem.Error{Type: problem.RefundFailed,
+		Detail:     fmt.Sprintf("Refund %s of payment %s is %s (%s): %s", r.ID, r.PaymentID, r.Status, code, message),
 		Extensions: map[string]any{"refund_id": r.ID, "payment_id": r.PaymentID, "refund_status": r.Status, "failure_code": code},
-	}
-	return operation.Refused(pe, "/v1/refunds/"+r.ID), nil
+	}, "/v1/refunds/"+r.ID), nil
 }

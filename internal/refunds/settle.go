@@ -2,81 +2,93 @@ package refunds
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"strconv"
+	"log/slog"
+	"net/http"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
-// Settle records what a provider refund object proves about the oncepay
-// refund it was made for (found by its refund_id and refund_generation
-// metadata), under the one lock order, in a transaction of its own: a final
-// state (succeeded, failed, canceled) is recorded exactly as the refund
-// worker records it, with the key's final response and the payment's
-// amount_refunded; a pending one only notes the provider's refund id.
-// changed is false when there was nothing to do: the refund is already
-// final, or the object belongs to another generation. It is what the refund
-// webhooks (refund.updated, charge.refunded) call: provider.RefundOf reads
-// the event's refund, whose tenant_id metadata names the tenant. The worker
-// and the reconciler record through the same recordOutcome. A refund that
-// the provider fails after it succeeded is not handled: it stays succeeded.
-func Settle(ctx context.Context, db idempotency.TxBeginner, keys *idempotency.Store, account, tenantID string, re *provider.Refund) (r Refund, changed bool, err error) {
-	refundID := re.Metadata[MetadataRefundID]
-	if refundID == "" {
-		return Refund{}, false, fmt.Errorf("settle provider refund %s: no %s metadata: %w", re.ID, MetadataRefundID, ErrNotFound)
-	}
-	err = pgx.BeginTxFunc(ctx, db, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
-		locked, err := lockForOutcome(ctx, tx, keys, tenantID, refundID)
+// events are the provider events refunds answer: a refund's own, read
+// again by its id, and a charge's refunds, listed (consistently) by its
+// intent.
+var events = []string{"refund.created", "refund.updated", "refund.failed", "charge.refunded"}
+
+// settleEvent reads the event's refunds from the provider, never trusting
+// the event's copy, and records those that are ours; ErrNotFound if none
+// is.
+func settleEvent(ctx context.Context, env operation.Env, ev operation.Event) (bool, error) {
+	pc := env.Provider.For(ev.Account)
+	var list []*provider.Refund
+	if ev.Type == "charge.refunded" {
+		if ev.IntentID == "" {
+			return false, ErrNotFound
+		}
+		found, err := pc.ListRefunds(ctx, ev.IntentID, "", "", 0)
 		if err != nil {
-			return err
+			return false, fmt.Errorf("list the refunds of %s: %w", ev.IntentID, err)
 		}
-		if locked.Account() != account {
-			// An account's refund may name any refund in its metadata.
-			return fmt.Errorf("settle provider refund %s of account %q: refund %s is of account %q: %w", re.ID, account, refundID, locked.Account(), ErrNotFound)
+		list = found.Refunds
+	} else {
+		out := pc.RetrieveRefund(ctx, ev.ObjectID)
+		switch {
+		case out.Refund == nil && out.HTTPStatus == http.StatusNotFound:
+			return false, ErrNotFound // not a refund this account knows
+		case out.Refund == nil:
+			return false, fmt.Errorf("read refund %s: %w", ev.ObjectID, out.Err)
 		}
-		r = locked
-		if re.Metadata[MetadataGeneration] != strconv.Itoa(locked.ProviderKeyGeneration) {
-			return nil
+		list = []*provider.Refund{out.Refund}
+	}
+	ours, changed := false, false
+	for _, re := range list {
+		r, c, err := Settle(ctx, env.Pool, env.Keys, ev.Account, re)
+		if errors.Is(err, ErrNotFound) {
+			continue
 		}
-		out := provider.RefundOutcomeOf(re)
-		if out.Kind == provider.Pending {
-			return recordPending(ctx, tx, locked, re.ID)
+		if err != nil {
+			return false, err
 		}
-		r, changed, err = recordOutcome(ctx, tx, keys, locked, out)
-		return err
-	})
-	return r, changed, err
+		env.Logger.InfoContext(ctx, "refund looked at from the provider's refund", slog.String("tenant_id", r.TenantID),
+			slog.String("refund_id", r.ID), slog.String("provider_refund_id", re.ID), slog.String("refund_status", string(r.Status)),
+			slog.Bool("changed", c))
+		ours, changed = true, changed || c
+	}
+	if !ours {
+		return false, ErrNotFound
+	}
+	return changed, nil
 }
 
-// recordOutcome records a final provider outcome for r: the refund's final
-// state (with the payment's amount_refunded) and the key's final response.
-// The caller holds lockForOutcome's locks. A refund already final, or of
-// another generation now, is left alone.
-func recordOutcome(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, r Refund, out provider.RefundOutcome) (Refund, bool, error) {
-	var status Status
-	switch {
-	case out.Kind == provider.Succeeded:
-		status = StatusSucceeded
-	case out.Refund != nil && out.Refund.Status == "canceled":
-		status = StatusCanceled
-	case out.Kind == provider.Declined || out.Kind == provider.Rejected:
-		status = StatusFailed
-	default:
-		return Refund{}, false, fmt.Errorf("record refund %s: outcome %s is not final", r.ID, out.Kind)
-	}
-	final, changed, err := finalizeRefund(ctx, tx, r, status, out)
-	if err != nil || !changed {
-		return final, changed, err
-	}
-	resp, err := finalResponse(final)
-	if err != nil {
-		return Refund{}, false, err
-	}
-	if err := keys.Complete(ctx, tx, r.TenantID, r.IdempotencyKey, resp); err != nil {
-		return Refund{}, false, fmt.Errorf("complete idempotency key: %w", err)
-	}
-	return final, true, nil
+// Settle records what a provider refund proves of the refund it was made
+// for (by its metadata), under the refund's locks, in a transaction of its
+// own: a final state exactly as the worker records it; a pending one only
+// notes the provider's refund id. changed is false when there was nothing
+// to do: the refund is final already, or the object is of another
+// generation. A refund of another account, or naming none of ours, is
+// ErrNotFound. A refund the provider fails after it succeeded stays
+// succeeded.
+func Settle(ctx context.Context, db idempotency.TxBeginner, keys *idempotency.Store, account string, re *provider.Refund) (r Refund, changed bool, err error) {
+	rs := rowsOf(keys)
+	err = pgx.BeginTxFunc(ctx, db, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+		if r, err = rs.Locked(ctx, tx, re.Metadata[MetadataTenantID], re.Metadata[MetadataRefundID]); err != nil {
+			return err
+		}
+		switch out := provider.RefundOutcomeOf(re); {
+		case r.Account() != account: // an account's refund may name any refund in its metadata
+			return fmt.Errorf("provider refund %s of account %q names refund %s of account %q: %w", re.ID, account, r.ID, r.Account(), ErrNotFound)
+		case !r.made(re):
+			return nil
+		case out.Kind == provider.Pending:
+			return recordPending(ctx, tx, r, re.ID)
+		default:
+			r, changed, err = record(ctx, tx, rs, r, out)
+			return err
+		}
+	})
+	return r, changed, err
 }

@@ -27,13 +27,14 @@ func TestSettleFromAProviderRefund(t *testing.T) {
 	require.Equal(t, provider.Succeeded, made.Kind)
 
 	stale := *made.Refund
-	stale.Metadata = map[string]string{refunds.MetadataRefundID: refundID, refunds.MetadataGeneration: "7"}
-	_, changed, err := refunds.Settle(b.ctx, b.pool, b.keys, "", b.api.Tenant.TenantID, &stale)
+	stale.Metadata = map[string]string{refunds.MetadataRefundID: refundID, refunds.MetadataTenantID: b.api.Tenant.TenantID,
+		refunds.MetadataGeneration: "7"}
+	_, changed, err := refunds.Settle(b.ctx, b.pool, b.keys, "", &stale)
 	require.NoError(t, err)
 	require.False(t, changed, "another generation's refund settles nothing")
 	require.Equal(t, refunds.StatusPending, b.refund(refundID).Status)
 
-	settled, changed, err := refunds.Settle(b.ctx, b.pool, b.keys, "", b.api.Tenant.TenantID, made.Refund)
+	settled, changed, err := refunds.Settle(b.ctx, b.pool, b.keys, "", made.Refund)
 	require.NoError(t, err)
 	require.True(t, changed)
 	require.Equal(t, refunds.StatusSucceeded, settled.Status)
@@ -41,7 +42,7 @@ func TestSettleFromAProviderRefund(t *testing.T) {
 	require.EqualValues(t, 900, b.payment(p.ID).AmountRefunded)
 	require.Equal(t, idempotency.StatusCompleted, b.keyRecord(key).Status)
 
-	_, changed, err = refunds.Settle(b.ctx, b.pool, b.keys, "", b.api.Tenant.TenantID, made.Refund)
+	_, changed, err = refunds.Settle(b.ctx, b.pool, b.keys, "", made.Refund)
 	require.NoError(t, err)
 	require.False(t, changed, "a second delivery changes nothing")
 	require.EqualValues(t, 900, b.payment(p.ID).AmountRefunded, "counted once")

@@ -2,52 +2,22 @@ package refunds
 
 import (
 	"context"
-	"log/slog"
+	"errors"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
-// Worker works refund_payment jobs on the engine's worker: a refund is made
-// at the provider exactly once, under a key derived from the refund and its
-// generation, and its outcome, the key's final response and the job's
-// completion commit together. It has every kind's timers (operation.WorkerConfig).
-type Worker = operation.Worker[RefundPaymentArgs, Refund, provider.RefundOutcome]
-
-// NewWorker returns a refund worker.
-func NewWorker(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, logger *slog.Logger, cfg operation.WorkerConfig) *Worker {
-	return operation.NewWorker(pool, keys, logger, cfg, "refund", refundsTable,
-		attemptable{refundLocks: refundLocks{keys}, pool: pool, provider: pc})
-}
-
-// refundLocks is how the engine reads and locks a refund.
-type refundLocks struct{ keys *idempotency.Store }
-
-func (refundLocks) Load(ctx context.Context, db operation.Querier, tenantID, id string) (Refund, error) {
-	return GetRefund(ctx, db, tenantID, id)
-}
-
-func (refundLocks) Entry(r Refund) operation.Entry { return entryOf(r) }
-
-// Lock takes the payment's lock, then the refund's, then its key's.
-func (l refundLocks) Lock(ctx context.Context, tx pgx.Tx, tenantID, id string) error {
-	_, err := lockForOutcome(ctx, tx, l.keys, tenantID, id)
-	return err
-}
-
 // attemptable is what refunds supply to the engine's worker.
 type attemptable struct {
-	refundLocks
+	rows
 	pool     *pgxpool.Pool
 	provider *provider.Client
 }
-
-func (attemptable) Of(args RefundPaymentArgs) (string, string) { return args.TenantID, args.RefundID }
 
 // Send refunds the payment's intent, or reads the provider refund an
 // earlier attempt found.
@@ -66,27 +36,62 @@ func (k attemptable) Send(ctx context.Context, r Refund) (provider.RefundOutcome
 	return k.provider.For(r.Account()).CreateRefund(ctx, requestOf(r, *p.ProviderPaymentIntentID)), nil
 }
 
-func (attemptable) Judge(out provider.RefundOutcome) operation.Judged {
-	j := operation.Judged{Kind: out.Kind, Replayed: out.Replayed, HTTPStatus: out.HTTPStatus, ProviderID: out.RefundID(),
-		Code: out.Code, Err: out.Err}
-	if out.Refund != nil {
-		j.State = string(out.Refund.Status)
-	}
-	return j
-}
-
 func (attemptable) RecordPending(ctx context.Context, db operation.Querier, r Refund, out provider.RefundOutcome) error {
 	return recordPending(ctx, db, r, out.RefundID())
 }
 
 func (k attemptable) RecordFinal(ctx context.Context, tx pgx.Tx, r Refund, out provider.RefundOutcome) error {
-	_, _, err := recordOutcome(ctx, tx, k.keys, r, out)
+	_, _, err := record(ctx, tx, k.rows, r, out)
 	return err
 }
 
-// entryOf is what the engine reads of a refund.
-func entryOf(r Refund) operation.Entry {
-	return operation.Entry{TenantID: r.TenantID, ID: r.ID, IdempotencyKey: r.IdempotencyKey, Status: string(r.Status), Generation: r.ProviderKeyGeneration,
-		FirstAttemptAt: r.FirstProviderAttemptAt, ReconcileAttempts: r.ReconcileAttempts,
-		LogAttrs: []any{slog.String("payment_id", r.PaymentID), slog.String("provider_idempotency_key", r.ProviderIdempotencyKey)}}
+// claim is a refund as the reconciler claims it, with its payment's intent
+// and whether no request can still be in flight.
+type claim struct {
+	Refund
+	IntentID *string `db:"intent_id"`
+	Settled  bool    `db:"settled"`
+}
+
+func (c claim) Claimed() Refund { return c.Refund }
+
+var errIncomplete = errors.New("the list of the intent's refunds was not complete")
+
+// lookUp looks a refund up by its provider id once known, else among its
+// intent's refunds (the list endpoint, which is consistent) by its
+// metadata; it never refunds.
+func lookUp(env operation.Env) operation.LookUp[claim, provider.RefundOutcome] {
+	return func(ctx context.Context, c claim) (provider.RefundOutcome, operation.Look) {
+		pc := env.Provider.For(c.Account())
+		var out provider.RefundOutcome
+		switch {
+		case c.ProviderRefundID != nil:
+			out = pc.RetrieveRefund(ctx, *c.ProviderRefundID)
+		case c.IntentID == nil:
+			return provider.RefundOutcome{Kind: provider.Ambiguous}, operation.Look{Note: "the refund's payment has no payment intent"}
+		default:
+			re, look := operation.FindOne(func(page func([]*provider.Refund) error) error {
+				found, err := pc.ListRefunds(ctx, *c.IntentID, MetadataRefundID, c.ID, 0)
+				if err == nil && !found.Complete {
+					err = errIncomplete
+				}
+				if err != nil {
+					return err
+				}
+				return page(found.Refunds)
+			}, c.made, c.Settled)
+			if re == nil {
+				return provider.RefundOutcome{Kind: provider.Ambiguous, Err: look.Err}, look
+			}
+			// The list is consistent: its object is as current as a read.
+			out = provider.RefundOutcomeOf(re)
+		}
+		switch out.Kind {
+		case provider.Succeeded, provider.Declined:
+			return out, operation.Look{Found: operation.Final, ProviderID: out.RefundID()}
+		case provider.Pending:
+			return out, operation.Look{Found: operation.Pending, ProviderID: out.RefundID()}
+		}
+		return out, operation.Look{ProviderID: out.RefundID(), Note: "reading the refund failed", Err: out.Err}
+	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/ledger"
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/provider"
 	"github.com/oncepay/oncepay/internal/refunds"
@@ -135,7 +136,7 @@ func TestConnectedAccountsKeepTenantsApart(t *testing.T) {
 	require.Equal(t, ledger.KindUnknownIntent, checked.Disagreements[0].Kind)
 	require.Equal(t, forged.IntentID(), checked.Disagreements[0].IntentID)
 	require.Equal(t, 4, checked.Listed, "two on A's account, one on B's, one on the platform's")
-	refundsChecked, err := refunds.NewLedgerChecker(b.pool, platform, logger, payments.LedgerCheckConfig{}).Check(ctx, from, to)
+	refundsChecked, err := refunds.Kind().Ledger(operation.Env{Pool: b.pool, Provider: platform, Logger: logger}).Check(ctx, from, to)
 	require.NoError(t, err)
 	require.Empty(t, refundsChecked.Disagreements)
 	require.Equal(t, 1, refundsChecked.Listed)

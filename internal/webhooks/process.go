@@ -19,7 +19,6 @@ import (
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/provider"
-	"github.com/oncepay/oncepay/internal/refunds"
 )
 
 // Results recorded on a processed event.
@@ -36,8 +35,6 @@ const (
 	// "ignored", and no job is queued for it.
 	ignore action = iota
 	readIntent
-	readRefund
-	readChargeRefunds
 	// byKind: an operation kind answers the event itself (its SettleEvent).
 	byKind
 )
@@ -50,8 +47,6 @@ func EventTypes(kinds operation.Kinds) []string {
 	types := []string{
 		"payment_intent.succeeded", "payment_intent.payment_failed", "payment_intent.canceled",
 		"payment_intent.requires_action", "payment_intent.processing", "payment_intent.amount_capturable_updated",
-		"refund.created", "refund.updated", "refund.failed",
-		"charge.refunded",
 	}
 	for _, k := range kinds {
 		types = append(types, k.EventTypes()...)
@@ -82,10 +77,6 @@ func actionOf(eventType string) action {
 		// A manual-capture payment authorized: it awaits capture.
 		"payment_intent.amount_capturable_updated":
 		return readIntent
-	case "refund.created", "refund.updated", "refund.failed":
-		return readRefund
-	case "charge.refunded":
-		return readChargeRefunds
 	}
 	return ignore
 }
@@ -134,16 +125,12 @@ func (p *Processor) Process(ctx context.Context, eventID string) (string, error)
 	switch act {
 	case readIntent:
 		result, err = p.settleIntent(ctx, ev, log)
-	case readRefund:
-		result, err = p.settleRefund(ctx, ev, log)
-	case readChargeRefunds:
-		result, err = p.settleChargeRefunds(ctx, ev, log)
 	case byKind:
 		result = ResultNotOurs
 		if ev.ObjectID != nil {
 			callCtx, cancel := context.WithTimeout(ctx, p.callTimeout)
-			result, err = kind.SettleEvent(callCtx, operation.Env{Pool: p.pool, Keys: p.keys, Provider: p.provider, Logger: p.logger},
-				ev.Account, *ev.ObjectID)
+			result, err = kind.SettleEvent(callCtx, operation.Env{Pool: p.pool, Keys: p.keys, Provider: p.provider, Logger: log},
+				operation.Event{ID: ev.ID, Type: ev.Type, Account: ev.Account, ObjectID: *ev.ObjectID, IntentID: ev.IntentID})
 			cancel()
 		}
 	}
@@ -240,73 +227,6 @@ func finalAsTold(ctx context.Context, db querier, ev storedEvent) (bool, error) 
 		return false, fmt.Errorf("read the payment of intent %s: %w", *ev.ObjectID, err)
 	}
 	return agrees, nil
-}
-
-// settleRefund reads the event's refund from the provider and settles our
-// refund from that answer.
-func (p *Processor) settleRefund(ctx context.Context, ev storedEvent, log *slog.Logger) (string, error) {
-	if ev.ObjectID == nil {
-		return ResultNotOurs, nil
-	}
-	callCtx, cancel := context.WithTimeout(ctx, p.callTimeout)
-	out := p.provider.For(ev.Account).RetrieveRefund(callCtx, *ev.ObjectID)
-	cancel()
-	if out.Refund == nil {
-		if out.HTTPStatus == http.StatusNotFound {
-			return ResultNotOurs, nil // not a refund this account knows
-		}
-		return "", fmt.Errorf("read refund %s: %w", *ev.ObjectID, out.Err)
-	}
-	return p.settleRefunds(ctx, ev.Account, []*provider.Refund{out.Refund}, log)
-}
-
-// settleChargeRefunds settles every refund of the charge's payment intent:
-// charge.refunded names the charge, whose refunds the provider lists
-// consistently by intent.
-func (p *Processor) settleChargeRefunds(ctx context.Context, ev storedEvent, log *slog.Logger) (string, error) {
-	intentID, err := eventPaymentIntent(ctx, p.pool, ev.ID)
-	if err != nil {
-		return "", err
-	}
-	if intentID == "" {
-		return ResultNotOurs, nil
-	}
-	callCtx, cancel := context.WithTimeout(ctx, p.callTimeout)
-	found, err := p.provider.For(ev.Account).ListRefunds(callCtx, intentID, "", "", 0)
-	cancel()
-	if err != nil {
-		return "", fmt.Errorf("list the refunds of %s: %w", intentID, err)
-	}
-	return p.settleRefunds(ctx, ev.Account, found.Refunds, log)
-}
-
-// settleRefunds records the provider's refunds of account that are ours,
-// each under the refund's locks; it reports "settled" if any changed.
-func (p *Processor) settleRefunds(ctx context.Context, account string, list []*provider.Refund, log *slog.Logger) (string, error) {
-	result := ResultNotOurs
-	for _, re := range list {
-		tenantID := re.Metadata[refunds.MetadataTenantID]
-		if re.Metadata[refunds.MetadataRefundID] == "" || tenantID == "" {
-			continue
-		}
-		r, changed, err := refunds.Settle(ctx, p.pool, p.keys, account, tenantID, re)
-		if errors.Is(err, refunds.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return "", err
-		}
-		log.InfoContext(ctx, "refund looked at from the provider's refund", slog.String("tenant_id", tenantID),
-			slog.String("refund_id", r.ID), slog.String("provider_refund_id", re.ID), slog.String("refund_status", string(r.Status)),
-			slog.Bool("changed", changed))
-		switch {
-		case changed:
-			result = payments.Recorded.String()
-		case result == ResultNotOurs:
-			result = payments.Unchanged.String()
-		}
-	}
-	return result, nil
 }
 
 // ProcessWorker runs the Processor as a River job.

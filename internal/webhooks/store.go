@@ -178,12 +178,16 @@ type storedEvent struct {
 	// Account is the connected account the event happened on; "" the
 	// platform's. Only its operations are settled from the event.
 	Account string `db:"account"`
+	// IntentID is the payment intent the event's object names, if any (a
+	// charge's).
+	IntentID string `db:"intent_id"`
 }
 
 var errEventNotFound = errors.New("webhook event not found")
 
 func loadEvent(ctx context.Context, db querier, eventID string) (storedEvent, error) {
-	rows, err := db.Query(ctx, `SELECT id, type, object_id, processed_at, coalesce(account, '') AS account FROM webhook_events WHERE id = $1`, eventID)
+	rows, err := db.Query(ctx, `SELECT id, type, object_id, processed_at, coalesce(account, '') AS account,
+		coalesce(payload->'data'->'object'->>'payment_intent', '') AS intent_id FROM webhook_events WHERE id = $1`, eventID)
 	if err != nil {
 		return storedEvent{}, fmt.Errorf("load event %s: %w", eventID, err)
 	}
@@ -241,20 +245,6 @@ type querier interface {
 
 type execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-}
-
-// eventPaymentIntent is the payment intent a stored event's object names
-// (a charge's payment_intent), or "".
-func eventPaymentIntent(ctx context.Context, db querier, eventID string) (string, error) {
-	rows, err := db.Query(ctx, `SELECT coalesce(payload->'data'->'object'->>'payment_intent', '') FROM webhook_events WHERE id = $1`, eventID)
-	if err != nil {
-		return "", fmt.Errorf("read event %s: %w", eventID, err)
-	}
-	intentID, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[string])
-	if err != nil {
-		return "", fmt.Errorf("read event %s: %w", eventID, err)
-	}
-	return intentID, nil
 }
 
 // Stored is a stored provider event, as an operator sees it.

@@ -22,6 +22,7 @@ import (
 	"github.com/oncepay/oncepay/internal/api"
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/kinds"
 	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/outbox"
@@ -101,7 +102,7 @@ func setup(t *testing.T, opts options) *bundle {
 	apiSrv := httptest.NewServer(api.NewHandler(api.Deps{
 		Pool: pool, Keys: keys, Logger: logger,
 		Kinds: operation.Kinds{payments.Kind(), refunds.Kind()}, Operations: operation.Deps{DB: pool, Keys: keys, Outbox: jobs, Logger: logger},
-		Webhooks: &webhooks.Handler{Pool: pool, Jobs: jobs, Logger: logger, Secret: hookSecret},
+		Webhooks: &webhooks.Handler{Pool: pool, Jobs: jobs, Logger: logger, Secret: hookSecret, Kinds: kinds.All()},
 	}))
 	t.Cleanup(apiSrv.Close)
 	created, err := tenant.Create(ctx, pool, t.Name())
@@ -118,9 +119,11 @@ func setup(t *testing.T, opts options) *bundle {
 	pc := provider.New(provider.Config{SecretKey: "sk_test_webhooks", APIBase: simSrv.URL})
 	workers := river.NewWorkers()
 	river.AddWorker(workers, payments.NewChargeWorker(pool, keys, pc, logger, operation.WorkerConfig{PollInterval: opts.pollInterval}))
-	river.AddWorker(workers, refunds.NewWorker(pool, keys, pc, logger, operation.WorkerConfig{PollInterval: opts.pollInterval}))
-	river.AddWorker(workers, &webhooks.ProcessWorker{Processor: webhooks.NewProcessor(pool, keys, pc, logger, webhooks.ProcessorConfig{})})
-	recoverer := webhooks.NewRecoverer(pool, pc, logger, webhooks.RecoverConfig{})
+	_, err = refunds.Kind().Start(workers, operation.Env{Pool: pool, Keys: keys, Provider: pc, Logger: logger,
+		Worker: operation.WorkerConfig{PollInterval: opts.pollInterval}})
+	require.NoError(t, err)
+	river.AddWorker(workers, &webhooks.ProcessWorker{Processor: webhooks.NewProcessor(pool, keys, pc, logger, webhooks.ProcessorConfig{Kinds: kinds.All()})})
+	recoverer := webhooks.NewRecoverer(pool, pc, logger, webhooks.RecoverConfig{Kinds: kinds.All()})
 	river.AddWorker(workers, &webhooks.RecoverWorker{Recoverer: recoverer})
 	var periodic []*river.PeriodicJob
 	if opts.recoverEvery > 0 {

@@ -35,8 +35,10 @@ func setupCharging(t *testing.T, opts ...client.Option) *bundle {
 	workers := river.NewWorkers()
 	pc := provider.New(provider.Config{SecretKey: "sk_test_oncepay", APIBase: sim.URL})
 	river.AddWorker(workers, payments.NewChargeWorker(pool, b.api.Keys, pc, logger, cfg))
-	river.AddWorker(workers, authorizations.NewWorker(pool, b.api.Keys, pc, logger, cfg))
-	river.AddWorker(workers, refunds.NewWorker(pool, b.api.Keys, pc, logger, cfg))
+	for _, kind := range []operation.Kind{authorizations.CaptureKind(), refunds.Kind()} {
+		_, err := kind.Start(workers, operation.Env{Pool: pool, Keys: b.api.Keys, Provider: pc, Logger: logger, Worker: cfg})
+		require.NoError(t, err)
+	}
 	worker, err := outbox.NewWorkerClient(pool, outbox.WorkerConfig{
 		Workers: workers, JobTimeout: cfg.JobTimeout, RescueStuckJobsAfter: time.Minute,
 		Retry: outbox.RetryPolicy{Base: 20 * time.Millisecond, Max: 100 * time.Millisecond}, Logger: logger,

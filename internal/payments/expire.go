@@ -1,4 +1,4 @@
-package authorizations
+package payments
 
 import (
 	"cmp"
@@ -13,7 +13,6 @@ import (
 
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/operation"
-	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
@@ -75,11 +74,11 @@ func (e *Expirer) Run(ctx context.Context) (ExpireResult, error) {
 			log.WarnContext(ctx, "could not read an old authorization's intent; looking again next run", slog.Any("error", out.Err))
 			continue
 		}
-		s, err := payments.Settle(ctx, e.pool, e.keys, p.Account, out)
+		s, err := Settle(ctx, e.pool, e.keys, p.Account, out)
 		if err != nil {
 			return res, err
 		}
-		if s.Verdict == payments.Recorded {
+		if s.Verdict == Recorded {
 			res.Settled++
 			log.InfoContext(ctx, "authorization ended at the provider", slog.String("status", string(s.Payment.Status)))
 			continue

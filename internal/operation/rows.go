@@ -1,0 +1,160 @@
+package operation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/postgres"
+)
+
+// Operation is a kind's operation as the engine reads it: a row of its
+// table that embeds Lifecycle and knows its status (Lifecycle.EntryIn).
+type Operation interface{ Entry() Entry }
+
+// Rows is a kind's table as the engine reads, locks, resumes and finishes
+// its operations (read with Table.Columns into Op): the SQL every kind
+// would otherwise write again. It is the kind's Locking.
+type Rows[Op Operation] struct {
+	Table Table
+	Keys  *idempotency.Store
+}
+
+// Load reads a tenant's operation; another tenant's is the table's
+// NotFound, as a missing one is.
+func (r Rows[Op]) Load(ctx context.Context, db Querier, tenantID, id string) (Op, error) {
+	rows, err := db.Query(ctx, `SELECT `+r.Table.Columns+` FROM `+r.Table.Name+` WHERE tenant_id = $1 AND id = $2`, tenantID, id)
+	return CollectOne[Op](rows, err, "read "+r.Table.Operation, r.Table.NotFound)
+}
+
+// Entry is what the engine reads of op.
+func (Rows[Op]) Entry(op Op) Entry { return op.Entry() }
+
+// Lock takes the operation's locks in its kind's order (LockRow).
+func (r Rows[Op]) Lock(ctx context.Context, tx pgx.Tx, tenantID, id string) error {
+	_, err := r.Locked(ctx, tx, tenantID, id)
+	return err
+}
+
+// Locked takes the operation's locks and returns it as locked.
+func (r Rows[Op]) Locked(ctx context.Context, tx pgx.Tx, tenantID, id string) (Op, error) {
+	return LockRow(ctx, tx, r.Keys, r.Table, r.Table.Columns, tenantID, id, func(op Op) string { return op.Entry().IdempotencyKey })
+}
+
+// Resume puts op, proven never sent and locked, back in flight under its
+// next generation, with that generation's provider key (Table.Resume).
+func (r Rows[Op]) Resume(ctx context.Context, tx pgx.Tx, op Op) (Op, error) {
+	e := op.Entry()
+	generation := e.Generation + 1
+	key := ProviderKey(r.Table.Operation, e.TenantID, e.IdempotencyKey, e.ID, generation)
+	rows, err := r.Table.Resume(ctx, tx, e.TenantID, e.ID, generation, key, r.Table.Columns)
+	return CollectOne[Op](rows, err, "resume "+r.Table.Operation, r.Table.NotFound)
+}
+
+// Page is up to n of a tenant's operations older than after (the newest
+// if empty), newest first; of the parent row parentID only, if it is set.
+func (r Rows[Op]) Page(ctx context.Context, db Querier, tenantID, parentID, after string, n int) ([]Op, error) {
+	rows, err := db.Query(ctx, `SELECT `+r.Table.Columns+` FROM `+r.Table.Name+`
+		WHERE tenant_id = $1 AND ($2 = '' OR `+r.parentColumn()+` = $2) AND ($3 = '' OR id < $3)`+r.Table.scoped()+`
+		ORDER BY id DESC LIMIT $4`, tenantID, parentID, after, n)
+	return CollectAll[Op](rows, err, "list "+r.Table.Operation+"s")
+}
+
+// OfParent lists the operations of a parent row, oldest first: a
+// payment's refunds, for its timeline.
+func (r Rows[Op]) OfParent(ctx context.Context, db Querier, tenantID, parentID string) ([]Op, error) {
+	rows, err := db.Query(ctx, `SELECT `+r.Table.Columns+` FROM `+r.Table.Name+`
+		WHERE tenant_id = $1 AND `+r.parentColumn()+` = $2`+r.Table.scoped()+` ORDER BY id`, tenantID, parentID)
+	return CollectAll[Op](rows, err, "list "+r.Table.Operation+"s")
+}
+
+func (r Rows[Op]) parentColumn() string {
+	if r.Table.Parent == nil {
+		return "id" // never equal to a parent's id: a kind with no parent has no children to list
+	}
+	return r.Table.Parent.Column
+}
+
+// Finish records the provider's answer to op, locked, in its generation:
+// status, the provider's object (if named) and the failure (if any). from
+// are the statuses it may leave, its in-flight ones and
+// requires_reconciliation if empty. changed is false when another
+// transaction moved it first.
+func (r Rows[Op]) Finish(ctx context.Context, tx pgx.Tx, op Op, status, providerID, code, message string, from ...string) (Op, bool, error) {
+	if len(from) == 0 {
+		from = append(r.Table.InFlight[:len(r.Table.InFlight):len(r.Table.InFlight)], "requires_reconciliation")
+	}
+	e, col := op.Entry(), r.Table.ProviderIDColumn
+	rows, err := tx.Query(ctx, `
+		UPDATE `+r.Table.Name+` SET status = $4, `+col+` = coalesce(nullif($5, ''), `+col+`),
+			failure_code = nullif($6, ''), failure_message = nullif($7, ''), reconcile_after = NULL, updated_at = now()
+		WHERE tenant_id = $1 AND id = $2 AND provider_key_generation = $3 AND status = ANY($8)
+		RETURNING `+r.Table.Columns, e.TenantID, e.ID, e.Generation, status, providerID, code, message, from)
+	final, err := CollectOne[Op](rows, err, "record "+r.Table.Operation, r.Table.NotFound)
+	if errors.Is(err, r.Table.NotFound) {
+		return op, false, nil
+	}
+	return final, err == nil, err
+}
+
+// Complete completes op's key with the response a retry replays from now
+// on: the final answer, in the transaction that records it.
+func (r Rows[Op]) Complete(ctx context.Context, tx pgx.Tx, op Op, resp idempotency.Response) error {
+	e := op.Entry()
+	if err := r.Keys.Complete(ctx, tx, e.TenantID, e.IdempotencyKey, resp); err != nil {
+		return fmt.Errorf("complete the %s's key: %w", r.Table.Operation, err)
+	}
+	return nil
+}
+
+// Claimed is a kind's claim: its operation as the reconciler claims it,
+// which embeds the operation (ClaimColumns adds whether no request can
+// still be in flight, and what else the kind's look-up reads).
+type Claimed[Op any] interface {
+	Operation
+	Claimed() Op
+}
+
+// LookUp is how a kind looks a claimed operation up at the provider,
+// never sending it again; ctx carries the call's deadline.
+type LookUp[C, O any] func(ctx context.Context, c C) (O, Look)
+
+// ByLookUp is what a kind supplies to the reconciler when its worker side
+// (attempt) locks and records its operations: only its look-up.
+func ByLookUp[C Claimed[Op], Op any, O Answer](env Env, attempt Attemptable[Op, O], look LookUp[C, O]) Reconcilable[C, O] {
+	return byLookUp[C, Op, O]{attempt: attempt, look: look, pool: env.Pool, timeout: env.Reconcile.WithDefaults().CallTimeout}
+}
+
+type byLookUp[C Claimed[Op], Op any, O Answer] struct {
+	attempt Attemptable[Op, O]
+	look    LookUp[C, O]
+	pool    *pgxpool.Pool
+	timeout time.Duration
+}
+
+func (b byLookUp[C, Op, O]) Entry(c C) Entry { return c.Entry() }
+
+func (b byLookUp[C, Op, O]) LookUp(ctx context.Context, c C) (O, Look) {
+	ctx, cancel := context.WithTimeout(ctx, b.timeout)
+	defer cancel()
+	return b.look(ctx, c)
+}
+
+func (b byLookUp[C, Op, O]) RecordFinal(ctx context.Context, c C, out O) error {
+	e := c.Entry()
+	return postgres.InTx(ctx, b.pool, func(tx pgx.Tx) error {
+		if err := b.attempt.Lock(ctx, tx, e.TenantID, e.ID); err != nil {
+			return err
+		}
+		return b.attempt.RecordFinal(ctx, tx, c.Claimed(), out)
+	})
+}
+
+func (b byLookUp[C, Op, O]) Lock(ctx context.Context, tx pgx.Tx, tenantID, id string) error {
+	return b.attempt.Lock(ctx, tx, tenantID, id)
+}
