@@ -130,7 +130,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err := river.AddWorkerSafely(workers, &webhooks.RecoverWorker{Recoverer: recoverer}); err != nil {
 		return fmt.Errorf("register webhook recovery: %w", err)
 	}
-	awaitSweeper := webhooks.NewAwaitSweeper(pool, logger, webhooks.AwaitConfig{Limit: cfg.WebhookAwaitLimit})
+	awaitSweeper := webhooks.NewAwaitSweeper(pool, logger, webhooks.AwaitConfig{Limit: cfg.WebhookAwaitLimit, Kinds: kinds.All()})
 	if err := river.AddWorkerSafely(workers, &webhooks.AwaitWorker{Sweeper: awaitSweeper}); err != nil {
 		return fmt.Errorf("register the sweep of events awaiting their charge: %w", err)
 	}

@@ -47,8 +47,10 @@ type Kind interface {
 	// Ledger is the kind's ledger check; nil for a kind that has none.
 	Ledger(env Env) LedgerPass
 	// EventTypes are the provider events the kind answers itself
-	// (SettleEvent); the webhook endpoint stores them with a job.
+	// (SettleEvent); the webhook endpoint stores them with a job, unless
+	// the kind's EventShortcuts (nil if none) say it needs none.
 	EventTypes() []string
+	EventShortcuts() EventShortcuts
 	// SettleEvent reads the event's object from the provider and records
 	// what it proves; result names what it did ("settled", "unchanged",
 	// "not_ours").
@@ -60,6 +62,35 @@ type Kind interface {
 // names one, its payment intent's.
 type Event struct {
 	ID, Type, Account, ObjectID, IntentID string
+}
+
+// What answering an event did, as the webhooks record it.
+const (
+	Settled   = "settled"
+	Unchanged = "unchanged"
+	NotOurs   = "not_ours"
+)
+
+// Changed is Settled if changed, else Unchanged.
+func Changed(changed bool) string {
+	if changed {
+		return Settled
+	}
+	return Unchanged
+}
+
+// EventShortcuts is what a kind whose events mostly tell what it records
+// already (a payment's intent events, sent as its charge is answered)
+// offers the webhooks, as SQL conditions over its own tables: an event
+// stored Told needs no job (Unchanged), and one stored Awaited waits for
+// the kind to record its own answer first, which a sweep then compares.
+type EventShortcuts interface {
+	// Told is the condition that the event (its type, object id and
+	// account, as SQL expressions) tells only what the kind records.
+	Told(eventType, objectID, account string) string
+	// Awaited is the condition that the operation the event (payload, its
+	// JSON) names on account still awaits its own first answer.
+	Awaited(payload, account string) string
 }
 
 // Kinds is the registry: every kind the service runs, in the order their
@@ -248,11 +279,14 @@ type Spec[K Named, A JobOf, Op any, O Answer, C any] struct {
 	MoreWorkers func(workers *river.Workers, env Env) ([]Periodic, error)
 	// Events are the provider events Settle answers, if the kind answers
 	// any itself: Settle reads the event's object again from the provider
-	// and records what it proves; changed is whether anything was. An
-	// object that is not the kind's (another account's, or made elsewhere)
-	// is the table's NotFound.
+	// and records what it proves, and says what it did (Changed, or the
+	// kind's own word: "finding"). An object that is not the kind's
+	// (another account's, or made elsewhere) is the table's NotFound.
 	Events []string
-	Settle func(ctx context.Context, env Env, ev Event) (changed bool, err error)
+	Settle func(ctx context.Context, env Env, ev Event) (result string, err error)
+	// Shortcuts, if set, lets the webhooks store the kind's events that
+	// need no job without one.
+	Shortcuts EventShortcuts
 }
 
 // EventTypes are the events the kind answers.
@@ -266,23 +300,21 @@ func (s Spec[K, A, Op, O, C]) Ledger(env Env) LedgerPass {
 	return s.LedgerCheck(env)
 }
 
-// SettleEvent answers one of the kind's events: "settled" when it
-// changed something, "unchanged", or "not_ours".
+// SettleEvent answers one of the kind's events: what Settle did, or
+// NotOurs.
 func (s Spec[K, A, Op, O, C]) SettleEvent(ctx context.Context, env Env, ev Event) (string, error) {
 	if s.Settle == nil {
 		return "", fmt.Errorf("the %s kind answers no events", s.Name())
 	}
-	changed, err := s.Settle(ctx, env, ev)
-	switch {
-	case errors.Is(err, s.Where.NotFound):
-		return "not_ours", nil
-	case err != nil:
-		return "", err
-	case changed:
-		return "settled", nil
+	result, err := s.Settle(ctx, env, ev)
+	if errors.Is(err, s.Where.NotFound) {
+		return NotOurs, nil
 	}
-	return "unchanged", nil
+	return result, err
 }
+
+// EventShortcuts are the kind's, or nil.
+func (s Spec[K, A, Op, O, C]) EventShortcuts() EventShortcuts { return s.Shortcuts }
 
 // Name is K's.
 func (s Spec[K, A, Op, O, C]) Name() string {

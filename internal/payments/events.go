@@ -1,8 +1,18 @@
 package payments
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"log/slog"
+	"net/http"
 	"strings"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/oncepay/oncepay/internal/ledger"
+	"github.com/oncepay/oncepay/internal/operation"
+	"github.com/oncepay/oncepay/internal/provider"
 )
 
 // What the payments kind answers about its provider's events, as SQL over
@@ -68,4 +78,96 @@ func ChargeAwaitedSQL(payload, account string) string {
 		AND id = ` + metadata + `->>'` + MetadataPaymentID + `'
 		AND coalesce(provider_account, '') = ` + account + `
 		AND status = '` + string(StatusProcessing) + `' AND provider_payment_intent_id IS NULL)`
+}
+
+// intentEvents are the provider events the payments kind answers: its
+// intents'. A manual-capture payment authorized is
+// payment_intent.amount_capturable_updated: it awaits capture.
+var intentEvents = []string{"payment_intent.succeeded", "payment_intent.payment_failed", "payment_intent.canceled",
+	"payment_intent.requires_action", "payment_intent.processing", "payment_intent.amount_capturable_updated"}
+
+// shortcuts are what let the webhooks store most intent events without a
+// job: those telling of a final state the payment records, and those
+// arriving while the charge is about to record the provider's answer.
+type shortcuts struct{}
+
+func (shortcuts) Told(eventType, objectID, account string) string {
+	return RecordsSQL(objectID, account, FinalStatusOfEventSQL(eventType))
+}
+
+func (shortcuts) Awaited(payload, account string) string { return ChargeAwaitedSQL(payload, account) }
+
+// settleEvent reads the event's intent from the provider and settles its
+// payment from that answer, never from the event's copy.
+func settleEvent(ctx context.Context, env operation.Env, ev operation.Event) (string, error) {
+	if agrees, err := finalAsTold(ctx, env.Pool, ev); err != nil || agrees {
+		return Unchanged.String(), err
+	}
+	out := env.Provider.For(ev.Account).RetrieveIntent(ctx, ev.ObjectID)
+	if out.Kind == provider.Ambiguous && out.HTTPStatus == http.StatusNotFound {
+		return operation.NotOurs, nil // not an intent this account knows
+	}
+	if out.Kind == provider.Ambiguous {
+		return "", fmt.Errorf("read intent %s: %w", ev.ObjectID, out.Err)
+	}
+	// A declined intent is still confirmable: its payment is final only
+	// once it is canceled.
+	out, err := CloseIntent(ctx, env.Pool, env.Provider, ev.Account, out)
+	if err != nil {
+		return "", err
+	}
+	if out.Kind == provider.Ambiguous {
+		return "", fmt.Errorf("close intent %s: %w", ev.ObjectID, out.Err)
+	}
+	s, err := Settle(ctx, env.Pool, env.Keys, ev.Account, out)
+	if errors.Is(err, ErrNotOurs) {
+		env.Logger.InfoContext(ctx, "event about an intent of no payment of ours", slog.String("intent_id", ev.ObjectID))
+		return operation.NotOurs, nil
+	}
+	if err != nil {
+		return "", err
+	}
+	log := env.Logger.With(slog.String("tenant_id", s.Payment.TenantID), slog.String("payment_id", s.Payment.ID),
+		slog.String("intent_id", ev.ObjectID), slog.String("intent_status", string(out.Intent.Status)),
+		slog.String("payment_status", string(s.Payment.Status)))
+	switch s.Verdict {
+	case Recorded:
+		log.InfoContext(ctx, "payment settled from the provider's intent")
+	case Contradiction:
+		evidence := map[string]any{
+			"event_id": ev.ID, "event_type": ev.Type, "reason": s.Reason,
+			"intent": map[string]any{
+				"id": ev.ObjectID, "status": out.Intent.Status, "amount": out.Intent.Amount, "currency": out.Intent.Currency,
+				"metadata": out.Intent.Metadata,
+			},
+			"payment": map[string]any{
+				"status": s.Payment.Status, "generation": s.Payment.ProviderKeyGeneration,
+				"provider_payment_intent_id": s.Payment.ProviderPaymentIntentID, "failure_code": s.Payment.FailureCode,
+			},
+		}
+		isNew, err := ledger.Record(ctx, env.Pool, s.Kind, s.Payment.ID, ev.ObjectID, evidence)
+		if err != nil {
+			return "", err
+		}
+		log.ErrorContext(ctx, "the provider contradicts the payment's recorded state; left for an operator",
+			slog.String("finding", s.Kind), slog.String("reason", s.Reason), slog.Bool("new_finding", isNew))
+	}
+	return s.Verdict.String(), nil
+}
+
+// finalAsTold reports whether ev (an intent's event) tells of a final
+// state its payment already records, for the intent the payment records:
+// then nothing could change, and neither the provider nor the payment's
+// lock is needed. Only states an intent never leaves count (succeeded,
+// canceled); anything else is read again.
+func finalAsTold(ctx context.Context, db *pgxpool.Pool, ev operation.Event) (bool, error) {
+	status := FinalStatusOfEvent(ev.Type)
+	if status == "" {
+		return false, nil
+	}
+	var agrees bool
+	if err := db.QueryRow(ctx, `SELECT `+RecordsSQL("$1", "$2", "$3"), ev.ObjectID, ev.Account, status).Scan(&agrees); err != nil {
+		return false, fmt.Errorf("read the payment of intent %s: %w", ev.ObjectID, err)
+	}
+	return agrees, nil
 }

@@ -52,6 +52,7 @@ func Kind() operation.Kind {
 		LedgerCheck: func(env operation.Env) operation.LedgerPass {
 			return NewLedgerChecker(env.Pool, env.Provider, env.Logger, env.Ledger)
 		},
+		Events: intentEvents, Settle: settleEvent, Shortcuts: shortcuts{},
 		// Authorizations the provider voided on its own, once a ledger
 		// check's interval.
 		MoreWorkers: func(workers *river.Workers, env operation.Env) ([]operation.Periodic, error) {

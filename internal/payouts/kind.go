@@ -48,14 +48,14 @@ func Kind() operation.Kind {
 
 // settleEvent reads the event's payout from the provider, never trusting
 // the event's copy, and records it.
-func settleEvent(ctx context.Context, env operation.Env, ev operation.Event) (bool, error) {
+func settleEvent(ctx context.Context, env operation.Env, ev operation.Event) (string, error) {
 	out := env.Provider.For(ev.Account).RetrievePayout(ctx, ev.ObjectID)
 	switch {
 	case out.Payout == nil && out.HTTPStatus == http.StatusNotFound:
-		return false, ErrNotFound
+		return "", ErrNotFound
 	case out.Payout == nil:
-		return false, fmt.Errorf("read payout %s: %w", ev.ObjectID, out.Err)
+		return "", fmt.Errorf("read payout %s: %w", ev.ObjectID, out.Err)
 	}
 	_, changed, err := Settle(ctx, env.Pool, env.Keys, ev.Account, out.Payout)
-	return changed, err
+	return operation.Changed(changed), err
 }

@@ -22,25 +22,25 @@ var events = []string{"refund.created", "refund.updated", "refund.failed", "char
 // settleEvent reads the event's refunds from the provider, never trusting
 // the event's copy, and records those that are ours; ErrNotFound if none
 // is.
-func settleEvent(ctx context.Context, env operation.Env, ev operation.Event) (bool, error) {
+func settleEvent(ctx context.Context, env operation.Env, ev operation.Event) (string, error) {
 	pc := env.Provider.For(ev.Account)
 	var list []*provider.Refund
 	if ev.Type == "charge.refunded" {
 		if ev.IntentID == "" {
-			return false, ErrNotFound
+			return "", ErrNotFound
 		}
 		found, err := pc.ListRefunds(ctx, ev.IntentID, "", "", 0)
 		if err != nil {
-			return false, fmt.Errorf("list the refunds of %s: %w", ev.IntentID, err)
+			return "", fmt.Errorf("list the refunds of %s: %w", ev.IntentID, err)
 		}
 		list = found.Refunds
 	} else {
 		out := pc.RetrieveRefund(ctx, ev.ObjectID)
 		switch {
 		case out.Refund == nil && out.HTTPStatus == http.StatusNotFound:
-			return false, ErrNotFound // not a refund this account knows
+			return "", ErrNotFound // not a refund this account knows
 		case out.Refund == nil:
-			return false, fmt.Errorf("read refund %s: %w", ev.ObjectID, out.Err)
+			return "", fmt.Errorf("read refund %s: %w", ev.ObjectID, out.Err)
 		}
 		list = []*provider.Refund{out.Refund}
 	}
@@ -51,7 +51,7 @@ func settleEvent(ctx context.Context, env operation.Env, ev operation.Event) (bo
 			continue
 		}
 		if err != nil {
-			return false, err
+			return "", err
 		}
 		env.Logger.InfoContext(ctx, "refund looked at from the provider's refund", slog.String("tenant_id", r.TenantID),
 			slog.String("refund_id", r.ID), slog.String("provider_refund_id", re.ID), slog.String("refund_status", string(r.Status)),
@@ -59,9 +59,9 @@ func settleEvent(ctx context.Context, env operation.Env, ev operation.Event) (bo
 		ours, changed = true, changed || c
 	}
 	if !ours {
-		return false, ErrNotFound
+		return "", ErrNotFound
 	}
-	return changed, nil
+	return operation.Changed(changed), nil
 }
 
 // Settle records what a provider refund proves of the refund it was made

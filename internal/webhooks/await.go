@@ -13,7 +13,6 @@ import (
 
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/outbox"
-	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/postgres"
 )
 
@@ -35,6 +34,9 @@ type AwaitConfig struct {
 	// and a late answer record the same outcome under the same lock, and
 	// the second changes nothing. Defaults to 3s.
 	Limit time.Duration
+	// Kinds are the operation kinds whose events may await (their
+	// EventShortcuts).
+	Kinds operation.Kinds
 }
 
 // DefaultAwaitLimit is AwaitConfig.Limit's default: a few provider round
@@ -83,11 +85,11 @@ func (s *AwaitSweeper) Sweep(ctx context.Context, jobs Inserter) (AwaitResult, e
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('oncepay.webhooks.await_sweep', 0))`); err != nil {
 			return fmt.Errorf("wait for the other sweep of awaiting events: %w", err)
 		}
+		toldSQL, awaitedSQL := s.conditions()
 		told, err := tx.Exec(ctx, `
 			UPDATE webhook_events e SET processed_at = now(), result = $2
-			WHERE processed_at IS NULL AND result = $1
-				AND `+payments.RecordsSQL("e.object_id", "coalesce(e.account, '')", payments.FinalStatusOfEventSQL("e.type")),
-			ResultAwaitingCharge, payments.Unchanged.String())
+			WHERE processed_at IS NULL AND result = $1 AND (`+toldSQL+`)`,
+			ResultAwaitingCharge, operation.Unchanged)
 		if err != nil {
 			return fmt.Errorf("mark awaiting events told: %w", err)
 		}
@@ -95,7 +97,7 @@ func (s *AwaitSweeper) Sweep(ctx context.Context, jobs Inserter) (AwaitResult, e
 		rows, err := tx.Query(ctx, `
 			UPDATE webhook_events e SET result = NULL
 			WHERE processed_at IS NULL AND result = $1
-				AND (received_at < now() - make_interval(secs => $2) OR NOT `+payments.ChargeAwaitedSQL("e.payload", "coalesce(e.account, '')")+`)
+				AND (received_at < now() - make_interval(secs => $2) OR NOT (`+awaitedSQL+`))
 			RETURNING id`,
 			ResultAwaitingCharge, s.cfg.Limit.Seconds())
 		if err != nil {
@@ -124,6 +126,20 @@ func (s *AwaitSweeper) Sweep(ctx context.Context, jobs Inserter) (AwaitResult, e
 		return AwaitResult{}, err
 	}
 	return res, nil
+}
+
+// conditions are the kinds' EventShortcuts over a stored event e: that it
+// tells what its operation records, and that its operation still awaits
+// its first answer.
+func (s *AwaitSweeper) conditions() (told, awaited string) {
+	told, awaited = "false", "false"
+	for _, k := range s.cfg.Kinds {
+		if sc := k.EventShortcuts(); sc != nil {
+			told += " OR " + sc.Told("e.type", "e.object_id", "coalesce(e.account, '')")
+			awaited += " OR " + sc.Awaited("e.payload", "coalesce(e.account, '')")
+		}
+	}
+	return told, awaited
 }
 
 // SettleAwaitingEventsArgs is the periodic job that runs the AwaitSweeper.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncepay/oncepay/internal/kinds"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/webhooks"
 	"github.com/oncepay/oncepay/tools/stripesim"
@@ -66,7 +67,7 @@ func TestEventBeforeTheChargesAnswerAwaitsIt(t *testing.T) {
 	// test's.
 	require.NoError(t, b.admin.InjectWebhookFault(ctx, stripesim.WebhookFault{Mode: stripesim.WebhookDrop, Type: "payment_intent.succeeded"}))
 	// A limit no step of the test outlasts, however loaded the machine.
-	sweeper := webhooks.NewAwaitSweeper(b.pool, slog.New(slog.NewTextHandler(io.Discard, nil)), webhooks.AwaitConfig{Limit: time.Hour})
+	sweeper := webhooks.NewAwaitSweeper(b.pool, slog.New(slog.NewTextHandler(io.Discard, nil)), webhooks.AwaitConfig{Limit: time.Hour, Kinds: kinds.All()})
 
 	recorded, recordedEvent := b.awaitingEvent(t, "key-await-recorded-01")
 	result, processed := b.eventResult(t, recordedEvent)
@@ -102,7 +103,7 @@ func TestEventBeforeTheChargesAnswerAwaitsIt(t *testing.T) {
 	// past the limit, the event is processed on its own and settles it.
 	result, _ = b.eventResult(t, waitingEvent)
 	require.Equal(t, webhooks.ResultAwaitingCharge, result)
-	expired := webhooks.NewAwaitSweeper(b.pool, slog.New(slog.NewTextHandler(io.Discard, nil)), webhooks.AwaitConfig{Limit: time.Millisecond})
+	expired := webhooks.NewAwaitSweeper(b.pool, slog.New(slog.NewTextHandler(io.Discard, nil)), webhooks.AwaitConfig{Limit: time.Millisecond, Kinds: kinds.All()})
 	res, err = expired.Sweep(ctx, b.jobs)
 	require.NoError(t, err)
 	require.Equal(t, webhooks.AwaitResult{Released: 1}, res)
@@ -123,7 +124,7 @@ func TestSweepsAtOnceGiveOneJobEach(t *testing.T) {
 	for i := range events {
 		_, ids[i] = b.awaitingEvent(t, fmt.Sprintf("key-await-many-%02d", i))
 	}
-	expired := webhooks.NewAwaitSweeper(b.pool, slog.New(slog.NewTextHandler(io.Discard, nil)), webhooks.AwaitConfig{Limit: time.Millisecond})
+	expired := webhooks.NewAwaitSweeper(b.pool, slog.New(slog.NewTextHandler(io.Discard, nil)), webhooks.AwaitConfig{Limit: time.Millisecond, Kinds: kinds.All()})
 	var (
 		wg       sync.WaitGroup
 		mu       sync.Mutex

@@ -8,14 +8,16 @@
 //     once by its id (INSERT … ON CONFLICT DO NOTHING) and, in the same
 //     transaction, inserts the job that processes it; a redelivery is
 //     acknowledged and changes nothing. It answers as soon as that commits.
-//   - The job (Processor) reads the event's object again from the provider
-//     and settles our payment from that answer, under the payment lock, as
-//     the charge worker or the reconciler would (payments.Settle). A final
-//     payment the provider contradicts is left as it is and recorded as a
-//     ledger finding for an operator. An event telling of a state an
-//     intent never leaves (succeeded, canceled) that its payment already
-//     records for that intent changes nothing, and is marked so without
-//     the read: most events of a healthy service are these.
+//   - The job (Processor) hands the event to the operation kind that
+//     answers its type (operation.Kind.SettleEvent), which reads the
+//     event's object again from the provider and settles its operation
+//     from that answer, under its locks, as its worker or its reconciler
+//     would. A final payment the provider contradicts is left as it is and
+//     recorded as a ledger finding for an operator. An event that tells
+//     only what its operation records (the kind's EventShortcuts: a
+//     payment's succeeded or canceled intent) changes nothing, and is
+//     marked so without the read: most events of a healthy service are
+//     these.
 //   - A periodic job (Recoverer) lists the provider's events after the last
 //     one it listed and feeds them through the same store-once path, so a
 //     delivery that never came is still acted on.
@@ -25,7 +27,8 @@
 // payment handed to reconciliation is settled as soon as the provider says
 // how it ended) and catch contradictions.
 //
-// Dispatch is a table from event type to action (actionOf): types no
-// action is taken on are stored already processed, with result "ignored",
-// and acknowledged; they cost no job.
+// Dispatch is by the kinds' event types (operation.Kind.EventTypes): types
+// no kind answers are stored already processed, with result "ignored", and
+// acknowledged; they cost no job. This package writes no SQL against any
+// kind's table.
 package webhooks

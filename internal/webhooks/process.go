@@ -4,81 +4,43 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"net/http"
 	"slices"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
-	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/operation"
-	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
 // Results recorded on a processed event.
 const (
-	ResultIgnored = "ignored"  // no handler for the type
-	ResultNotOurs = "not_ours" // the object belongs to no payment of ours
+	ResultIgnored = "ignored"         // no handler for the type
+	ResultNotOurs = operation.NotOurs // the object belongs to no operation of ours
 )
 
-// action is what an event asks of the Processor.
-type action int
-
-const (
-	// ignore: nothing. The event is stored already processed, with result
-	// "ignored", and no job is queued for it.
-	ignore action = iota
-	readIntent
-	// byKind: an operation kind answers the event itself (its SettleEvent).
-	byKind
-)
-
-// EventTypes are the event types acted on, kinds' own among them: the
+// EventTypes are the event types acted on: those the kinds answer, the
 // events a provider's webhook endpoint should be enabled for (any other is
-// stored as ignored, at the cost of its delivery). Adding a type to
-// actionOf adds it here.
+// stored as ignored, at the cost of its delivery).
 func EventTypes(kinds operation.Kinds) []string {
-	types := []string{
-		"payment_intent.succeeded", "payment_intent.payment_failed", "payment_intent.canceled",
-		"payment_intent.requires_action", "payment_intent.processing", "payment_intent.amount_capturable_updated",
-	}
+	var types []string
 	for _, k := range kinds {
 		types = append(types, k.EventTypes()...)
 	}
 	return types
 }
 
-// dispatch is what acts on an event type: actionOf's table, else the kind
-// that answers the type itself.
-func dispatch(eventType string, kinds operation.Kinds) (action, operation.Kind) {
-	if a := actionOf(eventType); a != ignore {
-		return a, nil
-	}
+// kindOf is the kind that answers an event type, or nil.
+func kindOf(eventType string, kinds operation.Kinds) operation.Kind {
 	for _, k := range kinds {
 		if slices.Contains(k.EventTypes(), eventType) {
-			return byKind, k
+			return k
 		}
 	}
-	return ignore, nil
-}
-
-// actionOf is the dispatch table: adding a type is a line here, and one
-// in EventTypes.
-func actionOf(eventType string) action {
-	switch eventType {
-	case "payment_intent.succeeded", "payment_intent.payment_failed", "payment_intent.canceled",
-		"payment_intent.requires_action", "payment_intent.processing",
-		// A manual-capture payment authorized: it awaits capture.
-		"payment_intent.amount_capturable_updated":
-		return readIntent
-	}
-	return ignore
+	return nil
 }
 
 // Processor acts on stored events.
@@ -121,11 +83,7 @@ func (p *Processor) Process(ctx context.Context, eventID string) (string, error)
 		log = log.With(slog.String("account", ev.Account))
 	}
 	result := ResultIgnored
-	act, kind := dispatch(ev.Type, p.kinds)
-	switch act {
-	case readIntent:
-		result, err = p.settleIntent(ctx, ev, log)
-	case byKind:
+	if kind := kindOf(ev.Type, p.kinds); kind != nil {
 		result = ResultNotOurs
 		if ev.ObjectID != nil {
 			callCtx, cancel := context.WithTimeout(ctx, p.callTimeout)
@@ -142,91 +100,6 @@ func (p *Processor) Process(ctx context.Context, eventID string) (string, error)
 	}
 	log.InfoContext(ctx, "event processed", slog.String("result", result))
 	return result, nil
-}
-
-// settleIntent reads the event's intent from the provider and settles its
-// payment from that answer, never from the event's copy.
-func (p *Processor) settleIntent(ctx context.Context, ev storedEvent, log *slog.Logger) (string, error) {
-	if ev.ObjectID == nil {
-		return ResultNotOurs, nil
-	}
-	intentID := *ev.ObjectID
-	if agrees, err := finalAsTold(ctx, p.pool, ev); err != nil || agrees {
-		return payments.Unchanged.String(), err
-	}
-	callCtx, cancel := context.WithTimeout(ctx, p.callTimeout)
-	defer cancel()
-	out := p.provider.For(ev.Account).RetrieveIntent(callCtx, intentID)
-	if out.Kind == provider.Ambiguous && out.HTTPStatus == http.StatusNotFound {
-		return ResultNotOurs, nil // not an intent this account knows
-	}
-	if out.Kind == provider.Ambiguous {
-		return "", fmt.Errorf("read intent %s: %w", intentID, out.Err)
-	}
-	// A declined intent is still confirmable: its payment is final only
-	// once it is canceled.
-	out, err := payments.CloseIntent(callCtx, p.pool, p.provider, ev.Account, out)
-	if err != nil {
-		return "", err
-	}
-	if out.Kind == provider.Ambiguous {
-		return "", fmt.Errorf("close intent %s: %w", intentID, out.Err)
-	}
-	s, err := payments.Settle(ctx, p.pool, p.keys, ev.Account, out)
-	if errors.Is(err, payments.ErrNotOurs) {
-		log.InfoContext(ctx, "event about an intent of no payment of ours", slog.String("intent_id", intentID))
-		return ResultNotOurs, nil
-	}
-	if err != nil {
-		return "", err
-	}
-	log = log.With(slog.String("tenant_id", s.Payment.TenantID), slog.String("payment_id", s.Payment.ID),
-		slog.String("intent_id", intentID), slog.String("intent_status", string(out.Intent.Status)),
-		slog.String("payment_status", string(s.Payment.Status)))
-	switch s.Verdict {
-	case payments.Recorded:
-		log.InfoContext(ctx, "payment settled from the provider's intent")
-	case payments.Contradiction:
-		evidence := map[string]any{
-			"event_id": ev.ID, "event_type": ev.Type, "reason": s.Reason,
-			"intent": map[string]any{
-				"id": intentID, "status": out.Intent.Status, "amount": out.Intent.Amount, "currency": out.Intent.Currency,
-				"metadata": out.Intent.Metadata,
-			},
-			"payment": map[string]any{
-				"status": s.Payment.Status, "generation": s.Payment.ProviderKeyGeneration,
-				"provider_payment_intent_id": s.Payment.ProviderPaymentIntentID, "failure_code": s.Payment.FailureCode,
-			},
-		}
-		isNew, err := ledger.Record(ctx, p.pool, s.Kind, s.Payment.ID, intentID, evidence)
-		if err != nil {
-			return "", err
-		}
-		log.ErrorContext(ctx, "the provider contradicts the payment's recorded state; left for an operator",
-			slog.String("finding", s.Kind), slog.String("reason", s.Reason), slog.Bool("new_finding", isNew))
-	}
-	return s.Verdict.String(), nil
-}
-
-// finalAsTold reports whether ev (an intent's event) tells of a final
-// state its payment already records, for the intent the payment records:
-// then nothing could change, and neither the provider nor the payment's
-// lock is needed. Only states an intent never leaves count (succeeded,
-// canceled); anything else is read again.
-func finalAsTold(ctx context.Context, db querier, ev storedEvent) (bool, error) {
-	status := payments.FinalStatusOfEvent(ev.Type)
-	if status == "" {
-		return false, nil
-	}
-	rows, err := db.Query(ctx, `SELECT `+payments.RecordsSQL("$1", "$2", "$3"), ev.ObjectID, ev.Account, status)
-	if err != nil {
-		return false, fmt.Errorf("read the payment of intent %s: %w", *ev.ObjectID, err)
-	}
-	agrees, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[bool])
-	if err != nil {
-		return false, fmt.Errorf("read the payment of intent %s: %w", *ev.ObjectID, err)
-	}
-	return agrees, nil
 }
 
 // ProcessWorker runs the Processor as a River job.

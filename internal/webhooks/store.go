@@ -14,7 +14,6 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/oncepay/oncepay/internal/operation"
-	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/provider"
 )
@@ -43,32 +42,36 @@ type Inserter interface {
 // no job, each decided by the insert itself:
 //
 //   - one of a type nothing acts on: stored processed (ignored);
-//   - one telling of a final state its payment already records for that
-//     intent: stored processed (unchanged: finalAsTold's question);
-//   - one about a payment whose charge has not yet recorded the provider's
-//     first answer (payments.ChargeAwaitedSQL): stored awaiting the charge, which is
-//     about to record that answer itself; the AwaitSweeper then marks it
-//     processed if the payment records what it tells, or gives it its job.
+//   - one telling only what its operation records (its kind's
+//     EventShortcuts.Told: a final state a payment records for that
+//     intent): stored processed (unchanged);
+//   - one about an operation that has yet to record the provider's first
+//     answer (EventShortcuts.Awaited: a payment whose charge is in its
+//     call): stored awaiting it, as the charge is about to record that
+//     answer itself; the AwaitSweeper then marks it processed if the
+//     operation records what it tells, or gives it its job.
 //
 // The last two are how nearly every event of a payment arrives: the
 // provider sends it as it answers the charge, just before or after the
 // answer is recorded.
 func Ingest(ctx context.Context, pool *pgxpool.Pool, jobs Inserter, ev provider.Event, source Source, kinds operation.Kinds) (stored bool, err error) {
-	action, _ := dispatch(ev.Type, kinds)
-	final := string(payments.FinalStatusOfEvent(ev.Type))
+	kind := kindOf(ev.Type, kinds)
+	told, awaited := "false", "false"
+	if kind != nil && kind.EventShortcuts() != nil {
+		told, awaited = kind.EventShortcuts().Told("$2", "$4", "$8"), kind.EventShortcuts().Awaited("$6::jsonb", "$8")
+	}
 	// Two round trips: BEGIN with the event, then the job with COMMIT.
 	err = postgres.InTx(ctx, pool, func(tx pgx.Tx) error {
 		var noJob bool
 		err := tx.QueryRow(ctx, `
 			INSERT INTO webhook_events (id, type, api_version, object_id, created, payload, source, account, processed_at, result)
 			SELECT $1, $2, nullif($3, ''), nullif($4, ''), $5, $6, $7, nullif($8, ''),
-				CASE WHEN $9 OR told THEN now() END, CASE WHEN $9 THEN $10 WHEN told THEN $12 WHEN awaited THEN $14 END
-			FROM (SELECT $11 <> '' AND `+payments.RecordsSQL("$4", "$8", "$11")+` AS told,
-				$13 AND `+payments.ChargeAwaitedSQL("$6::jsonb", "$8")+` AS awaited) AS final
+				CASE WHEN $9 OR told THEN now() END, CASE WHEN $9 THEN $10 WHEN told THEN $11 WHEN awaited THEN $12 END
+			FROM (SELECT `+told+` AS told, `+awaited+` AS awaited) AS final
 			ON CONFLICT (id) DO NOTHING
-			RETURNING processed_at IS NOT NULL OR result IS NOT DISTINCT FROM $14`,
-			ev.ID, ev.Type, ev.APIVersion, ev.ObjectID, ev.Created, redacted(ev.Payload), source, ev.Account, action == ignore, ResultIgnored,
-			final, payments.Unchanged.String(), action == readIntent, ResultAwaitingCharge).Scan(&noJob)
+			RETURNING processed_at IS NOT NULL OR result IS NOT DISTINCT FROM $12`,
+			ev.ID, ev.Type, ev.APIVersion, ev.ObjectID, ev.Created, redacted(ev.Payload), source, ev.Account, kind == nil, ResultIgnored,
+			operation.Unchanged, ResultAwaitingCharge).Scan(&noJob)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil // stored before
 		}

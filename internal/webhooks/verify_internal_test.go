@@ -118,14 +118,12 @@ func withoutSecrets(v any) any {
 func TestEventTypesAreTheHandledOnes(t *testing.T) {
 	seen := map[string]bool{}
 	for _, typ := range EventTypes(kinds.All()) {
-		act, _ := dispatch(typ, kinds.All())
-		require.NotEqual(t, ignore, act, typ)
+		require.NotNil(t, kindOf(typ, kinds.All()), typ)
 		require.False(t, seen[typ], "%s listed twice", typ)
 		seen[typ] = true
 	}
 	for _, typ := range []string{"payment_intent.created", "charge.succeeded", "customer.created", "refund.updated.extra"} {
-		act, _ := dispatch(typ, kinds.All())
-		require.Equal(t, ignore, act, typ)
+		require.Nil(t, kindOf(typ, kinds.All()), typ)
 	}
 }
 

@@ -129,7 +129,7 @@ func setup(t *testing.T, opts options) *bundle {
 	if opts.recoverEvery > 0 {
 		periodic = append(periodic, webhooks.RecoverWebhookEventsPeriodicJob(opts.recoverEvery))
 	}
-	river.AddWorker(workers, &webhooks.AwaitWorker{Sweeper: webhooks.NewAwaitSweeper(pool, logger, webhooks.AwaitConfig{})})
+	river.AddWorker(workers, &webhooks.AwaitWorker{Sweeper: webhooks.NewAwaitSweeper(pool, logger, webhooks.AwaitConfig{Kinds: kinds.All()})})
 	if opts.awaitEvery >= 0 {
 		periodic = append(periodic, outbox.PeriodicJob(cmp.Or(opts.awaitEvery, time.Second), webhooks.SettleAwaitingEventsArgs{}))
 	}
