@@ -69,6 +69,36 @@ func (b *opsBundle) settleRow(paymentID, status, intentID string) {
 	b.exec(`UPDATE river_job SET state = 'completed', finalized_at = now() WHERE args->>'payment_id' = $1`, paymentID)
 }
 
+// accept posts body to path under key with the tenant's API key, no worker
+// running, and returns the id of the operation of table it accepted.
+func (b *opsBundle) accept(table, path, key, body string) string {
+	b.t.Helper()
+	req, err := http.NewRequest(http.MethodPost, b.base+path, strings.NewReader(body))
+	require.NoError(b.t, err)
+	req.Header.Set("Authorization", "Bearer "+b.tenant.APIKey)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", key)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(b.t, err)
+	resp.Body.Close()
+	require.Equal(b.t, http.StatusAccepted, resp.StatusCode)
+	var opID string
+	require.NoError(b.t, b.pool.QueryRow(b.ctx, `SELECT id FROM `+table+` WHERE idempotency_key = $1`, key).Scan(&opID))
+	return opID
+}
+
+// strand hands an operation of table to reconciliation with its key
+// unknown and its job (naming it by jobArg) done, as its job's last
+// attempt would; sent says whether an attempt started, a minute ago.
+func (b *opsBundle) strand(table, jobArg, opID, key string, sent bool) {
+	b.t.Helper()
+	b.exec(`UPDATE `+table+` SET status = 'requires_reconciliation', reconcile_after = NULL,
+		first_provider_attempt_at = CASE WHEN $2 THEN now() - interval '1 minute' END,
+		last_provider_attempt_at = CASE WHEN $2 THEN now() - interval '1 minute' END WHERE id = $1`, opID, sent)
+	b.exec(`UPDATE idempotency_keys SET status = 'unknown' WHERE idempotency_key = $1`, key)
+	b.exec(`UPDATE river_job SET state = 'completed', finalized_at = now() WHERE args->>$2 = $1`, opID, jobArg)
+}
+
 func TestReconcileCommand(t *testing.T) {
 	t.Parallel()
 	b := setupOps(t)
@@ -493,13 +523,7 @@ func TestRefundKeysReleaseAndReconcile(t *testing.T) {
 	paymentID := b.pay(id.New("key"))
 	intent := b.intent(api, 2000, "pm_card_visa", paymentID)
 	b.settleRow(paymentID, "succeeded", intent.ID)
-	stuck := func(refundID, key string, sent bool) {
-		b.exec(`UPDATE refunds SET status = 'requires_reconciliation', reconcile_after = NULL,
-			first_provider_attempt_at = CASE WHEN $2 THEN now() - interval '1 minute' END,
-			last_provider_attempt_at = CASE WHEN $2 THEN now() - interval '1 minute' END WHERE id = $1`, refundID, sent)
-		b.exec(`UPDATE idempotency_keys SET status = 'unknown' WHERE idempotency_key = $1`, key)
-		b.exec(`UPDATE river_job SET state = 'completed', finalized_at = now() WHERE args->>'refund_id' = $1`, refundID)
-	}
+	stuck := func(refundID, key string, sent bool) { b.strand("refunds", "refund_id", refundID, key, sent) }
 	keyStatus := func(key string) string {
 		var s string
 		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT status FROM idempotency_keys WHERE idempotency_key = $1`, key).Scan(&s))
@@ -601,24 +625,10 @@ func TestActionKeysReleaseAndReconcile(t *testing.T) {
 		b.exec(`UPDATE payments SET capture_method = 'manual', amount_capturable = amount WHERE id = $1`, paymentID)
 		return paymentID, pi
 	}
+	// Stuck: handed to reconciliation with its key unknown, its job gone.
 	act := func(paymentID, kind, key string, sent bool) string {
-		req, err := http.NewRequest(http.MethodPost, b.base+"/v1/payments/"+paymentID+"/"+kind, strings.NewReader(`{}`))
-		require.NoError(t, err)
-		req.Header.Set("Authorization", "Bearer "+b.tenant.APIKey)
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Idempotency-Key", key)
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		require.Equal(t, http.StatusAccepted, resp.StatusCode)
-		var actionID string
-		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT id FROM payment_actions WHERE idempotency_key = $1`, key).Scan(&actionID))
-		// Stuck: handed to reconciliation with its key unknown, its job gone.
-		b.exec(`UPDATE payment_actions SET status = 'requires_reconciliation', reconcile_after = NULL,
-			first_provider_attempt_at = CASE WHEN $2 THEN now() - interval '1 minute' END,
-			last_provider_attempt_at = CASE WHEN $2 THEN now() - interval '1 minute' END WHERE id = $1`, actionID, sent)
-		b.exec(`UPDATE idempotency_keys SET status = 'unknown' WHERE idempotency_key = $1`, key)
-		b.exec(`UPDATE river_job SET state = 'completed', finalized_at = now() WHERE args->>'action_id' = $1`, actionID)
+		actionID := b.accept("payment_actions", "/v1/payments/"+paymentID+"/"+kind, key, `{}`)
+		b.strand("payment_actions", "action_id", actionID, key, sent)
 		return actionID
 	}
 	var res struct {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"net/http"
 	"strings"
 	"testing"
 
@@ -33,22 +32,8 @@ func TestPayoutOperatorCommands(t *testing.T) {
 	// Accepted with no worker running, then stuck: handed to
 	// reconciliation with its key unknown.
 	stuck := func(key string, sent bool) string {
-		req, err := http.NewRequest(http.MethodPost, b.base+"/v1/payouts", strings.NewReader(`{"amount": 3000, "currency": "usd"}`))
-		require.NoError(t, err)
-		req.Header.Set("Authorization", "Bearer "+b.tenant.APIKey)
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Idempotency-Key", key)
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		resp.Body.Close()
-		require.Equal(t, http.StatusAccepted, resp.StatusCode)
-		var payoutID string
-		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT id FROM payouts WHERE idempotency_key = $1`, key).Scan(&payoutID))
-		b.exec(`UPDATE payouts SET status = 'requires_reconciliation', reconcile_after = NULL,
-			first_provider_attempt_at = CASE WHEN $2 THEN now() - interval '1 minute' END,
-			last_provider_attempt_at = CASE WHEN $2 THEN now() - interval '1 minute' END WHERE id = $1`, payoutID, sent)
-		b.exec(`UPDATE idempotency_keys SET status = 'unknown' WHERE idempotency_key = $1`, key)
-		b.exec(`UPDATE river_job SET state = 'completed', finalized_at = now() WHERE args->>'id' = $1`, payoutID)
+		payoutID := b.accept("payouts", "/v1/payouts", key, `{"amount": 3000, "currency": "usd"}`)
+		b.strand("payouts", "id", payoutID, key, sent)
 		return payoutID
 	}
 
