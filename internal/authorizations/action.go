@@ -83,11 +83,3 @@ func (ActPaymentArgs) InsertOpts() river.InsertOpts { return operation.Args[capt
 
 // Of names the job's action.
 func (a ActPaymentArgs) Of() (tenantID, actionID string) { return a.TenantID, a.ActionID }
-
-func deref[T any](p *T) T {
-	var zero T
-	if p == nil {
-		return zero
-	}
-	return *p
-}

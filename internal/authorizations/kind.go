@@ -45,7 +45,7 @@ func spec[K operation.Named](kind Kind, sharesJob bool) operation.Spec[K, ActPay
 		},
 		Show: func(a Action) operation.Shown {
 			intent := a.ProviderPaymentIntentID
-			shown := a.Lifecycle.Show(a, string(a.Status), deref(a.AmountToCapture), &intent, ActPaymentArgs{TenantID: a.TenantID, ActionID: a.ID})
+			shown := a.Lifecycle.Show(a, string(a.Status), operation.Deref(a.AmountToCapture), &intent, ActPaymentArgs{TenantID: a.TenantID, ActionID: a.ID})
 			shown.ParentID = a.PaymentID
 			return shown
 		},
@@ -67,7 +67,7 @@ func ofPayment(ctx context.Context, db operation.Querier, tenantID, paymentID st
 		return nil, err
 	}
 	for i, a := range mine {
-		amount := cmp.Or(deref(a.AmountToCapture), p.Amount)
+		amount := cmp.Or(operation.Deref(a.AmountToCapture), p.Amount)
 		mine[i].AmountToCapture = &amount
 	}
 	return mine, nil

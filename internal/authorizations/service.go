@@ -7,10 +7,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/jsonbody"
 	"github.com/oncepay/oncepay/internal/operation"
@@ -46,11 +44,7 @@ func (s service) handle(kind Kind) http.Handler {
 // a capture, {} or {"cancellation_reason": R} for a cancel; an empty body
 // is {}.
 func decode(w http.ResponseWriter, r *http.Request, kind Kind) (Request, error) {
-	paymentID := chi.URLParam(r, "id")
-	if !id.Valid("pay", paymentID) {
-		return Request{}, problem.New(problem.NotFound, "No payment %q.", paymentID)
-	}
-	obj, err := jsonbody.ReadOptional(w, r)
+	paymentID, obj, err := operation.ReadAbout(w, r, "pay", "payment")
 	if err != nil {
 		return Request{}, err
 	}
@@ -102,7 +96,7 @@ func (s service) insert(ctx context.Context, tx pgx.Tx, p payments.Payment, clie
 	}
 	return insertAction(ctx, tx, Action{Lifecycle: operation.NewLifecycle(tableOf(req.Kind), req.Kind.idPrefix(), p.TenantID, clientKey),
 		PaymentID: p.ID, Kind: req.Kind, AmountToCapture: &req.AmountToCapture, CancellationReason: &req.CancellationReason,
-		Status: StatusPending, ProviderPaymentIntentID: deref(p.ProviderPaymentIntentID), ProviderAccount: p.ProviderAccount})
+		Status: StatusPending, ProviderPaymentIntentID: operation.Deref(p.ProviderPaymentIntentID), ProviderAccount: p.ProviderAccount})
 }
 
 // resume takes an action proven never sent back to pending under its next

@@ -65,7 +65,7 @@ func finalResponse(a Action, p payments.Payment) (idempotency.Response, error) {
 	}
 	pe := refusal(a.Kind, p)
 	pe.Detail = fmt.Sprintf("The payment provider refused to %s payment %s's authorization (%s); the payment is %s.",
-		a.Kind, p.ID, deref(a.FailureCode), p.Status)
+		a.Kind, p.ID, operation.Deref(a.FailureCode), p.Status)
 	return operation.Refused(pe, location), nil
 }
 

@@ -21,12 +21,12 @@ type attemptable struct {
 // recorded as the intent now stands (an authorization the provider voided
 // makes it canceled).
 func (k attemptable) Send(ctx context.Context, a Action) (provider.Outcome, error) {
-	pc := k.provider.For(deref(a.ProviderAccount))
+	pc := k.provider.For(operation.Deref(a.ProviderAccount))
 	var out provider.Outcome
 	if a.Kind == Capture {
-		out = pc.CaptureIntent(ctx, a.ProviderPaymentIntentID, deref(a.AmountToCapture), a.ProviderIdempotencyKey)
+		out = pc.CaptureIntent(ctx, a.ProviderPaymentIntentID, operation.Deref(a.AmountToCapture), a.ProviderIdempotencyKey)
 	} else {
-		out = pc.CancelAuthorization(ctx, a.ProviderPaymentIntentID, deref(a.CancellationReason), a.ProviderIdempotencyKey)
+		out = pc.CancelAuthorization(ctx, a.ProviderPaymentIntentID, operation.Deref(a.CancellationReason), a.ProviderIdempotencyKey)
 	}
 	if out.Kind == provider.Rejected {
 		if read := pc.RetrieveIntent(ctx, a.ProviderPaymentIntentID); read.Err == nil {
@@ -34,11 +34,6 @@ func (k attemptable) Send(ctx context.Context, a Action) (provider.Outcome, erro
 		}
 	}
 	return out, nil
-}
-
-// RecordPending is never needed: a capture or a cancel answers at once.
-func (attemptable) RecordPending(context.Context, operation.Querier, Action, provider.Outcome) error {
-	return nil
 }
 
 func (k attemptable) RecordFinal(ctx context.Context, tx pgx.Tx, a Action, out provider.Outcome) error {
@@ -60,7 +55,7 @@ func (c claim) Claimed() Action { return c.Action }
 // never sends the action again.
 func lookUp(env operation.Env) operation.LookUp[claim, provider.Outcome] {
 	return func(ctx context.Context, c claim) (provider.Outcome, operation.Look) {
-		read := env.Provider.For(deref(c.ProviderAccount)).RetrieveIntent(ctx, c.ProviderPaymentIntentID)
+		read := env.Provider.For(operation.Deref(c.ProviderAccount)).RetrieveIntent(ctx, c.ProviderPaymentIntentID)
 		if read.Err != nil {
 			return read, operation.Look{Note: "reading the payment's intent failed", Err: read.Err}
 		}

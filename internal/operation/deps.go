@@ -7,11 +7,15 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
+	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/jsonbody"
 	"github.com/oncepay/oncepay/internal/outbox"
+	"github.com/oncepay/oncepay/internal/problem"
 	"github.com/oncepay/oncepay/internal/tenant"
 )
 
@@ -67,6 +71,18 @@ func (d Deps) Accept(ctx context.Context, tx pgx.Tx, op Operation, what string, 
 }
 
 func (d Deps) retryAfter() time.Duration { return cmp.Or(d.RetryAfter, time.Second) }
+
+// ReadAbout reads a request about the object its path's {id} names (its
+// ids start with prefix; noun names it in the 404 of an id that is not
+// one) whose body is optional: an empty body is the empty object.
+func ReadAbout(w http.ResponseWriter, r *http.Request, prefix, noun string) (objectID string, body jsonbody.Object, err error) {
+	objectID = chi.URLParam(r, "id")
+	if !id.Valid(prefix, objectID) {
+		return "", jsonbody.Object{}, problem.New(problem.NotFound, "No %s %q.", noun, objectID)
+	}
+	body, err = jsonbody.ReadOptional(w, r)
+	return objectID, body, err
+}
 
 // NewResource is how a kind's operations are read over HTTP.
 func NewResource[T any](d Deps, noun, prefix string, notFound error) Resource[T] {

@@ -167,3 +167,12 @@ func FindOne[Obj any](list func(func([]Obj) error) error, mine func(Obj) bool, s
 	}
 	return zero, Look{Found: Absent}
 }
+
+// Deref is *p, or T's zero value for nil: a nullable column's value.
+func Deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}

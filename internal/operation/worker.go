@@ -72,9 +72,6 @@ type Attemptable[Op, O any] interface {
 	// provider object an earlier attempt found. It may read more of op's
 	// context (the payment a refund gives back).
 	Send(ctx context.Context, op Op) (O, error)
-	// RecordPending notes a pending provider object, so that the next
-	// attempt reads it instead of sending again.
-	RecordPending(ctx context.Context, db Querier, op Op, out O) error
 	// RecordFinal records a final answer: the operation's state and the
 	// key's final response. The caller holds Lock's locks.
 	RecordFinal(ctx context.Context, tx pgx.Tx, op Op, out O) error
@@ -83,6 +80,12 @@ type Attemptable[Op, O any] interface {
 // The engine's worker asks a kind for more only where the kind has more to
 // say; each of these is optional.
 type (
+	// PendingRecorder notes a pending provider object, so that the next
+	// attempt reads it instead of sending again (a refund's). A kind whose
+	// creation is answered at once has none.
+	PendingRecorder[Op, O any] interface {
+		RecordPending(ctx context.Context, db Querier, op Op, out O) error
+	}
 	// Starter reads an operation and starts its attempt (Table.StartAttempt)
 	// in one statement, where the kind can: one round trip, not two, before
 	// every provider call. ok is false, and op is read as it is, when the
@@ -136,6 +139,7 @@ type Worker[A JobOf, Op any, O Answer] struct {
 	// What the kind also says, if it does (nil if not).
 	starter   Starter[Op]
 	recorder  FinalRecorder[A, Op, O]
+	pending   PendingRecorder[Op, O]
 	abandoner Abandoner[Op, O]
 }
 
@@ -146,6 +150,7 @@ func NewWorker[A JobOf, Op any, O Answer](pool *pgxpool.Pool, keys *idempotency.
 	w := &Worker[A, Op, O]{pool: pool, keys: keys, log: logger, t: cfg.timings(), action: action, table: table, kind: kind}
 	w.starter, _ = any(kind).(Starter[Op])
 	w.recorder, _ = any(kind).(FinalRecorder[A, Op, O])
+	w.pending, _ = any(kind).(PendingRecorder[Op, O])
 	w.abandoner, _ = any(kind).(Abandoner[Op, O])
 	return w
 }
@@ -228,8 +233,10 @@ func (w *Worker[A, Op, O]) record(ctx context.Context, job *river.Job[A], id str
 		return w.recordFinal(ctx, job, op, out)
 	case j.Kind == provider.Pending:
 		if age <= w.t.MaxPollDuration {
-			if err := w.kind.RecordPending(ctx, w.pool, op, out); err != nil {
-				return err
+			if w.pending != nil {
+				if err := w.pending.RecordPending(ctx, w.pool, op, out); err != nil {
+					return err
+				}
 			}
 			log.InfoContext(ctx, w.table.Operation+" pending at the provider; polling", slog.String("provider_status", j.State))
 			return river.JobSnooze(w.t.PollInterval)

@@ -79,18 +79,11 @@ func (p Payout) Entry() operation.Entry {
 // request is the one provider request that makes p in its generation.
 func (p Payout) request() provider.PayoutRequest {
 	return provider.PayoutRequest{IdempotencyKey: p.ProviderIdempotencyKey, Amount: p.Amount, Currency: p.Currency,
-		Description: deref(p.Description), Metadata: map[string]string{MetadataPayoutID: p.ID, MetadataTenantID: p.TenantID,
+		Description: operation.Deref(p.Description), Metadata: map[string]string{MetadataPayoutID: p.ID, MetadataTenantID: p.TenantID,
 			MetadataGeneration: strconv.Itoa(p.ProviderKeyGeneration)}}
 }
 
 // made reports whether a provider payout was made for p's generation.
 func (p Payout) made(po *provider.Payout) bool {
 	return po.Metadata[MetadataPayoutID] == p.ID && po.Metadata[MetadataGeneration] == strconv.Itoa(p.ProviderKeyGeneration)
-}
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
 }

@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/jsonbody"
 	"github.com/oncepay/oncepay/internal/money"
@@ -85,11 +83,7 @@ type cancelRequest struct {
 }
 
 func decodeCancel(w http.ResponseWriter, r *http.Request) (cancelRequest, error) {
-	payoutID := chi.URLParam(r, "id")
-	if !id.Valid(IDPrefix, payoutID) {
-		return cancelRequest{}, problem.New(problem.NotFound, "No payout %q.", payoutID)
-	}
-	obj, err := jsonbody.ReadOptional(w, r)
+	payoutID, obj, err := operation.ReadAbout(w, r, IDPrefix, "payout")
 	if err != nil {
 		return cancelRequest{}, err
 	}

@@ -24,12 +24,6 @@ func (k attemptable) Send(ctx context.Context, p Payout) (provider.PayoutOutcome
 	return k.provider.For(p.ProviderAccount).CreatePayout(ctx, p.request()), nil
 }
 
-// RecordPending is never needed: a payout's creation is answered at once;
-// what follows is the payout's own life, which its events record.
-func (attemptable) RecordPending(context.Context, operation.Querier, Payout, provider.PayoutOutcome) error {
-	return nil
-}
-
 func (k attemptable) RecordFinal(ctx context.Context, tx pgx.Tx, p Payout, out provider.PayoutOutcome) error {
 	_, _, err := record(ctx, tx, k.rows, p, out)
 	return err

@@ -76,10 +76,10 @@ func (a refundAudit) Compare(ctx context.Context, re *provider.Refund, matched *
 	switch {
 	case !recorded && succeeded:
 		reason = fmt.Sprintf("provider refund %s (generation %s) succeeded, but refund %s is %s with provider refund %s: the money may have gone back twice",
-			re.ID, re.Metadata[MetadataGeneration], r.ID, r.Status, deref(r.ProviderRefundID))
+			re.ID, re.Metadata[MetadataGeneration], r.ID, r.Status, operation.Deref(r.ProviderRefundID))
 	case !recorded:
 	case succeeded && (r.Status == StatusFailed || r.Status == StatusCanceled):
-		reason = fmt.Sprintf("refund %s is %s (%s), but provider refund %s succeeded", r.ID, r.Status, deref(r.FailureCode), re.ID)
+		reason = fmt.Sprintf("refund %s is %s (%s), but provider refund %s succeeded", r.ID, r.Status, operation.Deref(r.FailureCode), re.ID)
 	case succeeded && !final(r.Status) && (time.Since(re.Created) > cfg.UnsettledAfter ||
 		r.Status == StatusRequiresReconciliation && r.ReconcileAfter == nil):
 		reason = fmt.Sprintf("provider refund %s succeeded, but refund %s is still %s and nothing is going to settle it", re.ID, r.ID, r.Status)

@@ -87,7 +87,7 @@ type Refund struct {
 
 // Account is the connected account the refund's provider calls act on; ""
 // for the platform's own.
-func (r Refund) Account() string { return deref(r.ProviderAccount) }
+func (r Refund) Account() string { return operation.Deref(r.ProviderAccount) }
 
 // MarshalJSON fills the constant "object" member.
 func (r Refund) MarshalJSON() ([]byte, error) {
@@ -105,7 +105,7 @@ func (r Refund) Entry() operation.Entry {
 // generation; intentID is its payment's intent.
 func requestOf(r Refund, intentID string) provider.RefundRequest {
 	return provider.RefundRequest{IdempotencyKey: r.ProviderIdempotencyKey, PaymentIntentID: intentID, Amount: r.Amount,
-		Reason: deref(r.Reason), Metadata: map[string]string{MetadataRefundID: r.ID, MetadataPaymentID: r.PaymentID,
+		Reason: operation.Deref(r.Reason), Metadata: map[string]string{MetadataRefundID: r.ID, MetadataPaymentID: r.PaymentID,
 			MetadataTenantID: r.TenantID, MetadataGeneration: strconv.Itoa(r.ProviderKeyGeneration)}}
 }
 
@@ -131,10 +131,3 @@ func (a RefundPaymentArgs) InsertOpts() river.InsertOpts {
 
 // Of names the job's refund.
 func (a RefundPaymentArgs) Of() (tenantID, refundID string) { return a.TenantID, a.RefundID }
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
-}

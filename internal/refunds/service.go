@@ -64,11 +64,7 @@ type CreateRequest struct {
 // decodeCreate reads and validates a body, reporting every invalid field
 // at once. An empty body is the empty object: refund what remains.
 func decodeCreate(w http.ResponseWriter, r *http.Request) (CreateRequest, error) {
-	paymentID := chi.URLParam(r, "id")
-	if !id.Valid("pay", paymentID) {
-		return CreateRequest{}, problem.New(problem.NotFound, "No payment %q.", paymentID)
-	}
-	obj, err := jsonbody.ReadOptional(w, r)
+	paymentID, obj, err := operation.ReadAbout(w, r, "pay", "payment")
 	if err != nil {
 		return CreateRequest{}, err
 	}
