@@ -24,7 +24,7 @@ var actionsTable = operation.Table{
 	NotReachedMessage: "The request never reached the payment provider and the authorization is unchanged. " +
 		"Retry the request with the same Idempotency-Key to send it.",
 	Resumed: string(StatusPending), InFlight: []string{string(StatusPending)}, NotFound: ErrNotFound,
-	Parent: &operation.Parent{Table: "payments", Column: "payment_id"},
+	Parent: &operation.Parent{Table: "payments", Column: "payment_id", Noun: "payment", Prefix: "pay", Path: "/payments"},
 }
 
 // tableOf is the part of the table that holds one kind: each kind is

@@ -15,6 +15,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/problem"
 )
 
 // Lifecycle is the shape of the columns every kind's table has for the
@@ -110,12 +111,33 @@ func (l Lifecycle) Failure() (code, message string) {
 }
 
 // Reads mounts the reads of a kind's operations, whose ids start with
-// prefix: GET path/{id}, and a page of them newest first at GET path.
+// prefix: GET path/{id}, and a page of them newest first at GET path, or,
+// for a kind with a parent, of a parent's at GET parent path/{id}path.
 func Reads[Op Operation](r chi.Router, d Deps, path, prefix string, rows Rows[Op]) {
 	res := NewResource[Op](d, rows.Table.Operation, prefix, rows.Table.NotFound)
 	r.Get(path+"/{id}", res.HandleGet(func(ctx context.Context, tenantID, id string) (Op, error) { return rows.Load(ctx, d.DB, tenantID, id) }))
-	r.Get(path, res.HandleList(func(ctx context.Context, _ *http.Request, tenantID, after string, n int) ([]Op, error) {
-		return rows.Page(ctx, d.DB, tenantID, "", after, n)
+	p := rows.Table.Parent
+	if p == nil {
+		r.Get(path, res.HandleList(func(ctx context.Context, _ *http.Request, tenantID, after string, n int) ([]Op, error) {
+			return rows.Page(ctx, d.DB, tenantID, "", after, n)
+		}))
+		return
+	}
+	// A parent's page: /payments/{id}/refunds. Another tenant's parent is
+	// 404, like a missing one, not an empty list that would confirm it
+	// exists.
+	r.Get(p.Path+"/{id}"+path, res.HandleList(func(ctx context.Context, r *http.Request, tenantID, after string, n int) ([]Op, error) {
+		parentID, exists := chi.URLParam(r, "id"), false
+		if id.Valid(p.Prefix, parentID) {
+			err := d.DB.QueryRow(ctx, `SELECT EXISTS (SELECT FROM `+p.Table+` WHERE tenant_id = $1 AND id = $2)`, tenantID, parentID).Scan(&exists)
+			if err != nil {
+				return nil, fmt.Errorf("read the %s's %s: %w", rows.Table.Operation, p.Noun, err)
+			}
+		}
+		if !exists {
+			return nil, problem.New(problem.NotFound, "No %s %q.", p.Noun, parentID)
+		}
+		return rows.Page(ctx, d.DB, tenantID, parentID, after, n)
 	}))
 }
 

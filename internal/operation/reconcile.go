@@ -179,8 +179,9 @@ func (t Table) ClaimColumns(settled string) string {
 
 // Parent is a kind's parent relation: Column of the kind's table holds
 // the id of a row of Table (the tenant's too), which every transaction
-// that changes one of the kind's outcomes locks first.
-type Parent struct{ Table, Column string }
+// that changes one of the kind's outcomes locks first. The parent is a
+// Noun, whose ids start with Prefix, served at Path ("/payments").
+type Parent struct{ Table, Column, Noun, Prefix, Path string }
 
 // LockResource locks an operation by id, its parent's row first if it has
 // one, then its own: the Endpoint's hook for a re-acquired key, whose lock

@@ -3,7 +3,6 @@ package refunds
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -13,7 +12,6 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/jsonbody"
 	"github.com/oncepay/oncepay/internal/operation"
@@ -28,27 +26,9 @@ type service struct{ operation.Deps }
 // /v1/refunds/{id}. Everything about the key is the idempotency Endpoint's;
 // a re-acquired key resumes its refund, so its payment is locked first.
 func mount(r chi.Router, d operation.Deps) {
-	s, res := service{d}, operation.NewResource[Refund](d, "refund", IDPrefix, ErrNotFound)
+	s := service{d}
 	r.Method(http.MethodPost, "/payments/{id}/refunds", operation.Endpoint(d, decodeCreate, s.create, table.LockResource))
-	r.Get("/refunds/{id}", res.HandleGet(func(ctx context.Context, tenantID, refundID string) (Refund, error) {
-		return GetRefund(ctx, d.DB, tenantID, refundID)
-	}))
-	r.Get("/payments/{id}/refunds", res.HandleList(func(ctx context.Context, r *http.Request, tenantID, after string, n int) ([]Refund, error) {
-		// Another tenant's payment is 404, like a missing one, not an
-		// empty list that would confirm it exists.
-		paymentID := chi.URLParam(r, "id")
-		notFound := problem.New(problem.NotFound, "No payment %q.", paymentID)
-		if !id.Valid("pay", paymentID) {
-			return nil, notFound
-		}
-		if _, err := payments.GetPayment(ctx, d.DB, tenantID, paymentID); err != nil {
-			if errors.Is(err, payments.ErrNotFound) {
-				err = notFound
-			}
-			return nil, err
-		}
-		return rowsOf(d.Keys).Page(ctx, d.DB, tenantID, paymentID, after, n)
-	}))
+	operation.Reads(r, d, "/refunds", IDPrefix, rowsOf(d.Keys))
 }
 
 // CreateRequest is a validated request for a refund. Its JSON encoding is

@@ -24,7 +24,7 @@ var table = operation.Table{
 	NotReachedMessage: "The refund never reached the payment provider and nothing was refunded. " +
 		"Retry the request with the same Idempotency-Key to refund it.",
 	Resumed: string(StatusPending), InFlight: []string{string(StatusPending)}, NotFound: ErrNotFound,
-	Parent: &operation.Parent{Table: "payments", Column: "payment_id"},
+	Parent: &operation.Parent{Table: "payments", Column: "payment_id", Noun: "payment", Prefix: "pay", Path: "/payments"},
 }
 
 // rows is how the engine reads and locks refunds.
