@@ -72,17 +72,16 @@ func (s service) act(ctx context.Context, tx pgx.Tx, attempt idempotency.Attempt
 	if err != nil {
 		return idempotency.Outcome{}, err
 	}
-	var a Action
-	if attempt.ResourceID != "" {
-		a, err = s.resume(ctx, tx, p, req.Kind, attempt.ResourceID)
-	} else {
+	// An action proven never sent goes back to pending under its next
+	// generation if the payment still holds its authorization.
+	a, resumed, err := rowsOf(s.Keys, req.Kind).Resumed(ctx, tx, attempt, func(a Action) error { return actionable(ctx, tx, p, a.Kind, a.ID) })
+	if !resumed {
 		a, err = s.insert(ctx, tx, p, attempt.Request.Key, req)
 	}
 	if err != nil {
 		return idempotency.Outcome{}, err
 	}
-	return s.Accept(ctx, tx, a, string(a.Kind), ActPaymentArgs{TenantID: tenantID, ActionID: a.ID}, p, "/v1/payments/"+p.ID,
-		attempt.ResourceID != "")
+	return s.Accept(ctx, tx, a, string(a.Kind), ActPaymentArgs{TenantID: tenantID, ActionID: a.ID}, p, "/v1/payments/"+p.ID, resumed)
 }
 
 func (s service) insert(ctx context.Context, tx pgx.Tx, p payments.Payment, clientKey string, req Request) (Action, error) {
@@ -97,19 +96,6 @@ func (s service) insert(ctx context.Context, tx pgx.Tx, p payments.Payment, clie
 	return insertAction(ctx, tx, Action{Lifecycle: operation.NewLifecycle(tableOf(req.Kind), req.Kind.idPrefix(), p.TenantID, clientKey),
 		PaymentID: p.ID, Kind: req.Kind, AmountToCapture: &req.AmountToCapture, CancellationReason: &req.CancellationReason,
 		Status: StatusPending, ProviderPaymentIntentID: operation.Deref(p.ProviderPaymentIntentID), ProviderAccount: p.ProviderAccount})
-}
-
-// resume takes an action proven never sent back to pending under its next
-// generation, if the payment still holds its authorization.
-func (s service) resume(ctx context.Context, tx pgx.Tx, p payments.Payment, kind Kind, actionID string) (Action, error) {
-	a, err := rowsOf(s.Keys, kind).Locked(ctx, tx, p.TenantID, actionID)
-	if err != nil {
-		return Action{}, err
-	}
-	if err := actionable(ctx, tx, p, a.Kind, a.ID); err != nil {
-		return Action{}, err
-	}
-	return rowsOf(s.Keys, a.Kind).Resume(ctx, tx, a)
 }
 
 // actionable refuses a payment the kind cannot act on: not a manual

@@ -56,6 +56,22 @@ func (r Rows[Op]) Resume(ctx context.Context, tx pgx.Tx, op Op) (Op, error) {
 	return CollectOne[Op](rows, err, "resume "+r.Table.Operation, r.Table.NotFound)
 }
 
+// Resumed is, for a re-acquired key (attempt.ResourceID), its operation,
+// locked, back in flight under its next generation if check (if set) lets
+// it; resumed is false for a key new to any operation.
+func (r Rows[Op]) Resumed(ctx context.Context, tx pgx.Tx, attempt idempotency.Attempt, check func(Op) error) (op Op, resumed bool, err error) {
+	if attempt.ResourceID == "" {
+		return op, false, nil
+	}
+	if op, err = r.Locked(ctx, tx, attempt.Request.TenantID, attempt.ResourceID); err == nil && check != nil {
+		err = check(op)
+	}
+	if err == nil {
+		op, err = r.Resume(ctx, tx, op)
+	}
+	return op, true, err
+}
+
 // Page is up to n of a tenant's operations older than after (the newest
 // if empty), newest first; of the parent row parentID only, if it is set.
 func (r Rows[Op]) Page(ctx context.Context, db Querier, tenantID, parentID, after string, n int) ([]Op, error) {

@@ -49,19 +49,15 @@ func decodeCreate(w http.ResponseWriter, r *http.Request) (createRequest, error)
 // job, and answers 202.
 func (s service) create(ctx context.Context, tx pgx.Tx, attempt idempotency.Attempt, req createRequest) (idempotency.Outcome, error) {
 	tenantID, rs := attempt.Request.TenantID, rowsOf(s.Keys)
-	p, err := Payout{}, error(nil)
-	if attempt.ResourceID != "" {
-		if p, err = rs.Locked(ctx, tx, tenantID, attempt.ResourceID); err == nil {
-			p, err = rs.Resume(ctx, tx, p)
-		}
-	} else {
+	p, resumed, err := rs.Resumed(ctx, tx, attempt, nil)
+	if !resumed {
 		p, err = insert(ctx, tx, Payout{Lifecycle: operation.NewLifecycle(table, IDPrefix, tenantID, attempt.Request.Key),
 			Amount: req.Amount, Currency: req.Currency, Description: &req.Description, Status: StatusProcessing})
 	}
 	if err != nil {
 		return idempotency.Outcome{}, err
 	}
-	return s.Accept(ctx, tx, p, "payout", args{TenantID: tenantID, ID: p.ID}, p, location(p), attempt.ResourceID != "")
+	return s.Accept(ctx, tx, p, "payout", args{TenantID: tenantID, ID: p.ID}, p, location(p), resumed)
 }
 
 func location(p Payout) string { return "/v1/payouts/" + p.ID }
