@@ -40,6 +40,13 @@ type config struct {
 	// answers retries of a completed key from memory after reading its
 	// row. Defaults to 1m; 0 reads the row every time.
 	ReplayCacheTTL time.Duration
+	// OneTripKeys (API_ONE_TRIP_KEYS, on or off) sends a new key's row
+	// and its operation's writes in one round trip; off, every new key
+	// takes the plain transaction. EventShortcuts (API_EVENT_SHORTCUTS)
+	// stores the provider's events that tell what their payment records
+	// already, or arrive while its charge is recording, without a job; off,
+	// every event gets its job. Both default to on.
+	OneTripKeys, EventShortcuts bool
 	// MetricsAddr (METRICS_ADDR) is where /metrics is served, apart from
 	// the public listener. Defaults to 127.0.0.1:9080; "off" disables it.
 	MetricsAddr string
@@ -209,6 +216,8 @@ func loadConfig(getenv func(string) string) (config, error) {
 		AuthFailureLimit:    env.Int("API_AUTH_FAILURE_LIMIT", 20, 0, 1_000_000),
 		AuthFailureWindow:   env.Duration("API_AUTH_FAILURE_WINDOW", time.Minute, time.Second, time.Hour),
 		ReplayCacheTTL:      env.Duration("API_REPLAY_CACHE_TTL", time.Minute, 0, time.Hour),
+		OneTripKeys:         env.OneOf("API_ONE_TRIP_KEYS", "on", "on", "off") == "on",
+		EventShortcuts:      env.OneOf("API_EVENT_SHORTCUTS", "on", "on", "off") == "on",
 		IdempotencyLockWait: env.Duration("IDEMPOTENCY_LOCK_WAIT", 2*time.Second, time.Millisecond, 30*time.Second),
 		MaxWaiters:          env.Int("API_MAX_WAITERS", 1000, 1, 1_000_000),
 		MaxWaitersPerTenant: env.Int("API_MAX_WAITERS_PER_TENANT", 0, 0, 1_000_000),

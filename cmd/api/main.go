@@ -196,7 +196,12 @@ func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, tracing *tele
 		MaxWaiters:          cfg.MaxWaiters,
 		MaxWaitersPerTenant: cfg.MaxWaitersPerTenant,
 		ReplayCacheTTL:      cmp.Or(cfg.ReplayCacheTTL, -1), // 0 turns it off here, and means the default there
+		PlainNewKeys:        !cfg.OneTripKeys,
 	})
+	webhookKinds := kinds.All()
+	if !cfg.EventShortcuts {
+		webhookKinds = webhookKinds.WithoutEventShortcuts()
+	}
 	operations := operation.Deps{DB: pool, Keys: keys, Outbox: jobsOutbox, Logger: logger, ReadTimeout: cfg.RequestDBTimeout}
 	handler := api.NewHandler(api.Deps{
 		Pool:       pool,
@@ -208,7 +213,7 @@ func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, tracing *tele
 		DBTimeout:  cfg.RequestDBTimeout,
 		Auth: tenant.NewAuthenticator(pool, tenant.AuthConfig{CacheTTL: cfg.AuthCacheTTL, Timeout: cfg.RequestDBTimeout,
 			Failures: ratelimit.NewFailures(cfg.AuthFailureLimit, cfg.AuthFailureWindow), OnLimited: func() { m.RateLimited("auth") }}),
-		Webhooks: &webhooks.Handler{Pool: pool, Jobs: jobsOutbox, Logger: logger, Secret: cfg.StripeWebhookSecret, Kinds: kinds.All(),
+		Webhooks: &webhooks.Handler{Pool: pool, Jobs: jobsOutbox, Logger: logger, Secret: cfg.StripeWebhookSecret, Kinds: webhookKinds,
 			Timeout: cfg.RequestDBTimeout},
 	})
 	if cfg.StripeWebhookSecret == "" {

@@ -48,6 +48,10 @@ type config struct {
 	// RecordTimeout (WORKER_RECORD_TIMEOUT) bounds the writes that record a
 	// provider answer after the call. Defaults to 10s.
 	RecordTimeout time.Duration
+	// Grouping (WORKER_GROUPING, on or off) starts and records the charges
+	// that start or finish at the same moment in shared statements; off,
+	// each is started and recorded on its own. Defaults to on.
+	Grouping bool
 	// PollInterval (WORKER_POLL_INTERVAL) is the wait between polls of an
 	// intent that is processing or requires action. Defaults to 2s.
 	PollInterval time.Duration
@@ -143,6 +147,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		RetryBase:              env.Duration("WORKER_RETRY_BACKOFF_BASE", time.Second, time.Millisecond, time.Hour),
 		RetryMax:               env.Duration("WORKER_RETRY_BACKOFF_MAX", 10*time.Minute, time.Millisecond, 6*time.Hour),
 		RecordTimeout:          env.Duration("WORKER_RECORD_TIMEOUT", 10*time.Second, 100*time.Millisecond, 5*time.Minute),
+		Grouping:               env.OneOf("WORKER_GROUPING", "on", "on", "off") == "on",
 		PollInterval:           env.Duration("WORKER_POLL_INTERVAL", 2*time.Second, 10*time.Millisecond, time.Hour),
 		MaxPollDuration:        env.Duration("WORKER_MAX_POLL_DURATION", time.Hour, time.Second, 23*time.Hour),
 		ProviderKeyMargin:      env.Duration("PROVIDER_KEY_MARGIN", 23*time.Hour, time.Minute, provider.KeyWindow-time.Minute),
@@ -191,6 +196,7 @@ func (c config) workerConfig() operation.WorkerConfig {
 		PollInterval:      c.PollInterval,
 		MaxPollDuration:   c.MaxPollDuration,
 		RecordTimeout:     c.RecordTimeout,
+		Ungrouped:         !c.Grouping,
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncepay/oncepay/internal/api"
+	"github.com/oncepay/oncepay/internal/fastpath"
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/operation"
@@ -30,6 +31,9 @@ import (
 // round trips (each a wake-up of both processes) are what a request costs.
 // A change that adds one fails here and must say why.
 func TestRoundTrips(t *testing.T) {
+	if !fastpath.Built {
+		t.Skip("it measures a fast path, and this build has none (plainpaths)")
+	}
 	ctx := context.Background()
 	pool, log := pgtest.TracedPool(t, pgtest.SharedDatabase(t))
 

@@ -129,7 +129,7 @@ func (e *Endpoint[T]) decide(w http.ResponseWriter, r *http.Request, tenantID, k
 		return res, true
 	}
 	res, ok := e.Store.replayCommitted(r.Context(), e.DB, ireq)
-	if !ok && e.Fresh != nil && !e.Store.recent.seen(tenantID, key) {
+	if !ok && e.Fresh != nil && e.Store.freshKeys() && !e.Store.recent.seen(tenantID, key) {
 		res, ok, err = e.Store.runFresh(r.Context(), e.DB, ireq, func(ctx context.Context, a Attempt) (Outcome, bool, error) {
 			return e.Fresh(ctx, a, req)
 		})

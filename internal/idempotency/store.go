@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/oncepay/oncepay/internal/fastpath"
 	"github.com/oncepay/oncepay/internal/postgres"
 )
 
@@ -203,6 +204,10 @@ type Config struct {
 	// ReplayCacheSize bounds how many completed responses are kept for
 	// ReplayCacheTTL. Defaults to 10000.
 	ReplayCacheSize int
+	// PlainNewKeys turns the one-round-trip new key off (Endpoint.Fresh):
+	// every new key takes the transaction, its row reserved before the
+	// operation's writes.
+	PlainNewKeys bool
 	// ObserveReap, if set, is told what each committed batch of Reap did
 	// (for metrics), when it changed any row. It must not block.
 	ObserveReap func(ReapResult)
@@ -240,9 +245,16 @@ type Store struct {
 // NewStore returns a Store.
 func NewStore(cfg Config) *Store {
 	cfg = cfg.WithDefaults()
-	return &Store{cfg: cfg, recent: newRecentKeys(cfg.RecentKeys), replays: newFinishedReplays(cfg.ReplayCacheSize, cfg.ReplayCacheTTL),
-		draining: make(chan struct{})}
+	s := &Store{cfg: cfg, recent: newRecentKeys(cfg.RecentKeys), draining: make(chan struct{})}
+	if fastpath.Built {
+		s.replays = newFinishedReplays(cfg.ReplayCacheSize, cfg.ReplayCacheTTL)
+	}
+	return s
 }
+
+// freshKeys is whether a new key may take the one round trip
+// (Endpoint.Fresh), or only the transaction.
+func (s *Store) freshKeys() bool { return fastpath.Built && !s.cfg.PlainNewKeys }
 
 // Drain ends every wait held now or begun later (Prefer: wait) at once,
 // with the key as it stands: a stopping server answers its waiting clients

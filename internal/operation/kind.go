@@ -107,6 +107,20 @@ func (ks Kinds) Of(id string) (Kind, bool) {
 	return nil, false
 }
 
+// WithoutEventShortcuts are the kinds with their EventShortcuts turned
+// off: every event they answer is stored with its job.
+func (ks Kinds) WithoutEventShortcuts() Kinds {
+	plain := make(Kinds, len(ks))
+	for i, k := range ks {
+		plain[i] = noShortcuts{k}
+	}
+	return plain
+}
+
+type noShortcuts struct{ Kind }
+
+func (noShortcuts) EventShortcuts() EventShortcuts { return nil }
+
 // Names are the kinds' names, in order.
 func (ks Kinds) Names() []string {
 	names := make([]string, len(ks))

@@ -13,6 +13,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/oncepay/oncepay/internal/fastpath"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/provider"
@@ -148,8 +149,10 @@ type Worker[A JobOf, Op any, O Answer] struct {
 func NewWorker[A JobOf, Op any, O Answer](pool *pgxpool.Pool, keys *idempotency.Store, logger *slog.Logger, cfg WorkerConfig,
 	action string, table Table, kind Attemptable[Op, O]) *Worker[A, Op, O] {
 	w := &Worker[A, Op, O]{pool: pool, keys: keys, log: logger, t: cfg.timings(), action: action, table: table, kind: kind}
-	w.starter, _ = any(kind).(Starter[Op])
-	w.recorder, _ = any(kind).(FinalRecorder[A, Op, O])
+	if fastpath.Built && !cfg.Ungrouped {
+		w.starter, _ = any(kind).(Starter[Op])
+		w.recorder, _ = any(kind).(FinalRecorder[A, Op, O])
+	}
 	w.pending, _ = any(kind).(PendingRecorder[Op, O])
 	w.abandoner, _ = any(kind).(Abandoner[Op, O])
 	return w

@@ -14,6 +14,7 @@ import (
 	"github.com/riverqueue/river/rivertest"
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncepay/oncepay/internal/fastpath"
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/outbox"
@@ -30,6 +31,9 @@ import (
 // outcome, the stored answer and the job's completion. River's own fetch
 // and completion bookkeeping come on top, shared by the jobs of a batch.
 func TestChargeRoundTrips(t *testing.T) {
+	if !fastpath.Built {
+		t.Skip("it measures a fast path, and this build has none (plainpaths)")
+	}
 	t.Parallel()
 	ctx := context.Background()
 	pool, dbURL := pgtest.NewPool(t)

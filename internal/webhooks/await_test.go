@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncepay/oncepay/internal/fastpath"
 	"github.com/oncepay/oncepay/internal/kinds"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/webhooks"
@@ -60,6 +61,9 @@ func (b *bundle) eventResult(t *testing.T, eventID string) (result string, proce
 // the payment records what it tells, and otherwise gives it its job, which
 // settles the payment from the provider as any event's does.
 func TestEventBeforeTheChargesAnswerAwaitsIt(t *testing.T) {
+	if !fastpath.Built {
+		t.Skip("it measures a fast path, and this build has none (plainpaths)")
+	}
 	t.Parallel()
 	b := setup(t, options{awaitEvery: -1})
 	ctx := context.Background()
@@ -115,6 +119,9 @@ func TestEventBeforeTheChargesAnswerAwaitsIt(t *testing.T) {
 // TestSweepsAtOnceGiveOneJobEach: sweeps running beside each other release
 // each awaiting event once, with one job.
 func TestSweepsAtOnceGiveOneJobEach(t *testing.T) {
+	if !fastpath.Built {
+		t.Skip("it measures a fast path, and this build has none (plainpaths)")
+	}
 	t.Parallel()
 	b := setup(t, options{awaitEvery: -1})
 	ctx := context.Background()

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
+	"github.com/oncepay/oncepay/internal/fastpath"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/provider"
@@ -57,7 +58,7 @@ type Inserter interface {
 func Ingest(ctx context.Context, pool *pgxpool.Pool, jobs Inserter, ev provider.Event, source Source, kinds operation.Kinds) (stored bool, err error) {
 	kind := kindOf(ev.Type, kinds)
 	told, awaited := "false", "false"
-	if kind != nil && kind.EventShortcuts() != nil {
+	if kind != nil && kind.EventShortcuts() != nil && fastpath.Built {
 		told, awaited = kind.EventShortcuts().Told("$2", "$4", "$8"), kind.EventShortcuts().Awaited("$6::jsonb", "$8")
 	}
 	// Two round trips: BEGIN with the event, then the job with COMMIT.

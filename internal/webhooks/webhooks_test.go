@@ -20,6 +20,7 @@ import (
 	"github.com/stripe/stripe-go/v76/webhook"
 
 	"github.com/oncepay/oncepay/internal/api"
+	"github.com/oncepay/oncepay/internal/fastpath"
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/kinds"
@@ -394,6 +395,9 @@ func TestEventOfTheRecordedFinalStateNeedsNoRead(t *testing.T) {
 // the charge's own answer was recorded. One its payment does not record
 // yet gets its job.
 func TestEventAlreadyToldIsStoredProcessed(t *testing.T) {
+	if !fastpath.Built {
+		t.Skip("it measures a fast path, and this build has none (plainpaths)")
+	}
 	t.Parallel()
 	b := setup(t, options{})
 	ctx := context.Background()
