@@ -68,8 +68,8 @@ func (a Action) Entry() operation.Entry {
 	return a.EntryIn(string(a.Status), slog.String("payment_id", a.PaymentID), slog.String("action", string(a.Kind)))
 }
 
-// ActPaymentArgs are the job's that sends one capture or cancel: River
-// kind "act_on_authorization", unique per action while live.
+// ActPaymentArgs are the arguments of the job that sends one capture or
+// cancel: River kind "act_on_authorization", unique per action while live.
 type ActPaymentArgs struct {
 	TenantID string `json:"tenant_id"`
 	ActionID string `json:"action_id"`

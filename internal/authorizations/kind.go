@@ -3,6 +3,7 @@ package authorizations
 import (
 	"cmp"
 	"context"
+	"net/http"
 
 	"github.com/go-chi/chi/v5"
 
@@ -34,8 +35,11 @@ func spec[K operation.Named](kind Kind, sharesJob bool) operation.Spec[K, ActPay
 		Where: tableOf(kind), Action: "payment action", Prefixes: []string{kind.idPrefix()},
 		JobArg: "action_id", Stranded: "no job was left to send this " + string(kind),
 		SharesJob: sharesJob, JobWhere: actionsTable,
+		// Everything about the key is the Endpoint's; a re-acquired key
+		// resumes its action, whose payment is locked first.
 		Mount: func(r chi.Router, d operation.Deps) {
-			r.Method("POST", "/payments/{id}/"+string(kind), service{d}.handle(kind))
+			decodeKind := func(w http.ResponseWriter, r *http.Request) (Request, error) { return decode(w, r, kind) }
+			r.Method(http.MethodPost, "/payments/{id}/"+string(kind), operation.Endpoint(d, decodeKind, service{d}.act, actionsTable.LockResource))
 		},
 		Attempt: func(env operation.Env) operation.Attemptable[Action, provider.Outcome] {
 			return attemptable{rowsOf(env.Keys, kind), env.Provider}
@@ -45,9 +49,8 @@ func spec[K operation.Named](kind Kind, sharesJob bool) operation.Spec[K, ActPay
 		},
 		Show: func(a Action) operation.Shown {
 			intent := a.ProviderPaymentIntentID
-			shown := a.Lifecycle.Show(a, string(a.Status), operation.Deref(a.AmountToCapture), &intent, ActPaymentArgs{TenantID: a.TenantID, ActionID: a.ID})
-			shown.ParentID = a.PaymentID
-			return shown
+			return a.Lifecycle.Show(a, string(a.Status), operation.Deref(a.AmountToCapture), &intent, a.PaymentID,
+				ActPaymentArgs{TenantID: a.TenantID, ActionID: a.ID})
 		},
 		PaymentOps: func(ctx context.Context, db operation.Querier, tenantID, paymentID string) ([]Action, error) {
 			return ofPayment(ctx, db, tenantID, paymentID, kind)

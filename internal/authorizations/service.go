@@ -30,16 +30,6 @@ type Request struct {
 	CancellationReason string `json:"cancellation_reason,omitempty"`
 }
 
-// handle is the kind's endpoint: everything about the key is the
-// idempotency Endpoint's; this package brings the body's rules and the
-// operation. A re-acquired key resumes its action: its payment is locked
-// first.
-func (s service) handle(kind Kind) http.Handler {
-	return operation.Endpoint(s.Deps,
-		func(w http.ResponseWriter, r *http.Request) (Request, error) { return decode(w, r, kind) },
-		s.act, actionsTable.LockResource)
-}
-
 // decode reads and validates the body: {} or {"amount_to_capture": N} for
 // a capture, {} or {"cancellation_reason": R} for a cancel; an empty body
 // is {}.
@@ -102,7 +92,7 @@ func (s service) insert(ctx context.Context, tx pgx.Tx, p payments.Payment, clie
 // payment holding its authorization, or one with another action in
 // flight. The caller holds the payment's lock.
 func actionable(ctx context.Context, tx pgx.Tx, p payments.Payment, kind Kind, except string) error {
-	busy, err := inFlight(ctx, tx, p.ID, except)
+	busy, err := rowsOf(nil, kind).Busy(ctx, tx, p.ID, except)
 	if err != nil {
 		return err
 	}

@@ -3,7 +3,6 @@ package authorizations
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/jackc/pgx/v5"
 
@@ -50,17 +49,4 @@ func insertAction(ctx context.Context, tx pgx.Tx, a Action) (Action, error) {
 		a.ID, a.TenantID, a.PaymentID, a.IdempotencyKey, a.Kind, a.AmountToCapture, a.CancellationReason, a.Status,
 		a.ProviderPaymentIntentID, a.ProviderIdempotencyKey, a.ProviderAccount)
 	return operation.CollectOne[Action](rows, err, "insert payment action", ErrNotFound)
-}
-
-// inFlight reports whether the payment has an action in flight (pending or
-// being reconciled) other than except. It runs after the payment's lock.
-func inFlight(ctx context.Context, tx pgx.Tx, paymentID, except string) (bool, error) {
-	var n int
-	err := tx.QueryRow(ctx, `
-		SELECT count(*) FROM payment_actions
-		WHERE payment_id = $1 AND status IN ('pending', 'requires_reconciliation') AND id <> $2`, paymentID, except).Scan(&n)
-	if err != nil {
-		return false, fmt.Errorf("find the payment's actions in flight: %w", err)
-	}
-	return n > 0, nil
 }

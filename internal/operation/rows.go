@@ -89,6 +89,27 @@ func (r Rows[Op]) OfParent(ctx context.Context, db Querier, tenantID, parentID s
 	return CollectAll[Op](rows, err, "list "+r.Table.Operation+"s")
 }
 
+// Busy reports whether the parent row parentID has an operation of the
+// table (of every kind on it) in flight or being reconciled other than
+// except. It runs after the parent's lock, as a statement of its own, so
+// that it sees what the lock's last holder committed.
+func (r Rows[Op]) Busy(ctx context.Context, tx pgx.Tx, parentID, except string) (bool, error) {
+	var busy bool
+	err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT FROM `+r.Table.Name+` WHERE `+r.parentColumn()+` = $1
+		AND (status = ANY($2) OR status = 'requires_reconciliation') AND id <> $3)`, parentID, r.Table.InFlight, except).Scan(&busy)
+	if err != nil {
+		return false, fmt.Errorf("find the %s's %ss in flight: %w", r.parentNoun(), r.Table.Operation, err)
+	}
+	return busy, nil
+}
+
+func (r Rows[Op]) parentNoun() string {
+	if r.Table.Parent == nil {
+		return r.Table.Operation
+	}
+	return r.Table.Parent.Noun
+}
+
 func (r Rows[Op]) parentColumn() string {
 	if r.Table.Parent == nil {
 		return "id" // never equal to a parent's id: a kind with no parent has no children to list

@@ -35,7 +35,7 @@ func Kind() operation.Kind {
 			return operation.ByLookUp[claim](env, attemptable{rowsOf(env.Keys), env.Provider}, lookUp(env))
 		},
 		Show: func(p Payout) operation.Shown {
-			return p.Lifecycle.Show(p, string(p.Status), p.Amount, p.ProviderPayoutID, args{TenantID: p.TenantID, ID: p.ID})
+			return p.Lifecycle.Show(p, string(p.Status), p.Amount, p.ProviderPayoutID, "", args{TenantID: p.TenantID, ID: p.ID})
 		},
 		LedgerCheck: newLedgerChecker,
 		MoreWorkers: func(workers *river.Workers, env operation.Env) ([]operation.Periodic, error) {

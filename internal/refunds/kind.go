@@ -25,9 +25,8 @@ func Kind() operation.Kind {
 			return operation.ByLookUp[claim](env, attemptable{rowsOf(env.Keys), env.Pool, env.Provider}, lookUp(env))
 		},
 		Show: func(r Refund) operation.Shown {
-			shown := r.Lifecycle.Show(r, string(r.Status), r.Amount, r.ProviderRefundID, RefundPaymentArgs{TenantID: r.TenantID, RefundID: r.ID})
-			shown.ParentID = r.PaymentID
-			return shown
+			return r.Lifecycle.Show(r, string(r.Status), r.Amount, r.ProviderRefundID, r.PaymentID,
+				RefundPaymentArgs{TenantID: r.TenantID, RefundID: r.ID})
 		},
 		PaymentOps: func(ctx context.Context, db operation.Querier, tenantID, paymentID string) ([]Refund, error) {
 			return rowsOf(nil).OfParent(ctx, db, tenantID, paymentID)
