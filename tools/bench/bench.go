@@ -24,7 +24,7 @@ import (
 )
 
 // Phases are the measurements, in the order they run.
-var Phases = []string{"newkey", "replay", "settled", "latency", "slowprovider", "scale", "rss"}
+var Phases = []string{"newkey", "replay", "settled", "latency", "slowprovider", "scale", "rss", "seams"}
 
 // Config is one bench run.
 type Config struct {
@@ -240,7 +240,7 @@ func Run(ctx context.Context, cfg Config) (_ *Results, path string, err error) {
 		run  func(context.Context) (*PhaseResult, error)
 	}{
 		{"newkey", r.newKey}, {"replay", r.replay}, {"settled", r.settled},
-		{"latency", r.settleLatency}, {"slowprovider", r.slowProvider}, {"scale", r.scale}, {"rss", r.rss},
+		{"latency", r.settleLatency}, {"slowprovider", r.slowProvider}, {"scale", r.scale}, {"rss", r.rss}, {"seams", r.seams},
 	} {
 		if len(cfg.Only) > 0 && !slices.Contains(cfg.Only, phase.name) {
 			continue

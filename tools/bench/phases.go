@@ -170,6 +170,30 @@ func (r *run) newKey(ctx context.Context) (*PhaseResult, error) {
 	return pr, r.awaitSettled(ctx, 5*time.Minute)
 }
 
+// replayRequest retries the primed keys first to first+primed-1, settled
+// already.
+func (r *run) replayRequest(first, primed int64) request {
+	return request{
+		build: func(seq int64) (*http.Request, error) {
+			// A spread of the primed keys, the same for every run.
+			n := first + int64(uint64(seq)*0x9e3779b97f4a7c15%uint64(primed))
+			req, err := http.NewRequest(http.MethodPost, r.stack.APIURL+"/v1/payments", strings.NewReader(paymentBody))
+			if err != nil {
+				return nil, err
+			}
+			req.Header.Set("Authorization", "Bearer "+r.apiKeys[int(n)%len(r.apiKeys)])
+			req.Header.Set("Idempotency-Key", fmt.Sprintf("bench-new-%012d", n))
+			req.Header.Set("Content-Type", "application/json")
+			return req, nil
+		},
+		// A settled payment's stored answer is a 201 (a 402 for a
+		// decline, which these cards never are), marked as a replay.
+		expect: func(resp *http.Response) bool {
+			return resp.StatusCode == http.StatusCreated && resp.Header.Get("Idempotent-Replayed") == "true"
+		},
+	}
+}
+
 // ReplayRound is one round of phase 2.
 type ReplayRound struct {
 	Oncepay LoadResult    `json:"oncepay"`
@@ -192,26 +216,7 @@ func (r *run) replay(ctx context.Context) (*PhaseResult, error) {
 	if err := r.awaitSettled(ctx, 5*time.Minute); err != nil {
 		return nil, err
 	}
-	primed := last - first + 1
-	replay := request{
-		build: func(seq int64) (*http.Request, error) {
-			// A spread of the primed keys, the same for every run.
-			n := first + int64(uint64(seq)*0x9e3779b97f4a7c15%uint64(primed))
-			req, err := http.NewRequest(http.MethodPost, r.stack.APIURL+"/v1/payments", strings.NewReader(paymentBody))
-			if err != nil {
-				return nil, err
-			}
-			req.Header.Set("Authorization", "Bearer "+r.apiKeys[int(n)%len(r.apiKeys)])
-			req.Header.Set("Idempotency-Key", fmt.Sprintf("bench-new-%012d", n))
-			req.Header.Set("Content-Type", "application/json")
-			return req, nil
-		},
-		// A settled payment's stored answer is a 201 (a 402 for a
-		// decline, which these cards never are), marked as a replay.
-		expect: func(resp *http.Response) bool {
-			return resp.StatusCode == http.StatusCreated && resp.Header.Get("Idempotent-Replayed") == "true"
-		},
-	}
+	replay := r.replayRequest(first, last-first+1)
 	healthz := request{
 		build: func(int64) (*http.Request, error) {
 			return http.NewRequest(http.MethodGet, r.stack.APIURL+"/healthz", nil)

@@ -83,7 +83,7 @@ func TestTinyRun(t *testing.T) {
 			}
 		}
 	}
-	require.Equal(t, []string{"newkey", "replay", "settled", "latency", "slowprovider", "scale", "rss"}, names)
+	require.Equal(t, []string{"newkey", "replay", "settled", "latency", "slowprovider", "scale", "rss", "seams"}, names)
 	// The bare server's figures and every CPU figure, read from /proc
 	// (the test's server is on this machine), are there.
 	for _, p := range res.Phases {
