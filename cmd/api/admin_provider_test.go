@@ -496,20 +496,7 @@ func TestKeysReleaseWaitsForTheAttemptWindow(t *testing.T) {
 // it.
 func (b *opsBundle) refund(paymentID, key string, amount int64) string {
 	b.t.Helper()
-	req, err := http.NewRequest(http.MethodPost, b.base+"/v1/payments/"+paymentID+"/refunds", strings.NewReader(fmt.Sprintf(`{"amount": %d}`, amount)))
-	require.NoError(b.t, err)
-	req.Header.Set("Authorization", "Bearer "+b.tenant.APIKey)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", key)
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(b.t, err)
-	defer resp.Body.Close()
-	var r struct {
-		ID string `json:"id"`
-	}
-	require.Equal(b.t, http.StatusAccepted, resp.StatusCode)
-	require.NoError(b.t, json.NewDecoder(resp.Body).Decode(&r))
-	return r.ID
+	return b.accept("refunds", "/v1/payments/"+paymentID+"/refunds", key, fmt.Sprintf(`{"amount": %d}`, amount))
 }
 
 // TestRefundKeysReleaseAndReconcile: the operator commands take a refund's

@@ -15,7 +15,6 @@ type SeamRound struct {
 	Off float64 `json:"off"`
 }
 
-
 // seams measures what each fast path buys (docs/scaling.md): its measure
 // with the path on and with it off, in alternating rounds, the API or the
 // worker restarted with the path's setting between. Each row's ratio is
