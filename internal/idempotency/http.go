@@ -107,12 +107,11 @@ func (e *Endpoint[T]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// decide decodes the request and decides what its key calls for: cheapest
-// first, a completed response in memory, then a committed row read outside
-// a transaction (a key seen here), or a new key's writes in one round trip
-// (a key not seen here), then the transaction. Each answers only what the
-// next would. It answers a request that cannot be decided itself, and then
-// returns false.
+// decide decodes the request and decides what its key calls for, in one
+// straight path: the plain step last (the key's transaction), each fast
+// path before it answering only what the next would, and each able to be
+// off (fastpath, Config). It answers a request that cannot be decided
+// itself, and then returns false.
 func (e *Endpoint[T]) decide(w http.ResponseWriter, r *http.Request, tenantID, key string, exact *[sha256.Size]byte) (Result, bool) {
 	req, err := e.Decode(w, r)
 	if err != nil {
@@ -125,32 +124,44 @@ func (e *Endpoint[T]) decide(w http.ResponseWriter, r *http.Request, tenantID, k
 		return Result{}, false
 	}
 	ireq := Request{TenantID: tenantID, Key: key, Method: r.Method, Path: r.URL.Path, Fingerprint: fingerprint, LockResource: e.LockResource}
-	if res, ok := e.Store.replays.replay(ireq, exact); ok {
-		return res, true
-	}
-	res, ok := e.Store.replayCommitted(r.Context(), e.DB, ireq)
-	if !ok && e.Fresh != nil && e.Store.freshKeys() && !e.Store.recent.seen(tenantID, key) {
-		res, ok, err = e.Store.runFresh(r.Context(), e.DB, ireq, func(ctx context.Context, a Attempt) (Outcome, bool, error) {
-			return e.Fresh(ctx, a, req)
-		})
-		if err != nil {
-			respond.Problem(w, r, e.Logger, err)
-			return Result{}, false
-		}
+	res, ok := e.Store.replays.replay(ireq, exact) // a completed response in memory
+	if !ok {
+		res, ok = e.Store.replayCommitted(r.Context(), e.DB, ireq) // a committed row, read outside a transaction
 	}
 	if !ok {
-		res, err = e.Store.Run(r.Context(), e.DB, ireq, func(ctx context.Context, tx pgx.Tx, a Attempt) (Outcome, error) {
-			return e.Execute(ctx, tx, a, req)
-		})
-		if err != nil {
-			respond.Problem(w, r, e.Logger, err)
-			return Result{}, false
-		}
+		res, ok, err = e.inOneRoundTrip(r.Context(), ireq, req) // a new key's writes with its row
+	}
+	if !ok && err == nil {
+		res, err = e.inTransaction(r.Context(), ireq, req) // the plain path: the key's transaction
+	}
+	if err != nil {
+		respond.Problem(w, r, e.Logger, err)
+		return Result{}, false
 	}
 	if res.Kind == Replay {
 		e.Store.replays.remember(res.Record, exact)
 	}
 	return res, true
+}
+
+// inOneRoundTrip runs a new key's operation with the key's row in one
+// round trip (Fresh), for a key this process has not seen; ok is false
+// when it does not apply.
+func (e *Endpoint[T]) inOneRoundTrip(ctx context.Context, ireq Request, req T) (Result, bool, error) {
+	if e.Fresh == nil || !e.Store.freshKeys() || e.Store.recent.seen(ireq.TenantID, ireq.Key) {
+		return Result{}, false, nil
+	}
+	return e.Store.runFresh(ctx, e.DB, ireq, func(ctx context.Context, a Attempt) (Outcome, bool, error) {
+		return e.Fresh(ctx, a, req)
+	})
+}
+
+// inTransaction runs the operation under the key in the key's transaction
+// (Store.Run): the path every request can take.
+func (e *Endpoint[T]) inTransaction(ctx context.Context, ireq Request, req T) (Result, error) {
+	return e.Store.Run(ctx, e.DB, ireq, func(ctx context.Context, tx pgx.Tx, a Attempt) (Outcome, error) {
+		return e.Execute(ctx, tx, a, req)
+	})
 }
 
 // writeExpired refuses a request whose key is a tombstone, naming what the
