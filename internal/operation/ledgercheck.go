@@ -115,19 +115,18 @@ func (f *Finding) evidence() map[string]any {
 // finding, for an operator. It only reads at the provider (lists objects,
 // reads one by id): it never sends an operation, and never changes one.
 type LedgerChecker[Op, Obj any] struct {
-	pool    *pgxpool.Pool
-	logger  *slog.Logger
-	cfg     LedgerCheckConfig
-	table   Table
-	columns string
-	kind    Audited[Op, Obj]
+	pool   *pgxpool.Pool
+	logger *slog.Logger
+	cfg    LedgerCheckConfig
+	table  Table
+	kind   Audited[Op, Obj]
 }
 
 // NewLedgerChecker returns the LedgerChecker of the kind whose operations
-// are table's rows (columns read into an Op).
-func NewLedgerChecker[Op, Obj any](pool *pgxpool.Pool, logger *slog.Logger, cfg LedgerCheckConfig, table Table, columns string,
+// are table's rows (its Columns read into an Op).
+func NewLedgerChecker[Op, Obj any](pool *pgxpool.Pool, logger *slog.Logger, cfg LedgerCheckConfig, table Table,
 	kind Audited[Op, Obj]) *LedgerChecker[Op, Obj] {
-	return &LedgerChecker[Op, Obj]{pool: pool, logger: logger, cfg: cfg.WithDefaults(), table: table, columns: columns, kind: kind}
+	return &LedgerChecker[Op, Obj]{pool: pool, logger: logger, cfg: cfg.WithDefaults(), table: table, kind: kind}
 }
 
 // LedgerCheckResult is what one check saw and found.
@@ -178,7 +177,7 @@ func (c *LedgerChecker[Op, Obj]) Check(ctx context.Context, from, to time.Time) 
 	if err != nil {
 		return res, fmt.Errorf("ledger check of %ss: %w", c.table.Operation, err)
 	}
-	err = EachSucceeded(ctx, c.pool, c.table, c.columns, from, to,
+	err = EachSucceeded(ctx, c.pool, c.table, from, to,
 		func(op Op) string { return c.kind.Operation(op).ID },
 		func(op Op) error {
 			res.Succeeded++
@@ -205,7 +204,7 @@ func (c *LedgerChecker[Op, Obj]) comparePage(ctx context.Context, account string
 		providerIDs = append(providerIDs, ref.ID)
 	}
 	rows, err := c.pool.Query(ctx, `
-		SELECT `+c.columns+` FROM `+c.table.Name+` WHERE (id = ANY($1) OR `+c.table.ProviderIDColumn+` = ANY($2))`+c.table.scoped(),
+		SELECT `+c.table.Columns+` FROM `+c.table.Name+` WHERE (id = ANY($1) OR `+c.table.ProviderIDColumn+` = ANY($2))`+c.table.scoped(),
 		operationIDs, providerIDs)
 	found, err := CollectAll[Op](rows, err, "read the "+c.table.Operation+"s of listed objects")
 	if err != nil {

@@ -3,18 +3,15 @@ package operation
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"time"
 
 	"github.com/go-chi/chi/v5"
-	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
 	"github.com/oncepay/oncepay/internal/id"
-	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/problem"
 )
 
@@ -140,25 +137,6 @@ func Reads[Op Operation](r chi.Router, d Deps, path, prefix string, rows Rows[Op
 		}
 		return rows.Page(ctx, d.DB, tenantID, parentID, after, n)
 	}))
-}
-
-// LockRow takes an operation's locks in the one order of its kind: its
-// parent's row if it has one (t.Parent), its own row, then its key (a
-// reaped key is no obstacle). It returns the operation as locked, read
-// with columns; key names its idempotency key.
-func LockRow[Op any](ctx context.Context, tx pgx.Tx, keys *idempotency.Store, t Table, columns, tenantID, id string, key func(Op) string) (Op, error) {
-	if err := t.lockParent(ctx, tx, id); err != nil {
-		return *new(Op), err
-	}
-	rows, err := tx.Query(ctx, `SELECT `+columns+` FROM `+t.Name+` WHERE tenant_id = $1 AND id = $2 FOR UPDATE`, tenantID, id)
-	op, err := CollectOne[Op](rows, err, "lock "+t.Operation, t.NotFound)
-	if err != nil {
-		return op, err
-	}
-	if err := keys.Lock(ctx, tx, tenantID, key(op)); err != nil && !errors.Is(err, idempotency.ErrKeyNotFound) {
-		return op, err
-	}
-	return op, nil
 }
 
 // FindOne is a look by metadata through a consistent listing: list calls

@@ -35,15 +35,29 @@ func (r Rows[Op]) Load(ctx context.Context, db Querier, tenantID, id string) (Op
 // Entry is what the engine reads of op.
 func (Rows[Op]) Entry(op Op) Entry { return op.Entry() }
 
-// Lock takes the operation's locks in its kind's order (LockRow).
+// Lock takes the operation's locks in its kind's order (Locked).
 func (r Rows[Op]) Lock(ctx context.Context, tx pgx.Tx, tenantID, id string) error {
 	_, err := r.Locked(ctx, tx, tenantID, id)
 	return err
 }
 
-// Locked takes the operation's locks and returns it as locked.
+// Locked takes an operation's locks in the one order of its kind, its
+// parent's row first if it has one (Table.Parent), its own row, then its
+// key (a reaped key is no obstacle), and returns it as locked.
 func (r Rows[Op]) Locked(ctx context.Context, tx pgx.Tx, tenantID, id string) (Op, error) {
-	return LockRow(ctx, tx, r.Keys, r.Table, r.Table.Columns, tenantID, id, func(op Op) string { return op.Entry().IdempotencyKey })
+	t := r.Table
+	if err := t.lockParent(ctx, tx, id); err != nil {
+		return *new(Op), err
+	}
+	rows, err := tx.Query(ctx, `SELECT `+t.Columns+` FROM `+t.Name+` WHERE tenant_id = $1 AND id = $2 FOR UPDATE`, tenantID, id)
+	op, err := CollectOne[Op](rows, err, "lock "+t.Operation, t.NotFound)
+	if err != nil {
+		return op, err
+	}
+	if err := r.Keys.Lock(ctx, tx, tenantID, op.Entry().IdempotencyKey); err != nil && !errors.Is(err, idempotency.ErrKeyNotFound) {
+		return op, err
+	}
+	return op, nil
 }
 
 // Resume puts op, proven never sent and locked, back in flight under its

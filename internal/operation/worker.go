@@ -379,16 +379,16 @@ func (t Table) HandOver(ctx context.Context, tx pgx.Tx, keys *idempotency.Store,
 
 // EachSucceeded calls each for every operation of table the provider
 // carried out (its Made statuses) with a first provider attempt in [from,
-// to], page by page in id order (columns are the kind's, read into Op): the
+// to], page by page in id order (its Columns read into Op): the
 // ledger check's walk over what the books say the provider did.
-func EachSucceeded[Op any](ctx context.Context, db postgres.Querier, table Table, columns string, from, to time.Time,
+func EachSucceeded[Op any](ctx context.Context, db postgres.Querier, table Table, from, to time.Time,
 	id func(Op) string, each func(Op) error) error {
 	made := table.Made
 	if len(made) == 0 {
 		made = []string{"succeeded"}
 	}
 	err := postgres.EachByID(ctx, db, 500, `
-		SELECT `+columns+` FROM `+table.Name+`
+		SELECT `+table.Columns+` FROM `+table.Name+`
 		WHERE status = ANY($3) AND first_provider_attempt_at BETWEEN $1 AND $2 AND id > $4
 		ORDER BY id LIMIT 500`, id, each, from, to, made)
 	if err != nil {

@@ -31,7 +31,7 @@ type LedgerCheckResult = operation.LedgerCheckResult
 // account is listed, and every connected account of a tenant or of a
 // payment of the window: each has intents of its own.
 func NewLedgerChecker(pool *pgxpool.Pool, pc *provider.Client, logger *slog.Logger, cfg LedgerCheckConfig) *LedgerChecker {
-	return operation.NewLedgerChecker(pool, logger, cfg, paymentsTable, paymentColumns, intentAudit{pool: pool, provider: pc})
+	return operation.NewLedgerChecker(pool, logger, cfg, paymentsTable, intentAudit{pool: pool, provider: pc})
 }
 
 // Disagreement is one mismatch a check found.

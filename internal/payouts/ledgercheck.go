@@ -93,5 +93,5 @@ func finding(kind, payoutID string, po *provider.Payout, reason string) operatio
 
 // newLedgerChecker is the payouts' ledger check, on the engine's.
 func newLedgerChecker(env operation.Env) operation.LedgerPass {
-	return operation.NewLedgerChecker(env.Pool, env.Logger, env.Ledger, table, table.Columns, audit{env.Pool, env.Provider})
+	return operation.NewLedgerChecker(env.Pool, env.Logger, env.Ledger, table, audit{env.Pool, env.Provider})
 }

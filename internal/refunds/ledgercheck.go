@@ -21,7 +21,7 @@ import (
 // provider. A refund may come long after its payment: every account that
 // any payment used is listed.
 func newLedgerChecker(env operation.Env) operation.LedgerPass {
-	return operation.NewLedgerChecker(env.Pool, env.Logger, env.Ledger, table, table.Columns, refundAudit{env.Pool, env.Provider})
+	return operation.NewLedgerChecker(env.Pool, env.Logger, env.Ledger, table, refundAudit{env.Pool, env.Provider})
 }
 
 // refundAudit is the refunds' side of the ledger check: the provider's
