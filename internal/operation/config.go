@@ -29,9 +29,9 @@ type WorkerConfig struct {
 	// and once more on a last attempt whose recording failed (to hand the
 	// operation to reconciliation). Defaults to 10s.
 	RecordTimeout time.Duration
-	// Ungrouped turns the kinds' grouped paths off (Starter,
-	// FinalRecorder): every attempt is started and recorded by the
-	// engine's own statements, in round trips of its own.
+	// Ungrouped turns the grouped starts and records off: every attempt
+	// is started and recorded alone (StartEach, RecordEach), in round
+	// trips of its own.
 	Ungrouped bool
 }
 

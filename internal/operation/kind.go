@@ -258,7 +258,7 @@ func (LedgerCheckArgs[K]) InsertOpts() river.InsertOpts { return MaintenanceInse
 // and reconciler (C its claimed operation), and what it shows. The engine
 // builds and registers the rest: the worker, the reconciler, the sweeper,
 // their periodic jobs, the operator's reach and the ledger check.
-type Spec[K Named, A JobOf, Op any, O Answer, C any] struct {
+type Spec[K Named, A JobOf, Op Operation, O Answer, C any] struct {
 	// Where is the kind's table; Action names its provider call on log
 	// lines ("charge"), the kind's name if empty.
 	Where  Table

@@ -52,7 +52,7 @@ const LifecycleColumns = `id, tenant_id, idempotency_key, provider_idempotency_k
 // attributes for its log lines: a kind's Entry.
 func (l Lifecycle) EntryIn(status string, logAttrs ...any) Entry {
 	return Entry{TenantID: l.TenantID, ID: l.ID, IdempotencyKey: l.IdempotencyKey, Status: status, Generation: l.ProviderKeyGeneration,
-		FirstAttemptAt: l.FirstProviderAttemptAt, ReconcileAttempts: l.ReconcileAttempts,
+		FirstAttemptAt: l.FirstProviderAttemptAt, LastAttemptAt: l.LastProviderAttemptAt, ReconcileAttempts: l.ReconcileAttempts,
 		LogAttrs: append(logAttrs, slog.String("provider_idempotency_key", l.ProviderIdempotencyKey))}
 }
 

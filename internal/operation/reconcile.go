@@ -102,7 +102,9 @@ type Entry struct {
 	Generation int
 	// FirstAttemptAt is when the first provider request of this generation
 	// was about to be sent; nil means none ever was.
-	FirstAttemptAt    *time.Time
+	FirstAttemptAt *time.Time
+	// LastAttemptAt is when the latest was, by the same clock.
+	LastAttemptAt     *time.Time
 	ReconcileAttempts int
 	// LogAttrs name the operation on log lines, beside its id.
 	LogAttrs []any

@@ -87,20 +87,6 @@ type (
 	PendingRecorder[Op, O any] interface {
 		RecordPending(ctx context.Context, db Querier, op Op, out O) error
 	}
-	// Starter reads an operation and starts its attempt (Table.StartAttempt)
-	// in one statement, where the kind can: one round trip, not two, before
-	// every provider call. ok is false, and op is read as it is, when the
-	// operation is no longer in flight.
-	Starter[Op any] interface {
-		Start(ctx context.Context, db Querier, tenantID, id string) (op Op, age time.Duration, ok bool, err error)
-	}
-	// FinalRecorder records a final answer with the job's completion itself,
-	// committed when it returns (payments group the answers of charges that
-	// finish together into one transaction). Without it the engine records
-	// each in its own transaction: Lock, RecordFinal, the job's completion.
-	FinalRecorder[A river.JobArgs, Op, O any] interface {
-		RecordFinalWithJob(ctx context.Context, job *river.Job[A], op Op, out O) error
-	}
 	// Abandoner ends an operation that stayed pending past MaxPollDuration
 	// when the kind knows nothing more will happen (a customer who never
 	// completed authentication: cancel the intent). abandoned is false when
@@ -126,7 +112,7 @@ type (
 //     window ending, the last attempt failing for any reason) goes to the
 //     reconciler, with the key unknown, in the transaction that completes
 //     the job.
-type Worker[A JobOf, Op any, O Answer] struct {
+type Worker[A JobOf, Op Operation, O Answer] struct {
 	river.WorkerDefaults[A]
 
 	pool *pgxpool.Pool
@@ -137,21 +123,23 @@ type Worker[A JobOf, Op any, O Answer] struct {
 	action string
 	table  Table
 	kind   Attemptable[Op, O]
+	// The seams: StartEach and RecordEach, or their grouped forms.
+	starter  AttemptStarter[Op]
+	recorder AnswerRecorder[A, Op, O]
 	// What the kind also says, if it does (nil if not).
-	starter   Starter[Op]
-	recorder  FinalRecorder[A, Op, O]
 	pending   PendingRecorder[Op, O]
 	abandoner Abandoner[Op, O]
 }
 
 // NewWorker returns the engine's worker for a kind whose operations live
 // in table.
-func NewWorker[A JobOf, Op any, O Answer](pool *pgxpool.Pool, keys *idempotency.Store, logger *slog.Logger, cfg WorkerConfig,
+func NewWorker[A JobOf, Op Operation, O Answer](pool *pgxpool.Pool, keys *idempotency.Store, logger *slog.Logger, cfg WorkerConfig,
 	action string, table Table, kind Attemptable[Op, O]) *Worker[A, Op, O] {
 	w := &Worker[A, Op, O]{pool: pool, keys: keys, log: logger, t: cfg.timings(), action: action, table: table, kind: kind}
+	starter, recorder := StartEach[Op]{Pool: pool, Table: table, CallTimeout: w.t.CallTimeout}, RecordEach[A, Op, O]{Pool: pool, Kind: kind}
+	w.starter, w.recorder = starter, recorder
 	if fastpath.Built && !cfg.Ungrouped {
-		w.starter, _ = any(kind).(Starter[Op])
-		w.recorder, _ = any(kind).(FinalRecorder[A, Op, O])
+		w.starter, w.recorder = NewStartGrouped[Op](pool, table, w.t.CallTimeout), NewRecordGrouped(recorder, w.t.RecordTimeout)
 	}
 	w.pending, _ = any(kind).(PendingRecorder[Op, O])
 	w.abandoner, _ = any(kind).(Abandoner[Op, O])
@@ -173,7 +161,7 @@ func (w *Worker[A, Op, O]) Work(ctx context.Context, job *river.Job[A]) error {
 }
 
 func (w *Worker[A, Op, O]) attempt(ctx context.Context, job *river.Job[A], tenantID, id string, log *slog.Logger) error {
-	op, age, ok, err := w.start(ctx, tenantID, id)
+	op, ok, err := w.starter.Start(ctx, tenantID, id)
 	if errors.Is(err, w.table.NotFound) {
 		log.ErrorContext(ctx, w.action+" job for a "+w.table.Operation+" that does not exist")
 		return river.JobCancel(err)
@@ -186,6 +174,10 @@ func (w *Worker[A, Op, O]) attempt(ctx context.Context, job *river.Job[A], tenan
 	if !ok {
 		log.InfoContext(ctx, w.table.Operation+" no longer waits for its provider call; nothing to do")
 		return nil
+	}
+	age, err := attemptAge(e)
+	if err != nil {
+		return err
 	}
 	if age > w.t.KeyMargin {
 		log.WarnContext(ctx, "provider idempotency window nearly over; not calling the provider", slog.Duration("since_first_attempt", age))
@@ -209,18 +201,6 @@ func (w *Worker[A, Op, O]) attempt(ctx context.Context, job *river.Job[A], tenan
 	ctx, cancelRecord := context.WithTimeout(context.WithoutCancel(ctx), w.t.RecordTimeout)
 	defer cancelRecord()
 	return w.record(ctx, job, id, op, out, age, log)
-}
-
-// start reads the operation and starts its attempt.
-func (w *Worker[A, Op, O]) start(ctx context.Context, tenantID, id string) (op Op, age time.Duration, ok bool, err error) {
-	if w.starter != nil {
-		return w.starter.Start(ctx, w.pool, tenantID, id)
-	}
-	if op, err = w.kind.Load(ctx, w.pool, tenantID, id); err != nil {
-		return op, 0, false, err
-	}
-	age, ok, err = w.table.StartAttempt(ctx, w.pool, w.kind.Entry(op), w.t.CallTimeout)
-	return op, age, ok, err
 }
 
 // record acts on the provider's answer: records it if final, notes it and
@@ -281,19 +261,7 @@ func (w *Worker[A, Op, O]) undetermined(ctx context.Context, id string, j provid
 // recordFinal commits a final answer: the operation's state, its key's
 // final response and the job's completion, together.
 func (w *Worker[A, Op, O]) recordFinal(ctx context.Context, job *river.Job[A], op Op, out O) error {
-	if w.recorder != nil {
-		return w.recorder.RecordFinalWithJob(ctx, job, op, out)
-	}
-	tenantID, id := job.Args.Of()
-	return postgres.InTx(ctx, w.pool, func(tx pgx.Tx) error {
-		if err := w.kind.Lock(ctx, tx, tenantID, id); err != nil {
-			return err
-		}
-		if err := w.kind.RecordFinal(ctx, tx, op, out); err != nil {
-			return err
-		}
-		return CompleteJob(ctx, tx, job)
-	})
+	return w.recorder.Record(ctx, job, op, out)
 }
 
 // handOver gives the job's operation (if still in flight) to the
@@ -329,31 +297,6 @@ func CompleteJob[T river.JobArgs](ctx context.Context, tx pgx.Tx, job *river.Job
 		return fmt.Errorf("complete job: %w", err)
 	}
 	return nil
-}
-
-// StartAttempt records, before a provider call and committed on its own,
-// when the provider was first and last called for the operation's current
-// generation and when this call gives up at the latest (StampAttempt), and
-// returns how long ago the first call was, by the
-// database's clock (the one that wrote it). ok is false when the operation
-// left the in-flight statuses or changed generation meanwhile.
-func (t Table) StartAttempt(ctx context.Context, db Querier, e Entry, callTimeout time.Duration) (age time.Duration, ok bool, err error) {
-	rows, err := db.Query(ctx, `
-		UPDATE `+t.Name+` SET `+StampAttempt(5)+`
-		WHERE tenant_id = $1 AND id = $2 AND provider_key_generation = $3 AND status = ANY($4)
-		RETURNING (extract(epoch FROM now() - first_provider_attempt_at) * 1000000)::bigint`,
-		e.TenantID, e.ID, e.Generation, t.InFlight, callTimeout.Microseconds())
-	if err != nil {
-		return 0, false, fmt.Errorf("start %s provider attempt: %w", t.Operation, err)
-	}
-	micros, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[int64])
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, false, nil
-	}
-	if err != nil {
-		return 0, false, fmt.Errorf("start %s provider attempt: %w", t.Operation, err)
-	}
-	return time.Duration(micros) * time.Microsecond, true, nil
 }
 
 // HandOver moves an in-flight operation to requires_reconciliation, due at

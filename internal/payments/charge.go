@@ -5,11 +5,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
 	"github.com/stripe/stripe-go/v76"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
@@ -35,13 +33,11 @@ type ChargeWorker = operation.Worker[ChargePaymentArgs, Payment, provider.Outcom
 
 // NewChargeWorker returns a worker.
 func NewChargeWorker(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, logger *slog.Logger, cfg operation.WorkerConfig) *ChargeWorker {
-	return operation.NewWorker[ChargePaymentArgs](pool, keys, logger, cfg, "charge", paymentsTable, newChargeable(pool, keys, pc, cfg))
+	return operation.NewWorker[ChargePaymentArgs](pool, keys, logger, cfg, "charge", paymentsTable, newChargeable(pool, keys, pc))
 }
 
-func newChargeable(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, cfg operation.WorkerConfig) chargeable {
-	cfg = cfg.WithDefaults()
-	return chargeable{paymentLocks: paymentLocks{keys}, pool: pool, provider: pc,
-		starter: newAttemptStarter(pool, cfg.ProviderCallTimeout()), recorder: newOutcomeRecorder(pool, keys, cfg.RecordTimeout)}
+func newChargeable(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client) chargeable {
+	return chargeable{paymentLocks: paymentLocks{keys}, pool: pool, provider: pc}
 }
 
 // paymentLocks is how the engine reads and locks a payment.
@@ -51,7 +47,7 @@ func (paymentLocks) Load(ctx context.Context, db operation.Querier, tenantID, id
 	return GetPayment(ctx, db, tenantID, id)
 }
 
-func (paymentLocks) Entry(p Payment) operation.Entry { return entryOf(p) }
+func (paymentLocks) Entry(p Payment) operation.Entry { return p.Entry() }
 
 // Lock takes the payment's lock, then its key's.
 func (l paymentLocks) Lock(ctx context.Context, tx pgx.Tx, tenantID, id string) error {
@@ -64,14 +60,6 @@ type chargeable struct {
 	paymentLocks
 	pool     *pgxpool.Pool
 	provider *provider.Client
-	starter  *attemptStarter
-	recorder *outcomeRecorder
-}
-
-// Start reads the payment and starts its attempt in one statement, with
-// the charges starting at the same moment (attemptStarter).
-func (k chargeable) Start(ctx context.Context, _ operation.Querier, tenantID, id string) (Payment, time.Duration, bool, error) {
-	return k.starter.start(ctx, tenantID, id)
 }
 
 // Send creates the payment's intent, or reads the one an earlier attempt
@@ -111,11 +99,11 @@ func (k chargeable) RecordFinal(ctx context.Context, tx pgx.Tx, p Payment, out p
 	return recordOutcome(ctx, tx, k.keys, p, inFlight, out)
 }
 
-// RecordFinalWithJob records the final outcome with the charges finishing
-// at the same moment (outcomeRecorder).
-func (k chargeable) RecordFinalWithJob(ctx context.Context, job *river.Job[ChargePaymentArgs], p Payment, out provider.Outcome) error {
-	return k.recorder.record(ctx, job, p, out)
-}
+// RecordFinalTakesItsLocks: recordOutcome's UPDATE of the payment
+// (conditional on its state) takes the payment's lock, then its UPDATE of
+// the key the key's, in the one lock order; a grouped record takes none
+// before it.
+func (chargeable) RecordFinalTakesItsLocks() {}
 
 // Abandon cancels an intent still waiting, past polling, for a customer
 // action (3-D Secure) that never came: nothing was charged, and canceling

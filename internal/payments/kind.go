@@ -34,7 +34,7 @@ func Kind() operation.Kind {
 			r.Get("/payments/{id}", s.HandleGet())
 		},
 		Attempt: func(env operation.Env) operation.Attemptable[Payment, provider.Outcome] {
-			return newChargeable(env.Pool, env.Keys, env.Provider, env.Worker)
+			return newChargeable(env.Pool, env.Keys, env.Provider)
 		},
 		Reconcile: func(env operation.Env) operation.Reconcilable[claim, provider.Outcome] {
 			return reconcilable{paymentLocks{env.Keys}, NewReconciler(env.Pool, env.Keys, env.Provider, env.Logger, env.Reconcile)}

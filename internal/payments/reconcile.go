@@ -68,12 +68,12 @@ type reconcilable struct {
 	r *Reconciler
 }
 
-func (k reconcilable) Entry(c claim) operation.Entry { return entryOf(c.Payment) }
+func (k reconcilable) Entry(c claim) operation.Entry { return c.Payment.Entry() }
 
-// entryOf is what the engine reads of a payment.
-func entryOf(p Payment) operation.Entry {
+// Entry is what the engine reads of a payment.
+func (p Payment) Entry() operation.Entry {
 	return operation.Entry{TenantID: p.TenantID, ID: p.ID, IdempotencyKey: p.IdempotencyKey, Status: string(p.Status), Generation: p.ProviderKeyGeneration,
-		FirstAttemptAt: p.FirstProviderAttemptAt, ReconcileAttempts: p.ReconcileAttempts,
+		FirstAttemptAt: p.FirstProviderAttemptAt, LastAttemptAt: p.LastProviderAttemptAt, ReconcileAttempts: p.ReconcileAttempts,
 		LogAttrs: []any{slog.String("provider_idempotency_key", p.ProviderIdempotencyKey)}}
 }
 

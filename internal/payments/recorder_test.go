@@ -2,7 +2,6 @@ package payments
 
 import (
 	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"strings"
@@ -54,7 +53,19 @@ func newRecorderBundle(t *testing.T) recorderBundle {
 	return b
 }
 
-func (b recorderBundle) charge(t *testing.T) *finishing {
+// answer is a charge's final answer, waiting to be recorded.
+type answer = operation.Answered[ChargePaymentArgs, Payment, provider.Outcome]
+
+// groupedRecorder is the engine's grouped recorder of the charges' answers.
+func (b recorderBundle) groupedRecorder(pool *pgxpool.Pool) *operation.RecordGrouped[ChargePaymentArgs, Payment, provider.Outcome] {
+	return operation.NewRecordGrouped(b.recordEach(pool), 5*time.Second)
+}
+
+func (b recorderBundle) recordEach(pool *pgxpool.Pool) operation.RecordEach[ChargePaymentArgs, Payment, provider.Outcome] {
+	return operation.RecordEach[ChargePaymentArgs, Payment, provider.Outcome]{Pool: pool, Kind: newChargeable(pool, b.keys, nil)}
+}
+
+func (b recorderBundle) charge(t *testing.T) *answer {
 	t.Helper()
 	req := CreateRequest{Amount: 2000, Currency: "usd", PaymentMethod: "pm_card_visa"}
 	fingerprint, err := idempotency.Fingerprint("POST", "/v1/payments", req)
@@ -73,16 +84,16 @@ func (b recorderBundle) charge(t *testing.T) *finishing {
 		WHERE kind = 'charge_payment' AND args->>'payment_id' = $1 RETURNING id`, p.ID).Scan(&jobID))
 	row, err := b.jobs.JobGet(b.ctx, jobID)
 	require.NoError(t, err)
-	return &finishing{
-		ctx: b.ctx, p: p,
-		job: &river.Job[ChargePaymentArgs]{JobRow: row, Args: ChargePaymentArgs{TenantID: b.tenant, PaymentID: p.ID}},
-		out: provider.Outcome{Kind: provider.Succeeded, Intent: &provider.Intent{ID: "pi_" + p.ID, Status: stripe.PaymentIntentStatusSucceeded}},
+	return &answer{
+		Ctx: b.ctx, Op: p,
+		Job: &river.Job[ChargePaymentArgs]{JobRow: row, Args: ChargePaymentArgs{TenantID: b.tenant, PaymentID: p.ID}},
+		Out: provider.Outcome{Kind: provider.Succeeded, Intent: &provider.Intent{ID: "pi_" + p.ID, Status: stripe.PaymentIntentStatusSucceeded}},
 	}
 }
 
 // recorded asserts that f's payment succeeded, its key stores the 201 and
 // its job is completed: all three, or (want false) none.
-func (b recorderBundle) recorded(t *testing.T, f *finishing, want bool) {
+func (b recorderBundle) recorded(t *testing.T, f *answer, want bool) {
 	t.Helper()
 	var status, keyStatus, jobState string
 	require.NoError(t, b.pool.QueryRow(b.ctx, `
@@ -90,35 +101,32 @@ func (b recorderBundle) recorded(t *testing.T, f *finishing, want bool) {
 		FROM payments p
 		JOIN idempotency_keys k ON k.tenant_id = p.tenant_id AND k.idempotency_key = p.idempotency_key
 		JOIN river_job j ON j.id = $2
-		WHERE p.id = $1`, f.p.ID, f.job.ID).Scan(&status, &keyStatus, &jobState))
+		WHERE p.id = $1`, f.Op.ID, f.Job.ID).Scan(&status, &keyStatus, &jobState))
 	if want {
-		require.Equal(t, []string{"succeeded", "completed", "completed"}, []string{status, keyStatus, jobState}, "payment %s", f.p.ID)
+		require.Equal(t, []string{"succeeded", "completed", "completed"}, []string{status, keyStatus, jobState}, "payment %s", f.Op.ID)
 	} else {
-		require.Equal(t, []string{"processing", "processing", "running"}, []string{status, keyStatus, jobState}, "payment %s", f.p.ID)
+		require.Equal(t, []string{"processing", "processing", "running"}, []string{status, keyStatus, jobState}, "payment %s", f.Op.ID)
 	}
 }
 
-// writeNow writes group as one of the recorder's writers does, and returns
-// each charge's result; a charge sent back to record alone records, as its
-// caller would, in a goroutine of its own.
-func writeNow(r *outcomeRecorder, group []*finishing) map[*finishing]error {
-	requests := make([]*request[*finishing], len(group))
-	for i, f := range group {
-		requests[i] = &request[*finishing]{item: f, done: make(chan struct{})}
+// writeNow records group as one of the grouped recorder's writers does,
+// and returns each charge's result: a group that fails sends each charge
+// back to record alone, as its caller then does, at once.
+func (b recorderBundle) writeNow(r *operation.RecordGrouped[ChargePaymentArgs, Payment, provider.Outcome], group []*answer) map[*answer]error {
+	errs := map[*answer]error{}
+	if r.RecordGroup(group) == nil {
+		for _, f := range group {
+			errs[f] = nil
+		}
+		return errs
 	}
-	r.groups.writeGroup(requests)
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	errs := map[*finishing]error{}
-	for _, q := range requests {
-		<-q.done
+	for _, f := range group {
 		wg.Go(func() {
-			err := q.err
-			if errors.Is(err, errRecordAlone) {
-				err = r.recordAlone(q.item)
-			}
+			err := b.recordEach(b.pool).Record(f.Ctx, f.Job, f.Op, f.Out)
 			mu.Lock()
-			errs[q.item] = err
+			errs[f] = err
 			mu.Unlock()
 		})
 	}
@@ -139,20 +147,20 @@ func countBegins(sent []string) int {
 	return n
 }
 
-func TestOutcomeRecorder(t *testing.T) {
+func TestRecordGrouped(t *testing.T) {
 	t.Parallel()
 
 	t.Run("AGroupIsOneTransaction", func(t *testing.T) {
 		t.Parallel()
 		b := newRecorderBundle(t)
 		traced, log := pgtest.TracedPool(t, b.dbURL)
-		r := newOutcomeRecorder(traced, b.keys, 5*time.Second)
-		var group []*finishing
+		r := b.groupedRecorder(traced)
+		var group []*answer
 		for range 5 {
 			group = append(group, b.charge(t))
 		}
 		log.Take()
-		errs := writeNow(r, group)
+		errs := b.writeNow(r, group)
 		for _, f := range group {
 			require.NoError(t, errs[f])
 			b.recorded(t, f, true)
@@ -169,20 +177,20 @@ func TestOutcomeRecorder(t *testing.T) {
 	t.Run("AnAlreadyRecordedChargeIsLeftAlone", func(t *testing.T) {
 		t.Parallel()
 		b := newRecorderBundle(t)
-		r := newOutcomeRecorder(b.pool, b.keys, 5*time.Second)
+		r := b.groupedRecorder(b.pool)
 		first, other := b.charge(t), b.charge(t)
-		require.NoError(t, r.record(first.ctx, first.job, first.p, first.out))
+		require.NoError(t, r.Record(first.Ctx, first.Job, first.Op, first.Out))
 		var updated time.Time
-		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT updated_at FROM payments WHERE id = $1`, first.p.ID).Scan(&updated))
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT updated_at FROM payments WHERE id = $1`, first.Op.ID).Scan(&updated))
 
-		again := &finishing{ctx: first.ctx, job: first.job, p: first.p, out: first.out}
-		errs := writeNow(r, []*finishing{again, other})
+		again := &answer{Ctx: first.Ctx, Job: first.Job, Op: first.Op, Out: first.Out}
+		errs := b.writeNow(r, []*answer{again, other})
 		require.NoError(t, errs[again])
 		require.NoError(t, errs[other])
 		b.recorded(t, first, true)
 		b.recorded(t, other, true)
 		var after time.Time
-		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT updated_at FROM payments WHERE id = $1`, first.p.ID).Scan(&after))
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT updated_at FROM payments WHERE id = $1`, first.Op.ID).Scan(&after))
 		require.Equal(t, updated, after, "the recorded payment was not written again")
 	})
 
@@ -194,8 +202,8 @@ func TestOutcomeRecorder(t *testing.T) {
 	t.Run("AFailureIsOnlyItsOwn", func(t *testing.T) {
 		t.Parallel()
 		b := newRecorderBundle(t)
-		r := newOutcomeRecorder(b.pool, b.keys, 5*time.Second)
-		var group []*finishing
+		r := b.groupedRecorder(b.pool)
+		var group []*answer
 		for range 4 {
 			group = append(group, b.charge(t))
 		}
@@ -203,49 +211,31 @@ func TestOutcomeRecorder(t *testing.T) {
 		holder, err := b.pool.Begin(b.ctx)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = holder.Rollback(context.Background()) }) // should the test fail first
-		_, err = holder.Exec(b.ctx, `SELECT FROM payments WHERE id = $1 FOR UPDATE`, stuck.p.ID)
+		_, err = holder.Exec(b.ctx, `SELECT FROM payments WHERE id = $1 FOR UPDATE`, stuck.Op.ID)
 		require.NoError(t, err)
 		// One deadline, as charges finishing together have: long enough for
 		// a loaded machine, and spent in full by the held row's wait.
 		ctx, cancel := context.WithTimeout(b.ctx, 3*time.Second)
 		defer cancel()
 		for _, f := range group {
-			f.ctx = ctx
+			f.Ctx = ctx
 		}
 
-		errs := writeNow(r, group)
+		errs := b.writeNow(r, group)
 		for _, f := range group {
 			err := errs[f]
 			if f == stuck {
 				require.Error(t, err)
 				continue
 			}
-			require.NoError(t, err, "payment %s", f.p.ID)
+			require.NoError(t, err, "payment %s", f.Op.ID)
 			b.recorded(t, f, true)
 		}
 		require.NoError(t, holder.Rollback(b.ctx))
 		b.recorded(t, stuck, false)
 
-		require.NoError(t, r.record(b.ctx, stuck.job, stuck.p, stuck.out))
+		require.NoError(t, r.Record(b.ctx, stuck.Job, stuck.Op, stuck.Out))
 		b.recorded(t, stuck, true)
-	})
-
-	// A panic while recording (here a charge without its job) is the
-	// group's error, delivered to every charge: the writer's goroutine, a
-	// River job of its own, goes on, and so does the recorder.
-	t.Run("APanicIsAnError", func(t *testing.T) {
-		t.Parallel()
-		b := newRecorderBundle(t)
-		r := newOutcomeRecorder(b.pool, b.keys, 5*time.Second)
-		good, broken := b.charge(t), b.charge(t)
-		broken.job = nil
-		errs := writeNow(r, []*finishing{good, broken})
-		require.ErrorContains(t, errs[good], "panicked")
-		require.ErrorContains(t, errs[broken], "panicked")
-		b.recorded(t, good, false)
-
-		require.NoError(t, r.record(good.ctx, good.job, good.p, good.out))
-		b.recorded(t, good, true)
 	})
 
 	// Charges finishing at once are grouped (fewer transactions than
@@ -254,9 +244,9 @@ func TestOutcomeRecorder(t *testing.T) {
 		t.Parallel()
 		b := newRecorderBundle(t)
 		traced, log := pgtest.TracedPool(t, b.dbURL)
-		r := newOutcomeRecorder(traced, b.keys, 5*time.Second)
+		r := b.groupedRecorder(traced)
 		const n = 40
-		var charges []*finishing
+		var charges []*answer
 		for range n {
 			charges = append(charges, b.charge(t))
 		}
@@ -267,7 +257,7 @@ func TestOutcomeRecorder(t *testing.T) {
 		for i, f := range charges {
 			wg.Go(func() {
 				<-start
-				errs[i] = r.record(f.ctx, f.job, f.p, f.out)
+				errs[i] = r.Record(f.Ctx, f.Job, f.Op, f.Out)
 			})
 		}
 		close(start)

@@ -122,42 +122,6 @@ func collectPayment(rows pgx.Rows, err error, what string) (Payment, error) {
 	return operation.CollectOne[Payment](rows, err, what, ErrNotFound)
 }
 
-// startProviderAttempt reads a payment the charge job may call the
-// provider for and records, in the same statement, when the provider was
-// first and last called for its current generation, returning how long ago
-// the first call was. It commits on its own, before the call: a crash right
-// after the call must not lose the clock that guards the provider's
-// idempotency window, nor the bound of the window in which the provider may
-// have created an intent. The age is computed by the database, whose clock
-// set the time, not by this process's. The attempt's deadline, now plus
-// callTimeout, is stamped with it (operation.StampAttempt). ok is false,
-// and the payment is read as it is, when it is not processing or
-// requires_action.
-func startProviderAttempt(ctx context.Context, db Querier, tenantID, paymentID string, callTimeout time.Duration) (p Payment, age time.Duration, ok bool, err error) {
-	rows, err := db.Query(ctx, `
-		UPDATE payments SET `+operation.StampAttempt(3)+`
-		WHERE tenant_id = $1 AND id = $2 AND status IN ('processing', 'requires_action')
-		RETURNING `+paymentColumns+`, (extract(epoch FROM now() - first_provider_attempt_at) * 1000000)::bigint AS age_micros`,
-		tenantID, paymentID, callTimeout.Microseconds())
-	if err != nil {
-		return Payment{}, 0, false, fmt.Errorf("start provider attempt: %w", err)
-	}
-	started, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[startedPayment])
-	if errors.Is(err, pgx.ErrNoRows) {
-		p, err := GetPayment(ctx, db, tenantID, paymentID)
-		return p, 0, false, err
-	}
-	if err != nil {
-		return Payment{}, 0, false, fmt.Errorf("start provider attempt: %w", err)
-	}
-	return started.Payment, time.Duration(started.AgeMicros) * time.Microsecond, true, nil
-}
-
-type startedPayment struct {
-	Payment
-	AgeMicros int64 `db:"age_micros"`
-}
-
 // recordPending notes the provider's intent and its non-final state, so
 // the next run polls that intent instead of creating one.
 func recordPending(ctx context.Context, db Querier, paymentID string, out provider.Outcome) error {

@@ -8,10 +8,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/testkit/pgtest"
 )
 
-func TestAttemptStarter(t *testing.T) {
+func TestStartGrouped(t *testing.T) {
 	t.Parallel()
 
 	// Charges starting at once are started in fewer statements than
@@ -20,9 +21,9 @@ func TestAttemptStarter(t *testing.T) {
 		t.Parallel()
 		b := newRecorderBundle(t)
 		traced, log := pgtest.TracedPool(t, b.dbURL)
-		s := newAttemptStarter(traced, time.Second)
+		s := operation.NewStartGrouped[Payment](traced, paymentsTable, time.Second)
 		const n = 40
-		var charges []*finishing
+		var charges []*answer
 		for range n {
 			charges = append(charges, b.charge(t))
 		}
@@ -35,7 +36,7 @@ func TestAttemptStarter(t *testing.T) {
 		for i, f := range charges {
 			wg.Go(func() {
 				<-start
-				got[i], _, oks[i], errs[i] = s.start(b.ctx, b.tenant, f.p.ID)
+				got[i], oks[i], errs[i] = s.Start(b.ctx, b.tenant, f.Op.ID)
 			})
 		}
 		close(start)
@@ -43,7 +44,7 @@ func TestAttemptStarter(t *testing.T) {
 		for i, f := range charges {
 			require.NoError(t, errs[i])
 			require.True(t, oks[i])
-			require.Equal(t, f.p.ID, got[i].ID)
+			require.Equal(t, f.Op.ID, got[i].ID)
 			require.NotNil(t, got[i].FirstProviderAttemptAt)
 			require.Equal(t, got[i].LastProviderAttemptAt.Add(time.Second), *got[i].ProviderAttemptDeadline,
 				"the attempt's deadline, its call timeout on, is stamped with it")
@@ -66,29 +67,16 @@ func TestAttemptStarter(t *testing.T) {
 	t.Run("WhatAGroupCannotStartIsStartedAlone", func(t *testing.T) {
 		t.Parallel()
 		b := newRecorderBundle(t)
-		s := newAttemptStarter(b.pool, time.Second)
-		group := func(charges ...*finishing) []*request[*starting] {
-			var requests []*request[*starting]
-			for _, f := range charges {
-				requests = append(requests, &request[*starting]{item: &starting{ctx: b.ctx, tenantID: b.tenant, paymentID: f.p.ID}, done: make(chan struct{})})
-			}
-			s.groups.writeGroup(requests)
-			return requests
-		}
+		s := operation.NewStartGrouped[Payment](b.pool, paymentsTable, time.Second)
+		ref := func(f *answer) operation.Ref { return operation.Ref{TenantID: b.tenant, ID: f.Op.ID} }
 		settled, free := b.charge(t), b.charge(t)
-		_, err := b.pool.Exec(b.ctx, `UPDATE payments SET status = 'succeeded' WHERE id = $1`, settled.p.ID)
+		_, err := b.pool.Exec(b.ctx, `UPDATE payments SET status = 'succeeded' WHERE id = $1`, settled.Op.ID)
 		require.NoError(t, err)
-		requests := group(settled, free)
-		for _, r := range requests {
-			<-r.done
-			if r.item.paymentID == settled.p.ID {
-				require.ErrorIs(t, r.err, errStartAlone)
-				continue
-			}
-			require.NoError(t, r.err)
-			require.True(t, r.item.ok)
-		}
-		p, _, ok, err := s.start(b.ctx, b.tenant, settled.p.ID)
+		started, err := s.StartGroup(b.ctx, []operation.Ref{ref(settled), ref(free)})
+		require.NoError(t, err)
+		require.Contains(t, started, ref(free))
+		require.NotContains(t, started, ref(settled))
+		p, ok, err := s.Start(b.ctx, b.tenant, settled.Op.ID)
 		require.NoError(t, err)
 		require.False(t, ok)
 		require.Equal(t, StatusSucceeded, p.Status)
@@ -96,19 +84,17 @@ func TestAttemptStarter(t *testing.T) {
 		held, other := b.charge(t), b.charge(t)
 		holder, err := b.pool.Begin(b.ctx)
 		require.NoError(t, err)
-		_, err = holder.Exec(b.ctx, `SELECT FROM payments WHERE id = $1 FOR UPDATE`, held.p.ID)
+		_, err = holder.Exec(b.ctx, `SELECT FROM payments WHERE id = $1 FOR UPDATE`, held.Op.ID)
 		require.NoError(t, err)
 		began := time.Now()
-		for _, r := range group(held, other) {
-			<-r.done
-			require.ErrorIs(t, r.err, errStartAlone)
-		}
+		_, err = s.StartGroup(b.ctx, []operation.Ref{ref(held), ref(other)})
+		require.Error(t, err)
 		require.Less(t, time.Since(began), 5*time.Second, "the group waited past its lock wait")
-		_, _, ok, err = s.start(b.ctx, b.tenant, other.p.ID)
+		_, ok, err = s.Start(b.ctx, b.tenant, other.Op.ID)
 		require.NoError(t, err)
 		require.True(t, ok)
 		require.NoError(t, holder.Rollback(b.ctx))
-		_, _, ok, err = s.start(b.ctx, b.tenant, held.p.ID)
+		_, ok, err = s.Start(b.ctx, b.tenant, held.Op.ID)
 		require.NoError(t, err)
 		require.True(t, ok)
 	})

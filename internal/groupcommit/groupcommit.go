@@ -1,4 +1,8 @@
-package payments
+// Package groupcommit writes the requests that arrive at about the same
+// time in groups: a group commit. The engine's grouped attempt starts and
+// answer records are written with it; the reference ones write each
+// request alone.
+package groupcommit
 
 import (
 	"fmt"
@@ -6,7 +10,7 @@ import (
 	"sync"
 )
 
-// grouper writes the requests of charges that arrive at about the same time
+// Grouper writes the requests that arrive at about the same time
 // in groups, each group one round trip or one transaction where a request
 // alone would be one: a group commit. Nothing waits to form a group: a
 // request that arrives while no group is being written starts one at once,
@@ -14,26 +18,32 @@ import (
 //
 // The callers write the groups themselves, at most maxWriters at once: a
 // caller becomes a writer when a slot is free, writes groups while its own
-// request waits, and leaves once its request is written (so no charge is
+// request waits, and leaves once its request is written (so no caller is
 // held up writing others' requests for long). A writer that leaves with
 // requests still pending wakes their callers to take its slot.
-type grouper[T any] struct {
+type Grouper[T any] struct {
 	maxGroup, maxWriters int
 	// write writes a group and finishes each of its requests. A request it
 	// leaves unfinished (it panicked) fails.
-	write func(group []*request[T])
+	write func(group []*Request[T])
 
 	mu      sync.Mutex
-	pending []*request[T]
+	pending []*Request[T]
 	writers int
 	// wake is closed when a writer leaves requests pending, for the callers
 	// that found every writer slot taken; nil while none waits.
 	wake chan struct{}
 }
 
-// request is one caller's item in a grouper, and its result.
-type request[T any] struct {
-	item T
+// New returns a grouper that writes groups of at most maxGroup requests,
+// at most maxWriters at once, each with write.
+func New[T any](maxGroup, maxWriters int, write func(group []*Request[T])) *Grouper[T] {
+	return &Grouper[T]{maxGroup: maxGroup, maxWriters: maxWriters, write: write}
+}
+
+// Request is one caller's item in a grouper, and its result.
+type Request[T any] struct {
+	Item T
 	err  error
 	// finished is touched only by the goroutine writing the request's
 	// group; its owner reads err once done is closed.
@@ -41,8 +51,12 @@ type request[T any] struct {
 	done     chan struct{}
 }
 
-// finish records the request's result, once.
-func (r *request[T]) finish(err error) {
+// NewRequest is a request for item, not yet written: what WriteGroup takes.
+func NewRequest[T any](item T) *Request[T] { return &Request[T]{Item: item, done: make(chan struct{})} }
+
+// Finish records the request's result, once; a write calls it for every
+// request of its group.
+func (r *Request[T]) Finish(err error) {
 	if r.finished {
 		return
 	}
@@ -50,9 +64,15 @@ func (r *request[T]) finish(err error) {
 	close(r.done)
 }
 
-// do queues item and returns once it is written, with its error.
-func (g *grouper[T]) do(item T) error {
-	own := &request[T]{item: item, done: make(chan struct{})}
+// Wait returns the request's error once it is written.
+func (r *Request[T]) Wait() error {
+	<-r.done
+	return r.err
+}
+
+// Do queues item and returns once it is written, with its error.
+func (g *Grouper[T]) Do(item T) error {
+	own := NewRequest(item)
 	g.mu.Lock()
 	g.pending = append(g.pending, own)
 	g.mu.Unlock()
@@ -69,7 +89,7 @@ func (g *grouper[T]) do(item T) error {
 // writeWhilePending takes a writer slot if one is free and writes groups
 // until own is written or nothing is pending. Without a free slot it
 // returns a channel closed when a writer leaves requests pending.
-func (g *grouper[T]) writeWhilePending(own *request[T]) <-chan struct{} {
+func (g *Grouper[T]) writeWhilePending(own *Request[T]) <-chan struct{} {
 	g.mu.Lock()
 	defer g.mu.Unlock() // writeGroup, run without the lock, never panics
 	if g.writers >= g.maxWriters {
@@ -83,7 +103,7 @@ func (g *grouper[T]) writeWhilePending(own *request[T]) <-chan struct{} {
 		group := g.pending[:min(len(g.pending), g.maxGroup)]
 		g.pending = slices.Clone(g.pending[len(group):])
 		g.mu.Unlock()
-		g.writeGroup(group)
+		g.WriteGroup(group)
 		g.mu.Lock()
 	}
 	g.writers--
@@ -94,17 +114,18 @@ func (g *grouper[T]) writeWhilePending(own *request[T]) <-chan struct{} {
 	return nil
 }
 
-// writeGroup writes a group; a panic while writing is the error of each
-// request not yet finished (River retries its attempt), not the end of the
-// goroutine that happened to be writing.
-func (g *grouper[T]) writeGroup(group []*request[T]) {
+// WriteGroup writes group now, as one of the grouper's writers does; a
+// panic while writing is the error of each request not yet finished (River
+// retries its attempt), not the end of the goroutine that happened to be
+// writing.
+func (g *Grouper[T]) WriteGroup(group []*Request[T]) {
 	defer func() {
 		v := recover()
 		for _, r := range group {
 			if v != nil {
-				r.finish(fmt.Errorf("writing the group panicked: %v", v))
+				r.Finish(fmt.Errorf("writing the group panicked: %v", v))
 			}
-			r.finish(fmt.Errorf("BUG: a group's write left its request unfinished"))
+			r.Finish(fmt.Errorf("BUG: a group's write left its request unfinished"))
 		}
 	}()
 	g.write(group)

@@ -1,0 +1,86 @@
+package groupcommit_test
+
+import (
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncepay/oncepay/internal/groupcommit"
+)
+
+// Requests made at once are written in fewer groups than requests, none
+// larger than its cap nor more at once than the writers allowed, and every
+// caller gets its own request's result.
+func TestRequestsAtOnceAreGrouped(t *testing.T) {
+	t.Parallel()
+	const n, maxGroup, maxWriters = 200, 8, 2
+	var mu sync.Mutex
+	writes, writing, mostWriting := 0, 0, 0
+	written := map[int]int{}
+	g := groupcommit.New(maxGroup, maxWriters, func(group []*groupcommit.Request[int]) {
+		mu.Lock()
+		writes, writing = writes+1, writing+1
+		mostWriting = max(mostWriting, writing)
+		mu.Unlock()
+		defer func() {
+			mu.Lock()
+			writing--
+			mu.Unlock()
+		}()
+		require.LessOrEqual(t, len(group), maxGroup)
+		for _, r := range group {
+			mu.Lock()
+			written[r.Item]++
+			mu.Unlock()
+			var err error
+			if r.Item%7 == 0 {
+				err = errors.New("seven")
+			}
+			r.Finish(err)
+		}
+	})
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			errs[i] = g.Do(i)
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i, err := range errs {
+		require.Equal(t, i%7 == 0, err != nil, "request %d: %v", i, err)
+		require.Equal(t, 1, written[i], "request %d written once", i)
+	}
+	require.Less(t, writes, n, "grouped")
+	require.LessOrEqual(t, mostWriting, maxWriters)
+}
+
+// A write that panics, or leaves a request unfinished, fails its requests:
+// the grouper and its callers go on.
+func TestAWriteThatPanicsFailsItsRequests(t *testing.T) {
+	t.Parallel()
+	g := groupcommit.New(4, 1, func(group []*groupcommit.Request[string]) {
+		for _, r := range group {
+			switch r.Item {
+			case "panic":
+				panic("write failed")
+			case "ok":
+				r.Finish(nil)
+			}
+		}
+	})
+	panicking, ok := groupcommit.NewRequest("panic"), groupcommit.NewRequest("ok")
+	g.WriteGroup([]*groupcommit.Request[string]{ok, panicking})
+	require.NoError(t, ok.Wait())
+	require.ErrorContains(t, panicking.Wait(), "panicked")
+
+	forgotten := groupcommit.NewRequest("forgotten")
+	g.WriteGroup([]*groupcommit.Request[string]{forgotten})
+	require.ErrorContains(t, forgotten.Wait(), "unfinished")
+	require.NoError(t, g.Do("ok"))
+}

@@ -1,0 +1,48 @@
+package operation
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+
+	"github.com/oncepay/oncepay/internal/postgres"
+)
+
+// AnswerRecorder commits a final provider answer: the operation's state,
+// its key's final response and the job's completion, together, so that a
+// job that recorded its answer never runs again and one that did not asks
+// the provider again, under the same key.
+//
+// RecordEach is the reference: a transaction per answer. RecordGrouped
+// records the answers that arrive at about the same moment in one.
+type AnswerRecorder[A river.JobArgs, Op, O any] interface {
+	Record(ctx context.Context, job *river.Job[A], op Op, out O) error
+}
+
+// RecordEach records each answer in a transaction of its own: the kind's
+// locks, its RecordFinal, the job's completion.
+type RecordEach[A JobOf, Op, O any] struct {
+	Pool *pgxpool.Pool
+	Kind Attemptable[Op, O]
+}
+
+func (r RecordEach[A, Op, O]) Record(ctx context.Context, job *river.Job[A], op Op, out O) error {
+	return postgres.InTx(ctx, r.Pool, func(tx pgx.Tx) error { return recordIn(ctx, tx, r.Kind, true, job, op, out) })
+}
+
+// recordIn writes one answer in tx, the kind's locks taken first unless
+// lock is false (its RecordFinal takes them itself: SelfLocking).
+func recordIn[A JobOf, Op, O any](ctx context.Context, tx pgx.Tx, kind Attemptable[Op, O], lock bool, job *river.Job[A], op Op, out O) error {
+	if lock {
+		tenantID, id := job.Args.Of()
+		if err := kind.Lock(ctx, tx, tenantID, id); err != nil {
+			return err
+		}
+	}
+	if err := kind.RecordFinal(ctx, tx, op, out); err != nil {
+		return err
+	}
+	return CompleteJob(ctx, tx, job)
+}
