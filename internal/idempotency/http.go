@@ -62,10 +62,10 @@ func (e *Endpoint[T]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// A retry of a key seen here keeps its bytes' digest: the same bytes
 	// again are answered from memory before they are decoded.
 	var exact *[sha256.Size]byte
-	if e.Store.replays != nil && e.Store.recent.seen(tenantID, key) {
+	if e.Store.replays.Digests() && e.Store.recent.seen(tenantID, key) {
 		exact = exactDigest(r)
 	}
-	res, ok := e.Store.replays.replayExact(tenantID, key, exact)
+	res, ok := e.Store.replays.ReplayExact(tenantID, key, exact)
 	if !ok {
 		if res, ok = e.decide(w, r, tenantID, key, exact); !ok {
 			return
@@ -124,7 +124,7 @@ func (e *Endpoint[T]) decide(w http.ResponseWriter, r *http.Request, tenantID, k
 		return Result{}, false
 	}
 	ireq := Request{TenantID: tenantID, Key: key, Method: r.Method, Path: r.URL.Path, Fingerprint: fingerprint, LockResource: e.LockResource}
-	res, ok := e.Store.replays.replay(ireq, exact) // a completed response in memory
+	res, ok := e.Store.replays.Replay(ireq, exact) // a completed response in memory
 	if !ok {
 		res, ok = e.Store.replayCommitted(r.Context(), e.DB, ireq) // a committed row, read outside a transaction
 	}
@@ -139,7 +139,7 @@ func (e *Endpoint[T]) decide(w http.ResponseWriter, r *http.Request, tenantID, k
 		return Result{}, false
 	}
 	if res.Kind == Replay {
-		e.Store.replays.remember(res.Record, exact)
+		e.Store.replays.Remember(res.Record, exact)
 	}
 	return res, true
 }

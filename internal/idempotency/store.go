@@ -236,7 +236,7 @@ type Store struct {
 	// places are the Prefer: wait places taken, in all and per tenant.
 	places  waitPlaces
 	recent  *recentKeys
-	replays *finishedReplays
+	replays ReplayMemory
 	// draining is closed by Drain: held waits end at once.
 	draining  chan struct{}
 	drainOnce sync.Once
@@ -245,8 +245,8 @@ type Store struct {
 // NewStore returns a Store.
 func NewStore(cfg Config) *Store {
 	cfg = cfg.WithDefaults()
-	s := &Store{cfg: cfg, recent: newRecentKeys(cfg.RecentKeys), draining: make(chan struct{})}
-	if fastpath.Built {
+	s := &Store{cfg: cfg, recent: newRecentKeys(cfg.RecentKeys), replays: NoReplayMemory{}, draining: make(chan struct{})}
+	if fastpath.Built && cfg.ReplayCacheSize > 0 && cfg.ReplayCacheTTL > 0 {
 		s.replays = newFinishedReplays(cfg.ReplayCacheSize, cfg.ReplayCacheTTL)
 	}
 	return s

@@ -31,6 +31,9 @@ type pipelinedTx struct {
 	conn *pgx.Conn
 	// begun: BEGIN was sent; ended: COMMIT or ROLLBACK was.
 	begun, ended bool
+	// objects are pgx's large objects over this transaction, once asked
+	// for (LargeObjects).
+	objects *pgx.LargeObjects
 }
 
 var errNested = errors.New("a pipelined transaction does not nest transactions")
@@ -258,7 +261,32 @@ func (t *pipelinedTx) CopyFrom(ctx context.Context, table pgx.Identifier, column
 	return t.conn.CopyFrom(ctx, table, columns, src)
 }
 
-func (t *pipelinedTx) LargeObjects() pgx.LargeObjects { return pgx.LargeObjects{} }
+// LargeObjects are pgx's, which it builds only over a transaction of its
+// own: the first call begins one on this connection, in this transaction.
+// Before the first statement, that BEGIN is this transaction's (a round
+// trip of its own); after it, the server only warns that a transaction is
+// in progress. Either way the large objects run in this transaction, and
+// its COMMIT or ROLLBACK ends them. Asked for once the transaction ended,
+// or on a connection that cannot take the BEGIN, there are none to give:
+// the panic says why, where pgx's own would fail each call.
+func (t *pipelinedTx) LargeObjects() pgx.LargeObjects {
+	if t.objects != nil {
+		return *t.objects
+	}
+	if t.ended {
+		panic(fmt.Errorf("large objects of an ended transaction: %w", pgx.ErrTxClosed))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	own, err := t.conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		panic(fmt.Errorf("begin the large objects' transaction: %w", err))
+	}
+	t.begun = true
+	objects := own.LargeObjects()
+	t.objects = &objects
+	return objects
+}
 
 func (t *pipelinedTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
 	return t.conn.Prepare(ctx, name, sql)

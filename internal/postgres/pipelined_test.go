@@ -129,3 +129,78 @@ func TestInTx(t *testing.T) {
 
 	require.EqualValues(t, 1, pool.Stat().NewConnsCount(), "connections opened")
 }
+
+// TestLargeObjectsInAPipelinedTx: a pipelined transaction's large objects
+// are pgx's, in that transaction, whether asked for before its first
+// statement or after: committed with it, or gone with its rollback.
+func TestLargeObjectsInAPipelinedTx(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, pgtest.NewDatabase(t))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	exists := func(oid uint32) bool {
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_largeobject_metadata WHERE oid = $1`, oid).Scan(&n))
+		return n == 1
+	}
+	write := func(tx pgx.Tx) (uint32, error) {
+		objects := tx.LargeObjects()
+		oid, err := objects.Create(ctx, 0)
+		if err != nil {
+			return 0, err
+		}
+		obj, err := objects.Open(ctx, oid, pgx.LargeObjectModeWrite|pgx.LargeObjectModeRead)
+		if err != nil {
+			return 0, err
+		}
+		if _, err := obj.Write([]byte("receipt")); err != nil {
+			return 0, err
+		}
+		return oid, obj.Close()
+	}
+
+	for name, first := range map[string]func(pgx.Tx) error{
+		"asked for first": func(pgx.Tx) error { return nil },
+		"asked for after a statement": func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `SELECT 1`)
+			return err
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var committed uint32
+			require.NoError(t, postgres.InTx(ctx, pool, func(tx pgx.Tx) error {
+				if err := first(tx); err != nil {
+					return err
+				}
+				var err error
+				committed, err = write(tx)
+				if err != nil {
+					return err
+				}
+				var isolation string
+				if err := tx.QueryRow(ctx, `SELECT current_setting('transaction_isolation')`).Scan(&isolation); err != nil {
+					return err
+				}
+				require.Equal(t, "read committed", isolation)
+				return nil
+			}))
+			require.True(t, exists(committed))
+
+			var rolledBack uint32
+			failed := errors.New("failed after writing")
+			require.ErrorIs(t, postgres.InTx(ctx, pool, func(tx pgx.Tx) error {
+				if err := first(tx); err != nil {
+					return err
+				}
+				var err error
+				if rolledBack, err = write(tx); err != nil {
+					return err
+				}
+				return failed
+			}), failed)
+			require.NotZero(t, rolledBack)
+			require.False(t, exists(rolledBack), "rolled back with its transaction")
+		})
+	}
+}
