@@ -60,9 +60,9 @@ func startAttempts[Op Operation](ctx context.Context, db Querier, t Table, refs 
 		lockTimeout = &bound
 	}
 	rows, err := db.Query(ctx, `
-		WITH bounded_wait AS (SELECT set_config('lock_timeout', coalesce($3, current_setting('lock_timeout')), true))
 		UPDATE `+t.Name+` SET `+StampAttempt(4)+`
-		FROM bounded_wait, unnest($1::text[], $2::text[]) AS starting(starting_tenant_id, starting_id)
+		FROM (SELECT set_config('lock_timeout', coalesce($3, current_setting('lock_timeout')), true)) AS bounded_wait,
+			unnest($1::text[], $2::text[]) AS starting(starting_tenant_id, starting_id)
 		WHERE tenant_id = starting_tenant_id AND id = starting_id AND status = ANY($5)
 		RETURNING `+t.Columns, tenants, ids, lockTimeout, callTimeout.Microseconds(), t.InFlight)
 	return CollectAll[Op](rows, err, "start "+t.Operation+" provider attempts")
