@@ -4,6 +4,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -19,7 +20,13 @@ func TestRequestsAtOnceAreGrouped(t *testing.T) {
 	var mu sync.Mutex
 	writes, writing, mostWriting := 0, 0, 0
 	written := map[int]int{}
+	// The first writes wait until every caller is on its way, so that the
+	// others find the writer slots taken and queue: requests at once.
+	var calling sync.WaitGroup
+	calling.Add(n)
 	g := groupcommit.New(maxGroup, maxWriters, func(group []*groupcommit.Request[int]) {
+		calling.Wait()
+		time.Sleep(10 * time.Millisecond)
 		mu.Lock()
 		writes, writing = writes+1, writing+1
 		mostWriting = max(mostWriting, writing)
@@ -47,6 +54,7 @@ func TestRequestsAtOnceAreGrouped(t *testing.T) {
 	for i := range n {
 		wg.Go(func() {
 			<-start
+			calling.Done()
 			errs[i] = g.Do(i)
 		})
 	}
