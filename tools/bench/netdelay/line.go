@@ -2,6 +2,7 @@ package netdelay
 
 import (
 	"errors"
+	"maps"
 	"net"
 	"runtime"
 	"sync"
@@ -33,6 +34,11 @@ type Line struct {
 	answers chan answer
 
 	roundTrips atomic.Int64
+	// census counts round trips by what starts them (census.go);
+	// statements is the SQL of the prepared statements seen, by name.
+	censusMu   sync.Mutex
+	census     map[string]int64
+	statements map[string]string
 	// busy is the nanoseconds connections waited for answers: from a
 	// request's arrival to its answer's delivery, summed over round trips.
 	busy      atomic.Int64
@@ -88,7 +94,8 @@ type Stats struct {
 
 // NewLine serves ln, forwarding to target (host:port), until Close.
 func NewLine(ln net.Listener, target string) *Line {
-	l := &Line{ln: ln, target: target, answers: make(chan answer, 4096), links: map[*link]struct{}{}, closed: make(chan struct{})}
+	l := &Line{ln: ln, target: target, answers: make(chan answer, 4096), links: map[*link]struct{}{}, closed: make(chan struct{}),
+		census: map[string]int64{}, statements: map[string]string{}}
 	l.wg.Add(2)
 	go func() { defer l.wg.Done(); l.deliver() }()
 	go func() { defer l.wg.Done(); l.accept() }()
@@ -108,6 +115,38 @@ func (l *Line) SetDelayElsewhere(d time.Duration) { l.elsewhere.Store(int64(max(
 // Stats reads the counts.
 func (l *Line) Stats() Stats {
 	return Stats{RoundTrips: l.roundTrips.Load(), Busy: time.Duration(l.busy.Load()), Open: l.open.Load(), Peak: l.peak.Load()}
+}
+
+// Census counts the round trips so far by what starts them: the first
+// message a client sends in each (see firstMessage).
+func (l *Line) Census() map[string]int64 {
+	l.censusMu.Lock()
+	defer l.censusMu.Unlock()
+	return maps.Clone(l.census)
+}
+
+// censusLabels and censusStatements bound the census: a client sending
+// ever new SQL cannot grow it without end.
+const (
+	censusLabels     = 256
+	censusStatements = 4096
+)
+
+// count adds to the census the round trip b starts, after learning the
+// statements it prepares.
+func (l *Line) count(b []byte, first bool) {
+	l.censusMu.Lock()
+	defer l.censusMu.Unlock()
+	parsed(b, func(name, sql string) {
+		if len(l.statements) < censusStatements {
+			l.statements[name] = sql
+		}
+	})
+	label := firstMessage(b, first, func(name string) string { return l.statements[name] })
+	if _, ok := l.census[label]; !ok && len(l.census) >= censusLabels {
+		label = "other"
+	}
+	l.census[label]++
 }
 
 // ResetPeak starts the peak of open connections again from those open now.
@@ -190,12 +229,14 @@ func (l *Line) serve(client net.Conn) {
 func (l *Line) requests(k *link) {
 	defer k.close()
 	buf := make([]byte, 32<<10)
-	for {
+	for first := true; ; {
 		n, err := k.client.Read(buf)
 		if n > 0 {
 			if k.answered.Swap(false) {
 				k.sent.Store(time.Now().UnixNano())
 				l.roundTrips.Add(1)
+				l.count(buf[:n], first)
+				first = false
 			}
 			if _, werr := k.server.Write(buf[:n]); werr != nil {
 				return
