@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net"
 	"net/url"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -41,6 +42,14 @@ func (c NetworkConfig) withDefaults() NetworkConfig {
 // below what the API takes on these cores at any of the delays, so that
 // the latency is the requests' own, not a queue's.
 const networkLatencyRate = 200
+
+// linePriority is the bench's nice value while the lines delay: the line
+// stands in for the kernel's network path, which a busy machine's
+// processes do not hold up (netdelay.Prioritize).
+const linePriority = -10
+
+// linePs is the bench's GOMAXPROCS while the lines delay.
+const linePs = 64
 
 // maxSizingTrials bounds the search at each delay.
 const maxSizingTrials = 8
@@ -204,6 +213,23 @@ func (r *run) network(ctx context.Context) (_ *PhaseResult, err error) {
 	default:
 		ls.netem = true
 	}
+	if !ls.netem {
+		// A writer back from its nanosleep needs a P to write the answer:
+		// with one P a core, the load client's goroutines hold both on a
+		// busy machine, and the answer waits in the run queue milliseconds
+		// past its time. With many more Ps than cores one is idle, and the
+		// kernel schedules the threads, first the bench's (its priority).
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(linePs))
+		restore, err := netdelay.Prioritize(linePriority)
+		if err != nil {
+			return nil, err
+		}
+		defer func() {
+			if restoreErr := restore(); restoreErr != nil {
+				err = errors.Join(err, fmt.Errorf("set the bench's priority back: %w", restoreErr))
+			}
+		}()
+	}
 	r.printf("PostgreSQL behind namespace %s: the processes connect to %s across the veth pair %s, the delay by %s",
 		ns.Name, ns.InnerAddr, ns.HostLink, nw.Method)
 	if nw.DirectRTT, err = r.selectOneRTT(ctx, r.stack.DatabaseURL, 200); err != nil {
@@ -243,7 +269,7 @@ func (r *run) network(ctx context.Context) (_ *PhaseResult, err error) {
 		if err := ls.setDelay(ctx, d); err != nil {
 			return nil, err
 		}
-		search, err := r.searchSizes(ctx, ls, d, nc.Rate, sizes)
+		search, err := r.searchSizes(ctx, ls, probe, d, nc.Rate, sizes)
 		if err != nil {
 			return nil, err
 		}
@@ -358,13 +384,13 @@ func (r *run) networkThroughput(ctx context.Context, nc NetworkConfig, ls lines,
 // searchSizes looks for the smallest API pool, worker concurrency and
 // worker pool, doubling from sizes what judge finds full, that hold the
 // rate of settled payments at the lines' delay.
-func (r *run) searchSizes(ctx context.Context, ls lines, d time.Duration, rate float64, sizes Sizes) (NetworkSizing, error) {
+func (r *run) searchSizes(ctx context.Context, ls lines, probe *pgx.Conn, d time.Duration, rate float64, sizes Sizes) (NetworkSizing, error) {
 	search := NetworkSizing{DelayMS: ms(d)}
 	// Half the server's connections at most: the bench shares the server
 	// with its own connections and whatever else runs on it.
 	lim := sizingLimits{Conns: max(r.maxConnections/2, firstSizes.APIPool+firstSizes.WorkerPool)}
 	for range maxSizingTrials {
-		tr, err := r.sizingTrial(ctx, ls, sizes, rate)
+		tr, err := r.sizingTrial(ctx, ls, probe, sizes, rate)
 		if err != nil {
 			return search, err
 		}
@@ -374,9 +400,10 @@ func (r *run) searchSizes(ctx context.Context, ls lines, d time.Duration, rate f
 		}
 		var next Sizes
 		tr.Held, next, tr.Short, tr.Bound = judge(tr, prev, rate, lim)
-		r.printf("%s, API pool %d, worker concurrency %d and pool %d: accepted %.0f/s, settled %.0f/s (backlog %+.2f s), connections API %d worker %d, charges at once %d (%.1f ms each), busy on the wire API %.2f worker %.2f, CPU %.0f%%: %s",
+		r.printf("%s, API pool %d, worker concurrency %d and pool %d: accepted %.0f/s, settled %.0f/s (backlog %+.2f s), connections API %d worker %d, charges at once %d (%.1f ms each), round trips a payment API %.2f worker %.2f, busy on the wire API %.2f worker %.2f, RTT p50 %.2f ms (direct %.2f ms), sessions %s, CPU %.0f%%: %s",
 			delayLabel(d), tr.APIPool, tr.WorkerConcurrency, tr.WorkerPool, tr.AcceptedPerSec, tr.SettledPerSec, tr.BacklogGrowthSeconds,
-			tr.APIConns, tr.WorkerConns, tr.PeakCharges, tr.ChargeMS, tr.APIBusy, tr.WorkerBusy, 100*tr.CPUBusy, trialOutcome(tr))
+			tr.APIConns, tr.WorkerConns, tr.PeakCharges, tr.ChargeMS, tr.APIRoundTrips, tr.WorkerRoundTrips, tr.APIBusy, tr.WorkerBusy,
+			tr.RTTLoaded.P50MS, tr.DirectLoaded.P50MS, censusLine(tr.Waits, 6), 100*tr.CPUBusy, trialOutcome(tr))
 		search.Trials = append(search.Trials, tr)
 		if tr.Held || tr.Bound != "" {
 			search.Held, search.Bound = tr.Held, tr.Bound
@@ -408,7 +435,7 @@ const (
 
 // sizingTrial restarts the API and the worker with sizes, through their
 // lines, and sends new keys at rate for a round with the worker running.
-func (r *run) sizingTrial(ctx context.Context, ls lines, sizes Sizes, rate float64) (SizingTrial, error) {
+func (r *run) sizingTrial(ctx context.Context, ls lines, probe *pgx.Conn, sizes Sizes, rate float64) (SizingTrial, error) {
 	tr := SizingTrial{Sizes: sizes}
 	// A worker is restarted with a SIGKILL: only once no charge is left to it.
 	if err := r.awaitSettled(ctx, 5*time.Minute); err != nil {
@@ -439,9 +466,28 @@ func (r *run) sizingTrial(ctx context.Context, ls lines, sizes Sizes, rate float
 	if err != nil {
 		return tr, err
 	}
+	direct, err := pgx.Connect(ctx, r.stack.DatabaseURL)
+	if err != nil {
+		return tr, err
+	}
+	defer direct.Close(context.WithoutCancel(ctx))
+	sampleCtx, stopSampling := context.WithCancel(ctx)
+	waits := make(chan map[string]float64, 1)
+	rtts := make(chan [2]Latencies, 1)
+	go func() { waits <- r.sampleWaits(sampleCtx) }()
+	go func() {
+		through := make(chan Latencies, 1)
+		go func() { through <- pingEvery(sampleCtx, probe, 20*time.Millisecond) }()
+		straight := pingEvery(sampleCtx, direct, 20*time.Millisecond)
+		rtts <- [2]Latencies{<-through, straight}
+	}()
 	start := time.Now()
 	tr.Load = openLoop(ctx, open, rate, r.cfg.Round, 4096, req)
 	end := time.Now()
+	stopSampling()
+	tr.Waits = <-waits
+	pings := <-rtts
+	tr.RTTLoaded, tr.DirectLoaded = pings[0], pings[1]
 	busyAfter, err := machineCPU()
 	if err != nil {
 		return tr, err
@@ -456,6 +502,9 @@ func (r *run) sizingTrial(ctx context.Context, ls lines, sizes Sizes, rate float
 	tr.APIBusy = (apiAfter.Busy - apiBefore.Busy).Seconds() / secs
 	tr.WorkerBusy = (workerAfter.Busy - workerBefore.Busy).Seconds() / secs
 	tr.APIConns, tr.WorkerConns = apiAfter.Peak, workerAfter.Peak
+	accepted := float64(max(tr.Load.Statuses["202"], 1))
+	tr.APIRoundTrips = float64(apiAfter.RoundTrips-apiBefore.RoundTrips) / accepted
+	tr.WorkerRoundTrips = float64(workerAfter.RoundTrips-workerBefore.RoundTrips) / accepted
 	counts, err := r.settledBetween(ctx, start, end)
 	if err != nil {
 		return tr, err
@@ -511,6 +560,42 @@ func censusLine(per map[string]float64, n int) string {
 	return strings.Join(parts, "; ")
 }
 
+// sampleWaits reads, every 100 ms until ctx ends, what the API's and the
+// worker's sessions are doing in the server, and returns the mean number
+// of sessions of each process in each state: a lock wait shows how long
+// transactions held across round trips keep others waiting.
+func (r *run) sampleWaits(ctx context.Context) map[string]float64 {
+	sums, samples := map[string]float64{}, 0
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		rows, err := r.pool.Query(ctx, `SELECT CASE application_name WHEN $1 THEN 'api' ELSE 'worker' END,
+				CASE WHEN state = 'active' THEN coalesce(wait_event_type, 'running') ELSE state END, count(*)
+			FROM pg_stat_activity
+			WHERE datname = current_database() AND application_name IN ($1, $2) AND state <> 'idle'
+			GROUP BY 1, 2`, apiAppName, networkWorkerAppName)
+		if err == nil {
+			for rows.Next() {
+				var process, what string
+				var n int
+				if rows.Scan(&process, &what, &n) == nil {
+					sums[process+" "+what] += float64(n)
+				}
+			}
+			rows.Close()
+			samples++
+		}
+		select {
+		case <-ctx.Done():
+			for k := range sums {
+				sums[k] /= float64(max(samples, 1))
+			}
+			return sums
+		case <-tick.C:
+		}
+	}
+}
+
 // selectOneRTT is n round trips of SELECT 1 on a connection of its own to
 // dbURL.
 func (r *run) selectOneRTT(ctx context.Context, dbURL string, n int) (Latencies, error) {
@@ -538,7 +623,9 @@ func pingRTT(ctx context.Context, conn *pgx.Conn, n int) (Latencies, error) {
 	return Summarize(took), nil
 }
 
-// pingEvery times a SELECT 1 on conn every interval until ctx ends.
+// pingEvery times a SELECT 1 on conn every interval until ctx ends. A
+// ping is never cut short: pgx closes a connection whose query is
+// cancelled, and conn serves the next measurement too.
 func pingEvery(ctx context.Context, conn *pgx.Conn, interval time.Duration) Latencies {
 	var took []time.Duration
 	tick := time.NewTicker(interval)
@@ -551,7 +638,7 @@ func pingEvery(ctx context.Context, conn *pgx.Conn, interval time.Duration) Late
 		}
 		start := time.Now()
 		var one int
-		if err := conn.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
+		if err := conn.QueryRow(context.WithoutCancel(ctx), "SELECT 1").Scan(&one); err != nil {
 			return Summarize(took)
 		}
 		took = append(took, time.Since(start))

@@ -49,6 +49,20 @@ type SizingTrial struct {
 	// (a request sent, its answer not yet back) over the round.
 	APIBusy    float64 `json:"api_busy_conns"`
 	WorkerBusy float64 `json:"worker_busy_conns"`
+	// APIRoundTrips and WorkerRoundTrips are each one's round trips per
+	// payment accepted over the round.
+	APIRoundTrips    float64 `json:"api_round_trips_per_payment"`
+	WorkerRoundTrips float64 `json:"worker_round_trips_per_payment"`
+	// RTTLoaded is SELECT 1 through the probe's line during the round,
+	// DirectLoaded the same on a direct connection: their difference is
+	// what the delay came to under this load, the server's own slowness
+	// aside.
+	RTTLoaded    Latencies `json:"rtt_loaded"`
+	DirectLoaded Latencies `json:"direct_rtt_loaded"`
+	// Waits are the mean sessions of each process in the server over the
+	// round, by what they were doing ("api Lock", "worker running", "api
+	// idle in transaction"), sampled every 100 ms from pg_stat_activity.
+	Waits map[string]float64 `json:"waits,omitempty"`
 	// PeakCharges is the most charges running at once, ChargeMS the mean
 	// time a charge ran (from its job's attempt to its completion, read
 	// from the jobs' rows).
@@ -113,11 +127,11 @@ func judge(t SizingTrial, prev *SizingTrial, rate float64, lim sizingLimits) (he
 		return false, next, short, "CPU: no pool or slot was full, " + cpu
 	case next == t.Sizes:
 		return false, next, short, "neither the pools nor the slots: none was full, " + cpu
-	case next.APIPool+next.WorkerPool > lim.Conns:
-		return false, next, short, fmt.Sprintf("connections: %d and %d would exceed the %d the bench may take of the server's",
-			next.APIPool, next.WorkerPool, lim.Conns)
 	case prev != nil && t.CPUBusy >= 0.9 && t.AcceptedPerSec < 1.05*prev.AcceptedPerSec && t.SettledPerSec < 1.05*prev.SettledPerSec:
 		return false, next, short, "CPU: the larger sizes bought nothing, " + cpu
+	case next.APIPool+next.WorkerPool > lim.Conns:
+		return false, next, short, fmt.Sprintf("connections: %d and %d would exceed the %d the bench may take of the server's, %s",
+			next.APIPool, next.WorkerPool, lim.Conns, cpu)
 	}
 	return false, next, short, ""
 }

@@ -92,7 +92,11 @@ func TestJudge(t *testing.T) {
 		tr.SettledPerSec, tr.WorkerConns = 300, 33
 		_, next, _, bound := judge(tr, nil, 500, lim)
 		require.Equal(t, 64, next.WorkerPool)
-		require.Equal(t, "connections: 16 and 64 would exceed the 50 the bench may take of the server's", bound)
+		require.Equal(t, "connections: 16 and 64 would exceed the 50 the bench may take of the server's, CPU 60% busy", bound)
+		prev := tr
+		tr.CPUBusy = 0.99
+		_, _, _, bound = judge(tr, &prev, 500, lim)
+		require.Equal(t, "CPU: the larger sizes bought nothing, CPU 99% busy", bound, "on a busy machine the CPU, before the connections")
 	})
 	t.Run("ConcurrencyStopsAtItsMaximum", func(t *testing.T) {
 		t.Parallel()

@@ -11,8 +11,9 @@
 // side: by netem on the namespace's end of the pair, filtered by the
 // lines' ports (Namespace.StartNetem), where the kernel has netem; where
 // it does not, by the Line itself, which holds each answer until its time
-// on a thread of its own. Either way a Line counts the round trips it
-// carries and how long connections were busy with them.
+// (Prioritize keeps a busy machine's processes from holding it longer).
+// Either way a Line counts the round trips it carries, what starts each
+// (Line.Census), and how long connections were busy with them.
 //
 // The namespace is named after the run (the process id and a random part)
 // and Close removes it, the pair with it; Create first removes those of

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"maps"
 	"net"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,10 +27,6 @@ type Line struct {
 	// added on the way by something else (netem): not applied here, but
 	// counted in busy as delay is.
 	delay, elsewhere atomic.Int64
-	// answers are the server's answers in the order read, each with its
-	// time to be delivered: the delay is the same for all, so that order
-	// is the order of their times, and one thread can keep them all.
-	answers chan answer
 
 	roundTrips atomic.Int64
 	// census counts round trips by what starts them (census.go);
@@ -51,18 +46,18 @@ type Line struct {
 	wg        sync.WaitGroup
 }
 
-// answer is a chunk of the server's bytes on its way to a client.
+// answer is a chunk of the server's bytes on its way to a client, and
+// when it is due there.
 type answer struct {
 	due  time.Time
 	data []byte
-	to   *link
 }
 
 // link is one client connection and its connection to the server.
 type link struct {
 	client, server net.Conn
-	// out carries the answers due to the client to its writer.
-	out  chan []byte
+	// out carries the server's answers to the client's writer, in order.
+	out  chan answer
 	done chan struct{}
 	once sync.Once
 	// answered says the server spoke since the client's last request; sent
@@ -94,10 +89,9 @@ type Stats struct {
 
 // NewLine serves ln, forwarding to target (host:port), until Close.
 func NewLine(ln net.Listener, target string) *Line {
-	l := &Line{ln: ln, target: target, answers: make(chan answer, 4096), links: map[*link]struct{}{}, closed: make(chan struct{}),
+	l := &Line{ln: ln, target: target, links: map[*link]struct{}{}, closed: make(chan struct{}),
 		census: map[string]int64{}, statements: map[string]string{}}
-	l.wg.Add(2)
-	go func() { defer l.wg.Done(); l.deliver() }()
+	l.wg.Add(1)
 	go func() { defer l.wg.Done(); l.accept() }()
 	return l
 }
@@ -194,7 +188,7 @@ func (l *Line) serve(client net.Conn) {
 		client.Close()
 		return
 	}
-	k := &link{client: client, server: server, out: make(chan []byte, 256), done: make(chan struct{})}
+	k := &link{client: client, server: server, out: make(chan answer, 256), done: make(chan struct{})}
 	k.answered.Store(true)
 	l.mu.Lock()
 	select {
@@ -248,8 +242,10 @@ func (l *Line) requests(k *link) {
 	}
 }
 
-// readAnswers reads the server's bytes and queues each chunk for its
-// time.
+// readAnswers reads the server's bytes as they come, and hands each chunk
+// to the client's writer with the time it is due: read at once, so that a
+// chunk's time is when the server sent it, whatever the writer is waiting
+// for.
 func (l *Line) readAnswers(k *link) {
 	defer k.close()
 	buf := make([]byte, 32<<10)
@@ -261,7 +257,7 @@ func (l *Line) readAnswers(k *link) {
 				l.busy.Add(now.UnixNano() - k.sent.Load() + int64(delay) + l.elsewhere.Load())
 			}
 			select {
-			case l.answers <- answer{due: now.Add(delay), data: append([]byte(nil), buf[:n]...), to: k}:
+			case k.out <- answer{due: now.Add(delay), data: append([]byte(nil), buf[:n]...)}:
 			case <-k.done:
 				return
 			}
@@ -272,35 +268,18 @@ func (l *Line) readAnswers(k *link) {
 	}
 }
 
-// writeAnswers writes to the client what deliver hands it.
+// writeAnswers writes each answer to the client at its time. It sleeps
+// with nanosleep, on whatever thread it runs: Go's timers wake on the
+// network poller's millisecond here (a 250 µs sleep took 1.09 ms), too
+// coarse for the round trips priced; nanosleep ends within tens of
+// microseconds. Answers are due in the order they were read (the delay is
+// the same for all), so one writer keeps them in order.
 func (l *Line) writeAnswers(k *link) {
-	for {
-		select {
-		case data := <-k.out:
-			if _, err := k.client.Write(data); err != nil {
-				k.close()
-				return
-			}
-		case <-k.done:
-			return
-		}
-	}
-}
-
-// deliver hands each answer to its client's writer at its time. It sleeps
-// on a thread of its own whose timer slack is 1 ns: Go's timers wake on
-// the network poller's millisecond here (a 250 µs sleep took 1.09 ms),
-// too coarse for the round trips priced; this thread's sleeps end within
-// tens of microseconds. The thread stays locked, so the runtime ends it
-// with the goroutine rather than lending its slack to another.
-func (l *Line) deliver() {
-	runtime.LockOSThread()
-	_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
 	for {
 		var a answer
 		select {
-		case a = <-l.answers:
-		case <-l.closed:
+		case a = <-k.out:
+		case <-k.done:
 			return
 		}
 		if wait := time.Until(a.due); wait > 0 {
@@ -308,10 +287,8 @@ func (l *Line) deliver() {
 			for unix.Nanosleep(&ts, &ts) == unix.EINTR {
 			}
 		}
-		select {
-		case a.to.out <- a.data:
-		case <-a.to.done:
-		case <-l.closed:
+		if _, err := k.client.Write(a.data); err != nil {
+			k.close()
 			return
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
 // needRoot skips a test that makes namespaces when not root, and fails it
@@ -129,4 +130,30 @@ func TestNetemArgs(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, "qdisc change dev opb1i parent 1:20 handle 20: netem delay 500us limit 100000",
 		strings.Join(netemArgs("change", "opb1i", 500*time.Microsecond), " "))
+}
+
+// TestPrioritize: every thread of the process gets the nice value, and
+// restore sets them back.
+func TestPrioritize(t *testing.T) {
+	needRoot(t) // not parallel: it changes the whole test binary's priority
+	nice := func() map[int]int {
+		tids, err := threads()
+		require.NoError(t, err)
+		got := map[int]int{}
+		for _, tid := range tids {
+			if prio, err := unix.Getpriority(unix.PRIO_PROCESS, tid); err == nil {
+				got[tid] = 20 - prio
+			}
+		}
+		return got
+	}
+	restore, err := Prioritize(-5)
+	require.NoError(t, err)
+	for tid, n := range nice() {
+		require.Equal(t, -5, n, "thread %d", tid)
+	}
+	require.NoError(t, restore())
+	for tid, n := range nice() {
+		require.Equal(t, 0, n, "thread %d", tid)
+	}
 }
