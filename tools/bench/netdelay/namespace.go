@@ -39,12 +39,26 @@ type Namespace struct {
 	netemPorts []int
 }
 
+// Check says why Create could not run here, if it could not: it needs
+// root, and iproute2's ip and tc.
+func Check() error {
+	if uid := os.Geteuid(); uid != 0 {
+		return fmt.Errorf("a network namespace needs root, and this runs as uid %d", uid)
+	}
+	for _, name := range []string{"ip", "tc"} {
+		if _, err := tool(name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Create makes a namespace with a veth pair to this one, both ends up and
 // addressed. It needs root, and says so when it is not; on any failure it
 // removes what it made.
 func Create(ctx context.Context) (_ *Namespace, err error) {
-	if uid := os.Geteuid(); uid != 0 {
-		return nil, fmt.Errorf("a network namespace needs root, and this runs as uid %d: run as root, or leave this phase out", uid)
+	if err := Check(); err != nil {
+		return nil, err
 	}
 	ns := &Namespace{}
 	if ns.ip, err = tool("ip"); err != nil {

@@ -105,6 +105,18 @@ func TestCreateRemovesKilledRuns(t *testing.T) {
 	require.NoFileExists(t, "/run/netns/"+left)
 }
 
+// TestCheck: as root with iproute2 Check finds nothing wrong; otherwise
+// it says why (the bench fails at once with it, before its other phases).
+func TestCheck(t *testing.T) {
+	t.Parallel()
+	err := Check()
+	if os.Geteuid() != 0 {
+		require.ErrorContains(t, err, "needs root")
+		return
+	}
+	require.NoError(t, err)
+}
+
 func TestKilledRuns(t *testing.T) {
 	t.Parallel()
 	list := "oncepay-bench-100-a1b2c3 (id: 3)\noncepay-bench-200-d4e5f6\nother-300-x\noncepay-bench-x-1\noncepay-bench-400\n\n"

@@ -18,11 +18,13 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/oncepay/oncepay/tools/bench"
+	"github.com/oncepay/oncepay/tools/bench/netdelay"
 )
 
 func main() {
@@ -76,6 +78,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	if cfg.Network.Rate <= 0 {
 		return fmt.Errorf("-network-rate: %v is not a rate", cfg.Network.Rate)
+	}
+	// Said before the other phases run for minutes, not after.
+	if len(cfg.Only) == 0 || slices.Contains(cfg.Only, "network") {
+		if err := netdelay.Check(); err != nil {
+			return fmt.Errorf("phase network: %w (run as root, or leave it out with -only)", err)
+		}
 	}
 	cfg.DatabaseURL, cfg.Out = getenv("DATABASE_URL"), stdout
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
