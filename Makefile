@@ -96,6 +96,8 @@ fuzz:
 	go test -run '^$$' -fuzz '^FuzzParseLog$$' -fuzztime $(FUZZTIME) ./tools/bench
 	go test -run '^$$' -fuzz '^FuzzParseStat$$' -fuzztime $(FUZZTIME) ./tools/bench
 	go test -run '^$$' -fuzz '^FuzzParseMachineStat$$' -fuzztime $(FUZZTIME) ./tools/bench
+	go test -run '^$$' -fuzz '^FuzzParseDelays$$' -fuzztime $(FUZZTIME) ./tools/bench
+	go test -run '^$$' -fuzz '^FuzzFirstMessage$$' -fuzztime $(FUZZTIME) ./tools/bench/netdelay
 
 ## lint: gofmt, go vet and staticcheck
 lint:

@@ -24,7 +24,7 @@ import (
 )
 
 // Phases are the measurements, in the order they run.
-var Phases = []string{"newkey", "replay", "settled", "latency", "slowprovider", "scale", "rss", "seams"}
+var Phases = []string{"newkey", "replay", "settled", "latency", "slowprovider", "scale", "rss", "seams", "network"}
 
 // Config is one bench run.
 type Config struct {
@@ -56,6 +56,8 @@ type Config struct {
 	// SlowWorkerConcurrency is that worker's WORKER_CONCURRENCY. Defaults
 	// to 200: 300 ms per charge at 500/s keeps 150 charges in flight.
 	SlowWorkerConcurrency int
+	// Network sizes the network phase (network.go).
+	Network NetworkConfig
 	// AllowNoFsync measures a server that does not flush its commits
 	// (the tests' throwaway cluster); the ratios then say little.
 	AllowNoFsync bool
@@ -241,6 +243,7 @@ func Run(ctx context.Context, cfg Config) (_ *Results, path string, err error) {
 	}{
 		{"newkey", r.newKey}, {"replay", r.replay}, {"settled", r.settled},
 		{"latency", r.settleLatency}, {"slowprovider", r.slowProvider}, {"scale", r.scale}, {"rss", r.rss}, {"seams", r.seams},
+		{"network", r.network},
 	} {
 		if len(cfg.Only) > 0 && !slices.Contains(cfg.Only, phase.name) {
 			continue

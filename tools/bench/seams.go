@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -122,21 +123,23 @@ func (r *run) drainRate(ctx context.Context) (float64, error) {
 	return float64(backlog.Requests) / time.Since(start).Seconds(), nil
 }
 
-// restartWith restarts the process ("api" or "worker") with one setting
-// changed, every other as it was.
-func (r *run) restartWith(_ context.Context, process, setting string) error {
+// restartWith restarts the process ("api" or "worker") once with settings
+// changed, every other as it was: NAME=value sets a variable, NAME alone
+// removes the process's own (the stack's, or the default, applies again).
+func (r *run) restartWith(_ context.Context, process string, settings ...string) error {
 	p := r.stack.Process(process)
 	if p == nil {
 		return fmt.Errorf("no %s process", process)
 	}
-	name, _, ok := strings.Cut(setting, "=")
-	if !ok {
-		return errors.New("a setting is NAME=value")
-	}
-	env := make([]string, 0, len(p.Env)+1)
-	for _, kv := range p.Env {
-		if !strings.HasPrefix(kv, name+"=") {
-			env = append(env, kv)
+	env := slices.Clone(p.Env)
+	for _, setting := range settings {
+		name, _, set := strings.Cut(setting, "=")
+		if name == "" {
+			return errors.New("a setting is NAME=value, or NAME to remove it")
+		}
+		env = slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, name+"=") })
+		if set {
+			env = append(env, setting)
 		}
 	}
 	select {
@@ -146,6 +149,6 @@ func (r *run) restartWith(_ context.Context, process, setting string) error {
 			return err
 		}
 	}
-	p.Env = append(env, setting)
+	p.Env = env
 	return r.stack.Restart(process)
 }

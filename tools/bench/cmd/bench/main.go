@@ -18,11 +18,13 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/oncepay/oncepay/tools/bench"
+	"github.com/oncepay/oncepay/tools/bench/netdelay"
 )
 
 func main() {
@@ -38,8 +40,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	flags := flag.NewFlagSet(args[0], flag.ContinueOnError)
 	flags.SetOutput(stdout)
 	var (
-		cfg  bench.Config
-		only string
+		cfg    bench.Config
+		only   string
+		delays string
 	)
 	flags.IntVar(&cfg.Rounds, "rounds", 3, "rounds per comparison; each round runs oncepay, then the baseline")
 	flags.DurationVar(&cfg.Round, "round", 5*time.Second, "how long each side of a round runs")
@@ -50,6 +53,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	flags.IntVar(&cfg.ReplayKeys, "replay-keys", 2000, "finished keys the replay phase retries")
 	flags.IntVar(&cfg.Backlog, "backlog", 5000, "payments accepted before the slow-provider phase's worker starts")
 	flags.IntVar(&cfg.SlowWorkerConcurrency, "slow-worker-concurrency", 200, "WORKER_CONCURRENCY of the slow-provider phase's worker")
+	flags.StringVar(&delays, "network-delays", "0,500us,2ms", "round trips added to PostgreSQL's in the network phase, the first 0 (the loopback reference)")
+	flags.Float64Var(&cfg.Network.Rate, "network-rate", 500, "settled payments a second the network phase's sizing search holds")
 	flags.StringVar(&cfg.DatabaseName, "database-name", "oncepay_bench", "the database created (and dropped) on DATABASE_URL's server")
 	flags.BoolVar(&cfg.AllowNoFsync, "allow-no-fsync", false, "run on a server with fsync or synchronous_commit off (tests only: the ratios then mean little)")
 	flags.StringVar(&cfg.BinDir, "bin", "bin", "where the api, worker and stripesim binaries are")
@@ -67,8 +72,21 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if only != "" {
 		cfg.Only = strings.Split(only, ",")
 	}
+	var err error
+	if cfg.Network.Delays, err = bench.ParseDelays(delays); err != nil {
+		return fmt.Errorf("-network-delays: %w", err)
+	}
+	if cfg.Network.Rate <= 0 {
+		return fmt.Errorf("-network-rate: %v is not a rate", cfg.Network.Rate)
+	}
+	// Said before the other phases run for minutes, not after.
+	if len(cfg.Only) == 0 || slices.Contains(cfg.Only, "network") {
+		if err := netdelay.Check(); err != nil {
+			return fmt.Errorf("phase network: %w (run as root, or leave it out with -only)", err)
+		}
+	}
 	cfg.DatabaseURL, cfg.Out = getenv("DATABASE_URL"), stdout
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
-	_, _, err := bench.Run(ctx, cfg)
+	_, _, err = bench.Run(ctx, cfg)
 	return err
 }
