@@ -50,7 +50,7 @@ db:
 migrate: db
 	go run ./cmd/api migrate
 
-## test: every test, with the race detector, against a real PostgreSQL (see docs/testing.md); then the client module's own
+## test: every test, with the race detector, against a real PostgreSQL (see docs/testing.md); then the client module's and the bench peers' own
 # Four packages at once on two cores: many of them spend their time waiting on the processes they run
 # (stacks, a chaos run, the bench), and two at a time left the cores idle (7 min against 4.3 min).
 # Then the API, worker, lifecycle and webhook tests again with every fast path off (built with plainpaths, and
@@ -62,6 +62,7 @@ test:
 		go test -race -count=1 -p 4 -timeout 10m -tags plainpaths $(PLAIN_PACKAGES); status=$$?; \
 		$(MAKE) --no-print-directory drop-test-templates; exit $$status
 	cd client && go test -race -count=1 ./...
+	cd tools/bench/peers && go test -race -count=1 ./...
 
 ## drop-test-templates: drop the migrated templates the tests copy their databases from, on DATABASE_URL's server (make test does it when it ends; the next run makes one again in seconds)
 drop-test-templates:
@@ -104,6 +105,7 @@ lint:
 	go run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 	go run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) -tags e2e ./tools/e2e
 	cd client && go vet ./... && go run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+	cd tools/bench/peers && go vet ./... && go run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
 ## pg-stop: stop the throwaway cluster the tests start when no server is running
 pg-stop:
