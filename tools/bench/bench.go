@@ -143,8 +143,9 @@ type run struct {
 	sustainedRate float64
 	// maxConnections is the server's max_connections.
 	maxConnections int
-	// baseline is the bare new-key server.
-	baseline *baselineProcess
+	// helpers are the programs started beside the stack, by name: the bare
+	// new-key server ("baseline"), the peer being measured.
+	helpers map[string]*helperProcess
 }
 
 // Run measures, prints the table and writes the results file, whose path
@@ -230,10 +231,10 @@ func Run(ctx context.Context, cfg Config) (_ *Results, path string, err error) {
 	}
 	// The bare server serves the new-key phase alone.
 	if len(cfg.Only) == 0 || slices.Contains(cfg.Only, "newkey") {
-		if r.baseline, err = r.startBaseline(ctx, dbURL); err != nil {
+		if err := r.startBaseline(ctx, dbURL); err != nil {
 			return nil, "", err
 		}
-		defer r.baseline.stop()
+		defer r.stopHelper("baseline")
 	}
 	for _, phase := range []struct {
 		name string
