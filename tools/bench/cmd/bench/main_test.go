@@ -27,7 +27,11 @@ func TestMain(m *testing.M) {
 
 // TestTinyRun runs every phase with the smallest settings: the results
 // file is written with a throughput and a ratio wherever there should be
-// one, and the bench's database is gone afterwards.
+// one, and the bench's databases are gone afterwards. The peers phase runs
+// too, in the same tiny form: it is the only test of its plumbing (the
+// peers built in their own module, their databases made and dropped, each
+// side's rows read), which the peers' own tests do not reach, and it adds
+// about 40 s, a build of the peers included once cached.
 func TestTinyRun(t *testing.T) {
 	t.Parallel()
 	pgtest.OneWholeStack(t)
@@ -49,7 +53,7 @@ func TestTinyRun(t *testing.T) {
 	err := run(context.Background(), []string{"bench", "-rounds", "1", "-round", "2s", "-sustain", "2s", "-clients", "4",
 		"-replay-keys", "100", "-backlog", "200", "-slow-worker-concurrency", "50", "-database-name", dbName,
 		"-allow-no-fsync", "-out", out, "-bin", filepath.Join(root, "bin"), "-state", filepath.Join(t.TempDir(), "state"),
-		"-scripts", "../../pgbench"}, getenv, &stdout)
+		"-scripts", "../../pgbench", "-peers", "../../peers"}, getenv, &stdout)
 	t.Log(stdout.String())
 	require.NoError(t, err)
 
@@ -83,7 +87,7 @@ func TestTinyRun(t *testing.T) {
 			}
 		}
 	}
-	require.Equal(t, []string{"newkey", "replay", "settled", "latency", "slowprovider", "scale", "rss", "seams"}, names)
+	require.Equal(t, []string{"newkey", "replay", "settled", "latency", "slowprovider", "scale", "rss", "seams", "peers"}, names)
 	// The bare server's figures and every CPU figure, read from /proc
 	// (the test's server is on this machine), are there.
 	for _, p := range res.Phases {
@@ -102,9 +106,11 @@ func TestTinyRun(t *testing.T) {
 	conn, err := pgx.Connect(context.Background(), adminURL)
 	require.NoError(t, err)
 	defer conn.Close(context.Background())
-	var exists bool
-	require.NoError(t, conn.QueryRow(context.Background(), "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", dbName).Scan(&exists))
-	require.False(t, exists, fmt.Sprintf("database %s is left behind", dbName))
+	for _, name := range []string{dbName, dbName + "_dbospeer", dbName + "_riverpeer"} {
+		var exists bool
+		require.NoError(t, conn.QueryRow(context.Background(), "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&exists))
+		require.False(t, exists, fmt.Sprintf("database %s is left behind", name))
+	}
 }
 
 func TestFlags(t *testing.T) {
