@@ -52,8 +52,12 @@ type PeerSide struct {
 	// the side settles, it includes the wait in a growing queue.
 	ToSettled Latencies `json:"accept_to_settled"`
 	// CPU is CPU seconds per 1,000 payments accepted, from the start of
-	// the load until the last was recorded, by process: the side's own
-	// and "postgres", the server's.
+	// the load until the last was recorded, by process: the side's own,
+	// "postgres_backends", that of the backends serving the side's
+	// database alone, which the load of other databases on a shared
+	// machine does not reach (the server's shared work, WAL writer and
+	// checkpointer, is left out of it), and "postgres", the whole
+	// server's, as in the other phases.
 	CPU map[string]num `json:"cpu_per_1000"`
 }
 
@@ -61,14 +65,17 @@ type PeerSide struct {
 func (s PeerSide) own() float64 {
 	var sum float64
 	for name, v := range s.CPU {
-		if name != "postgres" {
+		if !strings.HasPrefix(name, "postgres") {
 			sum += float64(v)
 		}
 	}
 	return sum
 }
 
-func (s PeerSide) total() float64 { return s.own() + float64(s.CPU["postgres"]) }
+// total is the CPU per 1,000 payments of the side's processes and of the
+// backends of its database: the whole server's figure also counts what
+// other databases on a shared machine cost meanwhile.
+func (s PeerSide) total() float64 { return s.own() + float64(s.CPU["postgres_backends"]) }
 
 // PeersRound is one round of the peers phase at one provider latency:
 // oncepay, then DBOS, then River.
@@ -231,6 +238,10 @@ func (r *run) measurePeer(ctx context.Context, p *peer) (PeerSide, error) {
 // payment it accepted is recorded final, and reads what it cost.
 func (r *run) loadAndDrain(ctx context.Context, p *peer, d time.Duration, req request) (PeerSide, error) {
 	procs := append(slices.Clip(p.procs), "postgres")
+	backendsBefore, err := backendsCPU(ctx, p.pool)
+	if err != nil {
+		return PeerSide{}, err
+	}
 	cpuBefore := r.sampleCPU(procs...)
 	start := time.Now()
 	load := closedLoop(ctx, r.client, r.cfg.Clients, d, 0, req)
@@ -251,12 +262,17 @@ func (r *run) loadAndDrain(ctx context.Context, p *peer, d time.Duration, req re
 	}
 	side := PeerSide{Load: load, DrainSeconds: time.Since(end).Seconds(), CPU: map[string]num{}}
 	cpuAfter := r.sampleCPU(procs...)
+	backendsAfter, err := backendsCPU(ctx, p.pool)
+	if err != nil {
+		return PeerSide{}, err
+	}
 	for _, name := range procs {
 		side.CPU[name] = num(cpuAfter.perThousandSince(cpuBefore, name, accepted))
 	}
+	side.CPU["postgres_backends"] = num(backendsCPUSince(backendsBefore, backendsAfter).Seconds() * 1000 / float64(accepted))
 	secs := end.Sub(start).Seconds()
 	var settled int
-	err := p.pool.QueryRow(ctx, `
+	err = p.pool.QueryRow(ctx, `
 		SELECT count(*) FILTER (WHERE settled_at <= $3), count(*),
 		       coalesce(percentile_disc(0.5) WITHIN GROUP (ORDER BY ms), 0),
 		       coalesce(percentile_disc(0.99) WITHIN GROUP (ORDER BY ms), 0),
@@ -400,8 +416,9 @@ func peerRows(rounds []PeersRound) []Row {
 				vs("accept→settled p50", "ms", func(s PeerSide) float64 { return s.ToSettled.P50MS }, nil),
 				vs("accept→settled p99", "ms", func(s PeerSide) float64 { return s.ToSettled.P99MS }, nil),
 				vs("CPU/1k payments, its processes", "s", PeerSide.own, nil),
-				vs("CPU/1k payments, PostgreSQL", "s", func(s PeerSide) float64 { return float64(s.CPU["postgres"]) }, nil),
-				vs("CPU/1k payments, in all", "s", PeerSide.total, other.cpu),
+				vs("CPU/1k payments, its database's backends", "s", func(s PeerSide) float64 { return float64(s.CPU["postgres_backends"]) }, nil),
+				vs("CPU/1k payments, in all (processes and backends)", "s", PeerSide.total, other.cpu),
+				vs("CPU/1k payments, the whole PostgreSQL server", "s", func(s PeerSide) float64 { return float64(s.CPU["postgres"]) }, nil),
 			)
 		}
 	}
