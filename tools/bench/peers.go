@@ -29,10 +29,12 @@ import (
 // about what River's notified fetch waits.
 const dbosPollInterval = 50 * time.Millisecond
 
-// peerMaxConns is each peer's pool: the worker's default. A peer is API and
-// worker in one process; 20 connections serve either side's statements on
-// these cores (the slow-provider drain keeps 14 to 20 of the worker's busy).
-const peerMaxConns = workerDefaultPool
+// peerMaxConns is each peer's pool: as many connections as oncepay's API
+// and worker hold together at their defaults, a peer being both in one
+// process. Fewer slow the DBOS peer: its record step holds a connection
+// for seven round trips, and with 20 its 200 charges at once queued for
+// them.
+const peerMaxConns = apiDefaultPool + workerDefaultPool
 
 // peerDelaysMS are the provider latencies the phase runs at.
 var peerDelaysMS = []int{0, slowProviderMS}
