@@ -49,6 +49,9 @@ type PeerSide struct {
 	// DrainSeconds is how long after the load the last payment took to be
 	// recorded.
 	DrainSeconds float64 `json:"drain_seconds"`
+	// CPUBusy is the share of the machine's CPUs busy during the load
+	// (0 to 1): near 1, the cores bound what the side settles.
+	CPUBusy float64 `json:"cpu_busy"`
 	// ToSettled is accept→settled of the payments accepted during the
 	// load, from the rows: under a closed loop that accepts faster than
 	// the side settles, it includes the wait in a growing queue.
@@ -202,8 +205,8 @@ func (r *run) peerRounds(ctx context.Context, sides []*peer, ms int) ([]PeersRou
 }
 
 func (s PeerSide) summary(label string) string {
-	return fmt.Sprintf("%s accepted %.0f/s settled %.0f/s, accept p50 %.1f ms, to settled p50 %.0f ms, CPU/1k %.2f s", label,
-		s.AcceptedPerSec, s.SettledPerSec, s.Load.Latency.P50MS, s.ToSettled.P50MS, s.total())
+	return fmt.Sprintf("%s accepted %.0f/s settled %.0f/s, accept p50 %.1f ms, to settled p50 %.0f ms, CPU/1k %.2f s, CPU %.0f%% busy", label,
+		s.AcceptedPerSec, s.SettledPerSec, s.Load.Latency.P50MS, s.ToSettled.P50MS, s.total(), 100*s.CPUBusy)
 }
 
 // measurePeer runs one side's turn: its peer started (oncepay's stack runs
@@ -245,9 +248,17 @@ func (r *run) loadAndDrain(ctx context.Context, p *peer, d time.Duration, req re
 		return PeerSide{}, err
 	}
 	cpuBefore := r.sampleCPU(procs...)
+	busyBefore, err := machineCPU()
+	if err != nil {
+		return PeerSide{}, err
+	}
 	start := time.Now()
 	load := closedLoop(ctx, r.client, r.cfg.Clients, d, 0, req)
 	end := time.Now()
+	busyAfter, err := machineCPU()
+	if err != nil {
+		return PeerSide{}, err
+	}
 	if err := checkErrors(p.label+" new-key POST", load); err != nil {
 		return PeerSide{}, err
 	}
@@ -262,7 +273,7 @@ func (r *run) loadAndDrain(ctx context.Context, p *peer, d time.Duration, req re
 			return PeerSide{}, err
 		}
 	}
-	side := PeerSide{Load: load, DrainSeconds: time.Since(end).Seconds(), CPU: map[string]num{}}
+	side := PeerSide{Load: load, DrainSeconds: time.Since(end).Seconds(), CPUBusy: busyAfter.busySince(busyBefore), CPU: map[string]num{}}
 	cpuAfter := r.sampleCPU(procs...)
 	backendsAfter, err := backendsCPU(ctx, p.pool)
 	if err != nil {
@@ -421,6 +432,7 @@ func peerRows(rounds []PeersRound) []Row {
 				vs("CPU/1k payments, its database's backends", "s", func(s PeerSide) float64 { return float64(s.CPU["postgres_backends"]) }, nil),
 				vs("CPU/1k payments, in all (processes and backends)", "s", PeerSide.total, other.cpu),
 				vs("CPU/1k payments, the whole PostgreSQL server", "s", func(s PeerSide) float64 { return float64(s.CPU["postgres"]) }, nil),
+				vs("CPU busy during the load", "share", func(s PeerSide) float64 { return s.CPUBusy }, nil),
 			)
 		}
 	}
