@@ -35,8 +35,8 @@ type Config struct {
 	peers.Config
 	// QueuePollInterval is how often the queue's workers look for
 	// enqueued workflows: DBOS queues poll, with no notification. Defaults
-	// to 50ms, lowered from DBOS's 1s, which would add half a second to
-	// every payment.
+	// to 50ms, lowered from DBOS's 1s, which would keep a payment waiting
+	// half a second on average before its workflow starts.
 	QueuePollInterval time.Duration
 	// StepRetries is how often the provider step is retried after an
 	// unknown outcome, with DBOS's backoff (0.1s, doubling). Defaults to 3.
