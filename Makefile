@@ -50,7 +50,7 @@ db:
 migrate: db
 	go run ./cmd/api migrate
 
-## test: every test, with the race detector, against a real PostgreSQL (see docs/testing.md); then the client module's own
+## test: every test, with the race detector, against a real PostgreSQL (see docs/testing.md); then the client module's and the bench peers' own
 # Four packages at once on two cores: many of them spend their time waiting on the processes they run
 # (stacks, a chaos run, the bench), and two at a time left the cores idle (7 min against 4.3 min).
 # Then the API, worker, lifecycle and webhook tests again with every fast path off (built with plainpaths, and
@@ -62,15 +62,17 @@ test:
 		go test -race -count=1 -p 4 -timeout 10m -tags plainpaths $(PLAIN_PACKAGES); status=$$?; \
 		$(MAKE) --no-print-directory drop-test-templates; exit $$status
 	cd client && go test -race -count=1 ./...
+	cd tools/bench/peers && go test -race -count=1 ./...
 
 ## drop-test-templates: drop the migrated templates the tests copy their databases from, on DATABASE_URL's server (make test does it when it ends; the next run makes one again in seconds)
 drop-test-templates:
 	@psql "$(ADMIN_DATABASE_URL)" -Atc "SELECT datname FROM pg_database WHERE datname LIKE 'oncepay\_template\_%'" 2>/dev/null | \
 		while read -r db; do psql "$(ADMIN_DATABASE_URL)" -qc "ALTER DATABASE \"$$db\" IS_TEMPLATE false" -c "DROP DATABASE IF EXISTS \"$$db\"" >/dev/null 2>&1; done; true
 
-## clean-db: drop every database oncepay's tools leave on DATABASE_URL's server: the stack's (DATABASE_URL's own: run make down first), the bench's, the chaos run's, the test templates and the copies a killed test left (not while tests, the bench or a chaos run use the server: it drops theirs too)
+## clean-db: drop every database oncepay's tools leave on DATABASE_URL's server: the stack's (DATABASE_URL's own: run make down first), the bench's and its peers', the chaos run's, the test templates and the copies a killed test left (not while tests, the bench or a chaos run use the server: it drops theirs too)
 clean-db: drop-test-templates
-	@for db in '$(DATABASE_NAME)' oncepay_bench oncepay_loadgen $$(psql "$(ADMIN_DATABASE_URL)" -Atc "SELECT datname FROM pg_database WHERE datname LIKE 'oncepay\_test\_%'"); do \
+	@for db in '$(DATABASE_NAME)' oncepay_bench oncepay_bench_dbospeer oncepay_bench_riverpeer oncepay_loadgen \
+		$$(psql "$(ADMIN_DATABASE_URL)" -Atc "SELECT datname FROM pg_database WHERE datname LIKE 'oncepay\_test\_%' OR datname LIKE 'peers\_test\_%'"); do \
 		psql "$(ADMIN_DATABASE_URL)" -qc "DROP DATABASE IF EXISTS \"$$db\" WITH (FORCE)" && echo "dropped $$db (if it was there)"; done
 
 ## e2e: a newcomer's first hour in headless Chromium (as root, installs Debian's chromium when missing): the stack up, the printed curl pasted, the payment's timeline found in the console, a restart; screenshots in E2E_ARTIFACTS
@@ -106,6 +108,7 @@ lint:
 	go run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 	go run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) -tags e2e ./tools/e2e
 	cd client && go vet ./... && go run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+	cd tools/bench/peers && go vet ./... && go run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
 ## pg-stop: stop the throwaway cluster the tests start when no server is running
 pg-stop:

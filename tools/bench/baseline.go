@@ -3,7 +3,6 @@ package bench
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,44 +12,53 @@ import (
 	"time"
 )
 
-// baselineProcess is the bare new-key server (tools/bench/baseline) the
-// new-key phase measures beside oncepay.
-type baselineProcess struct {
-	cmd *exec.Cmd
-	url string
+// helperProcess is a program the bench starts beside the stack: the bare
+// new-key server (tools/bench/baseline) or a peer (tools/bench/peers).
+type helperProcess struct {
+	name string
+	cmd  *exec.Cmd
+	url  string
 }
 
 // startBaseline starts bin/baseline on a free port, writing to pgbench's
 // tenants: its payments never settle, and the phases that count the stack's
 // tenants' payments never see them.
-func (r *run) startBaseline(ctx context.Context, dbURL string) (*baselineProcess, error) {
+func (r *run) startBaseline(ctx context.Context, dbURL string) error {
 	var pairs []string
 	for i, key := range r.apiKeys {
 		pairs = append(pairs, fmt.Sprintf("%s=ten_pgbench_%d", key, i+1))
 	}
-	logFile, err := os.Create(filepath.Join(r.cfg.StateDir, "logs", "baseline.log"))
+	return r.startHelper(ctx, "baseline", []string{"-addr", "127.0.0.1:0", "-tenants", strings.Join(pairs, ",")}, "DATABASE_URL="+dbURL)
+}
+
+// startHelper starts the program name from the bin folder with args and
+// more variables, its log appended to the state folder's, and waits until
+// it prints "NAME listening ADDR". It is r.helpers[name] until
+// stopHelper.
+func (r *run) startHelper(ctx context.Context, name string, args []string, env ...string) error {
+	logFile, err := os.OpenFile(filepath.Join(r.cfg.StateDir, "logs", name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer logFile.Close() // the process holds its own descriptor
-	cmd := exec.Command(filepath.Join(r.cfg.BinDir, "baseline"), "-addr", "127.0.0.1:0", "-tenants", strings.Join(pairs, ","))
-	cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL)
+	cmd := exec.Command(filepath.Join(r.cfg.BinDir, name), args...)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stderr = logFile
 	// Gone with the bench, however it ends.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start baseline: %w", err)
+		return fmt.Errorf("start %s: %w", name, err)
 	}
-	p := &baselineProcess{cmd: cmd}
+	p := &helperProcess{name: name, cmd: cmd}
 	listening := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
-			if addr, ok := strings.CutPrefix(sc.Text(), "baseline listening "); ok {
+			if addr, ok := strings.CutPrefix(sc.Text(), name+" listening "); ok {
 				listening <- addr
 			}
 		}
@@ -58,24 +66,38 @@ func (r *run) startBaseline(ctx context.Context, dbURL string) (*baselineProcess
 	select {
 	case addr := <-listening:
 		p.url = "http://" + addr
-		return p, nil
-	case <-time.After(10 * time.Second):
+		if r.helpers == nil {
+			r.helpers = map[string]*helperProcess{}
+		}
+		r.helpers[name] = p
+		return nil
+	case <-time.After(30 * time.Second):
 	case <-ctx.Done():
 	}
 	p.stop()
-	return nil, errors.New("baseline did not start (see its log in the state folder)")
+	return fmt.Errorf("%s did not start (see its log in %s/logs)", name, r.cfg.StateDir)
 }
 
-func (p *baselineProcess) pid() int { return p.cmd.Process.Pid }
+// stopHelper kills the program name, if it runs: called once it has no
+// work left, so the SIGKILL loses nothing.
+func (r *run) stopHelper(name string) {
+	if p := r.helpers[name]; p != nil {
+		p.stop()
+		delete(r.helpers, name)
+	}
+}
 
-func (p *baselineProcess) stop() {
+func (p *helperProcess) pid() int { return p.cmd.Process.Pid }
+
+func (p *helperProcess) stop() {
 	_ = p.cmd.Process.Kill()
 	_ = p.cmd.Wait()
 }
 
 // cpuSample is the CPU time used so far by the processes a phase watches,
-// by name: "api", "worker", "baseline", "postgres" (the server). A process
-// that cannot be read (gone, or a server on another machine) is absent.
+// by name: the stack's ("api", "worker"), the helpers' ("baseline", a
+// peer's) and "postgres" (the server). A process that cannot be read
+// (gone, or a server on another machine) is absent.
 type cpuSample map[string]time.Duration
 
 func (r *run) sampleCPU(names ...string) cpuSample {
@@ -83,11 +105,11 @@ func (r *run) sampleCPU(names ...string) cpuSample {
 	for _, name := range names {
 		var cpu time.Duration
 		var err error
-		switch name {
-		case "postgres":
+		switch {
+		case name == "postgres":
 			cpu, err = serverCPU()
-		case "baseline":
-			cpu, err = processCPU(r.baseline.pid())
+		case r.helpers[name] != nil:
+			cpu, err = processCPU(r.helpers[name].pid())
 		default:
 			p := r.stack.Process(name)
 			if p == nil {

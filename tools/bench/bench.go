@@ -24,7 +24,7 @@ import (
 )
 
 // Phases are the measurements, in the order they run.
-var Phases = []string{"newkey", "replay", "settled", "latency", "slowprovider", "scale", "rss", "seams", "network"}
+var Phases = []string{"newkey", "replay", "settled", "latency", "slowprovider", "scale", "rss", "seams", "peers", "network"}
 
 // Config is one bench run.
 type Config struct {
@@ -66,6 +66,9 @@ type Config struct {
 	// BinDir holds the binaries; StateDir the processes' logs; ScriptDir
 	// the pgbench scripts. Default to bin, .run/bench and tools/bench/pgbench.
 	BinDir, StateDir, ScriptDir string
+	// PeersDir is the peers' module, whose programs the peers phase builds
+	// into BinDir. Defaults to tools/bench/peers.
+	PeersDir string
 	// Out receives the progress and the table.
 	Out io.Writer
 	// Logger receives what goes wrong on the way (a failed cleanup).
@@ -87,6 +90,7 @@ func (c Config) withDefaults() Config {
 	c.BinDir = cmp.Or(c.BinDir, "bin")
 	c.StateDir = cmp.Or(c.StateDir, filepath.Join(".run", "bench"))
 	c.ScriptDir = cmp.Or(c.ScriptDir, filepath.Join("tools", "bench", "pgbench"))
+	c.PeersDir = cmp.Or(c.PeersDir, filepath.Join("tools", "bench", "peers"))
 	if c.Out == nil {
 		c.Out = io.Discard
 	}
@@ -145,8 +149,9 @@ type run struct {
 	sustainedRate float64
 	// maxConnections is the server's max_connections.
 	maxConnections int
-	// baseline is the bare new-key server.
-	baseline *baselineProcess
+	// helpers are the programs started beside the stack, by name: the bare
+	// new-key server ("baseline"), the peer being measured.
+	helpers map[string]*helperProcess
 }
 
 // Run measures, prints the table and writes the results file, whose path
@@ -203,7 +208,7 @@ func Run(ctx context.Context, cfg Config) (_ *Results, path string, err error) {
 	fmt.Fprintf(cfg.Out, "starting the simulator, the worker and the API on %s (logs in %s/logs)\n", cfg.DatabaseName, cfg.StateDir)
 	stack, err := devstack.Start(ctx, devstack.Config{
 		BinDir: cfg.BinDir, StateDir: cfg.StateDir, DatabaseURL: dbURL,
-		StripeSecretKey: "sk_test_oncepay_bench", StripeAPIBase: "http://" + addrs[0],
+		StripeSecretKey: benchSecretKey, StripeAPIBase: "http://" + addrs[0],
 		APIAddr: addrs[1], WorkerAdminAddr: addrs[2], Env: stackEnv(),
 	})
 	if err != nil {
@@ -232,10 +237,10 @@ func Run(ctx context.Context, cfg Config) (_ *Results, path string, err error) {
 	}
 	// The bare server serves the new-key phase alone.
 	if len(cfg.Only) == 0 || slices.Contains(cfg.Only, "newkey") {
-		if r.baseline, err = r.startBaseline(ctx, dbURL); err != nil {
+		if err := r.startBaseline(ctx, dbURL); err != nil {
 			return nil, "", err
 		}
-		defer r.baseline.stop()
+		defer r.stopHelper("baseline")
 	}
 	for _, phase := range []struct {
 		name string
@@ -243,6 +248,7 @@ func Run(ctx context.Context, cfg Config) (_ *Results, path string, err error) {
 	}{
 		{"newkey", r.newKey}, {"replay", r.replay}, {"settled", r.settled},
 		{"latency", r.settleLatency}, {"slowprovider", r.slowProvider}, {"scale", r.scale}, {"rss", r.rss}, {"seams", r.seams},
+		{"peers", r.peers},
 		{"network", r.network},
 	} {
 		if len(cfg.Only) > 0 && !slices.Contains(cfg.Only, phase.name) {
@@ -269,6 +275,10 @@ func Run(ctx context.Context, cfg Config) (_ *Results, path string, err error) {
 	fmt.Fprintf(cfg.Out, "\nresults: %s\n", path)
 	return res, path, nil
 }
+
+// benchSecretKey is the provider key of every process the bench starts:
+// the simulator takes any sk_test_ key.
+const benchSecretKey = "sk_test_oncepay_bench"
 
 // stackEnv is every process's configuration: the abuse limits high enough
 // that they run their code on every request but never refuse one, and the

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -9,6 +10,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // userHZ is the unit of /proc's CPU times: fixed at 100 per second by the
@@ -100,3 +103,38 @@ func serverCPU() (time.Duration, error) {
 }
 
 var nan = math.NaN()
+
+// backendsCPU is the CPU time used so far by the server's backends that
+// serve the database of q's connections, by process id: the server's work
+// for one database, which other databases' load on a shared machine does not
+// reach. A backend that exits takes its time with it, so it is read over a
+// window in which the database's pools keep their connections.
+func backendsCPU(ctx context.Context, q interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}) (map[int]time.Duration, error) {
+	rows, err := q.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = current_database()`)
+	if err != nil {
+		return nil, fmt.Errorf("the database's backends: %w", err)
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return nil, fmt.Errorf("the database's backends: %w", err)
+	}
+	out := make(map[int]time.Duration, len(pids))
+	for _, pid := range pids {
+		if cpu, err := processCPU(int(pid)); err == nil {
+			out[int(pid)] = cpu // else gone meanwhile
+		}
+	}
+	return out, nil
+}
+
+// backendsCPUSince is the time the backends of after used since before: a
+// backend that started in between, all of its own.
+func backendsCPUSince(before, after map[int]time.Duration) time.Duration {
+	var sum time.Duration
+	for pid, cpu := range after {
+		sum += cpu - before[pid]
+	}
+	return sum
+}

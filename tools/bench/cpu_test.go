@@ -73,3 +73,11 @@ func FuzzParseMachineStat(f *testing.F) {
 		}
 	})
 }
+
+func TestBackendsCPUSince(t *testing.T) {
+	t.Parallel()
+	before := map[int]time.Duration{10: time.Second, 11: 2 * time.Second, 12: time.Second}
+	// 12 exited, 13 started in between.
+	after := map[int]time.Duration{10: 3 * time.Second, 11: 2 * time.Second, 13: 500 * time.Millisecond}
+	require.Equal(t, 2500*time.Millisecond, backendsCPUSince(before, after))
+}

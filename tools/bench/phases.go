@@ -110,7 +110,7 @@ func (r *run) newKey(ctx context.Context) (*PhaseResult, error) {
 	}
 	pr := &PhaseResult{}
 	req := r.newKeyRequest(r.stack.APIURL, 0, nil)
-	bare := r.newKeyRequest(r.baseline.url, 0, nil)
+	bare := r.newKeyRequest(r.helpers["baseline"].url, 0, nil)
 	r.warmUp(ctx, req)
 	r.warmUp(ctx, bare)
 	var rounds []NewKeyRound
@@ -577,6 +577,23 @@ type SlowProvider struct {
 	CeilingPerSec float64            `json:"ceiling_per_sec"`
 }
 
+// slowProviderMS is the slow provider's latency, in milliseconds.
+const slowProviderMS = 300
+
+// delayCharges makes the simulator answer every charge (POST
+// /v1/payment_intents) ms later, until restore is called.
+func (r *run) delayCharges(ctx context.Context, ms int) (restore func(), err error) {
+	fault := stripesim.Fault{Mode: stripesim.FaultLatency, LatencyMS: ms, Path: "POST /v1/payment_intents"}
+	if err := r.sim.InjectFault(ctx, fault); err != nil {
+		return nil, fmt.Errorf("inject the provider latency: %w", err)
+	}
+	return func() {
+		if err := r.sim.ClearFaults(context.WithoutCancel(ctx)); err != nil {
+			r.cfg.Logger.WarnContext(ctx, "clear the provider latency", "error", err)
+		}
+	}, nil
+}
+
 // workerAppName marks the slow-provider worker's connections in
 // pg_stat_activity, to tell them from the API's.
 const workerAppName = "oncepay-bench-worker"
@@ -589,15 +606,11 @@ func (r *run) slowProvider(ctx context.Context) (*PhaseResult, error) {
 	if err := r.awaitSettled(ctx, 5*time.Minute); err != nil {
 		return nil, err
 	}
-	fault := stripesim.Fault{Mode: stripesim.FaultLatency, LatencyMS: 300, Path: "POST /v1/payment_intents"}
-	if err := r.sim.InjectFault(ctx, fault); err != nil {
-		return nil, fmt.Errorf("inject the provider latency: %w", err)
+	restore, err := r.delayCharges(ctx, slowProviderMS)
+	if err != nil {
+		return nil, err
 	}
-	defer func() {
-		if err := r.sim.ClearFaults(context.WithoutCancel(ctx)); err != nil {
-			r.cfg.Logger.WarnContext(ctx, "clear the provider latency", "error", err)
-		}
-	}()
+	defer restore()
 	if err := r.stack.Kill("worker"); err != nil {
 		return nil, err
 	}

@@ -216,7 +216,7 @@ func configOf(cfg Config) map[string]any {
 		"clients": cfg.Clients, "rounds": cfg.Rounds, "round": cfg.Round.String(), "sustain": cfg.Sustain.String(),
 		"tenants": cfg.Tenants, "replay_keys": cfg.ReplayKeys, "backlog": cfg.Backlog,
 		"slow_worker_concurrency": cfg.SlowWorkerConcurrency, "only": cfg.Only, "database": cfg.DatabaseName,
-		"pgbench_rows": pgbenchRows, "allow_no_fsync": cfg.AllowNoFsync,
+		"pgbench_rows": pgbenchRows, "allow_no_fsync": cfg.AllowNoFsync, "peers_dir": cfg.PeersDir,
 	}
 }
 

@@ -125,3 +125,30 @@ func TestClientIsItsOwnModule(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchPeersAreAModuleOfTheirOwn: the bench's peers (tools/bench/peers)
+// are a module of their own, so the service's go.mod carries none of what
+// they need (DBOS Transact and its requirements), and the River they are
+// measured with is the service's.
+func TestBenchPeersAreAModuleOfTheirOwn(t *testing.T) {
+	t.Parallel()
+	root := moduleRoot(t)
+	service, err := os.ReadFile(filepath.Join(root, "go.mod"))
+	require.NoError(t, err)
+	peers, err := os.ReadFile(filepath.Join(root, "tools", "bench", "peers", "go.mod"))
+	require.NoError(t, err)
+	module := strings.TrimPrefix(strings.SplitN(string(service), "\n", 2)[0], "module ")
+	require.Contains(t, string(peers), "module "+module+"/tools/bench/peers\n")
+	require.NotContains(t, string(service), "dbos-inc", "the service's go.mod requires what only the peers need")
+	require.NotContains(t, string(peers), "replace ", "the peers need nothing of the service's code")
+	river := func(gomod []byte) string {
+		for line := range strings.Lines(string(gomod)) {
+			if fields := strings.Fields(line); len(fields) >= 2 && fields[0] == "github.com/riverqueue/river" {
+				return fields[1]
+			}
+		}
+		return ""
+	}
+	require.NotEmpty(t, river(service))
+	require.Equal(t, river(service), river(peers), "the River peer runs the service's River")
+}

@@ -60,6 +60,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	flags.StringVar(&cfg.BinDir, "bin", "bin", "where the api, worker and stripesim binaries are")
 	flags.StringVar(&cfg.StateDir, "state", ".run/bench", "where the processes' logs go")
 	flags.StringVar(&cfg.ScriptDir, "scripts", "tools/bench/pgbench", "where the pgbench scripts are")
+	flags.StringVar(&cfg.PeersDir, "peers", "tools/bench/peers", "the peers' module, built by the peers phase")
 	if err := flags.Parse(args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil

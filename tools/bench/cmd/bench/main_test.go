@@ -29,7 +29,11 @@ func TestMain(m *testing.M) {
 
 // TestTinyRun runs every phase with the smallest settings: the results
 // file is written with a throughput and a ratio wherever there should be
-// one, and the bench's database is gone afterwards.
+// one, and the bench's databases are gone afterwards. The peers phase runs
+// too, in the same tiny form: it is the only test of its plumbing (the
+// peers built in their own module, their databases made and dropped, each
+// side's rows read), which the peers' own tests do not reach, and it adds
+// about 40 s, a build of the peers included once cached.
 func TestTinyRun(t *testing.T) {
 	t.Parallel()
 	pgtest.OneWholeStack(t)
@@ -56,7 +60,7 @@ func TestTinyRun(t *testing.T) {
 		"-replay-keys", "100", "-backlog", "200", "-slow-worker-concurrency", "50", "-database-name", dbName,
 		"-network-delays", "0,2ms", "-network-rate", "50",
 		"-allow-no-fsync", "-out", out, "-bin", filepath.Join(root, "bin"), "-state", filepath.Join(t.TempDir(), "state"),
-		"-scripts", "../../pgbench"}
+		"-scripts", "../../pgbench", "-peers", "../../peers"}
 	phases := bench.Phases
 	if os.Geteuid() != 0 && os.Getenv("CI") != "true" {
 		phases = slices.DeleteFunc(slices.Clone(phases), func(p string) bool { return p == "network" })
@@ -116,9 +120,11 @@ func TestTinyRun(t *testing.T) {
 	conn, err := pgx.Connect(context.Background(), adminURL)
 	require.NoError(t, err)
 	defer conn.Close(context.Background())
-	var exists bool
-	require.NoError(t, conn.QueryRow(context.Background(), "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", dbName).Scan(&exists))
-	require.False(t, exists, fmt.Sprintf("database %s is left behind", dbName))
+	for _, name := range []string{dbName, dbName + "_dbospeer", dbName + "_riverpeer"} {
+		var exists bool
+		require.NoError(t, conn.QueryRow(context.Background(), "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&exists))
+		require.False(t, exists, fmt.Sprintf("database %s is left behind", name))
+	}
 }
 
 func TestFlags(t *testing.T) {

@@ -1,0 +1,53 @@
+// Command dbospeer serves the bench's DBOS Transact peer
+// (tools/bench/peers/dbospeer) until SIGINT or SIGTERM:
+//
+//	DATABASE_URL=… STRIPE_API_BASE=http://127.0.0.1:12111 dbospeer -addr 127.0.0.1:0 -concurrency 100 -poll 50ms
+//
+// It creates its table (DBOS its own schema), prints "dbospeer listening
+// ADDR" once it serves, and is started by the bench; it is not a service.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/oncepay/oncepay/tools/bench/peers"
+	"github.com/oncepay/oncepay/tools/bench/peers/dbospeer"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args, os.Getenv, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "dbospeer:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	flags := flag.NewFlagSet(args[0], flag.ContinueOnError)
+	flags.SetOutput(stdout)
+	var cfg dbospeer.Config
+	cfg.RegisterFlags(flags, getenv)
+	flags.DurationVar(&cfg.QueuePollInterval, "poll", dbospeer.DefaultQueuePollInterval, "how often the DBOS queue polls (DBOS's default: 1s)")
+	if err := flags.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	s, err := dbospeer.Start(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	serveErr := peers.Serve(ctx, "dbospeer", cfg.Config, s.Handler(), stdout)
+	return errors.Join(serveErr, s.Close())
+}
