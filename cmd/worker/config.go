@@ -48,9 +48,10 @@ type config struct {
 	// RecordTimeout (WORKER_RECORD_TIMEOUT) bounds the writes that record a
 	// provider answer after the call. Defaults to 10s.
 	RecordTimeout time.Duration
-	// Grouping (WORKER_GROUPING, on or off) starts and records the charges
-	// that start or finish at the same moment in shared statements; off,
-	// each is started and recorded on its own. Defaults to on.
+	// Grouping (WORKER_GROUPING, on or off) starts and records the provider
+	// attempts of every kind that start or finish at the same moment in
+	// shared statements; off, each is started and recorded on its own.
+	// Defaults to on.
 	Grouping bool
 	// PollInterval (WORKER_POLL_INTERVAL) is the wait between polls of an
 	// intent that is processing or requires action. Defaults to 2s.

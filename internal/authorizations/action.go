@@ -65,7 +65,7 @@ type Action struct {
 
 // Entry is what the engine reads of an action.
 func (a Action) Entry() operation.Entry {
-	return a.EntryIn(string(a.Status), slog.String("payment_id", a.PaymentID), slog.String("action", string(a.Kind)))
+	return a.EntryIn(string(a.Status), slog.String("payment_id", a.PaymentID), slog.String("action", string(a.Kind))).Under(a.PaymentID)
 }
 
 // ActPaymentArgs are the arguments of the job that sends one capture or

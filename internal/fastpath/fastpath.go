@@ -1,8 +1,8 @@
 //go:build !plainpaths
 
 // Package fastpath says whether the service's fast paths are built in:
-// the one-round-trip new key, the replay memory, the grouped charge starts
-// and records, and the events that need no job or await their charge.
+// the one-round-trip new key, the replay memory, the grouped starts and
+// records of provider attempts, and the events that need no job or await their charge.
 // Each is a seam with the plain path beside it, and each has a setting
 // that turns it off (docs/configuration.md). Built with the tag
 // plainpaths, none is: the test suite runs the API, worker, lifecycle and

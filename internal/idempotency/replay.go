@@ -27,12 +27,16 @@ type ReplayMemory interface {
 // NoReplayMemory remembers nothing.
 type NoReplayMemory struct{}
 
+// Remember keeps nothing.
 func (NoReplayMemory) Remember(Record, *[sha256.Size]byte) {}
 
+// Replay declines: the retry reads its key's row.
 func (NoReplayMemory) Replay(Request, *[sha256.Size]byte) (Result, bool) { return Result{}, false }
 
+// ReplayExact declines: the retry is decoded.
 func (NoReplayMemory) ReplayExact(string, string, *[sha256.Size]byte) (Result, bool) {
 	return Result{}, false
 }
 
+// Digests is false: no retry's bytes are hashed.
 func (NoReplayMemory) Digests() bool { return false }

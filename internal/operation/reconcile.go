@@ -108,6 +108,15 @@ type Entry struct {
 	ReconcileAttempts int
 	// LogAttrs name the operation on log lines, beside its id.
 	LogAttrs []any
+	// ParentID is the operation's parent (Table.Parent), whose row its
+	// kind locks first; "" for a kind with none.
+	ParentID string
+}
+
+// Under is e with parentID as its parent.
+func (e Entry) Under(parentID string) Entry {
+	e.ParentID = parentID
+	return e
 }
 
 // Reconcilable is what a kind supplies to the reconciler. C is a claimed

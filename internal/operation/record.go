@@ -28,6 +28,7 @@ type RecordEach[A JobOf, Op, O any] struct {
 	Kind Attemptable[Op, O]
 }
 
+// Record records one answer in a transaction of its own.
 func (r RecordEach[A, Op, O]) Record(ctx context.Context, job *river.Job[A], op Op, out O) error {
 	return postgres.InTx(ctx, r.Pool, func(tx pgx.Tx) error { return recordIn(ctx, tx, r.Kind, true, job, op, out) })
 }

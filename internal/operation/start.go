@@ -33,6 +33,7 @@ type StartEach[Op Operation] struct {
 	CallTimeout time.Duration
 }
 
+// Start starts one attempt in a statement of its own.
 func (s StartEach[Op]) Start(ctx context.Context, tenantID, id string) (Op, bool, error) {
 	started, err := startAttempts[Op](ctx, s.Pool, s.Table, []Ref{{tenantID, id}}, s.CallTimeout, 0)
 	if err != nil || len(started) == 1 {

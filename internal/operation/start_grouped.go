@@ -58,6 +58,7 @@ func NewStartGrouped[Op Operation](pool *pgxpool.Pool, table Table, callTimeout 
 	return s
 }
 
+// Start starts one attempt with those that begin at the same moment.
 func (s *StartGrouped[Op]) Start(ctx context.Context, tenantID, id string) (Op, bool, error) {
 	st := &starting[Op]{ctx: ctx, ref: Ref{tenantID, id}}
 	err := s.groups.Do(st)

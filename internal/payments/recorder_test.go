@@ -111,7 +111,8 @@ func (b recorderBundle) recorded(t *testing.T, f *answer, want bool) {
 
 // writeNow records group as one of the grouped recorder's writers does,
 // and returns each charge's result: a group that fails sends each charge
-// back to record alone, as its caller then does, at once.
+// back to its caller, which records again, at once, through the recorder
+// (alone, or in a group that fails in turn).
 func (b recorderBundle) writeNow(r *operation.RecordGrouped[ChargePaymentArgs, Payment, provider.Outcome], group []*answer) map[*answer]error {
 	errs := map[*answer]error{}
 	if r.RecordGroup(group) == nil {
@@ -124,7 +125,7 @@ func (b recorderBundle) writeNow(r *operation.RecordGrouped[ChargePaymentArgs, P
 	var wg sync.WaitGroup
 	for _, f := range group {
 		wg.Go(func() {
-			err := b.recordEach(b.pool).Record(f.Ctx, f.Job, f.Op, f.Out)
+			err := r.Record(f.Ctx, f.Job, f.Op, f.Out)
 			mu.Lock()
 			errs[f] = err
 			mu.Unlock()

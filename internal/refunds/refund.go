@@ -98,7 +98,7 @@ func (r Refund) MarshalJSON() ([]byte, error) {
 
 // Entry is what the engine reads of a refund.
 func (r Refund) Entry() operation.Entry {
-	return r.EntryIn(string(r.Status), slog.String("payment_id", r.PaymentID))
+	return r.EntryIn(string(r.Status), slog.String("payment_id", r.PaymentID)).Under(r.PaymentID)
 }
 
 // requestOf is the one provider request that makes r in its current
