@@ -22,7 +22,7 @@ type AnswerRecorder[A river.JobArgs, Op, O any] interface {
 }
 
 // RecordEach records each answer in a transaction of its own: the kind's
-// locks, its RecordFinal, the job's completion.
+// RecordFinal (which takes its locks), then the job's completion.
 type RecordEach[A JobOf, Op, O any] struct {
 	Pool *pgxpool.Pool
 	Kind Attemptable[Op, O]
@@ -30,18 +30,11 @@ type RecordEach[A JobOf, Op, O any] struct {
 
 // Record records one answer in a transaction of its own.
 func (r RecordEach[A, Op, O]) Record(ctx context.Context, job *river.Job[A], op Op, out O) error {
-	return postgres.InTx(ctx, r.Pool, func(tx pgx.Tx) error { return recordIn(ctx, tx, r.Kind, true, job, op, out) })
+	return postgres.InTx(ctx, r.Pool, func(tx pgx.Tx) error { return recordIn(ctx, tx, r.Kind, job, op, out) })
 }
 
-// recordIn writes one answer in tx, the kind's locks taken first unless
-// lock is false (its RecordFinal takes them itself: SelfLocking).
-func recordIn[A JobOf, Op, O any](ctx context.Context, tx pgx.Tx, kind Attemptable[Op, O], lock bool, job *river.Job[A], op Op, out O) error {
-	if lock {
-		tenantID, id := job.Args.Of()
-		if err := kind.Lock(ctx, tx, tenantID, id); err != nil {
-			return err
-		}
-	}
+// recordIn writes one answer in tx.
+func recordIn[A JobOf, Op, O any](ctx context.Context, tx pgx.Tx, kind Attemptable[Op, O], job *river.Job[A], op Op, out O) error {
 	if err := kind.RecordFinal(ctx, tx, op, out); err != nil {
 		return err
 	}

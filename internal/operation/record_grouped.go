@@ -27,18 +27,11 @@ import (
 // alone, and completing a completed job changes nothing.
 type RecordGrouped[A JobOf, Op, O any] struct {
 	each RecordEach[A, Op, O]
-	// lock is false for a SelfLocking kind.
-	lock bool
 	// timeout bounds a group's BEGIN and COMMIT; each answer's own
 	// statements run under its caller's context.
 	timeout time.Duration
 	groups  *groupcommit.Grouper[*Answered[A, Op, O]]
 }
-
-// SelfLocking is a kind whose RecordFinal takes its locks itself, in the
-// kind's order, with its conditional writes: a group takes none before
-// it, a round trip less per answer.
-type SelfLocking interface{ RecordFinalTakesItsLocks() }
 
 // Answered is one operation's final answer, waiting to be recorded.
 type Answered[A JobOf, Op, O any] struct {
@@ -68,8 +61,7 @@ const recordLockWait = 200 * time.Millisecond
 // NewRecordGrouped returns a grouped recorder of kind's answers; timeout
 // bounds a group's BEGIN and COMMIT.
 func NewRecordGrouped[A JobOf, Op, O any](each RecordEach[A, Op, O], timeout time.Duration) *RecordGrouped[A, Op, O] {
-	_, selfLocking := each.Kind.(SelfLocking)
-	r := &RecordGrouped[A, Op, O]{each: each, lock: !selfLocking, timeout: timeout}
+	r := &RecordGrouped[A, Op, O]{each: each, timeout: timeout}
 	r.groups = groupcommit.New(maxRecordGroup, maxRecordWriters, r.write)
 	return r
 }
@@ -91,7 +83,7 @@ func (r *RecordGrouped[A, Op, O]) Record(ctx context.Context, job *river.Job[A],
 // recordAlone records one answer in a transaction of its own, under its
 // caller's context.
 func (r *RecordGrouped[A, Op, O]) recordAlone(a *Answered[A, Op, O]) error {
-	return postgres.InTx(a.Ctx, r.each.Pool, func(tx pgx.Tx) error { return recordIn(a.Ctx, tx, r.each.Kind, r.lock, a.Job, a.Op, a.Out) })
+	return postgres.InTx(a.Ctx, r.each.Pool, func(tx pgx.Tx) error { return recordIn(a.Ctx, tx, r.each.Kind, a.Job, a.Op, a.Out) })
 }
 
 // write records a group, a group of one alone; a failed
@@ -133,7 +125,7 @@ func (r *RecordGrouped[A, Op, O]) RecordGroup(answers []*Answered[A, Op, O]) err
 			return fmt.Errorf("bound the group's lock wait: %w", err)
 		}
 		for _, a := range answers {
-			if err := recordIn(a.Ctx, tx, r.each.Kind, r.lock, a.Job, a.Op, a.Out); err != nil {
+			if err := recordIn(a.Ctx, tx, r.each.Kind, a.Job, a.Op, a.Out); err != nil {
 				_, id := a.Job.Args.Of()
 				return fmt.Errorf("%s: %w", id, err)
 			}

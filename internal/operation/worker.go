@@ -74,7 +74,10 @@ type Attemptable[Op, O any] interface {
 	// context (the payment a refund gives back).
 	Send(ctx context.Context, op Op) (O, error)
 	// RecordFinal records a final answer: the operation's state and the
-	// key's final response. The caller holds Lock's locks.
+	// key's final response. It takes the kind's locks itself, in the
+	// kind's order (Rows.Locked, or conditional writes that lock as they
+	// go), so that answers recorded together in one transaction lock as
+	// each alone would.
 	RecordFinal(ctx context.Context, tx pgx.Tx, op Op, out O) error
 }
 

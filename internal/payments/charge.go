@@ -95,15 +95,14 @@ func (k chargeable) RecordPending(ctx context.Context, db operation.Querier, p P
 	})
 }
 
+// RecordFinal records a final answer. Its locks come with its writes:
+// recordOutcome's UPDATE of the payment (conditional on its state) takes
+// the payment's lock, then its UPDATE of the key the key's, in the one
+// lock order.
 func (k chargeable) RecordFinal(ctx context.Context, tx pgx.Tx, p Payment, out provider.Outcome) error {
 	return recordOutcome(ctx, tx, k.keys, p, inFlight, out)
 }
 
-// RecordFinalTakesItsLocks: recordOutcome's UPDATE of the payment
-// (conditional on its state) takes the payment's lock, then its UPDATE of
-// the key the key's, in the one lock order; a grouped record takes none
-// before it.
-func (chargeable) RecordFinalTakesItsLocks() {}
 
 // Abandon cancels an intent still waiting, past polling, for a customer
 // action (3-D Secure) that never came: nothing was charged, and canceling
