@@ -103,7 +103,6 @@ func (k chargeable) RecordFinal(ctx context.Context, tx pgx.Tx, p Payment, out p
 	return recordOutcome(ctx, tx, k.keys, p, inFlight, out)
 }
 
-
 // Abandon cancels an intent still waiting, past polling, for a customer
 // action (3-D Secure) that never came: nothing was charged, and canceling
 // makes sure nothing will be. Any other pending state is the provider's to
