@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -102,4 +103,36 @@ func Serve(ctx context.Context, name string, c Config, h http.Handler, stdout io
 		return err
 	}
 	return nil
+}
+
+// Server is a running peer: its HTTP handler, and Close to stop it.
+type Server interface {
+	Handler() http.Handler
+	Close() error
+}
+
+// Main is a peer command's: it reads the flags both peers take into c (and
+// a peer's own, with more), then starts the peer and serves it until ctx
+// ends. -h prints the flags and starts nothing.
+func Main(ctx context.Context, name string, args []string, getenv func(string) string, stdout io.Writer, c *Config,
+	more func(*flag.FlagSet), start func(context.Context) (Server, error)) error {
+	flags := flag.NewFlagSet(args[0], flag.ContinueOnError)
+	flags.SetOutput(stdout)
+	c.RegisterFlags(flags, getenv)
+	if more != nil {
+		more(flags)
+	}
+	if err := flags.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	c.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	s, err := start(ctx)
+	if err != nil {
+		return err
+	}
+	serveErr := Serve(ctx, name, *c, s.Handler(), stdout)
+	return errors.Join(serveErr, s.Close())
 }

@@ -9,11 +9,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -32,22 +30,11 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
-	flags := flag.NewFlagSet(args[0], flag.ContinueOnError)
-	flags.SetOutput(stdout)
 	var cfg dbospeer.Config
-	cfg.RegisterFlags(flags, getenv)
-	flags.DurationVar(&cfg.QueuePollInterval, "poll", dbospeer.DefaultQueuePollInterval, "how often the DBOS queue polls (DBOS's default: 1s)")
-	if err := flags.Parse(args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return err
+	poll := func(flags *flag.FlagSet) {
+		flags.DurationVar(&cfg.QueuePollInterval, "poll", dbospeer.DefaultQueuePollInterval, "how often the DBOS queue polls (DBOS's default: 1s)")
 	}
-	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	s, err := dbospeer.Start(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	serveErr := peers.Serve(ctx, "dbospeer", cfg.Config, s.Handler(), stdout)
-	return errors.Join(serveErr, s.Close())
+	return peers.Main(ctx, "dbospeer", args, getenv, stdout, &cfg.Config, poll, func(ctx context.Context) (peers.Server, error) {
+		return dbospeer.Start(ctx, cfg)
+	})
 }

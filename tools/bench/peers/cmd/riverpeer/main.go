@@ -10,11 +10,8 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -33,21 +30,8 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
-	flags := flag.NewFlagSet(args[0], flag.ContinueOnError)
-	flags.SetOutput(stdout)
 	var cfg peers.Config
-	cfg.RegisterFlags(flags, getenv)
-	if err := flags.Parse(args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return err
-	}
-	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	s, err := riverpeer.Start(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	serveErr := peers.Serve(ctx, "riverpeer", cfg, s.Handler(), stdout)
-	return errors.Join(serveErr, s.Close())
+	return peers.Main(ctx, "riverpeer", args, getenv, stdout, &cfg, nil, func(ctx context.Context) (peers.Server, error) {
+		return riverpeer.Start(ctx, cfg)
+	})
 }
