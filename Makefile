@@ -53,9 +53,9 @@ migrate: db
 ## test: every test, with the race detector, against a real PostgreSQL (see docs/testing.md); then the client module's and the bench peers' own
 # Four packages at once on two cores: many of them spend their time waiting on the processes they run
 # (stacks, a chaos run, the bench), and two at a time left the cores idle (7 min against 4.3 min).
-# Then the API, worker, lifecycle and webhook tests again with every fast path off (built with plainpaths, and
-# the binaries' settings off), so both ways are proven: about 40 s more.
-PLAIN_PACKAGES = ./internal/api ./internal/payments ./internal/webhooks
+# Then the API, worker, lifecycle, webhook and other kinds' tests again with every fast path off (built with
+# plainpaths, and the binaries' settings off), so both ways are proven: about 50 s more.
+PLAIN_PACKAGES = ./internal/api ./internal/payments ./internal/webhooks ./internal/refunds ./internal/authorizations ./internal/payouts
 test:
 	go test -race -count=1 -p 4 -timeout 10m ./...; status=$$?; $(MAKE) --no-print-directory drop-test-templates; exit $$status
 	API_ONE_TRIP_KEYS=off API_EVENT_SHORTCUTS=off API_REPLAY_CACHE_TTL=0 WORKER_GROUPING=off \
