@@ -294,8 +294,8 @@ func (b *opsBundle) providerRefund(api *client.API, intentID string, amount int6
 	b.t.Helper()
 	params := &stripe.RefundParams{PaymentIntent: stripe.String(intentID), Amount: stripe.Int64(amount)}
 	if refundID != "" {
-		params.Metadata = map[string]string{refunds.MetadataRefundID: refundID, refunds.MetadataPaymentID: paymentID,
-			refunds.MetadataTenantID: b.tenant.TenantID, refunds.MetadataGeneration: "1"}
+		params.Metadata = map[string]string{"refund_id": refundID, "payment_id": paymentID,
+			"tenant_id": b.tenant.TenantID, "refund_generation": "1"}
 	}
 	re, err := api.Refunds.New(params)
 	require.NoError(b.t, err)

@@ -58,9 +58,9 @@ func TestPayoutOperatorCommands(t *testing.T) {
 	params := &stripe.PayoutParams{Amount: stripe.Int64(3000), Currency: stripe.String("usd")}
 	params.SetStripeAccount(account)
 	params.SetIdempotencyKey(operation.ProviderKey("payout", tenantID, madeKey, made, 1))
-	params.AddMetadata(payouts.MetadataPayoutID, made)
-	params.AddMetadata(payouts.MetadataTenantID, tenantID)
-	params.AddMetadata(payouts.MetadataGeneration, "1")
+	params.AddMetadata("payout_id", made)
+	params.AddMetadata("tenant_id", tenantID)
+	params.AddMetadata("payout_generation", "1")
 	po, err := api.Payouts.New(params)
 	require.NoError(t, err)
 	var reconciled struct {

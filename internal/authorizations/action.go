@@ -9,8 +9,6 @@ package authorizations
 import (
 	"log/slog"
 
-	"github.com/riverqueue/river"
-
 	"github.com/oncepay/oncepay/internal/operation"
 )
 
@@ -59,27 +57,9 @@ type Action struct {
 	CancellationReason      *string `json:"cancellation_reason" db:"cancellation_reason"`
 	Status                  Status  `json:"status" db:"status"`
 	ProviderPaymentIntentID string  `json:"provider_payment_intent_id" db:"provider_payment_intent_id"`
-	// ProviderAccount is the payment's: where its intent is.
-	ProviderAccount *string `json:"-" db:"provider_account"`
 }
 
 // Entry is what the engine reads of an action.
 func (a Action) Entry() operation.Entry {
-	return a.EntryIn(string(a.Status), slog.String("payment_id", a.PaymentID), slog.String("action", string(a.Kind))).Under(a.PaymentID)
+	return a.EntryIn(string(a.Status), &a.ProviderPaymentIntentID, slog.String("payment_id", a.PaymentID), slog.String("action", string(a.Kind))).Under(a.PaymentID)
 }
-
-// ActPaymentArgs are the arguments of the job that sends one capture or
-// cancel: River kind "act_on_authorization", unique per action while live.
-type ActPaymentArgs struct {
-	TenantID string `json:"tenant_id"`
-	ActionID string `json:"action_id"`
-}
-
-// Kind is the job's River kind; never rename it while jobs may be queued.
-func (ActPaymentArgs) Kind() string { return "act_on_authorization" }
-
-// InsertOpts are every operation's (operation.Args).
-func (ActPaymentArgs) InsertOpts() river.InsertOpts { return operation.Args[capture]{}.InsertOpts() }
-
-// Of names the job's action.
-func (a ActPaymentArgs) Of() (tenantID, actionID string) { return a.TenantID, a.ActionID }

@@ -23,6 +23,16 @@ type (
 func (capture) Name() string { return string(Capture) }
 func (cancel) Name() string  { return string(Cancel) }
 
+// actions names the job that sends one capture or cancel: River kind
+// "act_on_authorization", its action in "action_id", unique per action
+// while live.
+type actions struct{}
+
+func (actions) Name() string              { return "act_on_authorization" }
+func (actions) Job() (kind, idArg string) { return "act_on_authorization", "action_id" }
+
+type args = operation.Args[actions]
+
 // CaptureKind declares captures to the engine, for the registry; it runs
 // the job that sends captures and cancels alike.
 func CaptureKind() operation.Kind { return spec[capture](Capture, false) }
@@ -30,10 +40,10 @@ func CaptureKind() operation.Kind { return spec[capture](Capture, false) }
 // CancelKind declares cancels to the engine, for the registry.
 func CancelKind() operation.Kind { return spec[cancel](Cancel, true) }
 
-func spec[K operation.Named](kind Kind, sharesJob bool) operation.Spec[K, ActPaymentArgs, Action, provider.Outcome, claim] {
-	return operation.Spec[K, ActPaymentArgs, Action, provider.Outcome, claim]{
+func spec[K operation.Named](kind Kind, sharesJob bool) operation.Spec[K, args, Action, provider.Outcome, claim] {
+	return operation.Spec[K, args, Action, provider.Outcome, claim]{
 		Where: tableOf(kind), Action: "payment action", Prefixes: []string{kind.idPrefix()},
-		JobArg: "action_id", Stranded: "no job was left to send this " + string(kind),
+		Stranded:  "no job was left to send this " + string(kind),
 		SharesJob: sharesJob, JobWhere: actionsTable,
 		// Everything about the key is the Endpoint's; a re-acquired key
 		// resumes its action, whose payment is locked first.
@@ -50,7 +60,7 @@ func spec[K operation.Named](kind Kind, sharesJob bool) operation.Spec[K, ActPay
 		Show: func(a Action) operation.Shown {
 			intent := a.ProviderPaymentIntentID
 			return a.Lifecycle.Show(a, string(a.Status), operation.Deref(a.AmountToCapture), &intent, a.PaymentID,
-				ActPaymentArgs{TenantID: a.TenantID, ActionID: a.ID})
+				args{TenantID: a.TenantID, ID: a.ID})
 		},
 		PaymentOps: func(ctx context.Context, db operation.Querier, tenantID, paymentID string) ([]Action, error) {
 			return ofPayment(ctx, db, tenantID, paymentID, kind)

@@ -71,7 +71,7 @@ func (s service) act(ctx context.Context, tx pgx.Tx, attempt idempotency.Attempt
 	if err != nil {
 		return idempotency.Outcome{}, err
 	}
-	return s.Accept(ctx, tx, a, string(a.Kind), ActPaymentArgs{TenantID: tenantID, ActionID: a.ID}, p, "/v1/payments/"+p.ID, resumed)
+	return s.Accept(ctx, tx, a, string(a.Kind), args{TenantID: tenantID, ID: a.ID}, p, "/v1/payments/"+p.ID, resumed)
 }
 
 func (s service) insert(ctx context.Context, tx pgx.Tx, p payments.Payment, clientKey string, req Request) (Action, error) {
@@ -83,9 +83,9 @@ func (s service) insert(ctx context.Context, tx pgx.Tx, p payments.Payment, clie
 			Detail: fmt.Sprintf("Payment %s holds %d %s; a capture takes at most that.", p.ID, p.AmountCapturable, p.Currency),
 			Fields: []problem.FieldError{{Field: "amount_to_capture", Detail: fmt.Sprintf("must be at most amount_capturable, %d", p.AmountCapturable)}}}
 	}
-	return insertAction(ctx, tx, Action{Lifecycle: operation.NewLifecycle(tableOf(req.Kind), req.Kind.idPrefix(), p.TenantID, clientKey),
+	return insertAction(ctx, tx, Action{Lifecycle: operation.NewLifecycle(tableOf(req.Kind), req.Kind.idPrefix(), p.TenantID, clientKey, p.ProviderAccount),
 		PaymentID: p.ID, Kind: req.Kind, AmountToCapture: &req.AmountToCapture, CancellationReason: &req.CancellationReason,
-		Status: StatusPending, ProviderPaymentIntentID: operation.Deref(p.ProviderPaymentIntentID), ProviderAccount: p.ProviderAccount})
+		Status: StatusPending, ProviderPaymentIntentID: operation.Deref(p.ProviderPaymentIntentID)})
 }
 
 // actionable refuses a payment the kind cannot act on: not a manual

@@ -22,37 +22,30 @@ import (
 // generation now, is left alone.
 func record(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, sent Action, out provider.Outcome) error {
 	rs := rowsOf(keys, sent.Kind)
-	if _, err := rs.Locked(ctx, tx, sent.TenantID, sent.ID); err != nil {
-		return err
-	}
-	status, code, message := StatusSucceeded, "", ""
-	switch out.Kind {
-	case provider.Succeeded:
-	case provider.Rejected, provider.Declined:
-		status, code, message = StatusFailed, cmp.Or(out.Code, "rejected"), out.Message
-	default:
-		return fmt.Errorf("record %s %s: outcome %s is not final", sent.Kind, sent.ID, out.Kind)
-	}
-	final, changed, err := rs.Finish(ctx, tx, sent, string(status), "", code, message)
-	if err != nil || !changed {
-		return err
-	}
-	p, err := payments.GetPayment(ctx, tx, final.TenantID, final.PaymentID)
-	if err != nil {
-		return err
-	}
-	if out.Intent != nil && out.Intent.ID == final.ProviderPaymentIntentID {
-		if ended, changed, err := payments.EndAuthorization(ctx, tx, p, out.Intent); err != nil {
-			return err
-		} else if changed {
-			p = ended
+	rs.Final = func(ctx context.Context, tx pgx.Tx, final Action) (idempotency.Response, error) {
+		p, err := payments.GetPayment(ctx, tx, final.TenantID, final.PaymentID)
+		if err != nil {
+			return idempotency.Response{}, err
 		}
+		if out.Intent != nil && out.Intent.ID == final.ProviderPaymentIntentID {
+			if ended, changed, err := payments.EndAuthorization(ctx, tx, p, out.Intent); err != nil {
+				return idempotency.Response{}, err
+			} else if changed {
+				p = ended
+			}
+		}
+		return finalResponse(final, p)
 	}
-	resp, err := finalResponse(final, p)
-	if err != nil {
-		return err
-	}
-	return rs.Complete(ctx, tx, final, resp)
+	_, _, err := rs.Record(ctx, tx, sent, func(Action) (operation.Verdict, error) {
+		switch out.Kind {
+		case provider.Succeeded:
+			return operation.Verdict{Status: string(StatusSucceeded)}, nil
+		case provider.Rejected, provider.Declined:
+			return operation.Verdict{Status: string(StatusFailed), FailureCode: cmp.Or(out.Code, "rejected"), FailureMessage: out.Message}, nil
+		}
+		return operation.Verdict{}, fmt.Errorf("record %s %s: outcome %s is not final", sent.Kind, sent.ID, out.Kind)
+	})
+	return err
 }
 
 // finalResponse is what the action's key replays once it is final: the

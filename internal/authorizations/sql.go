@@ -19,7 +19,7 @@ var actionsTable = operation.Table{
 	Operation: "payment_action", Name: "payment_actions",
 	ProviderIDColumn: "provider_payment_intent_id", ProviderIDLog: "intent_id", FixedProviderID: true,
 	Columns: operation.LifecycleColumns + `, payment_id, action, amount_to_capture, cancellation_reason, status,
-		provider_payment_intent_id, provider_account`,
+		provider_payment_intent_id`,
 	NotReachedMessage: "The request never reached the payment provider and the authorization is unchanged. " +
 		"Retry the request with the same Idempotency-Key to send it.",
 	Resumed: string(StatusPending), InFlight: []string{string(StatusPending)}, NotFound: ErrNotFound,

@@ -21,7 +21,7 @@ type attemptable struct {
 // recorded as the intent now stands (an authorization the provider voided
 // makes it canceled).
 func (k attemptable) Send(ctx context.Context, a Action) (provider.Outcome, error) {
-	pc := k.provider.For(operation.Deref(a.ProviderAccount))
+	pc := k.provider.For(a.Account())
 	var out provider.Outcome
 	if a.Kind == Capture {
 		out = pc.CaptureIntent(ctx, a.ProviderPaymentIntentID, operation.Deref(a.AmountToCapture), a.ProviderIdempotencyKey)
@@ -55,7 +55,7 @@ func (c claim) Claimed() Action { return c.Action }
 // never sends the action again.
 func lookUp(env operation.Env) operation.LookUp[claim, provider.Outcome] {
 	return func(ctx context.Context, c claim) (provider.Outcome, operation.Look) {
-		read := env.Provider.For(operation.Deref(c.ProviderAccount)).RetrieveIntent(ctx, c.ProviderPaymentIntentID)
+		read := env.Provider.For(c.Account()).RetrieveIntent(ctx, c.ProviderPaymentIntentID)
 		if read.Err != nil {
 			return read, operation.Look{Note: "reading the payment's intent failed", Err: read.Err}
 		}

@@ -15,7 +15,6 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
-	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
@@ -265,10 +264,10 @@ type Spec[K Named, A JobOf, Op Operation, O Answer, C any] struct {
 	Action string
 	// Prefixes are the prefixes of the kind's ids ("rfd").
 	Prefixes []string
-	// JobArg is the name of the job argument that holds the operation's
-	// id, and Stranded what an operation shows when the sweeper finds it
-	// with no job left.
-	JobArg, Stranded string
+	// Stranded is what an operation shows when the sweeper finds it with no
+	// job left; JobArg names the job argument that holds the operation's
+	// id, if A is not the engine's Args (which names its own).
+	Stranded, JobArg string
 	// SharesJob: the job's worker is another kind's, declared beside this
 	// one on the same table and job (a capture's and a cancel's); JobWhere
 	// is then the whole table the job's worker acts on.
@@ -361,7 +360,7 @@ func (s Spec[K, A, Op, O, C]) Start(workers *river.Workers, env Env) ([]Periodic
 		sweepCfg.OnSwept = func() { env.Swept(s.Name()) }
 	}
 	sweeper := NewSweeper(env.Pool, env.Keys, env.Logger, sweepCfg, s.Where,
-		Stranded{JobKind: (*new(A)).Kind(), JobArg: s.JobArg, Reason: s.Stranded}, Locking[Op](attempt))
+		Stranded{JobKind: (*new(A)).Kind(), JobArg: cmp.Or(s.JobArg, idArg[A]()), Reason: s.Stranded}, Locking[Op](attempt))
 	reconcile := &ReconcileWorker[ReconcileArgs[K]]{Reconciler: s.reconciler(env)}
 	if env.Observe != nil {
 		reconcile.Observe = func(res ReconcileResult) { env.Observe(s.Name(), res) }
@@ -475,30 +474,3 @@ func (o specOperator[Op, C, O]) List(ctx context.Context, status string, limit i
 	}
 	return list, nil
 }
-
-// Args are the job arguments of a kind K whose job names its operation by
-// tenant and id ("id" is the sweeper's JobArg): the engine's, so that a
-// kind needs no type of its own. Its River kind is K's name.
-type Args[K Named] struct {
-	TenantID string `json:"tenant_id"`
-	ID       string `json:"id"`
-}
-
-// Kind is the job's River kind; never rename a kind while jobs may be
-// queued.
-func (Args[K]) Kind() string {
-	var k K
-	return k.Name()
-}
-
-// InsertOpts makes the job unique per operation while one is live, on the
-// payments queue, retried as a charge is (well inside the provider's
-// 24-hour key window). Finished states are left out, so an operation
-// resumed under its next generation gets a new job.
-func (Args[K]) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{Queue: outbox.QueuePayments, MaxAttempts: outbox.ChargeMaxAttempts,
-		UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: outbox.LiveJobStates()}}
-}
-
-// Of names the job's operation.
-func (a Args[K]) Of() (tenantID, id string) { return a.TenantID, a.ID }

@@ -45,6 +45,12 @@ func (c LedgerCheckConfig) WithDefaults() LedgerCheckConfig {
 	return c
 }
 
+// ProviderObject is a provider object as the ledger check reads it: its
+// id, and the metadata that names its operation (Table.Named).
+type ProviderObject interface {
+	Ref() (id string, metadata map[string]string)
+}
+
 // Audited is an operation kind's side of the ledger check. Obj is the
 // provider object its operations make (an intent, a refund). The engine
 // lists the objects, matches each with its operation, reads by id what the
@@ -56,10 +62,6 @@ type Audited[Op, Obj any] interface {
 	List(ctx context.Context, w provider.ListWindow, page func(account string, objs []Obj) error) error
 	// Retrieve reads the object id from the account of op.
 	Retrieve(ctx context.Context, op Op, id string) Read[Obj]
-	// Object is what obj says of itself.
-	Object(obj Obj) ObjectRef
-	// Operation is what op recorded.
-	Operation(op Op) OperationRef
 	// Compare says what disagrees between a listed obj and op, the
 	// operation it matched; op is nil when obj matched none of ours.
 	Compare(ctx context.Context, obj Obj, op *Op, cfg LedgerCheckConfig) ([]Finding, error)
@@ -85,15 +87,14 @@ type Read[Obj any] struct {
 	Err        error
 }
 
-// ObjectRef is what a provider object says of itself: its id, and the
+// objectRef is what a provider object says of itself: its id, and the
 // operation and tenant its metadata names (either may be "").
-type ObjectRef struct{ ID, OperationID, TenantID string }
+type objectRef struct{ ID, OperationID, TenantID string }
 
-// OperationRef is what an operation recorded: its provider object's id
-// (nil until known) and the account the object is on ("" the platform's).
-type OperationRef struct {
-	ID, TenantID, Account string
-	ProviderID            *string
+func (t Table) objectRef(obj ProviderObject) objectRef {
+	id, metadata := obj.Ref()
+	tenantID, opID := t.Named(metadata)
+	return objectRef{ID: id, OperationID: opID, TenantID: tenantID}
 }
 
 // Finding is one disagreement and its evidence.
@@ -114,7 +115,7 @@ func (f *Finding) evidence() map[string]any {
 // with the kind's operations and records every disagreement as a ledger
 // finding, for an operator. It only reads at the provider (lists objects,
 // reads one by id): it never sends an operation, and never changes one.
-type LedgerChecker[Op, Obj any] struct {
+type LedgerChecker[Op Operation, Obj ProviderObject] struct {
 	pool   *pgxpool.Pool
 	logger *slog.Logger
 	cfg    LedgerCheckConfig
@@ -124,7 +125,7 @@ type LedgerChecker[Op, Obj any] struct {
 
 // NewLedgerChecker returns the LedgerChecker of the kind whose operations
 // are table's rows (its Columns read into an Op).
-func NewLedgerChecker[Op, Obj any](pool *pgxpool.Pool, logger *slog.Logger, cfg LedgerCheckConfig, table Table,
+func NewLedgerChecker[Op Operation, Obj ProviderObject](pool *pgxpool.Pool, logger *slog.Logger, cfg LedgerCheckConfig, table Table,
 	kind Audited[Op, Obj]) *LedgerChecker[Op, Obj] {
 	return &LedgerChecker[Op, Obj]{pool: pool, logger: logger, cfg: cfg.WithDefaults(), table: table, kind: kind}
 }
@@ -170,7 +171,7 @@ func (c *LedgerChecker[Op, Obj]) Check(ctx context.Context, from, to time.Time) 
 	err := c.kind.List(ctx, window, func(account string, page []Obj) error {
 		res.Listed += len(page)
 		for _, obj := range page {
-			listed[c.kind.Object(obj).ID] = true
+			listed[c.table.objectRef(obj).ID] = true
 		}
 		return c.comparePage(ctx, account, page, &res)
 	})
@@ -178,7 +179,7 @@ func (c *LedgerChecker[Op, Obj]) Check(ctx context.Context, from, to time.Time) 
 		return res, fmt.Errorf("ledger check of %ss: %w", c.table.Operation, err)
 	}
 	err = EachSucceeded(ctx, c.pool, c.table, from, to,
-		func(op Op) string { return c.kind.Operation(op).ID },
+		func(op Op) string { return op.Entry().ID },
 		func(op Op) error {
 			res.Succeeded++
 			return c.checkExists(ctx, op, listed, &res)
@@ -197,7 +198,7 @@ func (c *LedgerChecker[Op, Obj]) Check(ctx context.Context, from, to time.Time) 
 func (c *LedgerChecker[Op, Obj]) comparePage(ctx context.Context, account string, page []Obj, res *LedgerCheckResult) error {
 	var operationIDs, providerIDs []string
 	for _, obj := range page {
-		ref := c.kind.Object(obj)
+		ref := c.table.objectRef(obj)
 		if ref.OperationID != "" {
 			operationIDs = append(operationIDs, ref.OperationID)
 		}
@@ -212,23 +213,23 @@ func (c *LedgerChecker[Op, Obj]) comparePage(ctx context.Context, account string
 	}
 	byID, byProviderID := map[string]int{}, map[string]int{}
 	for i, op := range found {
-		ref := c.kind.Operation(op)
+		ref := op.Entry()
 		byID[ref.ID] = i
 		if ref.ProviderID != nil {
 			byProviderID[*ref.ProviderID] = i
 		}
 	}
 	for _, obj := range page {
-		ref := c.kind.Object(obj)
+		ref := c.table.objectRef(obj)
 		i, ok := byID[ref.OperationID]
-		if ok && ref.TenantID != "" && ref.TenantID != c.kind.Operation(found[i]).TenantID {
+		if ok && ref.TenantID != "" && ref.TenantID != found[i].Entry().TenantID {
 			ok = false
 		}
 		if !ok {
 			i, ok = byProviderID[ref.ID]
 		}
 		var op *Op
-		if ok && c.kind.Operation(found[i]).Account == account {
+		if ok && found[i].Entry().Account == account {
 			op = &found[i]
 		}
 		findings, err := c.kind.Compare(ctx, obj, op, c.cfg)
@@ -252,10 +253,7 @@ func (c *LedgerChecker[Op, Obj]) missing(op Op, opID, providerID string) Finding
 	if m, ok := c.kind.(Misser[Op]); ok {
 		return m.Missing(op, providerID)
 	}
-	name, status := c.table.Operation, ""
-	if o, ok := any(op).(Operation); ok {
-		status = o.Entry().Status
-	}
+	name, status := c.table.Operation, op.Entry().Status
 	reason := fmt.Sprintf("%s %s is %s but records no provider %s", name, opID, status, name)
 	if providerID != "" {
 		reason = fmt.Sprintf("%s %s is %s, but its provider %s %s does not exist", name, opID, status, name, providerID)
@@ -268,7 +266,7 @@ func (c *LedgerChecker[Op, Obj]) missing(op Op, opID, providerID string) Finding
 // listing did not show is read by id, and one that does not exist is a
 // finding.
 func (c *LedgerChecker[Op, Obj]) checkExists(ctx context.Context, op Op, listed map[string]bool, res *LedgerCheckResult) error {
-	ref := c.kind.Operation(op)
+	ref := op.Entry()
 	if ref.ProviderID == nil {
 		return c.record(ctx, res, c.missing(op, ref.ID, ""))
 	}

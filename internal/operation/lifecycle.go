@@ -29,30 +29,39 @@ type Lifecycle struct {
 	LastProviderAttemptAt  *time.Time `json:"-" db:"last_provider_attempt_at"`
 	ReconcileAfter         *time.Time `json:"-" db:"reconcile_after"`
 	ReconcileAttempts      int        `json:"-" db:"reconcile_attempts"`
-	FailureCode            *string    `json:"failure_code" db:"failure_code"`
-	FailureMessage         *string    `json:"failure_message" db:"failure_message"`
-	CreatedAt              time.Time  `json:"created_at" db:"created_at"`
-	UpdatedAt              time.Time  `json:"updated_at" db:"updated_at"`
+	// ProviderAccount is the connected account the operation acts on at
+	// the provider (its Stripe-Account); nil for the platform's own.
+	ProviderAccount *string   `json:"-" db:"provider_account"`
+	FailureCode     *string   `json:"failure_code" db:"failure_code"`
+	FailureMessage  *string   `json:"failure_message" db:"failure_message"`
+	CreatedAt       time.Time `json:"created_at" db:"created_at"`
+	UpdatedAt       time.Time `json:"updated_at" db:"updated_at"`
 }
 
-// NewLifecycle is a new operation of the kind t, with an id (prefix_…) and
-// its first generation's provider key.
-func NewLifecycle(t Table, prefix, tenantID, key string) Lifecycle {
+// NewLifecycle is a new operation of the kind t on account, with an id
+// (prefix_…) and its first generation's provider key.
+func NewLifecycle(t Table, prefix, tenantID, key string, account *string) Lifecycle {
 	opID := id.New(prefix)
 	return Lifecycle{ID: opID, TenantID: tenantID, IdempotencyKey: key, ProviderKeyGeneration: 1,
-		ProviderIdempotencyKey: ProviderKey(t.Operation, tenantID, key, opID, 1)}
+		ProviderIdempotencyKey: ProviderKey(t.Operation, tenantID, key, opID, 1), ProviderAccount: account}
 }
 
 // LifecycleColumns are Lifecycle's columns, for a kind's SELECT lists.
 const LifecycleColumns = `id, tenant_id, idempotency_key, provider_idempotency_key, provider_key_generation,
-	first_provider_attempt_at, last_provider_attempt_at, reconcile_after, reconcile_attempts, failure_code, failure_message,
-	created_at, updated_at`
+	first_provider_attempt_at, last_provider_attempt_at, reconcile_after, reconcile_attempts, provider_account, failure_code,
+	failure_message, created_at, updated_at`
 
-// EntryIn is what the engine reads of an operation in status, with more
-// attributes for its log lines: a kind's Entry.
-func (l Lifecycle) EntryIn(status string, logAttrs ...any) Entry {
+// Account is the connected account the operation acts on; "" for the
+// platform's own.
+func (l Lifecycle) Account() string { return Deref(l.ProviderAccount) }
+
+// EntryIn is what the engine reads of an operation in status, whose
+// provider object is providerID (nil until known), with more attributes
+// for its log lines: a kind's Entry.
+func (l Lifecycle) EntryIn(status string, providerID *string, logAttrs ...any) Entry {
 	return Entry{TenantID: l.TenantID, ID: l.ID, IdempotencyKey: l.IdempotencyKey, Status: status, Generation: l.ProviderKeyGeneration,
 		FirstAttemptAt: l.FirstProviderAttemptAt, LastAttemptAt: l.LastProviderAttemptAt, ReconcileAttempts: l.ReconcileAttempts,
+		Account: l.Account(), ProviderID: providerID,
 		LogAttrs: append(logAttrs, slog.String("provider_idempotency_key", l.ProviderIdempotencyKey))}
 }
 

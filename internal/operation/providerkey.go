@@ -34,3 +34,34 @@ func ProviderKey(kind, tenantID, clientKey, id string, generation int) string {
 	}
 	return "oncepay-" + id + "-" + base64.RawURLEncoding.EncodeToString(h.Sum(nil))
 }
+
+// MetadataTenantID names, in a provider object's metadata, the tenant of
+// the operation that made it.
+const MetadataTenantID = "tenant_id"
+
+// Metadata is what a provider object of op carries, so that its events,
+// the reconciler and the ledger check find op and tell its generations
+// apart: <operation>_id, tenant_id, <operation>_generation and, for a
+// kind with a parent, <parent>_id ("refund_id", "refund_generation",
+// "payment_id").
+func (t Table) Metadata(op Entry) map[string]string {
+	meta := map[string]string{t.MetadataID(): op.ID, MetadataTenantID: op.TenantID, t.Operation + "_generation": strconv.Itoa(op.Generation)}
+	if t.Parent != nil {
+		meta[t.Parent.Noun+"_id"] = op.ParentID
+	}
+	return meta
+}
+
+// MetadataID is the metadata that names the operation ("refund_id").
+func (t Table) MetadataID() string { return t.Operation + "_id" }
+
+// Named is the tenant and the operation that metadata names.
+func (t Table) Named(metadata map[string]string) (tenantID, id string) {
+	return metadata[MetadataTenantID], metadata[t.MetadataID()]
+}
+
+// MadeFor reports whether the object carrying metadata was made for op in
+// its current generation.
+func (t Table) MadeFor(metadata map[string]string, op Entry) bool {
+	return metadata[t.MetadataID()] == op.ID && metadata[t.Operation+"_generation"] == strconv.Itoa(op.Generation)
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -111,6 +112,10 @@ type Entry struct {
 	// ParentID is the operation's parent (Table.Parent), whose row its
 	// kind locks first; "" for a kind with none.
 	ParentID string
+	// Account is the connected account the operation acts on ("" the
+	// platform's), and ProviderID its provider object, nil until known.
+	Account    string
+	ProviderID *string
 }
 
 // Under is e with parentID as its parent.
@@ -176,6 +181,12 @@ type Table struct {
 	// share a table ("action = 'capture'"), so that each kind is claimed,
 	// counted and logged as itself.
 	Scope string
+}
+
+// Answering are the statuses of an operation still to be answered: its
+// in-flight ones and requires_reconciliation. Leaving one makes it final.
+func (t Table) Answering() []string {
+	return append(slices.Clip(t.InFlight), "requires_reconciliation")
 }
 
 // ClaimColumns are the columns a claim returns (RETURNING, over the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -23,6 +24,10 @@ type Operation interface{ Entry() Entry }
 type Rows[Op Operation] struct {
 	Table Table
 	Keys  *idempotency.Store
+	// Final makes what else an operation's final answer changes (a
+	// refund's payment's amount_refunded) and returns the response its key
+	// replays from then on, in the transaction that records it (Record).
+	Final func(ctx context.Context, tx pgx.Tx, final Op) (idempotency.Response, error)
 }
 
 // Load reads a tenant's operation; another tenant's is the table's
@@ -131,21 +136,58 @@ func (r Rows[Op]) parentColumn() string {
 	return r.Table.Parent.Column
 }
 
-// Finish records the provider's answer to op, locked, in its generation:
-// status, the provider's object (if named) and the failure (if any). from
-// are the statuses it may leave, its in-flight ones and
-// requires_reconciliation if empty. changed is false when another
-// transaction moved it first.
-func (r Rows[Op]) Finish(ctx context.Context, tx pgx.Tx, op Op, status, providerID, code, message string, from ...string) (Op, bool, error) {
-	if len(from) == 0 {
-		from = append(r.Table.InFlight[:len(r.Table.InFlight):len(r.Table.InFlight)], "requires_reconciliation")
+// Verdict is what a provider's answer makes of an operation: the status
+// it records, the provider's object (if the answer names one) and the
+// failure (if any). From are the statuses it may leave: by default its
+// in-flight ones and requires_reconciliation (Answering). A zero Status
+// records nothing.
+type Verdict struct {
+	Status, ProviderID, FailureCode, FailureMessage string
+	From                                            []string
+}
+
+// Record records the verdict on a provider's answer to sent, under its
+// locks, unless it moved to another generation meanwhile: decide reads
+// the operation as locked and gives the verdict. An operation that leaves
+// one of its Answering statuses is final: Final's effects, and the
+// response its key replays from then on, are written in the same
+// transaction. changed is false when there was nothing to record.
+func (r Rows[Op]) Record(ctx context.Context, tx pgx.Tx, sent Op, decide func(locked Op) (Verdict, error)) (Op, bool, error) {
+	s := sent.Entry()
+	op, err := r.Locked(ctx, tx, s.TenantID, s.ID)
+	if err != nil || op.Entry().Generation != s.Generation {
+		return op, false, err
 	}
+	v, err := decide(op)
+	if err != nil || v.Status == "" {
+		return op, false, err
+	}
+	if v.From == nil {
+		v.From = r.Table.Answering()
+	}
+	final, changed, err := r.finish(ctx, tx, op, v)
+	if err != nil || !changed || !slices.Contains(r.Table.Answering(), op.Entry().Status) {
+		return final, changed, err
+	}
+	resp, err := r.Final(ctx, tx, final)
+	if err == nil {
+		err = r.Keys.Complete(ctx, tx, s.TenantID, s.IdempotencyKey, resp)
+	}
+	if err != nil {
+		return final, false, fmt.Errorf("complete %s %s: %w", r.Table.Operation, s.ID, err)
+	}
+	return final, true, nil
+}
+
+// finish writes v over op, in its generation, if its status is still one
+// of v.From; changed is false when another transaction moved it first.
+func (r Rows[Op]) finish(ctx context.Context, tx pgx.Tx, op Op, v Verdict) (Op, bool, error) {
 	e, col := op.Entry(), r.Table.ProviderIDColumn
 	rows, err := tx.Query(ctx, `
 		UPDATE `+r.Table.Name+` SET status = $4, `+col+` = coalesce(nullif($5, ''), `+col+`),
 			failure_code = nullif($6, ''), failure_message = nullif($7, ''), reconcile_after = NULL, updated_at = now()
 		WHERE tenant_id = $1 AND id = $2 AND provider_key_generation = $3 AND status = ANY($8)
-		RETURNING `+r.Table.Columns, e.TenantID, e.ID, e.Generation, status, providerID, code, message, from)
+		RETURNING `+r.Table.Columns, e.TenantID, e.ID, e.Generation, v.Status, v.ProviderID, v.FailureCode, v.FailureMessage, v.From)
 	final, err := CollectOne[Op](rows, err, "record "+r.Table.Operation, r.Table.NotFound)
 	if errors.Is(err, r.Table.NotFound) {
 		return op, false, nil
@@ -153,14 +195,28 @@ func (r Rows[Op]) Finish(ctx context.Context, tx pgx.Tx, op Op, status, provider
 	return final, err == nil, err
 }
 
-// Complete completes op's key with the response a retry replays from now
-// on: the final answer, in the transaction that records it.
-func (r Rows[Op]) Complete(ctx context.Context, tx pgx.Tx, op Op, resp idempotency.Response) error {
-	e := op.Entry()
-	if err := r.Keys.Complete(ctx, tx, e.TenantID, e.IdempotencyKey, resp); err != nil {
-		return fmt.Errorf("complete the %s's key: %w", r.Table.Operation, err)
-	}
-	return nil
+// Settle runs settle on the operation that a provider object on account
+// names by its metadata (Table.Named), locked, in a transaction of its
+// own, if the object was made for it in its current generation: how a
+// kind's events, and its follow-up jobs, record what an object proves.
+// An account's object may name any operation: one of another account is
+// not the object's (NotFound); one of another generation is left alone.
+func (r Rows[Op]) Settle(ctx context.Context, db idempotency.TxBeginner, account string, metadata map[string]string,
+	settle func(tx pgx.Tx, locked Op) (Op, bool, error)) (op Op, changed bool, err error) {
+	err = pgx.BeginTxFunc(ctx, db, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+		tenantID, id := r.Table.Named(metadata)
+		if op, err = r.Locked(ctx, tx, tenantID, id); err != nil {
+			return err
+		}
+		switch e := op.Entry(); {
+		case e.Account != account:
+			return fmt.Errorf("an object of account %q names %s %s of account %q: %w", account, r.Table.Operation, id, e.Account, r.Table.NotFound)
+		case r.Table.MadeFor(metadata, e):
+			op, changed, err = settle(tx, op)
+		}
+		return err
+	})
+	return op, changed, err
 }
 
 // Claimed is a kind's claim: its operation as the reconciler claims it,

@@ -54,14 +54,6 @@ func (a intentAudit) Retrieve(ctx context.Context, p Payment, intentID string) o
 	return operation.Read[*provider.Intent]{Obj: out.Intent, Kind: out.Kind, HTTPStatus: out.HTTPStatus, Err: out.Err}
 }
 
-func (intentAudit) Object(in *provider.Intent) operation.ObjectRef {
-	return operation.ObjectRef{ID: in.ID, OperationID: in.Metadata[MetadataPaymentID], TenantID: in.Metadata[MetadataTenantID]}
-}
-
-func (intentAudit) Operation(p Payment) operation.OperationRef {
-	return operation.OperationRef{ID: p.ID, TenantID: p.TenantID, Account: p.Account(), ProviderID: p.ProviderPaymentIntentID}
-}
-
 func (intentAudit) Compare(_ context.Context, in *provider.Intent, matched *Payment, cfg LedgerCheckConfig) ([]operation.Finding, error) {
 	evidence := map[string]any{"intent": intentEvidence(in)}
 	finding := func(kind, paymentID, reason string) operation.Finding {

@@ -74,7 +74,7 @@ func (k reconcilable) Entry(c claim) operation.Entry { return c.Payment.Entry() 
 func (p Payment) Entry() operation.Entry {
 	return operation.Entry{TenantID: p.TenantID, ID: p.ID, IdempotencyKey: p.IdempotencyKey, Status: string(p.Status), Generation: p.ProviderKeyGeneration,
 		FirstAttemptAt: p.FirstProviderAttemptAt, LastAttemptAt: p.LastProviderAttemptAt, ReconcileAttempts: p.ReconcileAttempts,
-		LogAttrs: []any{slog.String("provider_idempotency_key", p.ProviderIdempotencyKey)}}
+		Account: p.Account(), ProviderID: p.ProviderPaymentIntentID, LogAttrs: []any{slog.String("provider_idempotency_key", p.ProviderIdempotencyKey)}}
 }
 
 func (k reconcilable) RecordFinal(ctx context.Context, c claim, out provider.Outcome) error {

@@ -247,37 +247,9 @@ func claimCustomer(ctx context.Context, tx pgx.Tx, tenantID, customer string) er
 	return nil
 }
 
-// ProviderAccounts lists the accounts that hold payments made since since:
-// the platform's own (""), every tenant's connected account, and any other
-// account a payment of the window was made on (its tenant's account since
-// changed). What a ledger check lists.
-func ProviderAccounts(ctx context.Context, db Querier, since time.Time) ([]string, error) {
-	rows, err := db.Query(ctx, `
-		SELECT '' AS account
-		UNION SELECT stripe_account FROM tenants WHERE stripe_account IS NOT NULL
-		UNION SELECT DISTINCT provider_account FROM payments WHERE provider_account IS NOT NULL AND created_at >= $1
-		ORDER BY account`, since)
-	if err != nil {
-		return nil, fmt.Errorf("list provider accounts: %w", err)
-	}
-	accounts, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("list provider accounts: %w", err)
-	}
-	return accounts, nil
-}
-
-// EachAccount calls fn, in turn, with each account ProviderAccounts lists
-// and pc made for it, and stops at fn's first error.
+// EachAccount calls fn, in turn, with each account that may hold payments
+// made since since, the platform's own ("") first, and pc made for it:
+// what a ledger check and the event recovery list.
 func EachAccount(ctx context.Context, db Querier, since time.Time, pc *provider.Client, fn func(account string, pc *provider.Client) error) error {
-	accounts, err := ProviderAccounts(ctx, db, since)
-	if err != nil {
-		return err
-	}
-	for _, account := range accounts {
-		if err := fn(account, pc.For(account)); err != nil {
-			return fmt.Errorf("account %q: %w", account, err)
-		}
-	}
-	return nil
+	return paymentsTable.EachAccount(ctx, db, since, true, pc, fn)
 }

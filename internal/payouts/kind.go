@@ -4,58 +4,153 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
+	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
-// payout names the kind: its job (payout) and the engine's periodic jobs
-// (reconcile_payouts, sweep_stranded_payouts) are generic over it.
-type payout struct{}
+// payout names the kind: its job (River kind "payout") and the engine's
+// periodic jobs (reconcile_payouts, sweep_stranded_payouts) are generic
+// over it; cancelling names the cancel's job ("cancel_payout").
+type (
+	payout     struct{}
+	cancelling struct{}
+	args       = operation.Args[payout]
+)
 
-func (payout) Name() string { return "payout" }
+func (payout) Name() string     { return "payout" }
+func (cancelling) Name() string { return "cancel_payout" }
 
 // Kind declares payouts to the engine: the one value the registry lists.
 func Kind() operation.Kind {
 	return operation.Spec[payout, args, Payout, provider.PayoutOutcome, claim]{
-		Where: table, Prefixes: []string{IDPrefix}, JobArg: "id", Stranded: "no job was left to send this payout",
+		Where: table, Prefixes: []string{IDPrefix}, Stranded: "no job was left to send this payout",
 		Mount: func(r chi.Router, d operation.Deps) {
 			s := service{d}
 			r.Method(http.MethodPost, "/payouts", operation.Endpoint(d, decodeCreate, s.create, table.LockResource))
 			r.Method(http.MethodPost, "/payouts/{id}/cancel", operation.Endpoint(d, decodeCancel, s.cancel, nil))
 			operation.Reads(r, d, "/payouts", IDPrefix, rowsOf(d.Keys))
 		},
-		Attempt: func(env operation.Env) operation.Attemptable[Payout, provider.PayoutOutcome] {
-			return attemptable{rowsOf(env.Keys), env.Provider}
-		},
+		Attempt: func(env operation.Env) operation.Attemptable[Payout, provider.PayoutOutcome] { return attempts(env) },
 		Reconcile: func(env operation.Env) operation.Reconcilable[claim, provider.PayoutOutcome] {
-			return operation.ByLookUp[claim](env, attemptable{rowsOf(env.Keys), env.Provider}, lookUp(env))
+			return operation.ByLookUp[claim](env, attempts(env), lookUp(env))
 		},
 		Show: func(p Payout) operation.Shown {
 			return p.Lifecycle.Show(p, string(p.Status), p.Amount, p.ProviderPayoutID, "", args{TenantID: p.TenantID, ID: p.ID})
 		},
 		LedgerCheck: newLedgerChecker,
 		MoreWorkers: func(workers *river.Workers, env operation.Env) ([]operation.Periodic, error) {
-			return nil, river.AddWorkerSafely(workers, &cancelWorker{env: env})
+			cancel := &operation.FollowUp[cancelling, Payout]{Env: env, Rows: rowsOf(env.Keys), Do: cancelAtProvider(env)}
+			return nil, river.AddWorkerSafely(workers, cancel)
 		},
 		Events: []string{"payout.created", "payout.updated", "payout.paid", "payout.failed", "payout.canceled"},
-		Settle: settleEvent,
+		Settle: func(ctx context.Context, env operation.Env, ev operation.Event) (string, error) {
+			out := env.Provider.For(ev.Account).RetrievePayout(ctx, ev.ObjectID)
+			if err := table.Reread(ev.ObjectID, out.Payout != nil, out.Judge()); err != nil {
+				return "", err
+			}
+			_, changed, err := settle(ctx, env, ev.Account, out.Payout)
+			return operation.Changed(changed), err
+		},
 	}
 }
 
-// settleEvent reads the event's payout from the provider, never trusting
-// the event's copy, and records it.
-func settleEvent(ctx context.Context, env operation.Env, ev operation.Event) (string, error) {
-	out := env.Provider.For(ev.Account).RetrievePayout(ctx, ev.ObjectID)
-	switch {
-	case out.Payout == nil && out.HTTPStatus == http.StatusNotFound:
-		return "", ErrNotFound
-	case out.Payout == nil:
-		return "", fmt.Errorf("read payout %s: %w", ev.ObjectID, out.Err)
+// attempts make the payout on the tenant's account under its derived key.
+func attempts(env operation.Env) operation.Attempts[Payout, provider.PayoutOutcome] {
+	return operation.Attempts[Payout, provider.PayoutOutcome]{Rows: rowsOf(env.Keys), Verdict: verdictOn,
+		Call: func(ctx context.Context, p Payout) (provider.PayoutOutcome, error) {
+			return env.Provider.For(p.Account()).CreatePayout(ctx, p.request()), nil
+		}}
+}
+
+// verdictOn is what the provider's answer makes of a payout: the
+// creation's outcome if it was in flight, else its status if the
+// provider's is further along; nothing otherwise.
+func verdictOn(out provider.PayoutOutcome) func(Payout) (operation.Verdict, error) {
+	return func(p Payout) (operation.Verdict, error) {
+		status := StatusFailed // refused: no payout was made
+		if out.Payout != nil {
+			status = Status(out.Payout.Status)
+		} else if out.Kind != provider.Rejected {
+			return operation.Verdict{}, fmt.Errorf("record payout %s: outcome %s is not final", p.ID, out.Kind)
+		}
+		if !slices.Contains(table.Answering(), string(p.Status)) && stage(status) <= stage(p.Status) {
+			return operation.Verdict{}, nil
+		}
+		v := operation.Verdict{Status: string(status), ProviderID: out.PayoutID(), From: []string{string(p.Status)}}
+		if status == StatusFailed || status == StatusCanceled {
+			v.FailureCode, v.FailureMessage = out.Code, out.Message
+		}
+		return v, nil
 	}
-	_, changed, err := Settle(ctx, env.Pool, env.Keys, ev.Account, out.Payout)
-	return operation.Changed(changed), err
+}
+
+// settle records what a provider payout on account proves of the payout
+// it was made for, under the payout's locks.
+func settle(ctx context.Context, env operation.Env, account string, po *provider.Payout) (Payout, bool, error) {
+	rs := rowsOf(env.Keys)
+	return rs.Settle(ctx, env.Pool, account, po.Metadata, func(tx pgx.Tx, p Payout) (Payout, bool, error) {
+		return rs.Record(ctx, tx, p, verdictOn(provider.PayoutOutcomeOf(po)))
+	})
+}
+
+// cancelAtProvider cancels a payout still pending at the provider and
+// records it as the provider then has it. Canceling twice cancels once, so
+// a retry needs nothing more than a key derived from the payout's.
+func cancelAtProvider(env operation.Env) func(context.Context, Payout) error {
+	return func(ctx context.Context, p Payout) error {
+		if p.Status != StatusPending || p.ProviderPayoutID == nil {
+			return nil
+		}
+		pc := env.Provider.For(p.Account())
+		out := pc.CancelPayout(ctx, *p.ProviderPayoutID, operation.ProviderKey("payout_cancel", p.TenantID, p.IdempotencyKey, p.ID, p.ProviderKeyGeneration))
+		if out.Kind == provider.Rejected { // no longer pending: record what it is now
+			out = pc.RetrievePayout(ctx, *p.ProviderPayoutID)
+		}
+		if out.Payout == nil {
+			return fmt.Errorf("cancel payout %s: %w", p.ID, out.Err)
+		}
+		_, _, err := settle(ctx, env, p.Account(), out.Payout)
+		return err
+	}
+}
+
+// claim is a payout as the reconciler claims it, with whether no request
+// can still be in flight.
+type claim struct {
+	Payout
+	Settled bool `db:"settled"`
+}
+
+func (c claim) Claimed() Payout { return c.Payout }
+
+// lookUp looks a payout up by its provider id once known, else among the
+// account's payouts listed (consistently) since its first attempt, by its
+// metadata.
+func lookUp(env operation.Env) operation.LookUp[claim, provider.PayoutOutcome] {
+	skew := env.Reconcile.WithDefaults().ClockSkew
+	return func(ctx context.Context, c claim) (provider.PayoutOutcome, operation.Look) {
+		pc := env.Provider.For(c.Account())
+		if c.ProviderPayoutID != nil {
+			out := pc.RetrievePayout(ctx, *c.ProviderPayoutID)
+			if out.Payout == nil {
+				return out, operation.Look{Note: "reading the payout failed", Err: out.Err}
+			}
+			return out, operation.Look{Found: operation.Final, ProviderID: out.PayoutID()}
+		}
+		window := provider.ListWindow{CreatedFrom: c.FirstProviderAttemptAt.Add(-skew), CreatedTo: time.Now().Add(skew)}
+		po, look := operation.FindOne(func(page func([]*provider.Payout) error) error { return pc.ListPayoutsCreated(ctx, window, page) },
+			operation.MadeBy[*provider.Payout](table, c.Entry()), c.Settled)
+		if po == nil {
+			return provider.PayoutOutcome{Kind: provider.Ambiguous, Err: look.Err}, look
+		}
+		look.ProviderID = po.ID
+		return provider.PayoutOutcomeOf(po), look
+	}
 }

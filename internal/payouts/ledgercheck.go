@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/provider"
@@ -14,37 +12,17 @@ import (
 
 // audit is the payouts' side of the ledger check: the provider's payouts
 // on every tenant's connected account, compared with ours.
-type audit struct {
-	pool     *pgxpool.Pool
-	provider *provider.Client
-}
+type audit struct{ operation.Env }
 
 func (a audit) List(ctx context.Context, w provider.ListWindow, page func(string, []*provider.Payout) error) error {
-	rows, err := a.pool.Query(ctx, `SELECT stripe_account AS account FROM tenants WHERE stripe_account IS NOT NULL
-		UNION SELECT DISTINCT provider_account FROM payouts WHERE created_at >= $1`, w.CreatedFrom)
-	accounts, err := operation.CollectAll[struct{ Account string }](rows, err, "list the payouts' accounts")
-	if err != nil {
-		return err
-	}
-	for _, acct := range accounts {
-		if err := a.provider.For(acct.Account).ListPayoutsCreated(ctx, w, func(p []*provider.Payout) error { return page(acct.Account, p) }); err != nil {
-			return fmt.Errorf("list the payouts of %s: %w", acct.Account, err)
-		}
-	}
-	return nil
+	return table.EachAccount(ctx, a.Pool, w.CreatedFrom, false, a.Provider, func(account string, pc *provider.Client) error {
+		return pc.ListPayoutsCreated(ctx, w, func(p []*provider.Payout) error { return page(account, p) })
+	})
 }
 
 func (a audit) Retrieve(ctx context.Context, p Payout, id string) operation.Read[*provider.Payout] {
-	out := a.provider.For(p.ProviderAccount).RetrievePayout(ctx, id)
+	out := a.Provider.For(p.Account()).RetrievePayout(ctx, id)
 	return operation.Read[*provider.Payout]{Obj: out.Payout, Kind: out.Kind, HTTPStatus: out.HTTPStatus, Err: out.Err}
-}
-
-func (audit) Object(po *provider.Payout) operation.ObjectRef {
-	return operation.ObjectRef{ID: po.ID, OperationID: po.Metadata[MetadataPayoutID], TenantID: po.Metadata[MetadataTenantID]}
-}
-
-func (audit) Operation(p Payout) operation.OperationRef {
-	return operation.OperationRef{ID: p.ID, TenantID: p.TenantID, Account: p.ProviderAccount, ProviderID: p.ProviderPayoutID}
 }
 
 // Compare: a payout naming one of ours we do not know; ours made with
@@ -52,13 +30,11 @@ func (audit) Operation(p Payout) operation.OperationRef {
 // the provider's status; or the provider's moved on long ago while ours
 // waits. A payout naming none of ours is the account's own (its schedule).
 func (audit) Compare(_ context.Context, po *provider.Payout, matched *Payout, cfg operation.LedgerCheckConfig) ([]operation.Finding, error) {
-	if matched == nil {
-		if po.Metadata[MetadataPayoutID] == "" {
-			return nil, nil
-		}
-		return []operation.Finding{finding(ledger.KindUnknownPayout, po.Metadata[MetadataPayoutID], po,
-			fmt.Sprintf("provider payout %s (%s, %d %s) names payout %s, which we do not know", po.ID, po.Status, po.Amount, po.Currency,
-				po.Metadata[MetadataPayoutID]))}, nil
+	if _, named := table.Named(po.Metadata); matched == nil && named == "" {
+		return nil, nil
+	} else if matched == nil {
+		return []operation.Finding{finding(ledger.KindUnknownPayout, named, po,
+			fmt.Sprintf("provider payout %s (%s, %d %s) names payout %s, which we do not know", po.ID, po.Status, po.Amount, po.Currency, named))}, nil
 	}
 	p, theirs := *matched, Status(po.Status)
 	var reason string
@@ -93,5 +69,5 @@ func finding(kind, payoutID string, po *provider.Payout, reason string) operatio
 
 // newLedgerChecker is the payouts' ledger check, on the engine's.
 func newLedgerChecker(env operation.Env) operation.LedgerPass {
-	return operation.NewLedgerChecker(env.Pool, env.Logger, env.Ledger, table, audit{env.Pool, env.Provider})
+	return operation.NewLedgerChecker(env.Pool, env.Logger, env.Ledger, table, audit{env})
 }

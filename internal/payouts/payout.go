@@ -8,9 +8,13 @@
 package payouts
 
 import (
+	"context"
+	"errors"
 	"log/slog"
-	"strconv"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/provider"
 	"github.com/oncepay/oncepay/internal/respond"
@@ -44,14 +48,6 @@ func stage(s Status) int {
 	return map[Status]int{StatusPending: 1, StatusInTransit: 2, StatusPaid: 3, StatusFailed: 4, StatusCanceled: 4}[s]
 }
 
-// Metadata set on every provider payout: events and the reconciler find a
-// payout by it, and tell its generations apart.
-const (
-	MetadataPayoutID   = "payout_id"
-	MetadataTenantID   = "tenant_id"
-	MetadataGeneration = "payout_generation"
-)
-
 // Payout is a payout as stored and as the API shows it.
 type Payout struct {
 	operation.Lifecycle
@@ -60,7 +56,6 @@ type Payout struct {
 	Currency         string  `json:"currency" db:"currency"`
 	Description      *string `json:"description" db:"description"`
 	Status           Status  `json:"status" db:"status"`
-	ProviderAccount  string  `json:"-" db:"provider_account"`
 	ProviderPayoutID *string `json:"provider_payout_id" db:"provider_payout_id"`
 }
 
@@ -73,17 +68,42 @@ func (p Payout) MarshalJSON() ([]byte, error) {
 
 // Entry is what the engine reads of a payout.
 func (p Payout) Entry() operation.Entry {
-	return p.EntryIn(string(p.Status), slog.String("account", p.ProviderAccount))
+	return p.EntryIn(string(p.Status), p.ProviderPayoutID, slog.String("account", p.Account()))
 }
 
 // request is the one provider request that makes p in its generation.
 func (p Payout) request() provider.PayoutRequest {
 	return provider.PayoutRequest{IdempotencyKey: p.ProviderIdempotencyKey, Amount: p.Amount, Currency: p.Currency,
-		Description: operation.Deref(p.Description), Metadata: map[string]string{MetadataPayoutID: p.ID, MetadataTenantID: p.TenantID,
-			MetadataGeneration: strconv.Itoa(p.ProviderKeyGeneration)}}
+		Description: operation.Deref(p.Description), Metadata: table.Metadata(p.Entry())}
 }
 
-// made reports whether a provider payout was made for p's generation.
-func (p Payout) made(po *provider.Payout) bool {
-	return po.Metadata[MetadataPayoutID] == p.ID && po.Metadata[MetadataGeneration] == strconv.Itoa(p.ProviderKeyGeneration)
+// ErrNotFound is returned for a payout that does not exist for the tenant.
+var ErrNotFound = errors.New("payout not found")
+
+// table is where the engine finds payouts.
+var table = operation.Table{
+	Operation: "payout", Name: "payouts", ProviderIDColumn: "provider_payout_id", ProviderIDLog: "provider_payout_id",
+	Columns: operation.LifecycleColumns + `, amount, currency, description, status, provider_payout_id`,
+	NotReachedMessage: "The payout never reached the payment provider and nothing was paid out. " +
+		"Retry the request with the same Idempotency-Key to send it.",
+	Resumed: string(StatusProcessing), InFlight: []string{string(StatusProcessing)}, NotFound: ErrNotFound,
+	Made: []string{string(StatusPending), string(StatusInTransit), string(StatusPaid)},
+}
+
+// rowsOf is how the engine reads, locks and records payouts.
+func rowsOf(keys *idempotency.Store) operation.Rows[Payout] {
+	return operation.Rows[Payout]{Table: table, Keys: keys, Final: finalResponse}
+}
+
+// insert writes a new payout on the tenant's connected account; a tenant
+// without one is refused.
+func insert(ctx context.Context, tx pgx.Tx, p Payout) (Payout, error) {
+	rows, err := tx.Query(ctx, `
+		INSERT INTO payouts (id, tenant_id, idempotency_key, amount, currency, description, status, provider_account, provider_idempotency_key)
+		SELECT $1, $2, $3, $4, $5, nullif($6, ''), $7, stripe_account, $8 FROM tenants WHERE id = $2 AND stripe_account IS NOT NULL
+		RETURNING `+table.Columns, p.ID, p.TenantID, p.IdempotencyKey, p.Amount, p.Currency, p.Description, p.Status, p.ProviderIdempotencyKey)
+	if p, err = operation.CollectOne[Payout](rows, err, "insert payout", ErrNotFound); errors.Is(err, ErrNotFound) {
+		return p, errNoAccount
+	}
+	return p, err
 }

@@ -98,7 +98,7 @@ func (b *bundle) providerPayouts(t *testing.T, payoutID string) []stripesim.Ledg
 	require.NoError(t, err)
 	var found []stripesim.LedgerObject
 	for _, o := range l.Objects {
-		if o.Object == "payout" && o.Metadata[payouts.MetadataPayoutID] == payoutID {
+		if o.Object == "payout" && o.Metadata["payout_id"] == payoutID {
 			found = append(found, o)
 		}
 	}
@@ -266,7 +266,7 @@ func TestPayoutLedgerCheck(t *testing.T) {
 	own := pc.CreatePayout(b.ctx, provider.PayoutRequest{IdempotencyKey: id.New("k"), Amount: 500, Currency: "usd"})
 	require.Equal(t, provider.Succeeded, own.Kind, own.Err)
 	stranger := pc.CreatePayout(b.ctx, provider.PayoutRequest{IdempotencyKey: id.New("k"), Amount: 700, Currency: "usd",
-		Metadata: map[string]string{payouts.MetadataPayoutID: "pyo_01JD3W9ZC6M7X4Q2V8N5R0T1YB", payouts.MetadataTenantID: b.api.Tenant.TenantID}})
+		Metadata: map[string]string{"payout_id": "pyo_01JD3W9ZC6M7X4Q2V8N5R0T1YB", "tenant_id": b.api.Tenant.TenantID}})
 	require.Equal(t, provider.Succeeded, stranger.Kind, stranger.Err)
 
 	check := func() []string {

@@ -13,7 +13,6 @@ import (
 	"github.com/oncepay/oncepay/internal/money"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/problem"
-	"github.com/oncepay/oncepay/internal/provider"
 )
 
 // service serves the payouts' endpoints.
@@ -51,7 +50,7 @@ func (s service) create(ctx context.Context, tx pgx.Tx, attempt idempotency.Atte
 	tenantID, rs := attempt.Request.TenantID, rowsOf(s.Keys)
 	p, resumed, err := rs.Resumed(ctx, tx, attempt, nil)
 	if !resumed {
-		p, err = insert(ctx, tx, Payout{Lifecycle: operation.NewLifecycle(table, IDPrefix, tenantID, attempt.Request.Key),
+		p, err = insert(ctx, tx, Payout{Lifecycle: operation.NewLifecycle(table, IDPrefix, tenantID, attempt.Request.Key, nil),
 			Amount: req.Amount, Currency: req.Currency, Description: &req.Description, Status: StatusProcessing})
 	}
 	if err != nil {
@@ -64,7 +63,7 @@ func location(p Payout) string { return "/v1/payouts/" + p.ID }
 
 // finalResponse is what a retry of the client's POST replays once the
 // provider answered: 201 with the payout it made, or 422 payout-failed.
-func finalResponse(p Payout) (idempotency.Response, error) {
+func finalResponse(_ context.Context, _ pgx.Tx, p Payout) (idempotency.Response, error) {
 	if p.Status != StatusFailed && p.Status != StatusCanceled {
 		return operation.Created(p, location(p))
 	}
@@ -103,26 +102,9 @@ func (s service) cancel(ctx context.Context, tx pgx.Tx, attempt idempotency.Atte
 			Detail:     fmt.Sprintf("Payout %s is %s; only a pending payout can be canceled.", p.ID, p.Status),
 			Extensions: map[string]any{"payout_id": p.ID, "payout_status": p.Status}}
 	}
-	if _, err := s.Outbox.InsertTx(ctx, tx, cancelArgs{TenantID: p.TenantID, ID: p.ID}); err != nil {
+	if _, err := s.Outbox.InsertTx(ctx, tx, operation.Args[cancelling]{TenantID: p.TenantID, ID: p.ID}); err != nil {
 		return idempotency.Outcome{}, err
 	}
 	resp, err := s.Accepted(p, location(p))
 	return idempotency.Outcome{Status: idempotency.StatusCompleted, ResourceID: p.ID, Response: resp}, err
-}
-
-// Settle records what a provider payout proves of the payout it was made
-// for (by its metadata), under the payout's locks, in a transaction of its
-// own: what its events, its cancel and the reconciler call.
-func Settle(ctx context.Context, db idempotency.TxBeginner, keys *idempotency.Store, account string, po *provider.Payout) (p Payout, changed bool, err error) {
-	err = pgx.BeginTxFunc(ctx, db, pgx.TxOptions{}, func(tx pgx.Tx) error {
-		if p, err = rowsOf(keys).Locked(ctx, tx, po.Metadata[MetadataTenantID], po.Metadata[MetadataPayoutID]); err != nil {
-			return err
-		}
-		if p.ProviderAccount != account || !p.made(po) {
-			return nil // another account's object names it, or another generation
-		}
-		p, changed, err = record(ctx, tx, rowsOf(keys), p, provider.PayoutOutcomeOf(po))
-		return err
-	})
-	return p, changed, err
 }

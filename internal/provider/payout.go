@@ -9,16 +9,23 @@ import (
 	"github.com/stripe/stripe-go/v76"
 )
 
-// Payout is the part of a provider payout oncepay reads.
+// Ref is what the payout says of itself: its id, and the metadata
+// that names its operation.
+func (po *Payout) Ref() (id string, metadata map[string]string) { return po.ID, po.Metadata }
+
+// Payout is the part of a provider payout oncepay reads, as a ledger
+// finding's evidence shows it.
 type Payout struct {
-	ID       string
-	Status   stripe.PayoutStatus
-	Amount   int64
-	Currency string
-	Metadata map[string]string
+	ID       string              `json:"id"`
+	Status   stripe.PayoutStatus `json:"status"`
+	Amount   int64               `json:"amount"`
+	Currency string              `json:"currency"`
+	Metadata map[string]string   `json:"metadata"`
 	// FailureCode and FailureMessage are set on a failed payout.
-	FailureCode, FailureMessage string
-	Created, ArrivalDate        time.Time
+	FailureCode    string    `json:"failure_code,omitempty"`
+	FailureMessage string    `json:"failure_message,omitempty"`
+	Created        time.Time `json:"created"`
+	ArrivalDate    time.Time `json:"arrival_date"`
 }
 
 // PayoutOf reads the part of a stripe-go payout oncepay uses.

@@ -203,6 +203,10 @@ func (o Outcome) IntentID() string {
 	return o.Intent.ID
 }
 
+// Ref is what the intent says of itself: its id, and the metadata
+// that names its operation.
+func (in *Intent) Ref() (id string, metadata map[string]string) { return in.ID, in.Metadata }
+
 // Intent is the part of a payment intent oncepay reads.
 type Intent struct {
 	ID       string

@@ -10,17 +10,22 @@ import (
 	"github.com/stripe/stripe-go/v76"
 )
 
-// Refund is the part of a provider refund oncepay reads.
+// Ref is what the refund says of itself: its id, and the metadata
+// that names its operation.
+func (re *Refund) Ref() (id string, metadata map[string]string) { return re.ID, re.Metadata }
+
+// Refund is the part of a provider refund oncepay reads, as a ledger
+// finding's evidence shows it.
 type Refund struct {
-	ID              string
-	Status          stripe.RefundStatus
-	Amount          int64
-	Currency        string
-	PaymentIntentID string
-	Metadata        map[string]string
+	ID              string              `json:"id"`
+	Status          stripe.RefundStatus `json:"status"`
+	Amount          int64               `json:"amount"`
+	Currency        string              `json:"currency"`
+	PaymentIntentID string              `json:"payment_intent"`
+	Metadata        map[string]string   `json:"metadata"`
 	// FailureReason is set on a failed refund (expired_or_canceled_card, …).
-	FailureReason string
-	Created       time.Time
+	FailureReason string    `json:"failure_reason,omitempty"`
+	Created       time.Time `json:"created"`
 }
 
 // RefundOf reads the part of a stripe-go refund oncepay uses: a refund

@@ -197,7 +197,7 @@ func (b *bundle) requireRefundedOnce(p payments.Payment, refundID, key, body str
 	r := b.waitRefund(refundID, refunds.StatusSucceeded)
 	mine := 0
 	for _, o := range b.providerRefunds(p) {
-		if o.Metadata[refunds.MetadataRefundID] == refundID {
+		if o.Metadata["refund_id"] == refundID {
 			mine++
 			require.Equal(b.t, *r.ProviderRefundID, o.ID)
 			require.Equal(b.t, r.Amount, o.Amount)

@@ -20,5 +20,5 @@ type Reconciler = operation.Reconciler[claim, provider.RefundOutcome]
 // NewReconciler is the reconciler the refunds' kind starts.
 func NewReconciler(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, logger *slog.Logger, cfg operation.ReconcileConfig) *Reconciler {
 	env := operation.Env{Pool: pool, Keys: keys, Provider: pc, Logger: logger, Reconcile: cfg}
-	return operation.NewReconciler(pool, keys, logger, cfg, table, operation.ByLookUp[claim](env, attemptable{rowsOf(keys), pool, pc}, lookUp(env)))
+	return operation.NewReconciler(pool, keys, logger, cfg, table, operation.ByLookUp[claim](env, attempts(env), lookUp(env)))
 }

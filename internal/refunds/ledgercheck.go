@@ -32,7 +32,7 @@ type refundAudit struct {
 }
 
 func (a refundAudit) List(ctx context.Context, w provider.ListWindow, page func(string, []*provider.Refund) error) error {
-	return payments.EachAccount(ctx, a.pool, time.Time{}, a.provider, func(account string, pc *provider.Client) error {
+	return table.EachAccount(ctx, a.pool, time.Time{}, true, a.provider, func(account string, pc *provider.Client) error {
 		return pc.ListRefundsCreated(ctx, w, func(refunds []*provider.Refund) error { return page(account, refunds) })
 	})
 }
@@ -42,16 +42,8 @@ func (a refundAudit) Retrieve(ctx context.Context, r Refund, providerID string) 
 	return operation.Read[*provider.Refund]{Obj: out.Refund, Kind: out.Kind, HTTPStatus: out.HTTPStatus, Err: out.Err}
 }
 
-func (refundAudit) Object(re *provider.Refund) operation.ObjectRef {
-	return operation.ObjectRef{ID: re.ID, OperationID: re.Metadata[MetadataRefundID], TenantID: re.Metadata[MetadataTenantID]}
-}
-
-func (refundAudit) Operation(r Refund) operation.OperationRef {
-	return operation.OperationRef{ID: r.ID, TenantID: r.TenantID, Account: r.Account(), ProviderID: r.ProviderRefundID}
-}
-
 func (a refundAudit) Compare(ctx context.Context, re *provider.Refund, matched *Refund, cfg payments.LedgerCheckConfig) ([]operation.Finding, error) {
-	evidence := map[string]any{"provider_refund": providerRefundEvidence(re)}
+	evidence := map[string]any{"provider_refund": re}
 	if matched == nil {
 		if re.Status != stripe.RefundStatusSucceeded && re.Status != stripe.RefundStatusPending && re.Status != stripe.RefundStatusRequiresAction {
 			return nil, nil
@@ -68,7 +60,7 @@ func (a refundAudit) Compare(ctx context.Context, re *provider.Refund, matched *
 			evidence)}, nil
 	}
 	r := *matched
-	evidence["refund"] = refundEvidence(r)
+	evidence["refund"] = operation.Inside{View: r, Lifecycle: r.Lifecycle}
 	found := amountMismatch(r, re, evidence)
 	succeeded := re.Status == stripe.RefundStatusSucceeded
 	recorded := r.ProviderRefundID == nil || *r.ProviderRefundID == re.ID
@@ -76,7 +68,7 @@ func (a refundAudit) Compare(ctx context.Context, re *provider.Refund, matched *
 	switch {
 	case !recorded && succeeded:
 		reason = fmt.Sprintf("provider refund %s (generation %s) succeeded, but refund %s is %s with provider refund %s: the money may have gone back twice",
-			re.ID, re.Metadata[MetadataGeneration], r.ID, r.Status, operation.Deref(r.ProviderRefundID))
+			re.ID, re.Metadata["refund_generation"], r.ID, r.Status, operation.Deref(r.ProviderRefundID))
 	case !recorded:
 	case succeeded && (r.Status == StatusFailed || r.Status == StatusCanceled):
 		reason = fmt.Sprintf("refund %s is %s (%s), but provider refund %s succeeded", r.ID, r.Status, operation.Deref(r.FailureCode), re.ID)
@@ -94,7 +86,7 @@ func (a refundAudit) Compare(ctx context.Context, re *provider.Refund, matched *
 
 func (refundAudit) Confirm(r Refund, read operation.Read[*provider.Refund]) []operation.Finding {
 	re := read.Obj
-	evidence := map[string]any{"refund": refundEvidence(r), "provider_refund": providerRefundEvidence(re)}
+	evidence := map[string]any{"refund": operation.Inside{View: r, Lifecycle: r.Lifecycle}, "provider_refund": re}
 	found := amountMismatch(r, re, evidence)
 	if read.Kind != provider.Succeeded {
 		found = append(found, refundFinding(ledger.KindRefundStatusMismatch, r.PaymentID, r.ID, re.ID,
@@ -108,7 +100,7 @@ func (refundAudit) Missing(r Refund, providerID string) operation.Finding {
 	if providerID != "" {
 		reason = fmt.Sprintf("refund %s is succeeded, but its provider refund %s does not exist", r.ID, providerID)
 	}
-	return refundFinding(ledger.KindMissingRefund, r.PaymentID, r.ID, providerID, reason, map[string]any{"refund": refundEvidence(r)})
+	return refundFinding(ledger.KindMissingRefund, r.PaymentID, r.ID, providerID, reason, map[string]any{"refund": operation.Inside{View: r, Lifecycle: r.Lifecycle}})
 }
 
 // amountMismatch is the finding of a provider refund that returns another
@@ -127,14 +119,3 @@ func refundFinding(kind, paymentID, refundID, providerRefundID, reason string, e
 }
 
 func final(s Status) bool { return s == StatusSucceeded || s == StatusFailed || s == StatusCanceled }
-
-func providerRefundEvidence(re *provider.Refund) map[string]any {
-	return map[string]any{"id": re.ID, "status": re.Status, "amount": re.Amount, "currency": re.Currency,
-		"payment_intent": re.PaymentIntentID, "created": re.Created, "metadata": re.Metadata}
-}
-
-func refundEvidence(r Refund) map[string]any {
-	return map[string]any{"id": r.ID, "tenant_id": r.TenantID, "payment_id": r.PaymentID, "status": r.Status, "amount": r.Amount,
-		"currency": r.Currency, "generation": r.ProviderKeyGeneration, "provider_refund_id": r.ProviderRefundID,
-		"failure_code": r.FailureCode}
-}

@@ -22,12 +22,8 @@ package refunds
 
 import (
 	"log/slog"
-	"strconv"
-
-	"github.com/riverqueue/river"
 
 	"github.com/oncepay/oncepay/internal/operation"
-	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/provider"
 	"github.com/oncepay/oncepay/internal/respond"
 )
@@ -61,15 +57,6 @@ const FailureProviderNotReached = operation.FailureProviderNotReached
 // Reasons are the refund reasons the provider accepts.
 var Reasons = []string{"duplicate", "fraudulent", "requested_by_customer"}
 
-// Metadata set on every provider refund: reconciliation finds a refund by
-// refund_id among its intent's refunds, and tells its generations apart.
-const (
-	MetadataRefundID   = "refund_id"
-	MetadataPaymentID  = payments.MetadataPaymentID
-	MetadataTenantID   = payments.MetadataTenantID
-	MetadataGeneration = "refund_generation"
-)
-
 // Refund is a refund as stored and as the API shows it.
 type Refund struct {
 	operation.Lifecycle
@@ -80,14 +67,7 @@ type Refund struct {
 	Reason           *string `json:"reason" db:"reason"`
 	Status           Status  `json:"status" db:"status"`
 	ProviderRefundID *string `json:"provider_refund_id" db:"provider_refund_id"`
-	// ProviderAccount is the payment's: where its intent, and so the
-	// refund, is at the provider.
-	ProviderAccount *string `json:"-" db:"provider_account"`
 }
-
-// Account is the connected account the refund's provider calls act on; ""
-// for the platform's own.
-func (r Refund) Account() string { return operation.Deref(r.ProviderAccount) }
 
 // MarshalJSON fills the constant "object" member.
 func (r Refund) MarshalJSON() ([]byte, error) {
@@ -98,36 +78,12 @@ func (r Refund) MarshalJSON() ([]byte, error) {
 
 // Entry is what the engine reads of a refund.
 func (r Refund) Entry() operation.Entry {
-	return r.EntryIn(string(r.Status), slog.String("payment_id", r.PaymentID)).Under(r.PaymentID)
+	return r.EntryIn(string(r.Status), r.ProviderRefundID, slog.String("payment_id", r.PaymentID)).Under(r.PaymentID)
 }
 
 // requestOf is the one provider request that makes r in its current
 // generation; intentID is its payment's intent.
 func requestOf(r Refund, intentID string) provider.RefundRequest {
 	return provider.RefundRequest{IdempotencyKey: r.ProviderIdempotencyKey, PaymentIntentID: intentID, Amount: r.Amount,
-		Reason: operation.Deref(r.Reason), Metadata: map[string]string{MetadataRefundID: r.ID, MetadataPaymentID: r.PaymentID,
-			MetadataTenantID: r.TenantID, MetadataGeneration: strconv.Itoa(r.ProviderKeyGeneration)}}
+		Reason: operation.Deref(r.Reason), Metadata: table.Metadata(r.Entry())}
 }
-
-// made reports whether a provider refund was made for r's generation.
-func (r Refund) made(re *provider.Refund) bool {
-	return re.Metadata[MetadataRefundID] == r.ID && re.Metadata[MetadataGeneration] == strconv.Itoa(r.ProviderKeyGeneration)
-}
-
-// RefundPaymentArgs are the refund job's: one refund row, whose amount and
-// key are fixed; River kind "refund_payment", unique per refund while live.
-type RefundPaymentArgs struct {
-	TenantID string `json:"tenant_id"`
-	RefundID string `json:"refund_id"`
-}
-
-// Kind is the job's River kind; never rename it while jobs may be queued.
-func (RefundPaymentArgs) Kind() string { return "refund_payment" }
-
-// InsertOpts are every operation's (operation.Args).
-func (a RefundPaymentArgs) InsertOpts() river.InsertOpts {
-	return operation.Args[refund]{}.InsertOpts()
-}
-
-// Of names the job's refund.
-func (a RefundPaymentArgs) Of() (tenantID, refundID string) { return a.TenantID, a.RefundID }

@@ -105,13 +105,13 @@ func (s service) create(ctx context.Context, tx pgx.Tx, attempt idempotency.Atte
 	if except != "" {
 		r, err = rs.Resume(ctx, tx, r)
 	} else {
-		r, err = insert(ctx, tx, Refund{Lifecycle: operation.NewLifecycle(table, IDPrefix, tenantID, key), PaymentID: p.ID, Amount: amount,
-			Currency: p.Currency, Reason: &req.Reason, Status: StatusPending, ProviderAccount: p.ProviderAccount})
+		r, err = insert(ctx, tx, Refund{Lifecycle: operation.NewLifecycle(table, IDPrefix, tenantID, key, p.ProviderAccount), PaymentID: p.ID, Amount: amount,
+			Currency: p.Currency, Reason: &req.Reason, Status: StatusPending})
 	}
 	if err != nil {
 		return idempotency.Outcome{}, err
 	}
-	return s.Accept(ctx, tx, r, "refund", RefundPaymentArgs{TenantID: tenantID, RefundID: r.ID}, r, "/v1/refunds/"+r.ID, except != "")
+	return s.Accept(ctx, tx, r, "refund", args{TenantID: tenantID, ID: r.ID}, r, "/v1/refunds/"+r.ID, except != "")
 }
 
 // lockRefundable locks the payment (the first lock of the order) and

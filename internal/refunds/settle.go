@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 
 	"github.com/jackc/pgx/v5"
 
@@ -36,11 +35,8 @@ func settleEvent(ctx context.Context, env operation.Env, ev operation.Event) (st
 		list = found.Refunds
 	} else {
 		out := pc.RetrieveRefund(ctx, ev.ObjectID)
-		switch {
-		case out.Refund == nil && out.HTTPStatus == http.StatusNotFound:
-			return "", ErrNotFound // not a refund this account knows
-		case out.Refund == nil:
-			return "", fmt.Errorf("read refund %s: %w", ev.ObjectID, out.Err)
+		if err := table.Reread(ev.ObjectID, out.Refund != nil, out.Judge()); err != nil {
+			return "", err
 		}
 		list = []*provider.Refund{out.Refund}
 	}
@@ -72,23 +68,12 @@ func settleEvent(ctx context.Context, env operation.Env, ev operation.Event) (st
 // generation. A refund of another account, or naming none of ours, is
 // ErrNotFound. A refund the provider fails after it succeeded stays
 // succeeded.
-func Settle(ctx context.Context, db idempotency.TxBeginner, keys *idempotency.Store, account string, re *provider.Refund) (r Refund, changed bool, err error) {
+func Settle(ctx context.Context, db idempotency.TxBeginner, keys *idempotency.Store, account string, re *provider.Refund) (Refund, bool, error) {
 	rs := rowsOf(keys)
-	err = pgx.BeginTxFunc(ctx, db, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
-		if r, err = rs.Locked(ctx, tx, re.Metadata[MetadataTenantID], re.Metadata[MetadataRefundID]); err != nil {
-			return err
+	return rs.Settle(ctx, db, account, re.Metadata, func(tx pgx.Tx, r Refund) (Refund, bool, error) {
+		if out := provider.RefundOutcomeOf(re); out.Kind != provider.Pending {
+			return rs.Record(ctx, tx, r, verdictOn(out))
 		}
-		switch out := provider.RefundOutcomeOf(re); {
-		case r.Account() != account: // an account's refund may name any refund in its metadata
-			return fmt.Errorf("provider refund %s of account %q names refund %s of account %q: %w", re.ID, account, r.ID, r.Account(), ErrNotFound)
-		case !r.made(re):
-			return nil
-		case out.Kind == provider.Pending:
-			return recordPending(ctx, tx, r, re.ID)
-		default:
-			r, changed, err = record(ctx, tx, rs, r, out)
-			return err
-		}
+		return r, false, recordPending(ctx, tx, r, re.ID)
 	})
-	return r, changed, err
 }

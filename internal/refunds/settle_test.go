@@ -27,8 +27,8 @@ func TestSettleFromAProviderRefund(t *testing.T) {
 	require.Equal(t, provider.Succeeded, made.Kind)
 
 	stale := *made.Refund
-	stale.Metadata = map[string]string{refunds.MetadataRefundID: refundID, refunds.MetadataTenantID: b.api.Tenant.TenantID,
-		refunds.MetadataGeneration: "7"}
+	stale.Metadata = map[string]string{"refund_id": refundID, "tenant_id": b.api.Tenant.TenantID,
+		"refund_generation": "7"}
 	_, changed, err := refunds.Settle(b.ctx, b.pool, b.keys, "", &stale)
 	require.NoError(t, err)
 	require.False(t, changed, "another generation's refund settles nothing")

@@ -19,7 +19,7 @@ var ErrNotFound = errors.New("refund not found")
 // their lock order is the payment, the refund, then its key.
 var table = operation.Table{
 	Operation: "refund", Name: "refunds", ProviderIDColumn: "provider_refund_id", ProviderIDLog: "provider_refund_id",
-	Columns:    operation.LifecycleColumns + `, payment_id, amount, currency, reason, status, provider_refund_id, provider_account`,
+	Columns:    operation.LifecycleColumns + `, payment_id, amount, currency, reason, status, provider_refund_id`,
 	ClaimExtra: `(SELECT provider_payment_intent_id FROM payments WHERE payments.id = refunds.payment_id) AS intent_id`,
 	NotReachedMessage: "The refund never reached the payment provider and nothing was refunded. " +
 		"Retry the request with the same Idempotency-Key to refund it.",
@@ -30,7 +30,7 @@ var table = operation.Table{
 // rows is how the engine reads and locks refunds.
 type rows = operation.Rows[Refund]
 
-func rowsOf(keys *idempotency.Store) rows { return rows{Table: table, Keys: keys} }
+func rowsOf(keys *idempotency.Store) rows { return rows{Table: table, Keys: keys, Final: finalize} }
 
 // GetRefund reads a tenant's refund; another tenant's is ErrNotFound.
 func GetRefund(ctx context.Context, db operation.Querier, tenantID, refundID string) (Refund, error) {
@@ -75,37 +75,30 @@ func recordPending(ctx context.Context, db operation.Querier, r Refund, provider
 	return nil
 }
 
-// record records a final provider outcome for the refund sent, under its
-// locks: its final state (a success adds to the payment's amount_refunded)
-// and the key's final response. A refund already final, or of another
-// generation now, is left alone: changed is false.
-func record(ctx context.Context, tx pgx.Tx, rs rows, sent Refund, out provider.RefundOutcome) (Refund, bool, error) {
-	r, err := rs.Locked(ctx, tx, sent.TenantID, sent.ID)
-	if err != nil || r.ProviderKeyGeneration != sent.ProviderKeyGeneration {
-		return r, false, err
+// verdictOn is what a final provider outcome makes of a refund.
+func verdictOn(out provider.RefundOutcome) func(Refund) (operation.Verdict, error) {
+	return func(r Refund) (operation.Verdict, error) {
+		v := operation.Verdict{Status: string(StatusFailed), ProviderID: out.RefundID(), FailureCode: out.Code, FailureMessage: out.Message}
+		switch {
+		case out.Kind == provider.Succeeded:
+			v.Status, v.FailureCode, v.FailureMessage = string(StatusSucceeded), "", ""
+		case out.Refund != nil && out.Refund.Status == "canceled":
+			v.Status = string(StatusCanceled)
+		case out.Kind != provider.Declined && out.Kind != provider.Rejected:
+			return operation.Verdict{}, fmt.Errorf("record refund %s: outcome %s is not final", r.ID, out.Kind)
+		}
+		return v, nil
 	}
-	status, code, message := StatusFailed, out.Code, out.Message
-	switch {
-	case out.Kind == provider.Succeeded:
-		status, code, message = StatusSucceeded, "", ""
-	case out.Refund != nil && out.Refund.Status == "canceled":
-		status = StatusCanceled
-	case out.Kind != provider.Declined && out.Kind != provider.Rejected:
-		return r, false, fmt.Errorf("record refund %s: outcome %s is not final", r.ID, out.Kind)
-	}
-	final, changed, err := rs.Finish(ctx, tx, r, string(status), out.RefundID(), code, message)
-	if err != nil || !changed {
-		return final, changed, err
-	}
-	if status == StatusSucceeded {
+}
+
+// finalize adds a succeeded refund to its payment's amount_refunded, and
+// returns what a retry of the client's POST replays from then on.
+func finalize(ctx context.Context, tx pgx.Tx, r Refund) (idempotency.Response, error) {
+	if r.Status == StatusSucceeded {
 		if _, err := tx.Exec(ctx, `UPDATE payments SET amount_refunded = amount_refunded + $2, updated_at = now() WHERE id = $1`,
-			final.PaymentID, final.Amount); err != nil {
-			return final, false, fmt.Errorf("add refund to payment: %w", err)
+			r.PaymentID, r.Amount); err != nil {
+			return idempotency.Response{}, fmt.Errorf("add refund to payment: %w", err)
 		}
 	}
-	resp, err := finalResponse(final)
-	if err == nil {
-		err = rs.Complete(ctx, tx, final, resp)
-	}
-	return final, err == nil, err
+	return finalResponse(r)
 }

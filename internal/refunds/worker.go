@@ -4,45 +4,36 @@ import (
 	"context"
 	"errors"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
-// attemptable is what refunds supply to the engine's worker.
-type attemptable struct {
-	rows
-	pool     *pgxpool.Pool
-	provider *provider.Client
+// attempts are what refunds supply to the engine's worker.
+func attempts(env operation.Env) operation.Attempts[Refund, provider.RefundOutcome] {
+	return operation.Attempts[Refund, provider.RefundOutcome]{Rows: rowsOf(env.Keys), Call: send(env), Verdict: verdictOn,
+		Pending: func(ctx context.Context, db operation.Querier, r Refund, out provider.RefundOutcome) error {
+			return recordPending(ctx, db, r, out.RefundID())
+		}}
 }
 
-// Send refunds the payment's intent, or reads the provider refund an
+// send refunds the payment's intent, or reads the provider refund an
 // earlier attempt found.
-func (k attemptable) Send(ctx context.Context, r Refund) (provider.RefundOutcome, error) {
-	if r.ProviderRefundID != nil {
-		return k.provider.For(r.Account()).RetrieveRefund(ctx, *r.ProviderRefundID), nil
+func send(env operation.Env) func(context.Context, Refund) (provider.RefundOutcome, error) {
+	return func(ctx context.Context, r Refund) (provider.RefundOutcome, error) {
+		if r.ProviderRefundID != nil {
+			return env.Provider.For(r.Account()).RetrieveRefund(ctx, *r.ProviderRefundID), nil
+		}
+		p, err := payments.GetPayment(ctx, env.Pool, r.TenantID, r.PaymentID)
+		if err != nil {
+			return provider.RefundOutcome{}, err
+		}
+		if p.ProviderPaymentIntentID == nil {
+			// Refunds are accepted only for succeeded payments, which have one.
+			return provider.RefundOutcome{}, &operation.HandOverError{Reason: "the refund's payment has no payment intent"}
+		}
+		return env.Provider.For(r.Account()).CreateRefund(ctx, requestOf(r, *p.ProviderPaymentIntentID)), nil
 	}
-	p, err := payments.GetPayment(ctx, k.pool, r.TenantID, r.PaymentID)
-	if err != nil {
-		return provider.RefundOutcome{}, err
-	}
-	if p.ProviderPaymentIntentID == nil {
-		// Refunds are accepted only for succeeded payments, which have one.
-		return provider.RefundOutcome{}, &operation.HandOverError{Reason: "the refund's payment has no payment intent"}
-	}
-	return k.provider.For(r.Account()).CreateRefund(ctx, requestOf(r, *p.ProviderPaymentIntentID)), nil
-}
-
-func (attemptable) RecordPending(ctx context.Context, db operation.Querier, r Refund, out provider.RefundOutcome) error {
-	return recordPending(ctx, db, r, out.RefundID())
-}
-
-func (k attemptable) RecordFinal(ctx context.Context, tx pgx.Tx, r Refund, out provider.RefundOutcome) error {
-	_, _, err := record(ctx, tx, k.rows, r, out)
-	return err
 }
 
 // claim is a refund as the reconciler claims it, with its payment's intent
@@ -71,7 +62,7 @@ func lookUp(env operation.Env) operation.LookUp[claim, provider.RefundOutcome] {
 			return provider.RefundOutcome{Kind: provider.Ambiguous}, operation.Look{Note: "the refund's payment has no payment intent"}
 		default:
 			re, look := operation.FindOne(func(page func([]*provider.Refund) error) error {
-				found, err := pc.ListRefunds(ctx, *c.IntentID, MetadataRefundID, c.ID, 0)
+				found, err := pc.ListRefunds(ctx, *c.IntentID, table.MetadataID(), c.ID, 0)
 				if err == nil && !found.Complete {
 					err = errIncomplete
 				}
@@ -79,7 +70,7 @@ func lookUp(env operation.Env) operation.LookUp[claim, provider.RefundOutcome] {
 					return err
 				}
 				return page(found.Refunds)
-			}, c.made, c.Settled)
+			}, operation.MadeBy[*provider.Refund](table, c.Entry()), c.Settled)
 			if re == nil {
 				return provider.RefundOutcome{Kind: provider.Ambiguous, Err: look.Err}, look
 			}

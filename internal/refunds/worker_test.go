@@ -158,7 +158,7 @@ func TestStrandedRefunds(t *testing.T) {
 		b.requireRefundedOnce(p, refundID, key, body)
 		r := b.refund(refundID)
 		require.Equal(t, 2, r.ProviderKeyGeneration)
-		require.Equal(t, "2", b.providerRefunds(p)[0].Metadata[refunds.MetadataGeneration])
+		require.Equal(t, "2", b.providerRefunds(p)[0].Metadata["refund_generation"])
 
 		// A failed refund no longer counts, so another took its room.
 		other := b.api.Refund(t, q.ID, id.New("key"), `{"amount": 600}`, "Prefer", "wait=10")
