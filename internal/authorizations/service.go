@@ -4,13 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"slices"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/jsonbody"
+	"github.com/oncepay/oncepay/internal/money"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/problem"
@@ -41,14 +40,9 @@ func decode(w http.ResponseWriter, r *http.Request, kind Kind) (Request, error) 
 	v := jsonbody.NewValidator(obj)
 	req := Request{PaymentID: paymentID, Kind: kind}
 	if kind == Capture {
-		req.AmountToCapture = v.Integer("amount_to_capture", false, payments.MinAmount, payments.MaxAmount)
+		req.AmountToCapture = v.Integer("amount_to_capture", false, money.MinAmount, money.MaxAmount)
 	} else {
-		req.CancellationReason = v.String("cancellation_reason", jsonbody.StringRule{MaxLen: 64, Check: func(s string) string {
-			if s != "" && !slices.Contains(CancellationReasons, s) {
-				return "must be one of " + strings.Join(CancellationReasons, ", ")
-			}
-			return ""
-		}})
+		req.CancellationReason = v.String("cancellation_reason", jsonbody.StringRule{MaxLen: 64, Check: jsonbody.OneOf(CancellationReasons...)})
 	}
 	return req, v.Err()
 }

@@ -112,6 +112,23 @@ func TestValidator(t *testing.T) {
 	}, fields)
 }
 
+// OneOf allows its values, and an absent or empty field, and names the
+// values in its error.
+func TestOneOf(t *testing.T) {
+	t.Parallel()
+	obj, err := jsonbody.Parse([]byte(`{"good": "fraudulent", "empty": "", "bad": "because"}`))
+	require.NoError(t, err)
+	v := jsonbody.NewValidator(obj)
+	check := jsonbody.StringRule{Check: jsonbody.OneOf("duplicate", "fraudulent")}
+	require.Equal(t, "fraudulent", v.String("good", check))
+	require.Equal(t, "", v.String("empty", check))
+	require.Equal(t, "", v.String("absent", check))
+	v.String("bad", check)
+	var pe *problem.Error
+	require.True(t, errors.As(v.Err(), &pe))
+	require.Equal(t, []problem.FieldError{{Field: "bad", Detail: "must be one of duplicate, fraudulent"}}, pe.Fields)
+}
+
 // PostgreSQL's text and jsonb cannot hold NUL: it must be a 400 here, not a
 // database error later.
 func TestValidatorRejectsNUL(t *testing.T) {

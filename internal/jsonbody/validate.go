@@ -84,6 +84,17 @@ func (v *Validator) String(name string, rule StringRule) string {
 	return s
 }
 
+// OneOf is a StringRule's Check that allows only the values given (or an
+// empty string, which Required refuses if the field must be set).
+func OneOf(allowed ...string) func(string) string {
+	return func(s string) string {
+		if s != "" && !slices.Contains(allowed, s) {
+			return "must be one of " + strings.Join(allowed, ", ")
+		}
+		return ""
+	}
+}
+
 // Integer reads an integer field within [lo, hi]. Any JSON spelling of an
 // integral value is accepted (2000, 2000.0, 2e3); a fraction is not.
 func (v *Validator) Integer(name string, required bool, lo, hi int64) int64 {

@@ -280,8 +280,9 @@ type Spec[K Named, A JobOf, Op Operation, O Answer, C any] struct {
 	Attempt   func(env Env) Attemptable[Op, O]
 	Reconcile func(env Env) Reconcilable[C, O]
 	// Show is an operation as an operator sees it, and on a timeline
-	// (Lifecycle.Show); PaymentOps, if set, lists a payment's operations of
-	// the kind, oldest first.
+	// (Lifecycle.Show); PaymentOps lists a payment's operations of the
+	// kind, oldest first: by default, for a kind whose parent is the
+	// payment, its operations of the parent.
 	Show       func(op Op) Shown
 	PaymentOps func(ctx context.Context, db Querier, tenantID, paymentID string) ([]Op, error)
 	// LedgerCheck, if set, is the kind's side of the ledger check.
@@ -411,10 +412,14 @@ func (s Spec[K, A, Op, O, C]) Operator(env Env) Operator {
 
 // OfPayment lists the kind's operations of a payment.
 func (s Spec[K, A, Op, O, C]) OfPayment(ctx context.Context, db Querier, tenantID, paymentID string) ([]Summary, error) {
-	if s.PaymentOps == nil {
+	ofPayment := s.PaymentOps
+	if p := s.Where.Parent; ofPayment == nil && p != nil && p.Table == "payments" {
+		ofPayment = Rows[Op]{Table: s.Where}.OfParent
+	}
+	if ofPayment == nil {
 		return nil, nil
 	}
-	ops, err := s.PaymentOps(ctx, db, tenantID, paymentID)
+	ops, err := ofPayment(ctx, db, tenantID, paymentID)
 	if err != nil {
 		return nil, err
 	}

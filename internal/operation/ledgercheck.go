@@ -87,6 +87,11 @@ type Read[Obj any] struct {
 	Err        error
 }
 
+// ReadOf is a read by id that found obj (nil if none), as read judged it.
+func ReadOf[Obj any](obj Obj, read provider.Judgement) Read[Obj] {
+	return Read[Obj]{Obj: obj, Kind: read.Kind, HTTPStatus: read.HTTPStatus, Err: read.Err}
+}
+
 // objectRef is what a provider object says of itself: its id, and the
 // operation and tenant its metadata names (either may be "").
 type objectRef struct{ ID, OperationID, TenantID string }

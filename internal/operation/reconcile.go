@@ -14,6 +14,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/postgres"
+	"github.com/oncepay/oncepay/internal/provider"
 )
 
 // ReconcileConfig tunes a Reconciler. Zero values take the defaults.
@@ -93,6 +94,20 @@ type Look struct {
 	// Note says why an Undetermined look could not tell.
 	Note string
 	Err  error
+}
+
+// Looked is the look that an answer read from the provider makes: final
+// or pending, with its object; otherwise nothing can be told, and note
+// says why.
+func Looked(read Answer, note string) Look {
+	j := read.Judge()
+	switch j.Kind {
+	case provider.Succeeded, provider.Declined:
+		return Look{Found: Final, ProviderID: j.ObjectID}
+	case provider.Pending:
+		return Look{Found: Pending, ProviderID: j.ObjectID}
+	}
+	return Look{ProviderID: j.ObjectID, Note: note, Err: j.Err}
 }
 
 // Entry is what the engine reads of every claimed operation.

@@ -195,6 +195,19 @@ func (r Rows[Op]) finish(ctx context.Context, tx pgx.Tx, op Op, v Verdict) (Op, 
 	return final, err == nil, err
 }
 
+// NotePending notes the provider object of op, still answering and
+// pending at the provider, so that its next attempt reads the object
+// instead of sending again.
+func (r Rows[Op]) NotePending(ctx context.Context, db Querier, op Op, providerID string) error {
+	e := op.Entry()
+	_, err := db.Exec(ctx, `UPDATE `+r.Table.Name+` SET `+r.Table.ProviderIDColumn+` = $3, updated_at = now()
+		WHERE id = $1 AND provider_key_generation = $2 AND status = ANY($4)`, e.ID, e.Generation, providerID, r.Table.Answering())
+	if err != nil {
+		return fmt.Errorf("note the pending %s %s: %w", r.Table.Operation, e.ID, err)
+	}
+	return nil
+}
+
 // Settle runs settle on the operation that a provider object on account
 // names by its metadata (Table.Named), locked, in a transaction of its
 // own, if the object was made for it in its current generation: how a

@@ -22,7 +22,7 @@ func (a audit) List(ctx context.Context, w provider.ListWindow, page func(string
 
 func (a audit) Retrieve(ctx context.Context, p Payout, id string) operation.Read[*provider.Payout] {
 	out := a.Provider.For(p.Account()).RetrievePayout(ctx, id)
-	return operation.Read[*provider.Payout]{Obj: out.Payout, Kind: out.Kind, HTTPStatus: out.HTTPStatus, Err: out.Err}
+	return operation.ReadOf(out.Payout, out.Judge())
 }
 
 // Compare: a payout naming one of ours we do not know; ours made with

@@ -2,8 +2,17 @@ package refunds
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
 
+	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/operation"
+	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
@@ -13,19 +22,21 @@ type refund struct{}
 
 func (refund) Name() string { return "refund" }
 
-// Job names the refund's job as it was named before the engine's: River
-// kind "refund_payment", its refund in "refund_id".
+// Job names the refund's job as before the engine's Args (args).
 func (refund) Job() (kind, idArg string) { return "refund_payment", "refund_id" }
 
-// args are the refund job's: one refund row, whose amount and key are
-// fixed; unique per refund while live.
 type args = operation.Args[refund]
 
 // Kind declares refunds to the engine, for the registry.
 func Kind() operation.Kind {
 	return operation.Spec[refund, args, Refund, provider.RefundOutcome, claim]{
 		Where: table, Prefixes: []string{IDPrefix}, Stranded: "no refund job was left to finish this refund",
-		Mount:   mount,
+		// POST and GET /v1/payments/{id}/refunds, GET /v1/refunds/{id}; a
+		// re-acquired key resumes its refund, its payment locked first.
+		Mount: func(r chi.Router, d operation.Deps) {
+			r.Method(http.MethodPost, "/payments/{id}/refunds", operation.Endpoint(d, decodeCreate, service{d}.create, table.LockResource))
+			operation.Reads(r, d, "/refunds", IDPrefix, rowsOf(d.Keys))
+		},
 		Attempt: func(env operation.Env) operation.Attemptable[Refund, provider.RefundOutcome] { return attempts(env) },
 		Reconcile: func(env operation.Env) operation.Reconcilable[claim, provider.RefundOutcome] {
 			return operation.ByLookUp[claim](env, attempts(env), lookUp(env))
@@ -34,11 +45,156 @@ func Kind() operation.Kind {
 			return r.Lifecycle.Show(r, string(r.Status), r.Amount, r.ProviderRefundID, r.PaymentID,
 				args{TenantID: r.TenantID, ID: r.ID})
 		},
-		PaymentOps: func(ctx context.Context, db operation.Querier, tenantID, paymentID string) ([]Refund, error) {
-			return rowsOf(nil).OfParent(ctx, db, tenantID, paymentID)
-		},
 		LedgerCheck: newLedgerChecker,
 		Events:      events,
 		Settle:      settleEvent,
 	}
+}
+
+// attempts are what refunds supply to the engine's worker.
+func attempts(env operation.Env) operation.Attempts[Refund, provider.RefundOutcome] {
+	return operation.Attempts[Refund, provider.RefundOutcome]{Rows: rowsOf(env.Keys), Call: send(env), Verdict: verdictOn,
+		Pending: func(ctx context.Context, db operation.Querier, r Refund, out provider.RefundOutcome) error {
+			return rowsOf(nil).NotePending(ctx, db, r, out.RefundID())
+		}}
+}
+
+// send refunds the payment's intent, or reads the provider refund an
+// earlier attempt found.
+func send(env operation.Env) func(context.Context, Refund) (provider.RefundOutcome, error) {
+	return func(ctx context.Context, r Refund) (provider.RefundOutcome, error) {
+		if r.ProviderRefundID != nil {
+			return env.Provider.For(r.Account()).RetrieveRefund(ctx, *r.ProviderRefundID), nil
+		}
+		p, err := payments.GetPayment(ctx, env.Pool, r.TenantID, r.PaymentID)
+		if err != nil {
+			return provider.RefundOutcome{}, err
+		}
+		if p.ProviderPaymentIntentID == nil {
+			// Refunds are accepted only for succeeded payments, which have one.
+			return provider.RefundOutcome{}, &operation.HandOverError{Reason: "the refund's payment has no payment intent"}
+		}
+		return env.Provider.For(r.Account()).CreateRefund(ctx, requestOf(r, *p.ProviderPaymentIntentID)), nil
+	}
+}
+
+// claim is a refund as the reconciler claims it, with its payment's intent
+// and whether no request can still be in flight.
+type claim struct {
+	Refund
+	IntentID *string `db:"intent_id"`
+	Settled  bool    `db:"settled"`
+}
+
+func (c claim) Claimed() Refund { return c.Refund }
+
+// lookUp looks a refund up by its provider id once known, else among its
+// intent's refunds (the list endpoint, which is consistent) by its
+// metadata; it never refunds.
+func lookUp(env operation.Env) operation.LookUp[claim, provider.RefundOutcome] {
+	return func(ctx context.Context, c claim) (provider.RefundOutcome, operation.Look) {
+		pc := env.Provider.For(c.Account())
+		var out provider.RefundOutcome
+		switch {
+		case c.ProviderRefundID != nil:
+			out = pc.RetrieveRefund(ctx, *c.ProviderRefundID)
+		case c.IntentID == nil:
+			return provider.RefundOutcome{Kind: provider.Ambiguous}, operation.Look{Note: "the refund's payment has no payment intent"}
+		default:
+			re, look := operation.FindOne(func(page func([]*provider.Refund) error) error {
+				found, err := pc.ListRefunds(ctx, *c.IntentID, table.MetadataID(), c.ID, 0)
+				if err == nil && !found.Complete {
+					err = errors.New("the list of the intent's refunds was not complete")
+				}
+				if err != nil {
+					return err
+				}
+				return page(found.Refunds)
+			}, operation.MadeBy[*provider.Refund](table, c.Entry()), c.Settled)
+			if re == nil {
+				return provider.RefundOutcome{Kind: provider.Ambiguous, Err: look.Err}, look
+			}
+			// The list is consistent: its object is as current as a read.
+			out = provider.RefundOutcomeOf(re)
+		}
+		return out, operation.Looked(out, "reading the refund failed")
+	}
+}
+
+// verdictOn is what a final provider outcome makes of a refund.
+func verdictOn(out provider.RefundOutcome) func(Refund) (operation.Verdict, error) {
+	return func(r Refund) (operation.Verdict, error) {
+		v := operation.Verdict{Status: string(StatusFailed), ProviderID: out.RefundID(), FailureCode: out.Code, FailureMessage: out.Message}
+		switch {
+		case out.Kind == provider.Succeeded:
+			v.Status, v.FailureCode, v.FailureMessage = string(StatusSucceeded), "", ""
+		case out.Refund != nil && out.Refund.Status == "canceled":
+			v.Status = string(StatusCanceled)
+		case out.Kind != provider.Declined && out.Kind != provider.Rejected:
+			return operation.Verdict{}, fmt.Errorf("record refund %s: outcome %s is not final", r.ID, out.Kind)
+		}
+		return v, nil
+	}
+}
+
+// events are the provider events refunds answer: a refund's own, read
+// again by its id, and a charge's refunds, listed (consistently) by its
+// intent.
+var events = []string{"refund.created", "refund.updated", "refund.failed", "charge.refunded"}
+
+// settleEvent reads the event's refunds from the provider, never trusting
+// the event's copy, and records those that are ours; ErrNotFound if none
+// is.
+func settleEvent(ctx context.Context, env operation.Env, ev operation.Event) (string, error) {
+	pc := env.Provider.For(ev.Account)
+	var list []*provider.Refund
+	if ev.Type == "charge.refunded" {
+		if ev.IntentID == "" {
+			return "", ErrNotFound
+		}
+		found, err := pc.ListRefunds(ctx, ev.IntentID, "", "", 0)
+		if err != nil {
+			return "", fmt.Errorf("list the refunds of %s: %w", ev.IntentID, err)
+		}
+		list = found.Refunds
+	} else {
+		out := pc.RetrieveRefund(ctx, ev.ObjectID)
+		if err := table.Reread(ev.ObjectID, out.Refund != nil, out.Judge()); err != nil {
+			return "", err
+		}
+		list = []*provider.Refund{out.Refund}
+	}
+	ours, changed := false, false
+	for _, re := range list {
+		r, c, err := Settle(ctx, env.Pool, env.Keys, ev.Account, re)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		env.Logger.InfoContext(ctx, "refund looked at from the provider's refund", slog.String("tenant_id", r.TenantID),
+			slog.String("refund_id", r.ID), slog.String("provider_refund_id", re.ID), slog.String("refund_status", string(r.Status)),
+			slog.Bool("changed", c))
+		ours, changed = true, changed || c
+	}
+	if !ours {
+		return "", ErrNotFound
+	}
+	return operation.Changed(changed), nil
+}
+
+// Settle records what a provider refund on account proves of the refund
+// it was made for, under its locks (Rows.Settle): a final state as the
+// worker records it; a pending one only notes its id. A refund already
+// final is left alone, so one the provider fails after it succeeded stays
+// succeeded (the ledger check reports it).
+func Settle(ctx context.Context, db idempotency.TxBeginner, keys *idempotency.Store, account string, re *provider.Refund) (Refund, bool, error) {
+	rs := rowsOf(keys)
+	return rs.Settle(ctx, db, account, re.Metadata, func(tx pgx.Tx, r Refund) (Refund, bool, error) {
+		if out := provider.RefundOutcomeOf(re); out.Kind != provider.Pending {
+			return rs.Record(ctx, tx, r, verdictOn(out))
+		}
+		return r, false, rs.NotePending(ctx, tx, r, re.ID)
+	})
 }

@@ -7,42 +7,36 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stripe/stripe-go/v76"
 
 	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/operation"
-	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
-// newLedgerChecker is the refunds' ledger check, on the engine's: it
-// compares the provider's refunds with ours, and only reads at the
-// provider. A refund may come long after its payment: every account that
-// any payment used is listed.
+// newLedgerChecker is the refunds' ledger check, on the engine's. A
+// refund may come long after its payment: every account that any payment
+// used is listed.
 func newLedgerChecker(env operation.Env) operation.LedgerPass {
-	return operation.NewLedgerChecker(env.Pool, env.Logger, env.Ledger, table, refundAudit{env.Pool, env.Provider})
+	return operation.NewLedgerChecker(env.Pool, env.Logger, env.Ledger, table, refundAudit{env})
 }
 
 // refundAudit is the refunds' side of the ledger check: the provider's
 // refunds.
-type refundAudit struct {
-	pool     *pgxpool.Pool
-	provider *provider.Client
-}
+type refundAudit struct{ operation.Env }
 
 func (a refundAudit) List(ctx context.Context, w provider.ListWindow, page func(string, []*provider.Refund) error) error {
-	return table.EachAccount(ctx, a.pool, time.Time{}, true, a.provider, func(account string, pc *provider.Client) error {
+	return table.EachAccount(ctx, a.Pool, time.Time{}, true, a.Provider, func(account string, pc *provider.Client) error {
 		return pc.ListRefundsCreated(ctx, w, func(refunds []*provider.Refund) error { return page(account, refunds) })
 	})
 }
 
 func (a refundAudit) Retrieve(ctx context.Context, r Refund, providerID string) operation.Read[*provider.Refund] {
-	out := a.provider.For(r.Account()).RetrieveRefund(ctx, providerID)
-	return operation.Read[*provider.Refund]{Obj: out.Refund, Kind: out.Kind, HTTPStatus: out.HTTPStatus, Err: out.Err}
+	out := a.Provider.For(r.Account()).RetrieveRefund(ctx, providerID)
+	return operation.ReadOf(out.Refund, out.Judge())
 }
 
-func (a refundAudit) Compare(ctx context.Context, re *provider.Refund, matched *Refund, cfg payments.LedgerCheckConfig) ([]operation.Finding, error) {
+func (a refundAudit) Compare(ctx context.Context, re *provider.Refund, matched *Refund, cfg operation.LedgerCheckConfig) ([]operation.Finding, error) {
 	evidence := map[string]any{"provider_refund": re}
 	if matched == nil {
 		if re.Status != stripe.RefundStatusSucceeded && re.Status != stripe.RefundStatusPending && re.Status != stripe.RefundStatusRequiresAction {
@@ -51,7 +45,7 @@ func (a refundAudit) Compare(ctx context.Context, re *provider.Refund, matched *
 		// A refund we do not know is filed under the payment whose intent
 		// it refunded, when that payment is ours.
 		var paymentID string
-		err := a.pool.QueryRow(ctx, `SELECT id FROM payments WHERE provider_payment_intent_id = $1`, re.PaymentIntentID).Scan(&paymentID)
+		err := a.Pool.QueryRow(ctx, `SELECT id FROM payments WHERE provider_payment_intent_id = $1`, re.PaymentIntentID).Scan(&paymentID)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return nil, fmt.Errorf("read the payment of provider refund %s: %w", re.ID, err)
 		}
@@ -114,7 +108,7 @@ func amountMismatch(r Refund, re *provider.Refund, evidence map[string]any) []op
 }
 
 func refundFinding(kind, paymentID, refundID, providerRefundID, reason string, evidence map[string]any) operation.Finding {
-	return operation.Finding{Disagreement: payments.Disagreement{Kind: kind, PaymentID: paymentID, RefundID: refundID,
+	return operation.Finding{Disagreement: ledger.Disagreement{Kind: kind, PaymentID: paymentID, RefundID: refundID,
 		ProviderRefundID: providerRefundID, Reason: reason}, Evidence: evidence}
 }
 

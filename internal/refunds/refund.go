@@ -21,8 +21,14 @@
 package refunds
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/provider"
 	"github.com/oncepay/oncepay/internal/respond"
@@ -34,8 +40,8 @@ const IDPrefix = "rfd"
 
 // Status is a refund's state; the names match refunds.status. A refund is
 // pending until the provider answers; failed with
-// FailureProviderNotReached was never sent, and the client's retry with the
-// same key sends it.
+// operation.FailureProviderNotReached was never sent, and the client's
+// retry with the same key sends it.
 type Status string
 
 const (
@@ -49,10 +55,6 @@ const (
 // liveStatuses are the states whose amount may have gone back, or may
 // still: they count against what remains to be refunded.
 var liveStatuses = []string{string(StatusPending), string(StatusSucceeded), string(StatusRequiresReconciliation)}
-
-// FailureProviderNotReached is the failure code of a refund proven never
-// to have reached the provider.
-const FailureProviderNotReached = operation.FailureProviderNotReached
 
 // Reasons are the refund reasons the provider accepts.
 var Reasons = []string{"duplicate", "fraudulent", "requested_by_customer"}
@@ -86,4 +88,54 @@ func (r Refund) Entry() operation.Entry {
 func requestOf(r Refund, intentID string) provider.RefundRequest {
 	return provider.RefundRequest{IdempotencyKey: r.ProviderIdempotencyKey, PaymentIntentID: intentID, Amount: r.Amount,
 		Reason: operation.Deref(r.Reason), Metadata: table.Metadata(r.Entry())}
+}
+
+// ErrNotFound is returned for a refund that does not exist for the tenant.
+var ErrNotFound = errors.New("refund not found")
+
+// table is where the engine finds refunds; their parent is the payment, so
+// their lock order is the payment, the refund, then its key.
+var table = operation.Table{
+	Operation: "refund", Name: "refunds", ProviderIDColumn: "provider_refund_id", ProviderIDLog: "provider_refund_id",
+	Columns:    operation.LifecycleColumns + `, payment_id, amount, currency, reason, status, provider_refund_id`,
+	ClaimExtra: `(SELECT provider_payment_intent_id FROM payments WHERE payments.id = refunds.payment_id) AS intent_id`,
+	NotReachedMessage: "The refund never reached the payment provider and nothing was refunded. " +
+		"Retry the request with the same Idempotency-Key to refund it.",
+	Resumed: string(StatusPending), InFlight: []string{string(StatusPending)}, NotFound: ErrNotFound,
+	Parent: &operation.Parent{Table: "payments", Column: "payment_id", Noun: "payment", Prefix: "pay", Path: "/payments"},
+}
+
+// rowsOf is how the engine reads, locks and records refunds.
+func rowsOf(keys *idempotency.Store) operation.Rows[Refund] {
+	return operation.Rows[Refund]{Table: table, Keys: keys, Final: finalize}
+}
+
+// GetRefund reads a tenant's refund; another tenant's is ErrNotFound.
+func GetRefund(ctx context.Context, db operation.Querier, tenantID, refundID string) (Refund, error) {
+	return rowsOf(nil).Load(ctx, db, tenantID, refundID)
+}
+
+func insert(ctx context.Context, tx pgx.Tx, r Refund) (Refund, error) {
+	rows, err := tx.Query(ctx, `
+		INSERT INTO refunds (id, tenant_id, payment_id, idempotency_key, amount, currency, reason, status,
+			provider_idempotency_key, provider_account)
+		VALUES ($1, $2, $3, $4, $5, $6, nullif($7, ''), $8, $9, $10)
+		RETURNING `+table.Columns, r.ID, r.TenantID, r.PaymentID, r.IdempotencyKey, r.Amount, r.Currency, r.Reason, r.Status,
+		r.ProviderIdempotencyKey, r.ProviderAccount)
+	return operation.CollectOne[Refund](rows, err, "insert refund", ErrNotFound)
+}
+
+// committedAmount sums the payment's refunds that may have given money
+// back or still may (liveStatuses), leaving out except (a refund being
+// resumed). It must run after the payment's row lock was taken, as a
+// statement of its own: under read committed it then sees every refund the
+// previous holder of the lock committed.
+func committedAmount(ctx context.Context, tx pgx.Tx, paymentID, except string) (int64, error) {
+	var sum int64
+	err := tx.QueryRow(ctx, `SELECT coalesce(sum(amount), 0)::bigint FROM refunds WHERE payment_id = $1 AND status = ANY($2) AND id <> $3`,
+		paymentID, liveStatuses, except).Scan(&sum)
+	if err != nil {
+		return 0, fmt.Errorf("sum refunds: %w", err)
+	}
+	return sum, nil
 }

@@ -5,15 +5,13 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"slices"
-	"strings"
 	"time"
 
-	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/jsonbody"
+	"github.com/oncepay/oncepay/internal/money"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/problem"
@@ -21,15 +19,6 @@ import (
 
 // service serves the refunds' endpoints.
 type service struct{ operation.Deps }
-
-// mount adds POST and GET /v1/payments/{id}/refunds and GET
-// /v1/refunds/{id}. Everything about the key is the idempotency Endpoint's;
-// a re-acquired key resumes its refund, so its payment is locked first.
-func mount(r chi.Router, d operation.Deps) {
-	s := service{d}
-	r.Method(http.MethodPost, "/payments/{id}/refunds", operation.Endpoint(d, decodeCreate, s.create, table.LockResource))
-	operation.Reads(r, d, "/refunds", IDPrefix, rowsOf(d.Keys))
-}
 
 // CreateRequest is a validated request for a refund. Its JSON encoding is
 // what the idempotency fingerprint hashes (with the path, which names the
@@ -57,18 +46,10 @@ func decodeCreate(w http.ResponseWriter, r *http.Request) (CreateRequest, error)
 func ValidateCreate(obj jsonbody.Object) (CreateRequest, error) {
 	v := jsonbody.NewValidator(obj)
 	req := CreateRequest{
-		Amount: v.Integer("amount", false, payments.MinAmount, payments.MaxAmount),
-		Reason: v.String("reason", jsonbody.StringRule{MaxLen: 64, Check: func(s string) string {
-			if s != "" && !slices.Contains(Reasons, s) {
-				return "must be one of " + strings.Join(Reasons, ", ")
-			}
-			return ""
-		}}),
+		Amount: v.Integer("amount", false, money.MinAmount, money.MaxAmount),
+		Reason: v.String("reason", jsonbody.StringRule{MaxLen: 64, Check: jsonbody.OneOf(Reasons...)}),
 	}
-	if err := v.Err(); err != nil {
-		return CreateRequest{}, err
-	}
-	return req, nil
+	return req, v.Err()
 }
 
 // create runs under the key: under the payment's row lock it checks that
@@ -85,8 +66,7 @@ func (s service) create(ctx context.Context, tx pgx.Tx, attempt idempotency.Atte
 		if err != nil {
 			return idempotency.Outcome{}, err
 		}
-		// Its amount stopped counting when it failed: its room is checked
-		// again.
+		// Its amount stopped counting when it failed: its room is checked again.
 		r, req.PaymentID, except = locked, locked.PaymentID, locked.ID
 	}
 	p, err := lockRefundable(ctx, tx, tenantID, req.PaymentID)
@@ -105,8 +85,8 @@ func (s service) create(ctx context.Context, tx pgx.Tx, attempt idempotency.Atte
 	if except != "" {
 		r, err = rs.Resume(ctx, tx, r)
 	} else {
-		r, err = insert(ctx, tx, Refund{Lifecycle: operation.NewLifecycle(table, IDPrefix, tenantID, key, p.ProviderAccount), PaymentID: p.ID, Amount: amount,
-			Currency: p.Currency, Reason: &req.Reason, Status: StatusPending})
+		r, err = insert(ctx, tx, Refund{Lifecycle: operation.NewLifecycle(table, IDPrefix, tenantID, key, p.ProviderAccount),
+			PaymentID: p.ID, Amount: amount, Currency: p.Currency, Reason: &req.Reason, Status: StatusPending})
 	}
 	if err != nil {
 		return idempotency.Outcome{}, err
@@ -145,10 +125,15 @@ func exceedsRemaining(p payments.Payment, amount, remaining int64) *problem.Erro
 	return pe
 }
 
-// finalResponse is what a retry of the client's POST replays once the
-// refund is final: 201 with the refund, or 422 refund-failed naming it.
-func finalResponse(r Refund) (idempotency.Response, error) {
+// finalize adds a succeeded refund to its payment's amount_refunded, and
+// returns what a retry of the client's POST replays from then on: 201 with
+// the refund, or 422 refund-failed naming it.
+func finalize(ctx context.Context, tx pgx.Tx, r Refund) (idempotency.Response, error) {
 	if r.Status == StatusSucceeded {
+		if _, err := tx.Exec(ctx, `UPDATE payments SET amount_refunded = amount_refunded + $2, updated_at = now() WHERE id = $1`,
+			r.PaymentID, r.Amount); err != nil {
+			return idempotency.Response{}, fmt.Errorf("add refund to payment: %w", err)
+		}
 		return operation.Created(r, "/v1/refunds/"+r.ID)
 	}
 	code, message := r.Failure()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/problem"
 	"github.com/oncepay/oncepay/internal/refunds"
@@ -146,7 +147,7 @@ func TestStrandedRefunds(t *testing.T) {
 
 		for _, id := range []string{refundID, crowdedID} {
 			r := b.waitRefund(id, refunds.StatusFailed)
-			require.Equal(t, refunds.FailureProviderNotReached, *r.FailureCode)
+			require.Equal(t, operation.FailureProviderNotReached, *r.FailureCode)
 		}
 		require.Equal(t, idempotency.StatusFailedRetryable, b.keyRecord(key).Status)
 		require.Empty(t, b.providerRefunds(p))
@@ -222,7 +223,7 @@ func TestReconcilerOutcomes(t *testing.T) {
 		require.Equal(t, 1, res.NotReached)
 		r := b.refund(refundID)
 		require.Equal(t, refunds.StatusFailed, r.Status)
-		require.Equal(t, refunds.FailureProviderNotReached, *r.FailureCode)
+		require.Equal(t, operation.FailureProviderNotReached, *r.FailureCode)
 		require.Equal(t, idempotency.StatusFailedRetryable, b.keyRecord(key).Status)
 	})
 
