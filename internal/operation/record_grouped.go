@@ -43,6 +43,11 @@ type RecordGroupedConfig struct {
 	// Timeout bounds a group's BEGIN and COMMIT; each answer's own
 	// statements run under its caller's context.
 	Timeout time.Duration
+	// LockWait bounds a group's wait for a held row; zero is
+	// recordLockWait, the worker's. A test that must tell a group queued
+	// behind another from two waiting for each other waits longer than
+	// PostgreSQL's deadlock check.
+	LockWait time.Duration
 	// Logger takes one warning for each group that falls back; nil logs
 	// nothing.
 	Logger *slog.Logger
@@ -83,6 +88,7 @@ func NewRecordGrouped[A JobOf, Op, O any](each RecordEach[A, Op, O], cfg RecordG
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	cfg.LockWait = cmp.Or(cfg.LockWait, recordLockWait)
 	r := &RecordGrouped[A, Op, O]{each: each, cfg: cfg}
 	r.groups = groupcommit.New(maxRecordGroup, maxRecordWriters, r.write)
 	return r
@@ -129,7 +135,7 @@ func (r *RecordGrouped[A, Op, O]) write(group []*groupcommit.Request[*Answered[A
 	}
 }
 
-// RecordGroup records answers in one transaction, within recordLockWait of
+// RecordGroup records answers in one transaction, within the lock wait of
 // a held row: all of them, or (an error) none. Its caller then records
 // each answer alone, so a failure is reported here as the group's fallback
 // (fellBack).
@@ -180,7 +186,7 @@ func (r *RecordGrouped[A, Op, O]) recordTogether(answers []*Answered[A, Op, O]) 
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(answers[0].Ctx), r.cfg.Timeout)
 	defer cancel()
 	return postgres.InTx(ctx, r.each.Pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, postgres.LockTimeout(recordLockWait)); err != nil {
+		if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, postgres.LockTimeout(r.cfg.LockWait)); err != nil {
 			return fmt.Errorf("bound the group's lock wait: %w", err)
 		}
 		for _, a := range answers {
