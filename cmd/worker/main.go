@@ -85,6 +85,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	m := metrics.New()
 	m.RegisterDatabase(pool, kinds.MetricsTables(kinds.All()))
 	m.SweptKinds(kinds.All().Names()...)
+	m.GroupFallbackKinds(kinds.All().Names()...)
 	keys := idempotency.NewStore(idempotency.Config{Retention: cfg.IdempotencyRetention, TombstoneRetention: cfg.TombstoneRetention,
 		ObserveReap: func(r idempotency.ReapResult) { m.KeysReaped(r.Tombstoned, r.Deleted) }})
 	providerClient := provider.New(provider.Config{SecretKey: cfg.StripeSecretKey, APIBase: cfg.StripeAPIBase,
@@ -100,10 +101,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 			RunBudget:     cfg.ReconcileRunBudget,
 			MaxActionWait: cfg.MaxPollDuration,
 		},
-		Sweep:   operation.SweepConfig{Grace: cfg.SweepGrace},
-		Ledger:  operation.LedgerCheckConfig{Window: cfg.LedgerCheckWindow},
-		Observe: observeReconciliation(m),
-		Swept:   m.KeySwept,
+		Sweep:         operation.SweepConfig{Grace: cfg.SweepGrace},
+		Ledger:        operation.LedgerCheckConfig{Window: cfg.LedgerCheckWindow},
+		Observe:       observeReconciliation(m),
+		Swept:         m.KeySwept,
+		GroupFellBack: m.GroupFellBack,
 	}
 	every := map[operation.Schedule]time.Duration{
 		operation.EveryReconcile: cfg.ReconcileInterval, operation.EverySweep: cfg.SweepInterval,

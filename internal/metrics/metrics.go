@@ -37,6 +37,7 @@ type Metrics struct {
 	reconciliations  *prometheus.CounterVec
 	rateLimited      *prometheus.CounterVec
 	keysSwept        *prometheus.CounterVec
+	groupFallbacks   *prometheus.CounterVec
 	keysTombstoned   prometheus.Counter
 	keysReaped       prometheus.Counter
 
@@ -84,6 +85,10 @@ func New() *Metrics {
 			Name: "oncepay_idempotency_keys_swept_total",
 			Help: "Processing keys the sweeper moved to unknown, their operation having no job left (handed to reconciliation), by resource: the operation kind (payment, refund, capture, cancel, payout).",
 		}, []string{"resource"}),
+		groupFallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "oncepay_record_group_fallbacks_total",
+			Help: "Groups of final provider answers the worker could not record in one transaction (a row held past the group's 200 ms lock wait, a deadline, a database error), each answer then recorded alone, by operation: the kind whose worker records them (payment, refund, capture for captures and cancels, payout).",
+		}, []string{"operation"}),
 		keysTombstoned: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "oncepay_idempotency_keys_tombstoned_total", Help: "Finished keys past their retention that the reaper made tombstones.",
 		}),
@@ -92,7 +97,7 @@ func New() *Metrics {
 		}),
 	}
 	m.registry.MustRegister(m.httpRequests, m.httpDuration, m.decisions, m.duplicates, m.providerCalls, m.providerDuration,
-		m.reconciliations, m.rateLimited, m.keysSwept, m.keysTombstoned, m.keysReaped,
+		m.reconciliations, m.rateLimited, m.keysSwept, m.groupFallbacks, m.keysTombstoned, m.keysReaped,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -175,6 +180,18 @@ func (m *Metrics) SweptKinds(kinds ...string) {
 // KeySwept counts one key whose resource ("payment", "refund") the sweeper
 // handed to reconciliation.
 func (m *Metrics) KeySwept(resource string) { m.keysSwept.WithLabelValues(resource).Inc() }
+
+// GroupFallbackKinds starts each operation kind's fallback counter at zero,
+// so that a rate over it is 0, not absent, until a group first falls back.
+func (m *Metrics) GroupFallbackKinds(kinds ...string) {
+	for _, kind := range kinds {
+		m.groupFallbacks.WithLabelValues(kind)
+	}
+}
+
+// GroupFellBack counts one group of a kind's final answers that could not
+// be recorded together, each answer then recorded alone.
+func (m *Metrics) GroupFellBack(kind string) { m.groupFallbacks.WithLabelValues(kind).Inc() }
 
 // KeysReaped counts keys the reaper made tombstones and tombstones it
 // deleted.

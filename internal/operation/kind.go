@@ -145,6 +145,12 @@ type Env struct {
 	// Swept, if set, is called for each operation a sweeper handed to
 	// reconciliation, with its kind's name. It must not block.
 	Swept func(kind string)
+	// GroupFellBack, if set, is called for each group of final answers
+	// that could not be recorded in one transaction, its answers then
+	// recorded each alone (RecordGrouped), with the name of the kind whose
+	// worker records them (capture for captures and cancels, which share
+	// its job). It must not block.
+	GroupFellBack func(kind string)
 }
 
 // Schedule names the interval a periodic job runs at, which the worker's
@@ -376,7 +382,7 @@ func (s Spec[K, A, Op, O, C]) Start(workers *river.Workers, env Env) ([]Periodic
 			table = s.JobWhere
 		}
 		adds = append(adds, func() error {
-			return river.AddWorkerSafely(workers, NewWorker[A](env.Pool, env.Keys, env.Logger, env.Worker, cmp.Or(s.Action, s.Name()), table, attempt))
+			return river.AddWorkerSafely(workers, NewWorker[A](env, s.Name(), cmp.Or(s.Action, s.Name()), table, attempt))
 		})
 	}
 	periodic := []Periodic{{ReconcileArgs[K]{}, EveryReconcile}, {SweepArgs[K]{}, EverySweep}}

@@ -33,7 +33,8 @@ type ChargeWorker = operation.Worker[ChargePaymentArgs, Payment, provider.Outcom
 
 // NewChargeWorker returns a worker.
 func NewChargeWorker(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, logger *slog.Logger, cfg operation.WorkerConfig) *ChargeWorker {
-	return operation.NewWorker[ChargePaymentArgs](pool, keys, logger, cfg, "charge", paymentsTable, newChargeable(pool, keys, pc))
+	env := operation.Env{Pool: pool, Keys: keys, Provider: pc, Logger: logger, Worker: cfg}
+	return operation.NewWorker[ChargePaymentArgs](env, payment{}.Name(), "charge", paymentsTable, newChargeable(pool, keys, pc))
 }
 
 func newChargeable(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client) chargeable {

@@ -1,7 +1,9 @@
 package payments
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"strings"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertest"
@@ -58,7 +61,14 @@ type answer = operation.Answered[ChargePaymentArgs, Payment, provider.Outcome]
 
 // groupedRecorder is the engine's grouped recorder of the charges' answers.
 func (b recorderBundle) groupedRecorder(pool *pgxpool.Pool) *operation.RecordGrouped[ChargePaymentArgs, Payment, provider.Outcome] {
-	return operation.NewRecordGrouped(b.recordEach(pool), 5*time.Second)
+	return b.groupedRecorderWith(pool, operation.RecordGroupedConfig{})
+}
+
+// groupedRecorderWith is groupedRecorder telling cfg's Logger and FellBack
+// of its groups' fallbacks.
+func (b recorderBundle) groupedRecorderWith(pool *pgxpool.Pool, cfg operation.RecordGroupedConfig) *operation.RecordGrouped[ChargePaymentArgs, Payment, provider.Outcome] {
+	cfg.Kind, cfg.Timeout = payment{}.Name(), 5*time.Second
+	return operation.NewRecordGrouped(b.recordEach(pool), cfg)
 }
 
 func (b recorderBundle) recordEach(pool *pgxpool.Pool) operation.RecordEach[ChargePaymentArgs, Payment, provider.Outcome] {
@@ -237,6 +247,71 @@ func TestRecordGrouped(t *testing.T) {
 
 		require.NoError(t, r.Record(b.ctx, stuck.Job, stuck.Op, stuck.Out))
 		b.recorded(t, stuck, true)
+	})
+
+	// A group that fails (a payment's row held past the group's lock
+	// wait) is told to the operator, once: a warning naming the kind, the
+	// group's size and the error down to PostgreSQL's, and a count of the
+	// kind. Each charge is then recorded alone: the free ones at once, the
+	// held one once its row is let go.
+	t.Run("AFallbackIsLoggedAndCounted", func(t *testing.T) {
+		t.Parallel()
+		b := newRecorderBundle(t)
+		// The group and each alone are recorded in this goroutine: its
+		// warning and its count are in by the time RecordGroup returns.
+		var logs bytes.Buffer
+		var fellBack []string
+		r := b.groupedRecorderWith(b.pool, operation.RecordGroupedConfig{
+			Logger:   slog.New(slog.NewJSONHandler(&logs, nil)),
+			FellBack: func(kind string) { fellBack = append(fellBack, kind) },
+		})
+		var group []*answer
+		for range 3 {
+			group = append(group, b.charge(t))
+		}
+		held := group[1]
+		holder, err := b.pool.Begin(b.ctx)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = holder.Rollback(context.Background()) }) // should the test fail first
+		_, err = holder.Exec(b.ctx, `SELECT FROM payments WHERE id = $1 FOR UPDATE`, held.Op.ID)
+		require.NoError(t, err)
+
+		began := time.Now()
+		err = r.RecordGroup(group)
+		var pgErr *pgconn.PgError
+		require.ErrorAs(t, err, &pgErr)
+		require.Equal(t, "55P03", pgErr.Code, "lock_not_available: the group's lock wait ended")
+		require.Less(t, time.Since(began), 5*time.Second, "the group waited past its lock wait")
+		require.Equal(t, []string{"payment"}, fellBack)
+		for _, f := range group {
+			b.recorded(t, f, false)
+		}
+
+		lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+		require.Len(t, lines, 1, "one warning for the group")
+		var warning struct {
+			Level, Msg, Kind, Error, Cause string
+			GroupSize                      int `json:"group_size"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(lines[0]), &warning))
+		require.Equal(t, "WARN", warning.Level)
+		require.Contains(t, warning.Msg, "recording each alone")
+		require.Equal(t, "payment", warning.Kind)
+		require.Equal(t, len(group), warning.GroupSize)
+		require.Contains(t, warning.Error, held.Op.ID, "the error names the answer that failed")
+		require.Contains(t, warning.Error, "55P03", "and wraps its cause")
+		require.Contains(t, warning.Cause, "lock timeout")
+
+		for _, f := range group {
+			if f != held {
+				require.NoError(t, r.Record(f.Ctx, f.Job, f.Op, f.Out))
+				b.recorded(t, f, true)
+			}
+		}
+		require.NoError(t, holder.Rollback(b.ctx))
+		require.NoError(t, r.Record(held.Ctx, held.Job, held.Op, held.Out))
+		b.recorded(t, held, true)
+		require.Equal(t, []string{"payment"}, fellBack, "each alone is no group: nothing more to tell")
 	})
 
 	// Charges finishing at once are grouped (fewer transactions than
