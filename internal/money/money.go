@@ -8,6 +8,13 @@ import (
 	"strings"
 )
 
+// Money is an amount in a currency's minor unit, as an operation stores
+// and shows it (its amount and currency columns and members).
+type Money struct {
+	Amount   int64  `json:"amount" db:"amount"`
+	Currency string `json:"currency" db:"currency"`
+}
+
 // The amounts accepted, in a currency's minor unit: within what the
 // provider takes for every currency.
 const (

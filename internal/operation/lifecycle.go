@@ -46,6 +46,12 @@ func NewLifecycle(t Table, prefix, tenantID, key string, account *string) Lifecy
 		ProviderIdempotencyKey: ProviderKey(t.Operation, tenantID, key, opID, 1), ProviderAccount: account}
 }
 
+// InUTC is l with its times in UTC, as the API shows them.
+func (l Lifecycle) InUTC() Lifecycle {
+	l.CreatedAt, l.UpdatedAt = l.CreatedAt.UTC(), l.UpdatedAt.UTC()
+	return l
+}
+
 // LifecycleColumns are Lifecycle's columns, for a kind's SELECT lists.
 const LifecycleColumns = `id, tenant_id, idempotency_key, provider_idempotency_key, provider_key_generation,
 	first_provider_attempt_at, last_provider_attempt_at, reconcile_after, reconcile_attempts, provider_account, failure_code,

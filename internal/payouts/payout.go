@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/money"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/provider"
 	"github.com/oncepay/oncepay/internal/respond"
@@ -51,19 +52,18 @@ func stage(s Status) int {
 // Payout is a payout as stored and as the API shows it.
 type Payout struct {
 	operation.Lifecycle
-	Object           string  `json:"object" db:"-"`
-	Amount           int64   `json:"amount" db:"amount"`
-	Currency         string  `json:"currency" db:"currency"`
+	Object string `json:"object" db:"-"`
+	money.Money
 	Description      *string `json:"description" db:"description"`
 	Status           Status  `json:"status" db:"status"`
 	ProviderPayoutID *string `json:"provider_payout_id" db:"provider_payout_id"`
 }
 
-// MarshalJSON fills the constant "object" member.
+// MarshalJSON shows a payout as the API does: object "payout", times in UTC.
 func (p Payout) MarshalJSON() ([]byte, error) {
-	type plain Payout
-	p.Object, p.CreatedAt, p.UpdatedAt = "payout", p.CreatedAt.UTC(), p.UpdatedAt.UTC()
-	return respond.Marshal(plain(p))
+	type shown Payout
+	p.Object, p.Lifecycle = "payout", p.InUTC()
+	return respond.Marshal(shown(p))
 }
 
 // Entry is what the engine reads of a payout.

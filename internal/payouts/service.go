@@ -51,7 +51,7 @@ func (s service) create(ctx context.Context, tx pgx.Tx, attempt idempotency.Atte
 	p, resumed, err := rs.Resumed(ctx, tx, attempt, nil)
 	if !resumed {
 		p, err = insert(ctx, tx, Payout{Lifecycle: operation.NewLifecycle(table, IDPrefix, tenantID, attempt.Request.Key, nil),
-			Amount: req.Amount, Currency: req.Currency, Description: &req.Description, Status: StatusProcessing})
+			Money: money.Money{Amount: req.Amount, Currency: req.Currency}, Description: &req.Description, Status: StatusProcessing})
 	}
 	if err != nil {
 		return idempotency.Outcome{}, err

@@ -29,6 +29,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/money"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/provider"
 	"github.com/oncepay/oncepay/internal/respond"
@@ -62,20 +63,19 @@ var Reasons = []string{"duplicate", "fraudulent", "requested_by_customer"}
 // Refund is a refund as stored and as the API shows it.
 type Refund struct {
 	operation.Lifecycle
-	Object           string  `json:"object" db:"-"`
-	PaymentID        string  `json:"payment_id" db:"payment_id"`
-	Amount           int64   `json:"amount" db:"amount"`
-	Currency         string  `json:"currency" db:"currency"`
+	Object    string `json:"object" db:"-"`
+	PaymentID string `json:"payment_id" db:"payment_id"`
+	money.Money
 	Reason           *string `json:"reason" db:"reason"`
 	Status           Status  `json:"status" db:"status"`
 	ProviderRefundID *string `json:"provider_refund_id" db:"provider_refund_id"`
 }
 
-// MarshalJSON fills the constant "object" member.
+// MarshalJSON shows a refund as the API does: object "refund", times in UTC.
 func (r Refund) MarshalJSON() ([]byte, error) {
-	type plain Refund
-	r.Object, r.CreatedAt, r.UpdatedAt = "refund", r.CreatedAt.UTC(), r.UpdatedAt.UTC()
-	return respond.Marshal(plain(r))
+	type shown Refund
+	r.Object, r.Lifecycle = "refund", r.InUTC()
+	return respond.Marshal(shown(r))
 }
 
 // Entry is what the engine reads of a refund.

@@ -86,7 +86,7 @@ func (s service) create(ctx context.Context, tx pgx.Tx, attempt idempotency.Atte
 		r, err = rs.Resume(ctx, tx, r)
 	} else {
 		r, err = insert(ctx, tx, Refund{Lifecycle: operation.NewLifecycle(table, IDPrefix, tenantID, key, p.ProviderAccount),
-			PaymentID: p.ID, Amount: amount, Currency: p.Currency, Reason: &req.Reason, Status: StatusPending})
+			PaymentID: p.ID, Money: money.Money{Amount: amount, Currency: p.Currency}, Reason: &req.Reason, Status: StatusPending})
 	}
 	if err != nil {
 		return idempotency.Outcome{}, err

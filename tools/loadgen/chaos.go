@@ -54,8 +54,10 @@ func (r *run) startProviderFaults(ctx context.Context) error {
 }
 
 // startChaos kills processes and cuts the database on their schedules
-// until ctx ends. One goroutine does all of it, so the stack's process
-// list is never changed by two at once.
+// until ctx ends. One goroutine kills and restarts, so the stack's process
+// list is never changed by two at once; another breaks the database, so
+// that a restart slowed by a loaded machine never delays the database's
+// faults past the run.
 func (r *run) startChaos(ctx context.Context, wg *sync.WaitGroup) {
 	tick := func(every time.Duration) <-chan time.Time {
 		if every <= 0 {
@@ -79,6 +81,14 @@ func (r *run) startChaos(ctx context.Context, wg *sync.WaitGroup) {
 				r.killAndRestart(ctx, "worker", r.cfg.Workers)
 			case <-apiKills:
 				r.killAndRestart(ctx, "api", r.cfg.APIs)
+			}
+		}
+	})
+	wg.Go(func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
 			case <-cuts:
 				r.cutDatabase()
 			case <-partitions:

@@ -61,9 +61,10 @@ func lineTo(t *testing.T, target string) *Line {
 }
 
 // TestLineDelaysEachRoundTrip: with a delay set, every round trip through
-// the line takes at least that long, and not much more (the median within
-// half a millisecond, on a loaded machine); each is counted once, and the
-// time connections waited is the round trips' time.
+// the line takes at least that long, and is delayed once, not twice (the
+// median under twice the delay, which a loaded machine's scheduling stays
+// within); each is counted once, and the time connections waited is the
+// round trips' time.
 func TestLineDelaysEachRoundTrip(t *testing.T) {
 	t.Parallel()
 	line := lineTo(t, echoServer(t))
@@ -80,7 +81,7 @@ func TestLineDelaysEachRoundTrip(t *testing.T) {
 	before := line.Stats()
 	delayed := roundTrips(t, conn, 100)
 	require.GreaterOrEqual(t, delayed[0], delay, "no round trip is faster than the delay")
-	require.Less(t, delayed[len(delayed)/2], delay+500*time.Microsecond)
+	require.Less(t, delayed[len(delayed)/2], 2*delay)
 	after := line.Stats()
 	require.EqualValues(t, 100, after.RoundTrips-before.RoundTrips)
 	var sum time.Duration
