@@ -90,6 +90,10 @@ type PeersRound struct {
 	Oncepay    PeerSide `json:"oncepay"`
 	DBOS       PeerSide `json:"dbos"`
 	River      PeerSide `json:"river"`
+	// OncepayWithoutEvents is oncepay with the provider's events dropped,
+	// as the peers run: the like-for-like turn (its worker records every
+	// answer itself; events are only hints).
+	OncepayWithoutEvents PeerSide `json:"oncepay_without_events"`
 }
 
 // peer is one side of the phase.
@@ -193,13 +197,14 @@ func (r *run) peerRounds(ctx context.Context, sides []*peer, ms int) ([]PeersRou
 	var rounds []PeersRound
 	for i := range r.cfg.Rounds {
 		rd := PeersRound{ProviderMS: ms}
-		for j, into := range []*PeerSide{&rd.Oncepay, &rd.DBOS, &rd.River} {
+		for j, into := range []*PeerSide{&rd.Oncepay, &rd.DBOS, &rd.River, &rd.OncepayWithoutEvents} {
 			var err error
-			if *into, err = r.measurePeer(ctx, sides[j]); err != nil {
-				return nil, fmt.Errorf("%s, %d ms provider: %w", sides[j].label, ms, err)
+			if *into, err = r.measurePeer(ctx, sides[j%len(sides)], j == len(sides)); err != nil {
+				return nil, fmt.Errorf("%s, %d ms provider: %w", sides[j%len(sides)].label, ms, err)
 			}
 		}
-		r.printf("round %d, %d ms provider: %s | %s | %s", i+1, ms, rd.Oncepay.summary("oncepay"), rd.DBOS.summary("DBOS"), rd.River.summary("River"))
+		r.printf("round %d, %d ms provider: %s | %s | %s | %s", i+1, ms, rd.Oncepay.summary("oncepay"), rd.DBOS.summary("DBOS"),
+			rd.River.summary("River"), rd.OncepayWithoutEvents.summary("oncepay without events"))
 		rounds = append(rounds, rd)
 	}
 	return rounds, nil
@@ -212,9 +217,10 @@ func (s PeerSide) summary(label string) string {
 
 // measurePeer runs one side's turn: its peer started (oncepay's stack runs
 // throughout), a second of warm-up, then a round of load, each drained.
-func (r *run) measurePeer(ctx context.Context, p *peer) (PeerSide, error) {
+// Without events, the provider's events are dropped, as for every peer.
+func (r *run) measurePeer(ctx context.Context, p *peer, withoutEvents bool) (PeerSide, error) {
 	baseURL := r.stack.APIURL
-	if p.binary != "" {
+	if p.binary != "" || withoutEvents {
 		// The simulator sends every charge's events to its one endpoint,
 		// oncepay's API: while a peer runs they are dropped, or oncepay's
 		// API and server would do work counted against the peer.
@@ -226,6 +232,8 @@ func (r *run) measurePeer(ctx context.Context, p *peer) (PeerSide, error) {
 				r.cfg.Logger.WarnContext(ctx, "clear the webhook faults", "error", err)
 			}
 		}()
+	}
+	if p.binary != "" {
 		if err := r.startHelper(ctx, p.binary, p.args, "DATABASE_URL="+p.dbURL, "STRIPE_API_BASE="+r.stack.SimURL,
 			"STRIPE_SECRET_KEY="+benchSecretKey); err != nil {
 			return PeerSide{}, err
@@ -418,6 +426,14 @@ func peerRows(rounds []PeersRound) []Row {
 			{"DBOS", func(rd PeersRound) PeerSide { return rd.DBOS }, atLeast(1), atMost(1)},
 			{"River", func(rd PeersRound) PeerSide { return rd.River }, atLeast(0.8), nil},
 		} {
+			// Like for like: oncepay with the provider's events dropped,
+			// as they are for the peer.
+			rows = append(rows, compared(fmt.Sprintf("%d ms provider, oncepay without events vs %s: settled/s", ms, other.label), "/s", at,
+				func(rd PeersRound) (float64, float64) {
+					return rd.OncepayWithoutEvents.SettledPerSec, other.side(rd).SettledPerSec
+				}, nil),
+				compared(fmt.Sprintf("%d ms provider, oncepay without events vs %s: CPU/1k payments, in all", ms, other.label), "s", at,
+					func(rd PeersRound) (float64, float64) { return rd.OncepayWithoutEvents.total(), other.side(rd).total() }, nil))
 			vs := func(measure, unit string, f func(PeerSide) float64, t *target) Row {
 				return compared(fmt.Sprintf("%d ms provider, oncepay vs %s: %s", ms, other.label, measure), unit, at,
 					func(rd PeersRound) (float64, float64) { return f(rd.Oncepay), f(other.side(rd)) }, t)
