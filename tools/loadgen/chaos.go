@@ -69,10 +69,14 @@ func (r *run) startChaos(ctx context.Context, wg *sync.WaitGroup) {
 	partitions, spikes := tick(r.cfg.PartitionDBEvery), tick(r.cfg.SlowDBEvery)
 	losing := false
 	supervise := tick(time.Second)
+	databaseBack := make(chan struct{})
 	wg.Go(func() {
 		for {
 			select {
 			case <-ctx.Done():
+				// The last revive waits for the database's last fault to
+				// end: a process started during a cut exits at once.
+				<-databaseBack
 				r.revive(context.WithoutCancel(ctx))
 				return
 			case <-supervise:
@@ -85,6 +89,7 @@ func (r *run) startChaos(ctx context.Context, wg *sync.WaitGroup) {
 		}
 	})
 	wg.Go(func() {
+		defer close(databaseBack)
 		for {
 			select {
 			case <-ctx.Done():
