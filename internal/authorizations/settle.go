@@ -43,7 +43,7 @@ func record(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, sent Action
 		case provider.Rejected, provider.Declined:
 			return operation.Verdict{Status: string(StatusFailed), FailureCode: cmp.Or(out.Code, "rejected"), FailureMessage: out.Message}, nil
 		}
-		return operation.Verdict{}, fmt.Errorf("record %s %s: outcome %s is not final", sent.Kind, sent.ID, out.Kind)
+		return operation.Verdict{}, rs.Table.NotFinal(sent.ID, out.Kind)
 	})
 	return err
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/postgres"
+	"github.com/oncepay/oncepay/internal/provider"
 )
 
 // Operation is a kind's operation as the engine reads it: a row of its
@@ -162,11 +163,12 @@ func (r Rows[Op]) Record(ctx context.Context, tx pgx.Tx, sent Op, decide func(lo
 	if err != nil || v.Status == "" {
 		return op, false, err
 	}
+	answering := r.Table.Answering()
 	if v.From == nil {
-		v.From = r.Table.Answering()
+		v.From = answering
 	}
 	final, changed, err := r.finish(ctx, tx, op, v)
-	if err != nil || !changed || !slices.Contains(r.Table.Answering(), op.Entry().Status) {
+	if err != nil || !changed || !slices.Contains(answering, op.Entry().Status) {
 		return final, changed, err
 	}
 	resp, err := r.Final(ctx, tx, final)
@@ -177,6 +179,13 @@ func (r Rows[Op]) Record(ctx context.Context, tx pgx.Tx, sent Op, decide func(lo
 		return final, false, fmt.Errorf("complete %s %s: %w", r.Table.Operation, s.ID, err)
 	}
 	return final, true, nil
+}
+
+// NotFinal is the error of a verdict asked of an answer that decides
+// nothing yet (pending, ambiguous): the worker's judgement should have
+// kept it from recording.
+func (t Table) NotFinal(id string, kind provider.Kind) error {
+	return fmt.Errorf("record %s %s: outcome %s is not final", t.Operation, id, kind)
 }
 
 // finish writes v over op, in its generation, if its status is still one

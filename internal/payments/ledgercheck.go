@@ -51,7 +51,7 @@ func (a intentAudit) List(ctx context.Context, w provider.ListWindow, page func(
 
 func (a intentAudit) Retrieve(ctx context.Context, p Payment, intentID string) operation.Read[*provider.Intent] {
 	out := a.provider.For(p.Account()).RetrieveIntent(ctx, intentID)
-	return operation.Read[*provider.Intent]{Obj: out.Intent, Kind: out.Kind, HTTPStatus: out.HTTPStatus, Err: out.Err}
+	return operation.ReadOf(out.Intent, out.Judge())
 }
 
 func (intentAudit) Compare(_ context.Context, in *provider.Intent, matched *Payment, cfg LedgerCheckConfig) ([]operation.Finding, error) {

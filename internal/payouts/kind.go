@@ -78,7 +78,7 @@ func verdictOn(out provider.PayoutOutcome) func(Payout) (operation.Verdict, erro
 		if out.Payout != nil {
 			status = Status(out.Payout.Status)
 		} else if out.Kind != provider.Rejected {
-			return operation.Verdict{}, fmt.Errorf("record payout %s: outcome %s is not final", p.ID, out.Kind)
+			return operation.Verdict{}, table.NotFinal(p.ID, out.Kind)
 		}
 		if !slices.Contains(table.Answering(), string(p.Status)) && stage(status) <= stage(p.Status) {
 			return operation.Verdict{}, nil

@@ -131,7 +131,7 @@ func verdictOn(out provider.RefundOutcome) func(Refund) (operation.Verdict, erro
 		case out.Refund != nil && out.Refund.Status == "canceled":
 			v.Status = string(StatusCanceled)
 		case out.Kind != provider.Declined && out.Kind != provider.Rejected:
-			return operation.Verdict{}, fmt.Errorf("record refund %s: outcome %s is not final", r.ID, out.Kind)
+			return operation.Verdict{}, table.NotFinal(r.ID, out.Kind)
 		}
 		return v, nil
 	}
