@@ -28,18 +28,19 @@ const MaxTenantLabels = 50
 type Metrics struct {
 	registry *prometheus.Registry
 
-	httpRequests     *prometheus.CounterVec
-	httpDuration     *prometheus.HistogramVec
-	decisions        *prometheus.CounterVec
-	duplicates       *prometheus.CounterVec
-	providerCalls    *prometheus.CounterVec
-	providerDuration *prometheus.HistogramVec
-	reconciliations  *prometheus.CounterVec
-	rateLimited      *prometheus.CounterVec
-	keysSwept        *prometheus.CounterVec
-	groupFallbacks   *prometheus.CounterVec
-	keysTombstoned   prometheus.Counter
-	keysReaped       prometheus.Counter
+	httpRequests        *prometheus.CounterVec
+	httpDuration        *prometheus.HistogramVec
+	decisions           *prometheus.CounterVec
+	duplicates          *prometheus.CounterVec
+	providerCalls       *prometheus.CounterVec
+	providerDuration    *prometheus.HistogramVec
+	reconciliations     *prometheus.CounterVec
+	rateLimited         *prometheus.CounterVec
+	keysSwept           *prometheus.CounterVec
+	groupFallbacks      *prometheus.CounterVec
+	startGroupFallbacks *prometheus.CounterVec
+	keysTombstoned      prometheus.Counter
+	keysReaped          prometheus.Counter
 
 	tenantsMu sync.Mutex
 	tenants   map[string]bool
@@ -89,6 +90,10 @@ func New() *Metrics {
 			Name: "oncepay_record_group_fallbacks_total",
 			Help: "Groups of final provider answers the worker could not record in one transaction (a row held past the group's 200 ms lock wait, a deadline, a database error), each answer then recorded alone, by operation: the kind whose worker records them (payment, refund, capture for captures and cancels, payout).",
 		}, []string{"operation"}),
+		startGroupFallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "oncepay_start_group_fallbacks_total",
+			Help: "Groups of provider attempts the worker could not start in one statement (a row held past the group's 200 ms lock wait, a deadline, a database error), each attempt then started alone, by operation: the kind whose worker starts them (payment, refund, capture for captures and cancels, payout).",
+		}, []string{"operation"}),
 		keysTombstoned: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "oncepay_idempotency_keys_tombstoned_total", Help: "Finished keys past their retention that the reaper made tombstones.",
 		}),
@@ -97,7 +102,7 @@ func New() *Metrics {
 		}),
 	}
 	m.registry.MustRegister(m.httpRequests, m.httpDuration, m.decisions, m.duplicates, m.providerCalls, m.providerDuration,
-		m.reconciliations, m.rateLimited, m.keysSwept, m.groupFallbacks, m.keysTombstoned, m.keysReaped,
+		m.reconciliations, m.rateLimited, m.keysSwept, m.groupFallbacks, m.startGroupFallbacks, m.keysTombstoned, m.keysReaped,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -181,17 +186,26 @@ func (m *Metrics) SweptKinds(kinds ...string) {
 // handed to reconciliation.
 func (m *Metrics) KeySwept(resource string) { m.keysSwept.WithLabelValues(resource).Inc() }
 
-// GroupFallbackKinds starts each operation kind's fallback counter at zero,
-// so that a rate over it is 0, not absent, until a group first falls back.
+// GroupFallbackKinds starts each operation kind's fallback counters at
+// zero, so that a rate over one is 0, not absent, until a group first
+// falls back.
 func (m *Metrics) GroupFallbackKinds(kinds ...string) {
 	for _, kind := range kinds {
 		m.groupFallbacks.WithLabelValues(kind)
+		m.startGroupFallbacks.WithLabelValues(kind)
 	}
 }
 
-// GroupFellBack counts one group of a kind's final answers that could not
-// be recorded together, each answer then recorded alone.
-func (m *Metrics) GroupFellBack(kind string) { m.groupFallbacks.WithLabelValues(kind).Inc() }
+// GroupFellBack counts one group of a kind's that could not be written
+// together, each of its members then written alone: attempts to start
+// (step "start") or final answers to record ("record").
+func (m *Metrics) GroupFellBack(step, kind string) {
+	if step == "start" {
+		m.startGroupFallbacks.WithLabelValues(kind).Inc()
+		return
+	}
+	m.groupFallbacks.WithLabelValues(kind).Inc()
+}
 
 // KeysReaped counts keys the reaper made tombstones and tombstones it
 // deleted.

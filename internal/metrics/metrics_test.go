@@ -251,8 +251,9 @@ func TestKeyLifecycleCounters(t *testing.T) {
 	require.Equal(t, 3.0, value(t, reg, "oncepay_idempotency_keys_reaped_total", nil))
 }
 
-// TestGroupFallbackCounter: a group of answers recorded alone is counted
-// by its kind, every kind's series from zero.
+// TestGroupFallbackCounter: a group of answers recorded alone, or of
+// attempts started alone, is counted by its step and kind, every kind's
+// series from zero.
 func TestGroupFallbackCounter(t *testing.T) {
 	t.Parallel()
 	m := metrics.New()
@@ -261,11 +262,16 @@ func TestGroupFallbackCounter(t *testing.T) {
 	m.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	require.Contains(t, rec.Body.String(), `oncepay_record_group_fallbacks_total{operation="refund"} 0`, "exported before the first fallback")
 
-	m.GroupFellBack("refund")
-	m.GroupFellBack("refund")
-	m.GroupFellBack("payment")
+	require.Contains(t, rec.Body.String(), `oncepay_start_group_fallbacks_total{operation="payout"} 0`)
+
+	m.GroupFellBack("record", "refund")
+	m.GroupFellBack("record", "refund")
+	m.GroupFellBack("record", "payment")
+	m.GroupFellBack("start", "payment")
 	reg := m.Registry()
 	require.Equal(t, 2.0, value(t, reg, "oncepay_record_group_fallbacks_total", map[string]string{"operation": "refund"}))
 	require.Equal(t, 1.0, value(t, reg, "oncepay_record_group_fallbacks_total", map[string]string{"operation": "payment"}))
 	require.Equal(t, 0.0, value(t, reg, "oncepay_record_group_fallbacks_total", map[string]string{"operation": "payout"}))
+	require.Equal(t, 1.0, value(t, reg, "oncepay_start_group_fallbacks_total", map[string]string{"operation": "payment"}))
+	require.Equal(t, 0.0, value(t, reg, "oncepay_start_group_fallbacks_total", map[string]string{"operation": "refund"}))
 }

@@ -145,12 +145,13 @@ type Env struct {
 	// Swept, if set, is called for each operation a sweeper handed to
 	// reconciliation, with its kind's name. It must not block.
 	Swept func(kind string)
-	// GroupFellBack, if set, is called for each group of final answers
-	// that could not be recorded in one transaction, its answers then
-	// recorded each alone (RecordGrouped), with the name of the kind whose
-	// worker records them (capture for captures and cancels, which share
-	// its job). It must not block.
-	GroupFellBack func(kind string)
+	// GroupFellBack, if set, is called for each group of attempts that
+	// could not be started in one statement (step StartStep), or of final
+	// answers that could not be recorded in one transaction (RecordStep),
+	// its members then written each alone, with the name of the kind whose
+	// worker writes them (capture for captures and cancels, which share its
+	// job). It must not block.
+	GroupFellBack func(step, kind string)
 }
 
 // Schedule names the interval a periodic job runs at, which the worker's

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"time"
 
@@ -27,7 +26,7 @@ import (
 // a kind's RecordFinal leaves an operation that left its in-flight states
 // alone, and completing a completed job changes nothing. A fallback costs
 // a transaction per answer where the group cost one: each is logged and
-// counted (RecordGroupedConfig), for an operator to see how often.
+// counted (GroupFallback), for an operator to see how often.
 type RecordGrouped[A JobOf, Op, O any] struct {
 	each   RecordEach[A, Op, O]
 	cfg    RecordGroupedConfig
@@ -37,9 +36,9 @@ type RecordGrouped[A JobOf, Op, O any] struct {
 // RecordGroupedConfig is what a grouped recorder needs besides the kind's
 // RecordEach.
 type RecordGroupedConfig struct {
-	// Kind names the kind on the warning a group's fallback logs, and to
-	// FellBack ("refund").
-	Kind string
+	// Fallback tells of each group whose transaction failed, its answers
+	// then recorded each alone.
+	Fallback GroupFallback
 	// Timeout bounds a group's BEGIN and COMMIT; each answer's own
 	// statements run under its caller's context.
 	Timeout time.Duration
@@ -48,13 +47,6 @@ type RecordGroupedConfig struct {
 	// behind another from two waiting for each other waits longer than
 	// PostgreSQL's deadlock check.
 	LockWait time.Duration
-	// Logger takes one warning for each group that falls back; nil logs
-	// nothing.
-	Logger *slog.Logger
-	// FellBack, if set, is called with Kind once for each group whose
-	// transaction failed, its answers then recorded each alone (for
-	// metrics). It must not block.
-	FellBack func(kind string)
 }
 
 // Answered is one operation's final answer, waiting to be recorded.
@@ -85,9 +77,6 @@ const recordLockWait = 200 * time.Millisecond
 // NewRecordGrouped returns a recorder that groups the answers each would
 // record one at a time.
 func NewRecordGrouped[A JobOf, Op, O any](each RecordEach[A, Op, O], cfg RecordGroupedConfig) *RecordGrouped[A, Op, O] {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
 	cfg.LockWait = cmp.Or(cfg.LockWait, recordLockWait)
 	r := &RecordGrouped[A, Op, O]{each: each, cfg: cfg}
 	r.groups = groupcommit.New(maxRecordGroup, maxRecordWriters, r.write)
@@ -138,39 +127,14 @@ func (r *RecordGrouped[A, Op, O]) write(group []*groupcommit.Request[*Answered[A
 // RecordGroup records answers in one transaction, within the lock wait of
 // a held row: all of them, or (an error) none. Its caller then records
 // each answer alone, so a failure is reported here as the group's fallback
-// (fellBack).
+// (GroupFallback).
 func (r *RecordGrouped[A, Op, O]) RecordGroup(answers []*Answered[A, Op, O]) error {
 	began := time.Now()
 	err := r.recordTogether(answers)
 	if err != nil {
-		r.fellBack(answers[0].Ctx, len(answers), time.Since(began), err)
+		r.cfg.Fallback.report(answers[0].Ctx, RecordStep, len(answers), time.Since(began), err)
 	}
 	return err
-}
-
-// fellBack tells the operator that a group was not recorded together: a
-// warning and a count. One now and then is a row held past the lock wait;
-// many say rows stay held, or the database fails, and every answer then
-// costs a transaction of its own.
-func (r *RecordGrouped[A, Op, O]) fellBack(ctx context.Context, size int, took time.Duration, err error) {
-	r.cfg.Logger.WarnContext(ctx, "a group of "+r.cfg.Kind+" answers could not be recorded together; recording each alone",
-		slog.String("kind", r.cfg.Kind), slog.Int("group_size", size), slog.Duration("took", took),
-		slog.Any("error", err), slog.String("cause", rootCause(err).Error()))
-	if r.cfg.FellBack != nil {
-		r.cfg.FellBack(r.cfg.Kind)
-	}
-}
-
-// rootCause is the innermost error err wraps (a PostgreSQL error and its
-// SQLSTATE, most often), for grouping log lines by what went wrong.
-func rootCause(err error) error {
-	for {
-		inner := errors.Unwrap(err)
-		if inner == nil {
-			return err
-		}
-		err = inner
-	}
 }
 
 // recordTogether is RecordGroup's transaction.

@@ -22,9 +22,11 @@ import (
 // one of a group whose statement failed: a row held past the group's lock
 // wait, its timeout) its callers start alone (StartEach), each under its
 // own context and at once, not one after another by the group's writer.
+// A group whose statement failed is logged and counted (GroupFallback).
 type StartGrouped[Op Operation] struct {
-	each   StartEach[Op]
-	groups *groupcommit.Grouper[*starting[Op]]
+	each     StartEach[Op]
+	fallback GroupFallback
+	groups   *groupcommit.Grouper[*starting[Op]]
 }
 
 // maxStartGroup caps a group, maxStartWriters the groups started at once,
@@ -51,9 +53,10 @@ type starting[Op any] struct {
 	ok  bool
 }
 
-// NewStartGrouped returns a grouped starter of table's operations.
-func NewStartGrouped[Op Operation](pool *pgxpool.Pool, table Table, callTimeout time.Duration) *StartGrouped[Op] {
-	s := &StartGrouped[Op]{each: StartEach[Op]{Pool: pool, Table: table, CallTimeout: callTimeout}}
+// NewStartGrouped returns a grouped starter of table's operations, telling
+// fallback of each group whose statement failed.
+func NewStartGrouped[Op Operation](pool *pgxpool.Pool, table Table, callTimeout time.Duration, fallback GroupFallback) *StartGrouped[Op] {
+	s := &StartGrouped[Op]{each: StartEach[Op]{Pool: pool, Table: table, CallTimeout: callTimeout}, fallback: fallback}
 	s.groups = groupcommit.New(maxStartGroup, maxStartWriters, s.write)
 	return s
 }
@@ -94,8 +97,20 @@ func (s *StartGrouped[Op]) write(group []*groupcommit.Request[*starting[Op]]) {
 }
 
 // StartGroup starts the attempts of refs still in flight in one statement,
-// within startLockWait of a held row, and returns those it started.
+// within startLockWait of a held row, and returns those it started. Its
+// caller then starts each of refs alone, so a failure is reported here as
+// the group's fallback.
 func (s *StartGrouped[Op]) StartGroup(ctx context.Context, refs []Ref) (map[Ref]Op, error) {
+	began := time.Now()
+	started, err := s.startTogether(ctx, refs)
+	if err != nil {
+		s.fallback.report(ctx, StartStep, len(refs), time.Since(began), err)
+	}
+	return started, err
+}
+
+// startTogether is StartGroup's statement.
+func (s *StartGrouped[Op]) startTogether(ctx context.Context, refs []Ref) (map[Ref]Op, error) {
 	// One order for every group's row locks, so that two groups holding a
 	// row each do not wait for the other until the lock wait ends.
 	refs = slices.Clone(refs)

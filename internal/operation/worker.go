@@ -136,16 +136,16 @@ type Worker[A JobOf, Op Operation, O Answer] struct {
 
 // NewWorker returns the engine's worker for the kind named name, whose
 // operations live in table, built from env's pool, keys, logger and
-// WorkerConfig; env.GroupFellBack, if set, hears of its grouped recorder's
-// fallbacks.
+// WorkerConfig; env.GroupFellBack, if set, hears of its grouped starter's
+// and recorder's fallbacks.
 func NewWorker[A JobOf, Op Operation, O Answer](env Env, name, action string, table Table, kind Attemptable[Op, O]) *Worker[A, Op, O] {
 	w := &Worker[A, Op, O]{pool: env.Pool, keys: env.Keys, log: env.Logger, t: env.Worker.timings(), action: action, table: table, kind: kind}
 	starter, recorder := StartEach[Op]{Pool: env.Pool, Table: table, CallTimeout: w.t.CallTimeout}, RecordEach[A, Op, O]{Pool: env.Pool, Kind: kind}
 	w.starter, w.recorder = starter, recorder
 	if fastpath.Built && !env.Worker.Ungrouped {
-		w.starter = NewStartGrouped[Op](env.Pool, table, w.t.CallTimeout)
-		w.recorder = NewRecordGrouped(recorder, RecordGroupedConfig{Kind: name, Timeout: w.t.RecordTimeout, Logger: env.Logger,
-			FellBack: env.GroupFellBack})
+		fallback := GroupFallback{Kind: name, Logger: env.Logger, FellBack: env.GroupFellBack}
+		w.starter = NewStartGrouped[Op](env.Pool, table, w.t.CallTimeout, fallback)
+		w.recorder = NewRecordGrouped(recorder, RecordGroupedConfig{Fallback: fallback, Timeout: w.t.RecordTimeout})
 	}
 	w.pending, _ = any(kind).(PendingRecorder[Op, O])
 	w.abandoner, _ = any(kind).(Abandoner[Op, O])

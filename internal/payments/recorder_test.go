@@ -64,10 +64,10 @@ func (b recorderBundle) groupedRecorder(pool *pgxpool.Pool) *operation.RecordGro
 	return b.groupedRecorderWith(pool, operation.RecordGroupedConfig{})
 }
 
-// groupedRecorderWith is groupedRecorder telling cfg's Logger and FellBack
-// of its groups' fallbacks.
+// groupedRecorderWith is groupedRecorder telling cfg's Fallback of its
+// groups' fallbacks.
 func (b recorderBundle) groupedRecorderWith(pool *pgxpool.Pool, cfg operation.RecordGroupedConfig) *operation.RecordGrouped[ChargePaymentArgs, Payment, provider.Outcome] {
-	cfg.Kind, cfg.Timeout = payment{}.Name(), 5*time.Second
+	cfg.Fallback.Kind, cfg.Timeout = payment{}.Name(), 5*time.Second
 	return operation.NewRecordGrouped(b.recordEach(pool), cfg)
 }
 
@@ -261,10 +261,10 @@ func TestRecordGrouped(t *testing.T) {
 		// warning and its count are in by the time RecordGroup returns.
 		var logs bytes.Buffer
 		var fellBack []string
-		r := b.groupedRecorderWith(b.pool, operation.RecordGroupedConfig{
+		r := b.groupedRecorderWith(b.pool, operation.RecordGroupedConfig{Fallback: operation.GroupFallback{
 			Logger:   slog.New(slog.NewJSONHandler(&logs, nil)),
-			FellBack: func(kind string) { fellBack = append(fellBack, kind) },
-		})
+			FellBack: func(step, kind string) { fellBack = append(fellBack, step+" "+kind) },
+		}})
 		var group []*answer
 		for range 3 {
 			group = append(group, b.charge(t))
@@ -282,7 +282,7 @@ func TestRecordGrouped(t *testing.T) {
 		require.ErrorAs(t, err, &pgErr)
 		require.Equal(t, "55P03", pgErr.Code, "lock_not_available: the group's lock wait ended")
 		require.Less(t, time.Since(began), 5*time.Second, "the group waited past its lock wait")
-		require.Equal(t, []string{"payment"}, fellBack)
+		require.Equal(t, []string{"record payment"}, fellBack)
 		for _, f := range group {
 			b.recorded(t, f, false)
 		}
@@ -311,7 +311,7 @@ func TestRecordGrouped(t *testing.T) {
 		require.NoError(t, holder.Rollback(b.ctx))
 		require.NoError(t, r.Record(held.Ctx, held.Job, held.Op, held.Out))
 		b.recorded(t, held, true)
-		require.Equal(t, []string{"payment"}, fellBack, "each alone is no group: nothing more to tell")
+		require.Equal(t, []string{"record payment"}, fellBack, "each alone is no group: nothing more to tell")
 	})
 
 	// Charges finishing at once are grouped (fewer transactions than

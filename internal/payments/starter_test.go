@@ -1,6 +1,9 @@
 package payments
 
 import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -21,7 +24,7 @@ func TestStartGrouped(t *testing.T) {
 		t.Parallel()
 		b := newRecorderBundle(t)
 		traced, log := pgtest.TracedPool(t, b.dbURL)
-		s := operation.NewStartGrouped[Payment](traced, paymentsTable, time.Second)
+		s := operation.NewStartGrouped[Payment](traced, paymentsTable, time.Second, operation.GroupFallback{})
 		const n = 40
 		var charges []*answer
 		for range n {
@@ -63,11 +66,17 @@ func TestStartGrouped(t *testing.T) {
 	// In a group, a payment no longer in flight is not started: its charge
 	// starts alone and reads it as it is. A payment whose row another
 	// transaction holds fails the group within its lock wait, not the
-	// holder's time: every charge of it then starts alone.
+	// holder's time: every charge of it then starts alone, and the
+	// operator is told once, by a warning and a count.
 	t.Run("WhatAGroupCannotStartIsStartedAlone", func(t *testing.T) {
 		t.Parallel()
 		b := newRecorderBundle(t)
-		s := operation.NewStartGrouped[Payment](b.pool, paymentsTable, time.Second)
+		var logs bytes.Buffer
+		var fellBack []string
+		s := operation.NewStartGrouped[Payment](b.pool, paymentsTable, time.Second, operation.GroupFallback{
+			Kind: payment{}.Name(), Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
+			FellBack: func(step, kind string) { fellBack = append(fellBack, step+" "+kind) },
+		})
 		ref := func(f *answer) operation.Ref { return operation.Ref{TenantID: b.tenant, ID: f.Op.ID} }
 		settled, free := b.charge(t), b.charge(t)
 		_, err := b.pool.Exec(b.ctx, `UPDATE payments SET status = 'succeeded' WHERE id = $1`, settled.Op.ID)
@@ -80,6 +89,7 @@ func TestStartGrouped(t *testing.T) {
 		require.NoError(t, err)
 		require.False(t, ok)
 		require.Equal(t, StatusSucceeded, p.Status)
+		require.Empty(t, fellBack, "a payment no longer in flight is no failure of its group")
 
 		held, other := b.charge(t), b.charge(t)
 		holder, err := b.pool.Begin(b.ctx)
@@ -90,6 +100,14 @@ func TestStartGrouped(t *testing.T) {
 		_, err = s.StartGroup(b.ctx, []operation.Ref{ref(held), ref(other)})
 		require.Error(t, err)
 		require.Less(t, time.Since(began), 5*time.Second, "the group waited past its lock wait")
+		require.Equal(t, []string{"start payment"}, fellBack)
+		var warning struct{ Level, Msg, Kind, Step, Cause string }
+		require.NoError(t, json.Unmarshal(logs.Bytes(), &warning), "one warning for the group")
+		require.Equal(t, "WARN", warning.Level)
+		require.Contains(t, warning.Msg, "starting each alone")
+		require.Equal(t, "payment", warning.Kind)
+		require.Equal(t, "start", warning.Step)
+		require.Contains(t, warning.Cause, "lock timeout")
 		_, ok, err = s.Start(b.ctx, b.tenant, other.Op.ID)
 		require.NoError(t, err)
 		require.True(t, ok)
@@ -97,6 +115,7 @@ func TestStartGrouped(t *testing.T) {
 		_, ok, err = s.Start(b.ctx, b.tenant, held.Op.ID)
 		require.NoError(t, err)
 		require.True(t, ok)
+		require.Len(t, fellBack, 1, "each alone is no group: nothing more to tell")
 	})
 }
 

@@ -157,11 +157,11 @@ func newGroupedRefunds(t *testing.T, connections int32) *groupedRefunds {
 		"PostgreSQL must find two groups waiting for each other before their lock wait ends")
 	env := operation.Env{Pool: pool, Keys: b.keys, Provider: b.provider, Logger: b.logger, Worker: b.cfg}
 	g.recorder = refunds.NewGroupedRecorder(env, operation.RecordGroupedConfig{
-		Kind: refunds.Kind().Name(), Timeout: 10 * time.Second, LockWait: groupLockWait, Logger: b.logger,
-		FellBack: func(kind string) {
-			t.Logf("a group of %s answers fell back to recording alone", kind)
+		Timeout: 10 * time.Second, LockWait: groupLockWait,
+		Fallback: operation.GroupFallback{Kind: refunds.Kind().Name(), Logger: b.logger, FellBack: func(step, kind string) {
+			t.Logf("a group of %s %s fell back to each alone", kind, step)
 			g.fellBack.Add(1)
-		},
+		}},
 	})
 	return g
 }
