@@ -53,6 +53,11 @@ type config struct {
 	// shared statements; off, each is started and recorded on its own.
 	// Defaults to on.
 	Grouping bool
+	// GroupWriters (WORKER_GROUP_WRITERS) caps the groups of starts and
+	// records that every kind's worker writes at once, each holding one of
+	// the pool's connections. Defaults to half of DATABASE_MAX_CONNS: the
+	// rest stays for River's fetches and completions and the periodic jobs.
+	GroupWriters int
 	// PollInterval (WORKER_POLL_INTERVAL) is the wait between polls of an
 	// intent that is processing or requires action. Defaults to 2s.
 	PollInterval time.Duration
@@ -173,6 +178,11 @@ func loadConfig(getenv func(string) string) (config, error) {
 		Tracing:                telemetry.ReadConfig(env, "oncepay-worker"),
 	}
 	cfg.DatabaseMaxConns = env.Int("DATABASE_MAX_CONNS", 20, 4, 2000)
+	cfg.GroupWriters = env.Int("WORKER_GROUP_WRITERS", cfg.DatabaseMaxConns/2, 1, 2000)
+	if cfg.GroupWriters >= cfg.DatabaseMaxConns {
+		env.Fail("WORKER_GROUP_WRITERS", "%d must stay under DATABASE_MAX_CONNS (%d): River's fetches and completions need connections too",
+			cfg.GroupWriters, cfg.DatabaseMaxConns)
+	}
 	// A job's attempt may outlive its timeout by the window in which it
 	// records what the provider said; rescuing it before then would run a
 	// second attempt beside the first.

@@ -28,6 +28,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/console"
 	"github.com/oncepay/oncepay/internal/envconfig"
+	"github.com/oncepay/oncepay/internal/groupcommit"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/kinds"
 	"github.com/oncepay/oncepay/internal/metrics"
@@ -106,6 +107,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		Observe:       observeReconciliation(m),
 		Swept:         m.KeySwept,
 		GroupFellBack: m.GroupFellBack,
+		GroupWriters:  groupcommit.NewBudget(cfg.GroupWriters),
 	}
 	every := map[operation.Schedule]time.Duration{
 		operation.EveryReconcile: cfg.ReconcileInterval, operation.EverySweep: cfg.SweepInterval,

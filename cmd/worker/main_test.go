@@ -465,6 +465,25 @@ func TestRescueMustOutlastTheRecordingWindow(t *testing.T) {
 	require.NoError(t, err)
 }
 
+// TestGroupWritersLeaveConnectionsToRiver: the grouped starts and records
+// of every kind together take half the pool by default, and never all of
+// it: River fetches and completes jobs on the same pool.
+func TestGroupWritersLeaveConnectionsToRiver(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"STRIPE_SECRET_KEY": "sk_test_oncepay"}
+	cfg, err := loadConfig(func(k string) string { return env[k] })
+	require.NoError(t, err)
+	require.Equal(t, 10, cfg.GroupWriters, "half of the default pool of 20")
+
+	env["DATABASE_MAX_CONNS"], env["WORKER_GROUP_WRITERS"] = "8", "8"
+	_, err = loadConfig(func(k string) string { return env[k] })
+	require.ErrorContains(t, err, "WORKER_GROUP_WRITERS", "the groups would leave River no connection")
+	delete(env, "WORKER_GROUP_WRITERS")
+	cfg, err = loadConfig(func(k string) string { return env[k] })
+	require.NoError(t, err)
+	require.Equal(t, 4, cfg.GroupWriters, "half of the pool it is given")
+}
+
 func TestHelpAndArguments(t *testing.T) {
 	t.Parallel()
 	var out bytes.Buffer

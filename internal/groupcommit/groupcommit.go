@@ -23,6 +23,9 @@ import (
 // requests still pending wakes their callers to take its slot.
 type Grouper[T any] struct {
 	maxGroup, maxWriters int
+	// budget, if set, caps the groups written at once by every grouper
+	// that shares it; maxWriters still caps this one's.
+	budget *Budget
 	// write writes a group and finishes each of its requests. A request it
 	// leaves unfinished (it panicked) fails.
 	write func(group []*Request[T])
@@ -36,9 +39,34 @@ type Grouper[T any] struct {
 }
 
 // New returns a grouper that writes groups of at most maxGroup requests,
-// at most maxWriters at once, each with write.
-func New[T any](maxGroup, maxWriters int, write func(group []*Request[T])) *Grouper[T] {
-	return &Grouper[T]{maxGroup: maxGroup, maxWriters: maxWriters, write: write}
+// at most maxWriters at once and, if budget is set, only while it has a
+// slot free, each with write.
+func New[T any](maxGroup, maxWriters int, budget *Budget, write func(group []*Request[T])) *Grouper[T] {
+	return &Grouper[T]{maxGroup: maxGroup, maxWriters: maxWriters, budget: budget, write: write}
+}
+
+// Budget caps the groups written at once by several groupers together:
+// each grouper's own cap bounds one kind of write, a budget all of them,
+// so that their writers, each holding a database connection, leave the
+// rest of a pool to its other users. A nil budget caps nothing.
+type Budget struct{ slots chan struct{} }
+
+// NewBudget returns a budget of n groups written at once (at least one).
+func NewBudget(n int) *Budget { return &Budget{slots: make(chan struct{}, max(n, 1))} }
+
+// Size is the number of groups the budget lets be written at once.
+func (b *Budget) Size() int { return cap(b.slots) }
+
+func (b *Budget) acquire() {
+	if b != nil {
+		b.slots <- struct{}{}
+	}
+}
+
+func (b *Budget) release() {
+	if b != nil {
+		<-b.slots
+	}
 }
 
 // Request is one caller's item in a grouper, and its result.
@@ -100,10 +128,20 @@ func (g *Grouper[T]) writeWhilePending(own *Request[T]) <-chan struct{} {
 	}
 	g.writers++
 	for len(g.pending) > 0 && !isClosed(own.done) {
+		// The shared slot is taken before the group is: requests that
+		// arrive during the wait join the group.
+		g.mu.Unlock()
+		g.budget.acquire()
+		g.mu.Lock()
+		if len(g.pending) == 0 { // another writer of this grouper took them
+			g.budget.release()
+			break
+		}
 		group := g.pending[:min(len(g.pending), g.maxGroup)]
 		g.pending = slices.Clone(g.pending[len(group):])
 		g.mu.Unlock()
 		g.WriteGroup(group)
+		g.budget.release()
 		g.mu.Lock()
 	}
 	g.writers--

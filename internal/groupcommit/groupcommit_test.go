@@ -26,7 +26,7 @@ func TestRequestsAtOnceAreGrouped(t *testing.T) {
 	// others find the writer slots taken and queue: requests at once.
 	var calling sync.WaitGroup
 	calling.Add(n)
-	g := groupcommit.New(maxGroup, maxWriters, func(group []*groupcommit.Request[int]) {
+	g := groupcommit.New(maxGroup, maxWriters, nil, func(group []*groupcommit.Request[int]) {
 		calling.Wait()
 		time.Sleep(10 * time.Millisecond)
 		mu.Lock()
@@ -74,7 +74,7 @@ func TestRequestsAtOnceAreGrouped(t *testing.T) {
 // the grouper and its callers go on.
 func TestAWriteThatPanicsFailsItsRequests(t *testing.T) {
 	t.Parallel()
-	g := groupcommit.New(4, 1, func(group []*groupcommit.Request[string]) {
+	g := groupcommit.New(4, 1, nil, func(group []*groupcommit.Request[string]) {
 		for _, r := range group {
 			switch r.Item {
 			case "panic":
@@ -94,4 +94,51 @@ func TestAWriteThatPanicsFailsItsRequests(t *testing.T) {
 	require.ErrorContains(t, forgotten.Wait(), "unfinished")
 	require.ErrorContains(t, g.Do("panic"), "panicked", "through Do too")
 	require.NoError(t, g.Do("ok"), "the grouper goes on")
+}
+
+// Groupers that share a budget write no more groups at once, together,
+// than it allows, each below its own cap, and every request is written.
+func TestABudgetCapsGroupersTogether(t *testing.T) {
+	t.Parallel()
+	const n, groupers, budget = 120, 3, 2
+	var mu sync.Mutex
+	writing, mostWriting := 0, 0
+	written := map[int]int{}
+	shared := groupcommit.NewBudget(budget)
+	require.Equal(t, budget, shared.Size())
+	var gs []*groupcommit.Grouper[int]
+	for range groupers {
+		gs = append(gs, groupcommit.New(4, 4, shared, func(group []*groupcommit.Request[int]) {
+			mu.Lock()
+			writing++
+			mostWriting = max(mostWriting, writing)
+			mu.Unlock()
+			time.Sleep(2 * time.Millisecond)
+			mu.Lock()
+			writing--
+			for _, r := range group {
+				written[r.Item]++
+			}
+			mu.Unlock()
+			for _, r := range group {
+				r.Finish(nil)
+			}
+		}))
+	}
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			errs[i] = gs[i%groupers].Do(i)
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i, err := range errs {
+		require.NoError(t, err)
+		require.Equal(t, 1, written[i], "request %d written once", i)
+	}
+	require.Equal(t, budget, mostWriting, "the budget was used whole, and never exceeded")
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
+	"github.com/oncepay/oncepay/internal/groupcommit"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/provider"
 )
@@ -152,6 +153,11 @@ type Env struct {
 	// worker writes them (capture for captures and cancels, which share its
 	// job). It must not block.
 	GroupFellBack func(step, kind string)
+	// GroupWriters, if set, caps the groups of starts and records that
+	// every kind's worker writes at once, each holding a connection of
+	// Pool, so that they leave the rest to River and the other jobs; each
+	// kind's own caps (4 starts, 8 records) still apply.
+	GroupWriters *groupcommit.Budget
 }
 
 // Schedule names the interval a periodic job runs at, which the worker's

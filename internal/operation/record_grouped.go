@@ -39,6 +39,9 @@ type RecordGroupedConfig struct {
 	// Fallback tells of each group whose transaction failed, its answers
 	// then recorded each alone.
 	Fallback GroupFallback
+	// Writers, if set, is the budget of groups written at once that every
+	// kind's groups share (each a connection of the worker's pool).
+	Writers *groupcommit.Budget
 	// Timeout bounds a group's BEGIN and COMMIT; each answer's own
 	// statements run under its caller's context.
 	Timeout time.Duration
@@ -59,11 +62,11 @@ type Answered[A JobOf, Op, O any] struct {
 }
 
 // maxRecordGroup caps a group; maxRecordWriters the groups of one kind
-// written at once, each a connection of the worker's pool (20 by default,
-// shared with the starts, River's fetches and every kind's groups: a
-// writer waits for one like any caller). Against a 300 ms provider, 4, 8
-// and 16 writers drained a charge backlog alike, about a quarter faster
-// than a transaction per answer.
+// written at once, each a connection of the worker's pool (shared with the
+// starts, River's fetches and every kind's groups; all kinds' groups
+// together wait for a slot of RecordGroupedConfig.Writers, if set). Against
+// a 300 ms provider, 4, 8 and 16 writers drained a charge backlog alike,
+// about a quarter faster than a transaction per answer.
 const (
 	maxRecordGroup   = 32
 	maxRecordWriters = 8
@@ -79,7 +82,7 @@ const recordLockWait = 200 * time.Millisecond
 func NewRecordGrouped[A JobOf, Op, O any](each RecordEach[A, Op, O], cfg RecordGroupedConfig) *RecordGrouped[A, Op, O] {
 	cfg.LockWait = cmp.Or(cfg.LockWait, recordLockWait)
 	r := &RecordGrouped[A, Op, O]{each: each, cfg: cfg}
-	r.groups = groupcommit.New(maxRecordGroup, maxRecordWriters, r.write)
+	r.groups = groupcommit.New(maxRecordGroup, maxRecordWriters, cfg.Writers, r.write)
 	return r
 }
 

@@ -54,10 +54,13 @@ type starting[Op any] struct {
 }
 
 // NewStartGrouped returns a grouped starter of table's operations, telling
-// fallback of each group whose statement failed.
-func NewStartGrouped[Op Operation](pool *pgxpool.Pool, table Table, callTimeout time.Duration, fallback GroupFallback) *StartGrouped[Op] {
+// fallback of each group whose statement failed; its groups also wait for
+// a slot of writers, if set (a budget every kind's groups share).
+func NewStartGrouped[Op Operation](pool *pgxpool.Pool, table Table, callTimeout time.Duration, fallback GroupFallback,
+	writers *groupcommit.Budget,
+) *StartGrouped[Op] {
 	s := &StartGrouped[Op]{each: StartEach[Op]{Pool: pool, Table: table, CallTimeout: callTimeout}, fallback: fallback}
-	s.groups = groupcommit.New(maxStartGroup, maxStartWriters, s.write)
+	s.groups = groupcommit.New(maxStartGroup, maxStartWriters, writers, s.write)
 	return s
 }
 

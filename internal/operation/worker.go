@@ -144,8 +144,8 @@ func NewWorker[A JobOf, Op Operation, O Answer](env Env, name, action string, ta
 	w.starter, w.recorder = starter, recorder
 	if fastpath.Built && !env.Worker.Ungrouped {
 		fallback := GroupFallback{Kind: name, Logger: env.Logger, FellBack: env.GroupFellBack}
-		w.starter = NewStartGrouped[Op](env.Pool, table, w.t.CallTimeout, fallback)
-		w.recorder = NewRecordGrouped(recorder, RecordGroupedConfig{Fallback: fallback, Timeout: w.t.RecordTimeout})
+		w.starter = NewStartGrouped[Op](env.Pool, table, w.t.CallTimeout, fallback, env.GroupWriters)
+		w.recorder = NewRecordGrouped(recorder, RecordGroupedConfig{Fallback: fallback, Writers: env.GroupWriters, Timeout: w.t.RecordTimeout})
 	}
 	w.pending, _ = any(kind).(PendingRecorder[Op, O])
 	w.abandoner, _ = any(kind).(Abandoner[Op, O])

@@ -24,7 +24,7 @@ func TestStartGrouped(t *testing.T) {
 		t.Parallel()
 		b := newRecorderBundle(t)
 		traced, log := pgtest.TracedPool(t, b.dbURL)
-		s := operation.NewStartGrouped[Payment](traced, paymentsTable, time.Second, operation.GroupFallback{})
+		s := operation.NewStartGrouped[Payment](traced, paymentsTable, time.Second, operation.GroupFallback{}, nil)
 		const n = 40
 		var charges []*answer
 		for range n {
@@ -76,7 +76,7 @@ func TestStartGrouped(t *testing.T) {
 		s := operation.NewStartGrouped[Payment](b.pool, paymentsTable, time.Second, operation.GroupFallback{
 			Kind: payment{}.Name(), Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
 			FellBack: func(step, kind string) { fellBack = append(fellBack, step+" "+kind) },
-		})
+		}, nil)
 		ref := func(f *answer) operation.Ref { return operation.Ref{TenantID: b.tenant, ID: f.Op.ID} }
 		settled, free := b.charge(t), b.charge(t)
 		_, err := b.pool.Exec(b.ctx, `UPDATE payments SET status = 'succeeded' WHERE id = $1`, settled.Op.ID)
