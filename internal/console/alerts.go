@@ -62,7 +62,7 @@ var checks = []check{
 }
 
 // rateRules are the rules only Prometheus can evaluate.
-var rateRules = []string{"OncepayProviderFailing", "OncepayAPIServerErrors", "OncepayJobsLostBySweeper"}
+var rateRules = []string{"OncepayProviderFailing", "OncepayAPIServerErrors", "OncepayJobsLostBySweeper", "OncepayGroupsFallingBack"}
 
 // Alert is one rule as the alerts page shows it.
 type Alert struct {
