@@ -71,7 +71,7 @@ drop-test-templates:
 
 ## clean-db: drop every database oncepay's tools leave on DATABASE_URL's server: the stack's (DATABASE_URL's own: run make down first), the bench's and its peers', the chaos run's, the test templates and the copies a killed test left (not while tests, the bench or a chaos run use the server: it drops theirs too)
 clean-db: drop-test-templates
-	@for db in '$(DATABASE_NAME)' oncepay_bench oncepay_bench_dbospeer oncepay_bench_riverpeer oncepay_loadgen \
+	@for db in '$(DATABASE_NAME)' oncepay_bench oncepay_bench_dbospeer oncepay_bench_riverpeer oncepay_bench_riverkeyspeer oncepay_loadgen \
 		$$(psql "$(ADMIN_DATABASE_URL)" -Atc "SELECT datname FROM pg_database WHERE datname LIKE 'oncepay\_test\_%' OR datname LIKE 'peers\_test\_%'"); do \
 		psql "$(ADMIN_DATABASE_URL)" -qc "DROP DATABASE IF EXISTS \"$$db\" WITH (FORCE)" && echo "dropped $$db (if it was there)"; done
 

@@ -21,8 +21,11 @@ import (
 // Transact and with plain River (tools/bench/peers, a module of its own):
 // each side takes the same closed loop of new keys from the same client,
 // charges the same simulator and records in the same server, in
-// alternating rounds (oncepay, DBOS, River, again), with the provider
-// answering at once and 300 ms late.
+// alternating rounds (oncepay, DBOS, River, River with keys, oncepay
+// without events, again), with the provider answering at once and 300 ms
+// late. River with keys is plain River writing oncepay's rows the plainest
+// way: beside oncepay it prices oncepay's code, beside River the
+// bookkeeping itself.
 
 // dbosPollInterval is how often the DBOS peer's queue polls (DBOS queues
 // are not notified of new work): lowered from DBOS's 1 s default, which
@@ -90,6 +93,9 @@ type PeersRound struct {
 	Oncepay    PeerSide `json:"oncepay"`
 	DBOS       PeerSide `json:"dbos"`
 	River      PeerSide `json:"river"`
+	// RiverWithKeys is River writing oncepay's rows (riverkeys): the key
+	// with its stored answers, the payment in flight, the attempt's clock.
+	RiverWithKeys PeerSide `json:"river_with_keys"`
 	// OncepayWithoutEvents is oncepay with the provider's events dropped,
 	// as the peers run: the like-for-like turn (its worker records every
 	// answer itself; events are only hints).
@@ -101,9 +107,10 @@ type peer struct {
 	// label names it in the table.
 	label string
 	// binary is the peer's program, started for each of its rounds;
-	// empty for oncepay, whose stack runs throughout.
-	binary string
-	args   []string
+	// empty for oncepay, whose stack runs throughout. database names the
+	// peer's database (the bench's name, then its own).
+	binary, database string
+	args             []string
 	// procs are the processes whose CPU is the side's.
 	procs []string
 	// pool reads its payments, whose tenant_id is one of tenants; rows
@@ -130,11 +137,12 @@ func (r *run) peers(ctx context.Context) (*PhaseResult, error) {
 	sides := []*peer{oncepay}
 	common := []string{"-addr", "127.0.0.1:0", "-concurrency", strconv.Itoa(concurrency), "-max-conns", strconv.Itoa(peerMaxConns)}
 	for _, p := range []*peer{
-		{label: "DBOS", binary: "dbospeer", args: append(slices.Clip(common), "-poll", dbosPollInterval.String())},
-		{label: "River", binary: "riverpeer", args: common},
+		{label: "DBOS", binary: "dbospeer", database: "dbospeer", args: append(slices.Clip(common), "-poll", dbosPollInterval.String())},
+		{label: "River", binary: "riverpeer", database: "riverpeer", args: common},
+		{label: "River with keys", binary: "riverpeer", database: "riverkeyspeer", args: append(slices.Clip(common), "-keys")},
 	} {
 		var drop func()
-		if p.dbURL, drop, err = r.peerDatabase(ctx, p.binary); err != nil {
+		if p.dbURL, drop, err = r.peerDatabase(ctx, p.database); err != nil {
 			return nil, err
 		}
 		defer drop()
@@ -144,7 +152,8 @@ func (r *run) peers(ctx context.Context) (*PhaseResult, error) {
 		defer p.pool.Close()
 		// A peer takes the bearer token as its tenant.
 		p.procs, p.tenants = []string{p.binary}, r.apiKeys
-		p.rows = `SELECT accepted_at, settled_at FROM payments WHERE accepted_at >= $1 AND tenant_id = ANY($2)`
+		p.rows = `SELECT accepted_at, settled_at FROM payments WHERE accepted_at >= $1 AND tenant_id = ANY($2)
+			AND settled_at IS NOT NULL`
 		sides = append(sides, p)
 	}
 	// Every side charges with as many at once: the stack's worker too.
@@ -172,6 +181,7 @@ func (r *run) peers(ctx context.Context) (*PhaseResult, error) {
 			"dbos_transact": versions["dbos"], "river": versions["river"], "concurrency": concurrency,
 			"dbos_queue_poll_interval": dbosPollInterval.String(), "peer_max_conns": peerMaxConns,
 			"river_unique_jobs": "by tenant and key (UniqueOpts.ByArgs on the two fields)",
+			"river_with_keys":   "plain River writing oncepay's rows (riverpeer -keys), no fast paths, no events",
 		},
 	}, nil
 }
@@ -197,14 +207,14 @@ func (r *run) peerRounds(ctx context.Context, sides []*peer, ms int) ([]PeersRou
 	var rounds []PeersRound
 	for i := range r.cfg.Rounds {
 		rd := PeersRound{ProviderMS: ms}
-		for j, into := range []*PeerSide{&rd.Oncepay, &rd.DBOS, &rd.River, &rd.OncepayWithoutEvents} {
+		for j, into := range []*PeerSide{&rd.Oncepay, &rd.DBOS, &rd.River, &rd.RiverWithKeys, &rd.OncepayWithoutEvents} {
 			var err error
 			if *into, err = r.measurePeer(ctx, sides[j%len(sides)], j == len(sides)); err != nil {
 				return nil, fmt.Errorf("%s, %d ms provider: %w", sides[j%len(sides)].label, ms, err)
 			}
 		}
-		r.printf("round %d, %d ms provider: %s | %s | %s | %s", i+1, ms, rd.Oncepay.summary("oncepay"), rd.DBOS.summary("DBOS"),
-			rd.River.summary("River"), rd.OncepayWithoutEvents.summary("oncepay without events"))
+		r.printf("round %d, %d ms provider: %s | %s | %s | %s | %s", i+1, ms, rd.Oncepay.summary("oncepay"), rd.DBOS.summary("DBOS"),
+			rd.River.summary("River"), rd.RiverWithKeys.summary("River with keys"), rd.OncepayWithoutEvents.summary("oncepay without events"))
 		rounds = append(rounds, rd)
 	}
 	return rounds, nil
@@ -451,6 +461,38 @@ func peerRows(rounds []PeersRound) []Row {
 				vs("CPU/1k payments, the whole PostgreSQL server", "s", func(s PeerSide) float64 { return float64(s.CPU["postgres"]) }, nil),
 				vs("CPU busy during the load", "share", func(s PeerSide) float64 { return s.CPUBusy }, nil),
 			)
+		}
+		rows = append(rows, bookkeepingRows(ms, at)...)
+	}
+	return rows
+}
+
+// bookkeepingRows price oncepay's rows apart from its code, at one
+// provider latency: oncepay without events against River writing the same
+// rows plainly (what oncepay's code costs or saves), and that against
+// plain River (what the bookkeeping costs, however written).
+func bookkeepingRows(ms int, at []PeersRound) []Row {
+	var rows []Row
+	for _, pair := range []struct {
+		label       string
+		side, other func(PeersRound) PeerSide
+	}{
+		{"oncepay without events vs River with keys", func(rd PeersRound) PeerSide { return rd.OncepayWithoutEvents },
+			func(rd PeersRound) PeerSide { return rd.RiverWithKeys }},
+		{"River with keys vs River", func(rd PeersRound) PeerSide { return rd.RiverWithKeys },
+			func(rd PeersRound) PeerSide { return rd.River }},
+	} {
+		for _, m := range []struct {
+			measure, unit string
+			f             func(PeerSide) float64
+		}{
+			{"settled/s", "/s", func(s PeerSide) float64 { return s.SettledPerSec }},
+			{"CPU/1k payments, its processes", "s", PeerSide.own},
+			{"CPU/1k payments, its database's backends", "s", func(s PeerSide) float64 { return float64(s.CPU["postgres_backends"]) }},
+			{"CPU/1k payments, in all", "s", PeerSide.total},
+		} {
+			rows = append(rows, compared(fmt.Sprintf("%d ms provider, %s: %s", ms, pair.label, m.measure), m.unit, at,
+				func(rd PeersRound) (float64, float64) { return m.f(pair.side(rd)), m.f(pair.other(rd)) }, nil))
 		}
 	}
 	return rows

@@ -1,10 +1,12 @@
 // Package peers is what the bench's peers share: the same job written
-// three ways, two of them here (DBOS Transact in dbospeer, plain River in
-// riverpeer), oncepay itself the third. Each accepts POST /v1/payments
+// several ways, the others here (DBOS Transact in dbospeer, plain River in
+// riverpeer, River writing oncepay's rows plainly in riverkeys), oncepay
+// itself the first. Each accepts POST /v1/payments
 // under an Idempotency-Key, charges the provider once with a key derived
 // from the tenant and the client's key (a payment intent created and
 // confirmed in one call, as oncepay's worker does), and records the
-// outcome in a table of its own, the same table for both.
+// outcome in a table of its own, the same table for all (riverkeys adds
+// the columns of a payment in flight).
 //
 // The peers are a module of their own, so that the service's go.mod
 // carries none of what they need. They are measured, not deployed: each

@@ -120,7 +120,7 @@ func TestTinyRun(t *testing.T) {
 	conn, err := pgx.Connect(context.Background(), adminURL)
 	require.NoError(t, err)
 	defer conn.Close(context.Background())
-	for _, name := range []string{dbName, dbName + "_dbospeer", dbName + "_riverpeer"} {
+	for _, name := range []string{dbName, dbName + "_dbospeer", dbName + "_riverpeer", dbName + "_riverkeyspeer"} {
 		var exists bool
 		require.NoError(t, conn.QueryRow(context.Background(), "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&exists))
 		require.False(t, exists, fmt.Sprintf("database %s is left behind", name))

@@ -16,21 +16,11 @@ import (
 	"github.com/oncepay/oncepay/tools/bench/peers/peertest"
 )
 
-type bundle struct {
-	server                 *Server
-	peerURL, simURL, dbURL string
-}
+type bundle = peertest.Peer[*Server]
 
+// setup starts the peer on a database and a simulator of the test's own.
 func setup(t *testing.T) bundle {
-	t.Helper()
-	b := bundle{simURL: peertest.Simulator(t), dbURL: peertest.Database(t)}
-	s, err := Start(context.Background(), Config{Config: peers.Config{DatabaseURL: b.dbURL, StripeAPIBase: b.simURL, Concurrency: 4, MaxConns: 4}})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, s.Close()) })
-	srv := httptest.NewServer(s.Handler())
-	t.Cleanup(srv.Close)
-	b.server, b.peerURL = s, srv.URL
-	return b
+	return peertest.Start(t, func(ctx context.Context, cfg peers.Config) (*Server, error) { return Start(ctx, Config{Config: cfg}) })
 }
 
 const body = `{"amount":2000,"currency":"usd","payment_method":"pm_card_visa"}`
@@ -39,7 +29,7 @@ const body = `{"amount":2000,"currency":"usd","payment_method":"pm_card_visa"}`
 // answers it.
 func state(t *testing.T, b bundle, tenant, key string) string {
 	t.Helper()
-	status, header, answer := peertest.Pay(t, b.peerURL, tenant, key, body)
+	status, header, answer := peertest.Pay(t, b.PeerURL, tenant, key, body)
 	require.Equal(t, http.StatusAccepted, status, answer)
 	require.Equal(t, "true", header.Get("Idempotent-Replayed"))
 	var a peers.Accepted
@@ -50,15 +40,15 @@ func state(t *testing.T, b bundle, tenant, key string) string {
 func TestChargesOnceAndRecords(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	status, _, _ := peertest.Pay(t, b.peerURL, "ten_a", "key-1", body)
+	status, _, _ := peertest.Pay(t, b.PeerURL, "ten_a", "key-1", body)
 	require.Equal(t, http.StatusAccepted, status)
 	require.Eventually(t, func() bool {
-		r, ok := peertest.Record(t, b.dbURL, "ten_a", "key-1")
+		r, ok := peertest.Record(t, b.DBURL, "ten_a", "key-1")
 		return ok && r.Status == "succeeded"
 	}, 10*time.Second, 20*time.Millisecond)
 	require.Eventually(t, func() bool { return state(t, b, "ten_a", "key-1") == string(dbos.WorkflowStatusSuccess) },
 		10*time.Second, 20*time.Millisecond)
-	require.Len(t, peertest.Intents(t, b.simURL, peers.ProviderKey("ten_a", "key-1")), 1)
+	require.Len(t, peertest.Intents(t, b.SimURL, peers.ProviderKey("ten_a", "key-1")), 1)
 }
 
 // TestAnotherBodyUnderTheSameKeyIs422: DBOS itself answers a repeated
@@ -68,23 +58,23 @@ func TestChargesOnceAndRecords(t *testing.T) {
 func TestAnotherBodyUnderTheSameKeyIs422(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	status, _, _ := peertest.Pay(t, b.peerURL, "ten_a", "key-1", body)
+	status, _, _ := peertest.Pay(t, b.PeerURL, "ten_a", "key-1", body)
 	require.Equal(t, http.StatusAccepted, status)
 
 	other, err := peers.ReadRequest(payRequest(t, "ten_a", "key-1", `{"amount":2500,"currency":"usd","payment_method":"pm_card_visa"}`))
 	require.NoError(t, err)
-	handle, err := dbos.RunWorkflow(b.server.dbos, b.server.charge, Charge{Request: other, AcceptedAt: time.Now()},
-		dbos.WithWorkflowID(WorkflowID("ten_a", "key-1")), dbos.WithQueue(b.server.queue))
+	handle, err := dbos.RunWorkflow(b.Server.dbos, b.Server.charge, Charge{Request: other, AcceptedAt: time.Now()},
+		dbos.WithWorkflowID(WorkflowID("ten_a", "key-1")), dbos.WithQueue(b.Server.queue))
 	require.NoError(t, err, "DBOS takes the repeated ID without a word")
 	_, err = handle.GetResult(dbos.WithHandleTimeout(10 * time.Second))
 	require.NoError(t, err)
-	r, ok := peertest.Record(t, b.dbURL, "ten_a", "key-1")
+	r, ok := peertest.Record(t, b.DBURL, "ten_a", "key-1")
 	require.True(t, ok)
 	require.EqualValues(t, 2000, r.Amount, "DBOS ran the first input, not the new one")
 
-	status, _, answer := peertest.Pay(t, b.peerURL, "ten_a", "key-1", `{"amount":2500,"currency":"usd","payment_method":"pm_card_visa"}`)
+	status, _, answer := peertest.Pay(t, b.PeerURL, "ten_a", "key-1", `{"amount":2500,"currency":"usd","payment_method":"pm_card_visa"}`)
 	require.Equal(t, http.StatusUnprocessableEntity, status, answer)
-	require.Len(t, peertest.Intents(t, b.simURL, peers.ProviderKey("ten_a", "key-1")), 1)
+	require.Len(t, peertest.Intents(t, b.SimURL, peers.ProviderKey("ten_a", "key-1")), 1)
 }
 
 // TestALostAnswerIsNeverRecorded: the provider charges, then answers 500
@@ -96,15 +86,15 @@ func TestAnotherBodyUnderTheSameKeyIs422(t *testing.T) {
 func TestALostAnswerIsNeverRecorded(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	peertest.InjectFault(t, b.simURL, peertest.Fault{Mode: "error_after", Status: 500, Count: 1, Path: "POST /v1/payment_intents"})
-	status, _, _ := peertest.Pay(t, b.peerURL, "ten_a", "key-1", body)
+	peertest.InjectFault(t, b.SimURL, peertest.Fault{Mode: "error_after", Status: 500, Count: 1, Path: "POST /v1/payment_intents"})
+	status, _, _ := peertest.Pay(t, b.PeerURL, "ten_a", "key-1", body)
 	require.Equal(t, http.StatusAccepted, status)
 	require.Eventually(t, func() bool { return state(t, b, "ten_a", "key-1") == string(dbos.WorkflowStatusError) },
 		15*time.Second, 50*time.Millisecond, "the workflow gave up")
-	intents := peertest.Intents(t, b.simURL, peers.ProviderKey("ten_a", "key-1"))
+	intents := peertest.Intents(t, b.SimURL, peers.ProviderKey("ten_a", "key-1"))
 	require.Len(t, intents, 1)
 	require.Equal(t, "succeeded", intents[0].Status, "the provider charged")
-	_, recorded := peertest.Record(t, b.dbURL, "ten_a", "key-1")
+	_, recorded := peertest.Record(t, b.DBURL, "ten_a", "key-1")
 	require.False(t, recorded, "the peer never learns it")
 }
 

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
@@ -29,6 +30,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/oncepay/oncepay/tools/bench/peers"
 )
 
 // adminURLs are where a server is looked for, in order, after
@@ -306,4 +309,31 @@ func Record(t *testing.T, dbURL, tenant, key string) (Recorded, bool) {
 		t.Fatalf("peertest: read the payment: %v", err)
 	}
 	return r, true
+}
+
+// Peer is a peer started for a test, and where its parts are.
+type Peer[S peers.Server] struct {
+	Server                 S
+	PeerURL, SimURL, DBURL string
+}
+
+// Start starts a peer with start, on a database of the test's own and a
+// simulator of its own, 4 charges at once on 4 connections, and serves it
+// until the test ends.
+func Start[S peers.Server](t *testing.T, start func(context.Context, peers.Config) (S, error)) Peer[S] {
+	t.Helper()
+	p := Peer[S]{SimURL: Simulator(t), DBURL: Database(t)}
+	s, err := start(context.Background(), peers.Config{DatabaseURL: p.DBURL, StripeAPIBase: p.SimURL, Concurrency: 4, MaxConns: 4})
+	if err != nil {
+		t.Fatalf("peertest: start the peer: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("peertest: close the peer: %v", err)
+		}
+	})
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(srv.Close)
+	p.Server, p.PeerURL = s, srv.URL
+	return p
 }

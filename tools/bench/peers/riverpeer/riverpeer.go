@@ -62,23 +62,38 @@ type Server struct {
 // Start migrates the peer's database (River's tables and the payments
 // table) and starts its River client.
 func Start(ctx context.Context, cfg peers.Config) (*Server, error) {
+	pool, client, err := Open(ctx, cfg, peers.Schema, func(pool *pgxpool.Pool, provider *peers.Provider) river.Worker[ChargeArgs] {
+		return &chargeWorker{provider: provider, pool: pool}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &Server{pool: pool, client: client}, nil
+}
+
+// Open opens cfg's pool, migrates River's tables and then schema (the
+// peer's own), and starts a River client running the worker newWorker
+// makes over the pool and a provider client: what every River peer does.
+func Open[A river.JobArgs](ctx context.Context, cfg peers.Config, schema string,
+	newWorker func(*pgxpool.Pool, *peers.Provider) river.Worker[A],
+) (*pgxpool.Pool, *river.Client[pgx.Tx], error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	pool, err := peers.NewPool(ctx, cfg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	s, err := start(ctx, cfg, pool)
+	client, err := startClient(ctx, cfg, pool, schema, newWorker(pool, peers.NewProvider(cfg.StripeSecretKey, cfg.StripeAPIBase, cfg.Concurrency)))
 	if err != nil {
 		pool.Close()
-		return nil, err
+		return nil, nil, err
 	}
-	return s, nil
+	return pool, client, nil
 }
 
-func start(ctx context.Context, cfg peers.Config, pool *pgxpool.Pool) (*Server, error) {
+func startClient[A river.JobArgs](ctx context.Context, cfg peers.Config, pool *pgxpool.Pool, schema string, worker river.Worker[A]) (*river.Client[pgx.Tx], error) {
 	migrator, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Logger: cfg.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("river migrator: %w", err)
@@ -86,11 +101,11 @@ func start(ctx context.Context, cfg peers.Config, pool *pgxpool.Pool) (*Server, 
 	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
 		return nil, fmt.Errorf("migrate river: %w", err)
 	}
-	if _, err := pool.Exec(ctx, peers.Schema); err != nil {
-		return nil, fmt.Errorf("create payments: %w", err)
+	if _, err := pool.Exec(ctx, schema); err != nil {
+		return nil, fmt.Errorf("create the peer's tables: %w", err)
 	}
 	workers := river.NewWorkers()
-	river.AddWorker(workers, &chargeWorker{provider: peers.NewProvider(cfg.StripeSecretKey, cfg.StripeAPIBase, cfg.Concurrency), pool: pool})
+	river.AddWorker(workers, worker)
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.Concurrency}},
 		Workers: workers,
@@ -110,19 +125,23 @@ func start(ctx context.Context, cfg peers.Config, pool *pgxpool.Pool) (*Server, 
 	if err := client.Start(context.WithoutCancel(ctx)); err != nil {
 		return nil, fmt.Errorf("start river: %w", err)
 	}
-	return &Server{pool: pool, client: client}, nil
+	return client, nil
 }
 
 // Close stops the worker, letting running charges finish for a few
 // seconds, and closes the pool.
-func (s *Server) Close() error {
+func (s *Server) Close() error { return Stop(s.client, s.pool) }
+
+// Stop stops client, letting running charges finish for a few seconds,
+// and closes pool: Open's undoing.
+func Stop(client *river.Client[pgx.Tx], pool *pgxpool.Pool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	err := s.client.Stop(ctx)
+	err := client.Stop(ctx)
 	if errors.Is(err, context.DeadlineExceeded) {
-		err = s.client.StopAndCancel(context.Background())
+		err = client.StopAndCancel(context.Background())
 	}
-	s.pool.Close()
+	pool.Close()
 	return err
 }
 

@@ -3,7 +3,6 @@ package riverpeer_test
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -15,37 +14,24 @@ import (
 	"github.com/oncepay/oncepay/tools/bench/peers/riverpeer"
 )
 
-type bundle struct {
-	peerURL, simURL, dbURL string
-}
-
-func setup(t *testing.T) bundle {
-	t.Helper()
-	b := bundle{simURL: peertest.Simulator(t), dbURL: peertest.Database(t)}
-	s, err := riverpeer.Start(context.Background(), peers.Config{DatabaseURL: b.dbURL, StripeAPIBase: b.simURL, Concurrency: 4, MaxConns: 4})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, s.Close()) })
-	srv := httptest.NewServer(s.Handler())
-	t.Cleanup(srv.Close)
-	b.peerURL = srv.URL
-	return b
-}
+// setup starts the peer on a database and a simulator of the test's own.
+func setup(t *testing.T) peertest.Peer[*riverpeer.Server] { return peertest.Start(t, riverpeer.Start) }
 
 const body = `{"amount":2000,"currency":"usd","payment_method":"pm_card_visa"}`
 
 func TestChargesOnceAndRecords(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	status, _, _ := peertest.Pay(t, b.peerURL, "ten_a", "key-1", body)
+	status, _, _ := peertest.Pay(t, b.PeerURL, "ten_a", "key-1", body)
 	require.Equal(t, http.StatusAccepted, status)
 	require.Eventually(t, func() bool {
-		r, ok := peertest.Record(t, b.dbURL, "ten_a", "key-1")
+		r, ok := peertest.Record(t, b.DBURL, "ten_a", "key-1")
 		return ok && r.Status == "succeeded"
 	}, 10*time.Second, 20*time.Millisecond)
-	status, header, _ := peertest.Pay(t, b.peerURL, "ten_a", "key-1", body)
+	status, header, _ := peertest.Pay(t, b.PeerURL, "ten_a", "key-1", body)
 	require.Equal(t, http.StatusAccepted, status)
 	require.Equal(t, "true", header.Get("Idempotent-Replayed"), "River's unique job took the retry")
-	require.Len(t, peertest.Intents(t, b.simURL, peers.ProviderKey("ten_a", "key-1")), 1)
+	require.Len(t, peertest.Intents(t, b.SimURL, peers.ProviderKey("ten_a", "key-1")), 1)
 }
 
 // TestAnotherBodyUnderTheSameKeyIsAcceptedAndDropped: what River's unique
@@ -55,17 +41,17 @@ func TestChargesOnceAndRecords(t *testing.T) {
 func TestAnotherBodyUnderTheSameKeyIsAcceptedAndDropped(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	status, _, _ := peertest.Pay(t, b.peerURL, "ten_a", "key-1", body)
+	status, _, _ := peertest.Pay(t, b.PeerURL, "ten_a", "key-1", body)
 	require.Equal(t, http.StatusAccepted, status)
-	status, _, _ = peertest.Pay(t, b.peerURL, "ten_a", "key-1", `{"amount":2500,"currency":"usd","payment_method":"pm_card_visa"}`)
+	status, _, _ = peertest.Pay(t, b.PeerURL, "ten_a", "key-1", `{"amount":2500,"currency":"usd","payment_method":"pm_card_visa"}`)
 	require.Equal(t, http.StatusAccepted, status, "the other body is accepted, not refused")
 	require.Eventually(t, func() bool {
-		_, ok := peertest.Record(t, b.dbURL, "ten_a", "key-1")
+		_, ok := peertest.Record(t, b.DBURL, "ten_a", "key-1")
 		return ok
 	}, 10*time.Second, 20*time.Millisecond)
-	r, _ := peertest.Record(t, b.dbURL, "ten_a", "key-1")
+	r, _ := peertest.Record(t, b.DBURL, "ten_a", "key-1")
 	require.EqualValues(t, 2000, r.Amount, "the second body was dropped")
-	intents := peertest.Intents(t, b.simURL, peers.ProviderKey("ten_a", "key-1"))
+	intents := peertest.Intents(t, b.SimURL, peers.ProviderKey("ten_a", "key-1"))
 	require.Len(t, intents, 1)
 	require.EqualValues(t, 2000, intents[0].Amount)
 }
@@ -79,11 +65,11 @@ func TestAnotherBodyUnderTheSameKeyIsAcceptedAndDropped(t *testing.T) {
 func TestALostAnswerIsNeverRecorded(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	peertest.InjectFault(t, b.simURL, peertest.Fault{Mode: "error_after", Status: 500, Count: 1, Path: "POST /v1/payment_intents"})
-	status, _, _ := peertest.Pay(t, b.peerURL, "ten_a", "key-1", body)
+	peertest.InjectFault(t, b.SimURL, peertest.Fault{Mode: "error_after", Status: 500, Count: 1, Path: "POST /v1/payment_intents"})
+	status, _, _ := peertest.Pay(t, b.PeerURL, "ten_a", "key-1", body)
 	require.Equal(t, http.StatusAccepted, status)
 
-	conn, err := pgx.Connect(context.Background(), b.dbURL)
+	conn, err := pgx.Connect(context.Background(), b.DBURL)
 	require.NoError(t, err)
 	defer conn.Close(context.Background())
 	var attempts, errs int
@@ -94,9 +80,9 @@ func TestALostAnswerIsNeverRecorded(t *testing.T) {
 		return errs >= 2
 	}, 20*time.Second, 50*time.Millisecond, "the job retried")
 	require.NotEqual(t, "completed", state)
-	intents := peertest.Intents(t, b.simURL, peers.ProviderKey("ten_a", "key-1"))
+	intents := peertest.Intents(t, b.SimURL, peers.ProviderKey("ten_a", "key-1"))
 	require.Len(t, intents, 1)
 	require.Equal(t, "succeeded", intents[0].Status, "the provider charged")
-	_, recorded := peertest.Record(t, b.dbURL, "ten_a", "key-1")
+	_, recorded := peertest.Record(t, b.DBURL, "ten_a", "key-1")
 	require.False(t, recorded, "the peer never learns it")
 }
