@@ -2,6 +2,7 @@ package main
 
 import (
 	"net/http"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/refunds"
 	"github.com/oncepay/oncepay/tools/stripesim"
 )
@@ -110,4 +112,65 @@ func TestStoredRefundErrorSettlesWithDefaultTimers(t *testing.T) {
 	replay := p.api.Refund(t, paymentID, key, `{}`)
 	require.Equal(t, http.StatusCreated, replay.Status, replay.Raw)
 	require.EqualValues(t, 2000, replay.Body["amount"])
+}
+
+// TestOneGroupWriterForEveryKind: with the writer budget at its least, one
+// group written at a time for the starts and records of every kind
+// together, charges and refunds arriving at once all settle, each once:
+// the kinds take turns at the one writer, and none waits on another for
+// good.
+func TestOneGroupWriterForEveryKind(t *testing.T) {
+	t.Parallel()
+	p := newPipeline(t)
+	p.startWorker("WORKER_GROUP_WRITERS=1")
+	const n = 12
+	paid := make([]string, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			res := p.api.Pay(t, id.New("key"), "pm_card_visa", "Prefer", "wait=20")
+			if assert.Equal(t, http.StatusCreated, res.Status, res.Raw) {
+				paid[i] = res.PaymentID()
+			}
+		})
+	}
+	wg.Wait()
+	// Refunds of the first half, and new charges, at once.
+	refundIDs := make([]string, n/2)
+	more := make([]string, n/2)
+	for i := range n / 2 {
+		wg.Go(func() {
+			res := p.api.Refund(t, paid[i], id.New("key"), `{"amount": 500}`)
+			if assert.Equal(t, http.StatusAccepted, res.Status, res.Raw) {
+				refundIDs[i] = res.Body["id"].(string)
+			}
+		})
+		wg.Go(func() {
+			res := p.api.Pay(t, id.New("key"), "pm_card_visa")
+			if assert.Equal(t, http.StatusAccepted, res.Status, res.Raw) {
+				more[i] = res.PaymentID()
+			}
+		})
+	}
+	wg.Wait()
+	require.False(t, t.Failed())
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		for _, refundID := range refundIDs {
+			r, err := refunds.GetRefund(p.ctx, p.pool, p.api.Tenant.TenantID, refundID)
+			assert.NoError(c, err)
+			assert.Equal(c, refunds.StatusSucceeded, r.Status, refundID)
+		}
+		for _, paymentID := range more {
+			assert.Equal(c, payments.StatusSucceeded, p.payment(paymentID).Status, paymentID)
+		}
+	}, 60*time.Second, 50*time.Millisecond)
+	for i, paymentID := range paid {
+		intentID := p.payment(paymentID).ProviderPaymentIntentID
+		require.NotNil(t, intentID)
+		refunded := 0
+		if i < n/2 {
+			refunded = 1
+		}
+		require.Len(t, p.ledger().RefundsFor(*intentID), refunded, "payment %s refunded once, or not at all", paymentID)
+	}
 }

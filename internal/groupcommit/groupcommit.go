@@ -54,8 +54,14 @@ type Budget struct{ slots chan struct{} }
 // NewBudget returns a budget of n groups written at once (at least one).
 func NewBudget(n int) *Budget { return &Budget{slots: make(chan struct{}, max(n, 1))} }
 
-// Size is the number of groups the budget lets be written at once.
-func (b *Budget) Size() int { return cap(b.slots) }
+// Size is the number of groups the budget lets be written at once; 0 for
+// none, which caps nothing.
+func (b *Budget) Size() int {
+	if b == nil {
+		return 0
+	}
+	return cap(b.slots)
+}
 
 func (b *Budget) acquire() {
 	if b != nil {
@@ -133,7 +139,7 @@ func (g *Grouper[T]) writeWhilePending(own *Request[T]) <-chan struct{} {
 		g.mu.Unlock()
 		g.budget.acquire()
 		g.mu.Lock()
-		if len(g.pending) == 0 { // another writer of this grouper took them
+		if len(g.pending) == 0 || isClosed(own.done) { // another writer took them, or wrote own meanwhile
 			g.budget.release()
 			break
 		}

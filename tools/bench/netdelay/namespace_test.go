@@ -75,7 +75,10 @@ func TestNamespace(t *testing.T) {
 	}
 	delayed := median(roundTrips(t, conn, 50))
 	require.GreaterOrEqual(t, delayed, delay)
-	require.Less(t, delayed, delay+time.Millisecond)
+	// Below twice the delay: added once a round trip, not on each way. A
+	// tighter bound fails on a loaded machine (make test runs packages
+	// side by side), where a round trip's own time grows past a millisecond.
+	require.Less(t, delayed, 2*delay)
 
 	require.NoError(t, line.Close())
 	cancelled, cancel := context.WithCancel(ctx)

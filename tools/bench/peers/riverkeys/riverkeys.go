@@ -185,16 +185,15 @@ type chargeWorker struct {
 // backoff, and the charge with the same key.
 func (w *chargeWorker) Work(ctx context.Context, job *river.Job[ChargeArgs]) error {
 	req := peers.Request{TenantID: job.Args.TenantID, Key: job.Args.Key}
-	var status string
 	err := w.pool.QueryRow(ctx, `UPDATE payments SET attempted_at = now(), attempt_deadline = now() + $3 * interval '1 millisecond'
-		WHERE tenant_id = $1 AND idempotency_key = $2
-		RETURNING status, amount, currency, payment_method`, req.TenantID, req.Key, callTimeout.Milliseconds()).
-		Scan(&status, &req.Amount, &req.Currency, &req.PaymentMethod)
+		WHERE tenant_id = $1 AND idempotency_key = $2 AND status = 'processing'
+		RETURNING amount, currency, payment_method`, req.TenantID, req.Key, callTimeout.Milliseconds()).
+		Scan(&req.Amount, &req.Currency, &req.PaymentMethod)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil // recorded by an earlier run
+	}
 	if err != nil {
 		return fmt.Errorf("start the attempt: %w", err)
-	}
-	if status != "processing" {
-		return nil // recorded by an earlier run
 	}
 	callCtx, cancel := context.WithTimeout(ctx, callTimeout)
 	out, err := w.provider.Charge(callCtx, req)
