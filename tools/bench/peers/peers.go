@@ -77,6 +77,21 @@ func ReadRequest(r *http.Request) (Request, error) {
 	return Request{TenantID: tenant, Key: key, Payment: p, Fingerprint: hex.EncodeToString(fp[:])}, nil
 }
 
+// Payments is a peer's HTTP handler: POST /v1/payments, its request read
+// (a 400 when it cannot be) and handed to serve.
+func Payments(serve func(w http.ResponseWriter, r *http.Request, req Request)) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/payments", func(w http.ResponseWriter, r *http.Request) {
+		req, err := ReadRequest(r)
+		if err != nil {
+			WriteError(w, StatusOf(err), err)
+			return
+		}
+		serve(w, r, req)
+	})
+	return mux
+}
+
 // ProviderKey is the idempotency key every attempt of a request's charge
 // sends to the provider: derived from the tenant and the client's key, so
 // that equal client keys of two tenants stay apart.

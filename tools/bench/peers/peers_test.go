@@ -51,3 +51,26 @@ func TestProviderKeyKeepsTenantsApart(t *testing.T) {
 	require.NotEqual(t, peers.ProviderKey("ten_a", "k"), peers.ProviderKey("ten_b", "k"))
 	require.NotEqual(t, peers.ProviderKey("ten_a", "bk"), peers.ProviderKey("ten_ab", "k"), "the parts are separated")
 }
+
+// TestPaymentsAnswersABadRequestItself: a request that cannot be read is a
+// 400 before the peer sees it; a good one reaches the peer, read.
+func TestPaymentsAnswersABadRequestItself(t *testing.T) {
+	t.Parallel()
+	var served []peers.Request
+	h := peers.Payments(func(w http.ResponseWriter, _ *http.Request, req peers.Request) {
+		served = append(served, req)
+		w.WriteHeader(http.StatusAccepted)
+	})
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, request("ten_a", "", `{"amount":2000,"currency":"usd","payment_method":"pm_card_visa"}`))
+	require.Equal(t, http.StatusBadRequest, rec.Code)
+	require.Empty(t, served)
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, request("ten_a", "k", `{"amount":2000,"currency":"usd","payment_method":"pm_card_visa"}`))
+	require.Equal(t, http.StatusAccepted, rec.Code)
+	require.Len(t, served, 1)
+	require.EqualValues(t, 2000, served[0].Amount)
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/payments", nil))
+	require.Equal(t, http.StatusMethodNotAllowed, rec.Code)
+}

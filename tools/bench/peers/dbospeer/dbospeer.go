@@ -144,18 +144,12 @@ func (s *Server) charge(ctx dbos.Context, in Charge) (string, error) {
 // tenant and key, 202; the same key again, its first workflow's state if
 // the body is the same, a 422 if not.
 func (s *Server) Handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/payments", func(w http.ResponseWriter, r *http.Request) {
-		req, err := peers.ReadRequest(r)
-		if err != nil {
-			peers.WriteError(w, peers.StatusOf(err), err)
-			return
-		}
+	return peers.Payments(func(w http.ResponseWriter, r *http.Request, req peers.Request) {
 		id := WorkflowID(req.TenantID, req.Key)
 		// Rejected, not returned, when the ID exists: the handler must see
 		// the first input to compare it, and a handle does not say whether
 		// it was made now.
-		_, err = dbos.RunWorkflow(s.dbos, s.charge, Charge{Request: req, AcceptedAt: time.Now().UTC()},
+		_, err := dbos.RunWorkflow(s.dbos, s.charge, Charge{Request: req, AcceptedAt: time.Now().UTC()},
 			dbos.WithWorkflowID(id), dbos.WithQueue(s.queue), dbos.WithWorkflowIDReusePolicy(dbos.WorkflowIDReusePolicyReject))
 		switch {
 		case err == nil:
@@ -166,7 +160,6 @@ func (s *Server) Handler() http.Handler {
 			peers.WriteError(w, http.StatusInternalServerError, fmt.Errorf("enqueue: %w", err))
 		}
 	})
-	return mux
 }
 
 // WorkflowID is a payment's workflow ID: its tenant and its key, so that

@@ -106,13 +106,7 @@ func (s *Server) Close() error { return riverpeer.Stop(s.client, s.pool) }
 // and 202; a retry of its request, what the key holds, marked
 // Idempotent-Replayed; another request under the key, 422.
 func (s *Server) Handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/payments", func(w http.ResponseWriter, r *http.Request) {
-		req, err := peers.ReadRequest(r)
-		if err != nil {
-			peers.WriteError(w, peers.StatusOf(err), err)
-			return
-		}
+	return peers.Payments(func(w http.ResponseWriter, r *http.Request, req peers.Request) {
 		status, body, replayed, err := s.accept(r.Context(), req)
 		if errors.Is(err, errAnotherRequest) {
 			peers.WriteError(w, http.StatusUnprocessableEntity, err)
@@ -129,7 +123,6 @@ func (s *Server) Handler() http.Handler {
 		w.WriteHeader(status)
 		_, _ = w.Write(body)
 	})
-	return mux
 }
 
 // errAnotherRequest is a key's answer to a request other than its first.

@@ -149,13 +149,7 @@ func Stop(client *river.Client[pgx.Tx], pool *pgxpool.Pool) error {
 // 202 whether River made a job or found one under the same tenant and key
 // (a replay, marked Idempotent-Replayed, whatever its body).
 func (s *Server) Handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/payments", func(w http.ResponseWriter, r *http.Request) {
-		req, err := peers.ReadRequest(r)
-		if err != nil {
-			peers.WriteError(w, peers.StatusOf(err), err)
-			return
-		}
+	return peers.Payments(func(w http.ResponseWriter, r *http.Request, req peers.Request) {
 		res, err := s.client.Insert(r.Context(), ChargeArgs{TenantID: req.TenantID, Key: req.Key,
 			Amount: req.Amount, Currency: req.Currency, PaymentMethod: req.PaymentMethod}, nil)
 		if err != nil {
@@ -167,7 +161,6 @@ func (s *Server) Handler() http.Handler {
 		}
 		peers.WriteJSON(w, http.StatusAccepted, peers.Accepted{ID: strconv.FormatInt(res.Job.ID, 10), Status: string(res.Job.State)})
 	})
-	return mux
 }
 
 type chargeWorker struct {
