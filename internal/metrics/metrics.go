@@ -196,9 +196,10 @@ func (m *Metrics) GroupFallbackKinds(kinds ...string) {
 	}
 }
 
-// GroupFellBack counts one group of a kind's that could not be written
+// GroupFellBack counts one group of a kind that could not be written
 // together, each of its members then written alone: attempts to start
-// (step "start") or final answers to record ("record").
+// (step "start", operation.StartStep: the test holds them equal) or final
+// answers to record ("record").
 func (m *Metrics) GroupFellBack(step, kind string) {
 	if step == "start" {
 		m.startGroupFallbacks.WithLabelValues(kind).Inc()

@@ -264,10 +264,10 @@ func TestGroupFallbackCounter(t *testing.T) {
 
 	require.Contains(t, rec.Body.String(), `oncepay_start_group_fallbacks_total{operation="payout"} 0`)
 
-	m.GroupFellBack("record", "refund")
-	m.GroupFellBack("record", "refund")
-	m.GroupFellBack("record", "payment")
-	m.GroupFellBack("start", "payment")
+	m.GroupFellBack(operation.RecordStep, "refund")
+	m.GroupFellBack(operation.RecordStep, "refund")
+	m.GroupFellBack(operation.RecordStep, "payment")
+	m.GroupFellBack(operation.StartStep, "payment")
 	reg := m.Registry()
 	require.Equal(t, 2.0, value(t, reg, "oncepay_record_group_fallbacks_total", map[string]string{"operation": "refund"}))
 	require.Equal(t, 1.0, value(t, reg, "oncepay_record_group_fallbacks_total", map[string]string{"operation": "payment"}))

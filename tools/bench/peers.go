@@ -87,7 +87,7 @@ func (s PeerSide) own() float64 {
 func (s PeerSide) total() float64 { return s.own() + float64(s.CPU["postgres_backends"]) }
 
 // PeersRound is one round of the peers phase at one provider latency:
-// oncepay, then DBOS, then River.
+// oncepay, DBOS, River, River with keys, oncepay without events, in turn.
 type PeersRound struct {
 	ProviderMS int      `json:"provider_ms"`
 	Oncepay    PeerSide `json:"oncepay"`

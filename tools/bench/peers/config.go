@@ -16,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Config is what both peers take.
+// Config is what every peer takes.
 type Config struct {
 	// DatabaseURL is the peer's database (DATABASE_URL). Required.
 	DatabaseURL string
@@ -63,7 +63,7 @@ func (c Config) Validate() error {
 }
 
 // RegisterFlags reads the environment's settings into c and registers the
-// flags both peers take on flags.
+// flags every peer takes on flags.
 func (c *Config) RegisterFlags(flags *flag.FlagSet, getenv func(string) string) {
 	c.DatabaseURL, c.StripeSecretKey, c.StripeAPIBase = getenv("DATABASE_URL"), getenv("STRIPE_SECRET_KEY"), getenv("STRIPE_API_BASE")
 	flags.StringVar(&c.Addr, "addr", "127.0.0.1:0", "where to listen")
@@ -111,7 +111,7 @@ type Server interface {
 	Close() error
 }
 
-// Main is a peer command's: it reads the flags both peers take into c (and
+// Main is a peer command's: it reads the flags every peer takes into c (and
 // a peer's own, with more), then starts the peer and serves it until ctx
 // ends. -h prints the flags and starts nothing.
 func Main(ctx context.Context, name string, args []string, getenv func(string) string, stdout io.Writer, c *Config,

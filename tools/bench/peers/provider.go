@@ -19,7 +19,7 @@ type Outcome struct {
 
 // ErrUnknownOutcome is wrapped by Charge's errors when the provider's
 // answer does not say whether the card was charged (a 5xx, a timeout, a
-// dropped connection): the caller retries with the same key, as both peers'
+// dropped connection): the caller retries with the same key, as the peers'
 // queues do, and the provider replays what it stored under it.
 var ErrUnknownOutcome = errors.New("unknown outcome")
 
