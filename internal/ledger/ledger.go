@@ -65,6 +65,12 @@ const (
 	// KindMissingPayout: a payout recorded made has no payout at the
 	// provider (none recorded, or the one recorded does not exist).
 	KindMissingPayout = "missing_payout"
+	// KindDuplicateObject: a provider object names an operation of ours in
+	// its current generation (by its metadata) while the operation records
+	// another object: it was made twice at the provider, or its metadata
+	// was copied onto another object. The operation keeps the object it
+	// records; a person decides what the second one is.
+	KindDuplicateObject = "duplicate_provider_object"
 )
 
 // Finding is one disagreement.
@@ -158,14 +164,22 @@ type Disagreement struct {
 	New bool `json:"new"`
 }
 
+// File records d as a finding (one open finding per disagreement), with
+// its evidence, its reason and what found it (source), and returns it with
+// New set.
+func File(ctx context.Context, db Execer, source string, d Disagreement, evidence map[string]any) (Disagreement, error) {
+	evidence["reason"] = d.Reason
+	evidence["source"] = source
+	var err error
+	d.New, err = record(ctx, db, d.Kind, d.PaymentID, d.RefundID, d.OperationID, cmp.Or(d.ProviderRefundID, d.IntentID, d.ProviderObjectID), evidence)
+	return d, err
+}
+
 // Report records a disagreement a ledger check found as a finding (one open
 // finding per disagreement), with its evidence and reason, logs it when it
 // is new, and returns it with New set.
 func Report(ctx context.Context, db Execer, logger *slog.Logger, d Disagreement, evidence map[string]any) (Disagreement, error) {
-	evidence["reason"] = d.Reason
-	evidence["source"] = "ledger_check"
-	var err error
-	d.New, err = record(ctx, db, d.Kind, d.PaymentID, d.RefundID, d.OperationID, cmp.Or(d.ProviderRefundID, d.IntentID, d.ProviderObjectID), evidence)
+	d, err := File(ctx, db, "ledger_check", d, evidence)
 	if err != nil {
 		return d, err
 	}

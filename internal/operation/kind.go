@@ -16,6 +16,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/groupcommit"
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
@@ -69,6 +70,9 @@ const (
 	Settled   = "settled"
 	Unchanged = "unchanged"
 	NotOurs   = "not_ours"
+	// FiledFinding: the event's object contradicts what is recorded;
+	// nothing changed, and a ledger finding says what, for an operator.
+	FiledFinding = "finding"
 )
 
 // Changed is Settled if changed, else Unchanged.
@@ -334,8 +338,14 @@ func (s Spec[K, A, Op, O, C]) SettleEvent(ctx context.Context, env Env, ev Event
 		return "", fmt.Errorf("the %s kind answers no events", s.Name())
 	}
 	result, err := s.Settle(ctx, env, ev)
-	if errors.Is(err, s.Where.NotFound) {
+	switch {
+	case errors.Is(err, s.Where.NotFound):
 		return NotOurs, nil
+	case errors.Is(err, ErrDuplicateObject):
+		env.Logger.ErrorContext(ctx, "a provider object names an operation that records another; left for an operator",
+			slog.String("operation", s.Name()), slog.String("event_id", ev.ID), slog.String("provider_object_id", ev.ObjectID),
+			slog.String("finding", ledger.KindDuplicateObject), slog.Any("error", err))
+		return FiledFinding, nil
 	}
 	return result, err
 }

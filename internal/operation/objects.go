@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -42,12 +43,34 @@ func (t Table) Reread(id string, found bool, read provider.Judgement) error {
 // first error.
 func (t Table) EachAccount(ctx context.Context, db Querier, since time.Time, platform bool, pc *provider.Client,
 	fn func(account string, pc *provider.Client) error) error {
-	tables := []string{t.Name}
-	if t.Parent != nil {
-		tables = append(tables, t.Parent.Table)
+	return eachAccount(ctx, db, since, platform, pc, t.Operation+"s", []Table{t}, fn)
+}
+
+// EachAccount is Table.EachAccount for the objects of every kind, the
+// platform's account first: what the recovery of lost events lists, so
+// that an account only one kind still uses (a tenant's former account with
+// payouts alone) is not missed.
+func (ks Kinds) EachAccount(ctx context.Context, db Querier, since time.Time, pc *provider.Client,
+	fn func(account string, pc *provider.Client) error) error {
+	tables := make([]Table, len(ks))
+	for i, k := range ks {
+		tables[i] = k.Table()
 	}
+	return eachAccount(ctx, db, since, true, pc, "operations", tables, fn)
+}
+
+func eachAccount(ctx context.Context, db Querier, since time.Time, platform bool, pc *provider.Client, noun string, tables []Table,
+	fn func(account string, pc *provider.Client) error) error {
+	var names []string
+	for _, t := range tables {
+		names = append(names, t.Name)
+		if t.Parent != nil {
+			names = append(names, t.Parent.Table)
+		}
+	}
+	slices.Sort(names)
 	var made string
-	for _, name := range tables {
+	for _, name := range slices.Compact(names) {
 		made += `
 		UNION SELECT DISTINCT provider_account FROM ` + name + ` WHERE provider_account IS NOT NULL AND created_at >= $1`
 	}
@@ -60,7 +83,7 @@ func (t Table) EachAccount(ctx context.Context, db Querier, since time.Time, pla
 		accounts, err = pgx.CollectRows(rows, pgx.RowTo[string])
 	}
 	if err != nil {
-		return fmt.Errorf("list the %ss' provider accounts: %w", t.Operation, err)
+		return fmt.Errorf("list the %s' provider accounts: %w", noun, err)
 	}
 	for _, account := range accounts {
 		if err := fn(account, pc.For(account)); err != nil {

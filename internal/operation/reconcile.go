@@ -279,10 +279,15 @@ const MaxJobTimeout = 10 * time.Minute
 // called for the operation's current generation, and when this call gives
 // up at the latest (now plus the call timeout that param holds in
 // microseconds), so that whoever later proves that nothing is in flight
-// reads the bound from the row.
+// reads the bound from the row. Both only move later (greatest ignores
+// the NULL of a generation not yet attempted): a start that commits after
+// another, yet began before it (a delayed group, after its attempt started
+// alone), or a worker with a shorter call timeout, never shortens the
+// window in which the provider may still act.
 func StampAttempt(param int) string {
 	return fmt.Sprintf(`first_provider_attempt_at = coalesce(first_provider_attempt_at, now()),
-			last_provider_attempt_at = now(), provider_attempt_deadline = now() + $%d * interval '1 microsecond'`, param)
+			last_provider_attempt_at = greatest(last_provider_attempt_at, now()),
+			provider_attempt_deadline = greatest(provider_attempt_deadline, now() + $%d * interval '1 microsecond')`, param)
 }
 
 // Reconciler settles operations in requires_reconciliation by looking them

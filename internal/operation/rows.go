@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/provider"
 )
@@ -189,13 +190,16 @@ func (t Table) NotFinal(id string, kind provider.Kind) error {
 }
 
 // finish writes v over op, in its generation, if its status is still one
-// of v.From; changed is false when another transaction moved it first.
+// of v.From; changed is false when another transaction moved it first, or
+// when v names another provider object than the one op records (one
+// object a generation: Settle files the other as a finding).
 func (r Rows[Op]) finish(ctx context.Context, tx pgx.Tx, op Op, v Verdict) (Op, bool, error) {
 	e, col := op.Entry(), r.Table.ProviderIDColumn
 	rows, err := tx.Query(ctx, `
 		UPDATE `+r.Table.Name+` SET status = $4, `+col+` = coalesce(nullif($5, ''), `+col+`),
 			failure_code = nullif($6, ''), failure_message = nullif($7, ''), reconcile_after = NULL, updated_at = now()
 		WHERE tenant_id = $1 AND id = $2 AND provider_key_generation = $3 AND status = ANY($8)
+			AND (`+col+` IS NULL OR $5 = '' OR `+col+` = $5)
 		RETURNING `+r.Table.Columns, e.TenantID, e.ID, e.Generation, v.Status, v.ProviderID, v.FailureCode, v.FailureMessage, v.From)
 	final, err := CollectOne[Op](rows, err, "record "+r.Table.Operation, r.Table.NotFound)
 	if errors.Is(err, r.Table.NotFound) {
@@ -206,25 +210,30 @@ func (r Rows[Op]) finish(ctx context.Context, tx pgx.Tx, op Op, v Verdict) (Op, 
 
 // NotePending notes the provider object of op, still answering and
 // pending at the provider, so that its next attempt reads the object
-// instead of sending again.
+// instead of sending again. An object already noted is never replaced.
 func (r Rows[Op]) NotePending(ctx context.Context, db Querier, op Op, providerID string) error {
-	e := op.Entry()
-	_, err := db.Exec(ctx, `UPDATE `+r.Table.Name+` SET `+r.Table.ProviderIDColumn+` = $3, updated_at = now()
-		WHERE id = $1 AND provider_key_generation = $2 AND status = ANY($4)`, e.ID, e.Generation, providerID, r.Table.Answering())
+	e, col := op.Entry(), r.Table.ProviderIDColumn
+	_, err := db.Exec(ctx, `UPDATE `+r.Table.Name+` SET `+col+` = $3, updated_at = now()
+		WHERE id = $1 AND provider_key_generation = $2 AND status = ANY($4) AND `+col+` IS NULL`, e.ID, e.Generation, providerID, r.Table.Answering())
 	if err != nil {
 		return fmt.Errorf("note the pending %s %s: %w", r.Table.Operation, e.ID, err)
 	}
 	return nil
 }
 
-// Settle runs settle on the operation that a provider object on account
-// names by its metadata (Table.Named), locked, in a transaction of its
-// own, if the object was made for it in its current generation: how a
+// Settle runs settle on the operation that obj, a provider object on
+// account, names by its metadata (Table.Named), locked, in a transaction of
+// its own, if the object was made for it in its current generation: how a
 // kind's events, and its follow-up jobs, record what an object proves.
 // An account's object may name any operation: one of another account is
 // not the object's (NotFound); one of another generation is left alone.
-func (r Rows[Op]) Settle(ctx context.Context, db idempotency.TxBeginner, account string, metadata map[string]string,
+// An operation holds one provider object a generation: another object
+// naming it changes nothing and is filed as a ledger finding
+// (ErrDuplicateObject).
+func (r Rows[Op]) Settle(ctx context.Context, db idempotency.TxBeginner, account string, obj ProviderObject,
 	settle func(tx pgx.Tx, locked Op) (Op, bool, error)) (op Op, changed bool, err error) {
+	objectID, metadata := obj.Ref()
+	var duplicate *ledger.Disagreement
 	err = pgx.BeginTxFunc(ctx, db, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
 		tenantID, id := r.Table.Named(metadata)
 		if op, err = r.Locked(ctx, tx, tenantID, id); err != nil {
@@ -233,12 +242,39 @@ func (r Rows[Op]) Settle(ctx context.Context, db idempotency.TxBeginner, account
 		switch e := op.Entry(); {
 		case e.Account != account:
 			return fmt.Errorf("an object of account %q names %s %s of account %q: %w", account, r.Table.Operation, id, e.Account, r.Table.NotFound)
-		case r.Table.MadeFor(metadata, e):
+		case !r.Table.MadeFor(metadata, e):
+		case e.ProviderID != nil && *e.ProviderID != objectID:
+			duplicate, err = r.Table.fileDuplicate(ctx, tx, e, obj)
+		default:
 			op, changed, err = settle(tx, op)
 		}
 		return err
 	})
+	if err == nil && duplicate != nil {
+		err = fmt.Errorf("%s %s: %w (%s; new finding: %t)", r.Table.Operation, op.Entry().ID, ErrDuplicateObject, duplicate.Reason, duplicate.New)
+	}
 	return op, changed, err
+}
+
+// ErrDuplicateObject is Settle's error for a provider object that names an
+// operation recording another one: filed as a finding, nothing changed.
+var ErrDuplicateObject = errors.New("a second provider object names the operation")
+
+// fileDuplicate files obj, which names e in its generation while e records
+// another object, as a ledger finding.
+func (t Table) fileDuplicate(ctx context.Context, tx pgx.Tx, e Entry, obj ProviderObject) (*ledger.Disagreement, error) {
+	objectID, _ := obj.Ref()
+	d := ledger.Disagreement{Kind: ledger.KindDuplicateObject, OperationID: e.ID, ProviderObjectID: objectID,
+		Reason: fmt.Sprintf("provider %s %s names %s %s (generation %d), which is %s and records provider %s %s",
+			t.Operation, objectID, t.Operation, e.ID, e.Generation, e.Status, t.Operation, *e.ProviderID)}
+	if t.Parent != nil && t.Parent.Table == "payments" {
+		d.PaymentID = e.ParentID
+	}
+	d, err := ledger.File(ctx, tx, "provider_object", d, map[string]any{
+		"account": e.Account, "provider_object": obj, t.ProviderIDColumn: *e.ProviderID,
+		t.Operation: map[string]any{"id": e.ID, "status": e.Status, "generation": e.Generation},
+	})
+	return &d, err
 }
 
 // Claimed is a kind's claim: its operation as the reconciler claims it,

@@ -117,6 +117,25 @@ func TestStartGrouped(t *testing.T) {
 		require.True(t, ok)
 		require.Len(t, fellBack, 1, "each alone is no group: nothing more to tell")
 	})
+
+	// An attempt's deadline only moves later: a start that commits after
+	// another with a later deadline (a delayed group committing after its
+	// charge started alone, or a worker with a shorter call timeout) keeps
+	// the later bound, so no one proves "nothing in flight" too soon.
+	t.Run("ADeadlineNeverMovesEarlier", func(t *testing.T) {
+		t.Parallel()
+		b := newRecorderBundle(t)
+		f := b.charge(t)
+		long, ok, err := operation.StartEach[Payment]{Pool: b.pool, Table: paymentsTable, CallTimeout: time.Hour}.Start(b.ctx, b.tenant, f.Op.ID)
+		require.NoError(t, err)
+		require.True(t, ok)
+		short, ok, err := operation.StartEach[Payment]{Pool: b.pool, Table: paymentsTable, CallTimeout: time.Second}.Start(b.ctx, b.tenant, f.Op.ID)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Equal(t, *long.ProviderAttemptDeadline, *short.ProviderAttemptDeadline, "the hour's bound stands")
+		require.False(t, short.LastProviderAttemptAt.Before(*long.LastProviderAttemptAt))
+		require.Equal(t, *long.FirstProviderAttemptAt, *short.FirstProviderAttemptAt)
+	})
 }
 
 func (b recorderBundle) count(t *testing.T, sql string, args ...any) int {

@@ -95,7 +95,7 @@ func verdictOn(out provider.PayoutOutcome) func(Payout) (operation.Verdict, erro
 // it was made for, under the payout's locks.
 func settle(ctx context.Context, env operation.Env, account string, po *provider.Payout) (Payout, bool, error) {
 	rs := rowsOf(env.Keys)
-	return rs.Settle(ctx, env.Pool, account, po.Metadata, func(tx pgx.Tx, p Payout) (Payout, bool, error) {
+	return rs.Settle(ctx, env.Pool, account, po, func(tx pgx.Tx, p Payout) (Payout, bool, error) {
 		return rs.Record(ctx, tx, p, verdictOn(provider.PayoutOutcomeOf(po)))
 	})
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/kinds"
+	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payouts"
@@ -290,4 +291,43 @@ func TestPayoutLedgerCheck(t *testing.T) {
 	require.ElementsMatch(t, []string{"unknown_payout pyo_01JD3W9ZC6M7X4Q2V8N5R0T1YB " + stranger.PayoutID(),
 		"payout_mismatch " + payoutID + " " + made.Body["provider_payout_id"].(string),
 		"missing_payout " + payoutID + " po_gone"}, check())
+}
+
+// TestASecondProviderPayoutIsAFinding: a payout holds one provider payout a
+// generation. A second provider payout carrying a paid payout's metadata
+// (made by the tenant itself with copied metadata), then canceled, is
+// delivered through its events: the payout stays paid with its own
+// provider payout, and the second is filed as a ledger finding.
+func TestASecondProviderPayoutIsAFinding(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 200*time.Millisecond)
+	b.fund(t, "9000")
+	made := b.payOut(t, id.New("key"), `{"amount": 1000, "currency": "usd"}`)
+	require.Equal(t, http.StatusCreated, made.Status, made.Raw)
+	payoutID, ownPayout := made.Body["id"].(string), made.Body["provider_payout_id"].(string)
+	b.waitStatus(t, payoutID, payouts.StatusPaid)
+	metadata := b.providerPayouts(t, payoutID)[0].Metadata
+
+	pc := b.env.Provider.For(b.account)
+	second := pc.CreatePayout(b.ctx, provider.PayoutRequest{IdempotencyKey: id.New("k"), Amount: 1000, Currency: "usd", Metadata: metadata})
+	require.Equal(t, provider.Succeeded, second.Kind, second.Err)
+	canceled := pc.CancelPayout(b.ctx, second.PayoutID(), id.New("k"))
+	require.NotNil(t, canceled.Payout, canceled.Err)
+	require.EqualValues(t, payouts.StatusCanceled, canceled.Payout.Status)
+
+	var result string
+	require.Eventually(t, func() bool {
+		err := b.api.Pool.QueryRow(b.ctx, `SELECT coalesce(result, '') FROM webhook_events
+			WHERE object_id = $1 AND type = 'payout.canceled' AND processed_at IS NOT NULL`, second.PayoutID()).Scan(&result)
+		return err == nil
+	}, 15*time.Second, 20*time.Millisecond, "the second payout's cancel event is answered")
+	got := b.api.Get(t, "/v1/payouts/"+payoutID)
+	require.Equal(t, "paid", got.Body["status"], "the money left: a second payout's cancel does not bring it back")
+	require.Equal(t, ownPayout, got.Body["provider_payout_id"])
+	require.Equal(t, operation.FiledFinding, result)
+	var findings int
+	require.NoError(t, b.api.Pool.QueryRow(b.ctx, `SELECT count(*) FROM ledger_findings
+		WHERE kind = $1 AND operation_id = $2 AND provider_object_id = $3 AND resolved_at IS NULL`,
+		ledger.KindDuplicateObject, payoutID, second.PayoutID()).Scan(&findings))
+	require.Equal(t, 1, findings, "the second payout is filed once")
 }

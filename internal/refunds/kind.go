@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/provider"
@@ -164,10 +165,17 @@ func settleEvent(ctx context.Context, env operation.Env, ev operation.Event) (st
 		}
 		list = []*provider.Refund{out.Refund}
 	}
-	ours, changed := false, false
+	ours, changed, filed := false, false, false
 	for _, re := range list {
 		r, c, err := Settle(ctx, env.Pool, env.Keys, ev.Account, re)
 		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if errors.Is(err, operation.ErrDuplicateObject) {
+			// Filed as a finding; a charge's other refunds are still settled.
+			env.Logger.ErrorContext(ctx, "a provider refund names a refund that records another; left for an operator",
+				slog.String("provider_refund_id", re.ID), slog.String("finding", ledger.KindDuplicateObject), slog.Any("error", err))
+			ours, filed = true, true
 			continue
 		}
 		if err != nil {
@@ -178,8 +186,11 @@ func settleEvent(ctx context.Context, env operation.Env, ev operation.Event) (st
 			slog.Bool("changed", c))
 		ours, changed = true, changed || c
 	}
-	if !ours {
+	switch {
+	case !ours:
 		return "", ErrNotFound
+	case filed && !changed:
+		return operation.FiledFinding, nil
 	}
 	return operation.Changed(changed), nil
 }
@@ -191,7 +202,7 @@ func settleEvent(ctx context.Context, env operation.Env, ev operation.Event) (st
 // succeeded (the ledger check reports it).
 func Settle(ctx context.Context, db idempotency.TxBeginner, keys *idempotency.Store, account string, re *provider.Refund) (Refund, bool, error) {
 	rs := rowsOf(keys)
-	return rs.Settle(ctx, db, account, re.Metadata, func(tx pgx.Tx, r Refund) (Refund, bool, error) {
+	return rs.Settle(ctx, db, account, re, func(tx pgx.Tx, r Refund) (Refund, bool, error) {
 		if out := provider.RefundOutcomeOf(re); out.Kind != provider.Pending {
 			return rs.Record(ctx, tx, r, verdictOn(out))
 		}

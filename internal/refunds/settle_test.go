@@ -6,9 +6,12 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/stripe/stripe-go/v76"
 
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/ledger"
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/provider"
 	"github.com/oncepay/oncepay/internal/refunds"
 )
@@ -58,4 +61,50 @@ func TestSettleFromAProviderRefund(t *testing.T) {
 		return err == nil && state == "completed"
 	}, 10*time.Second, 20*time.Millisecond)
 	require.Len(t, b.providerRefunds(p), 1)
+}
+
+// TestASecondProviderRefundIsAFinding: a refund holds one provider refund a
+// generation. Another provider refund carrying its metadata (made twice, or
+// its metadata copied) neither replaces the pending one it noted nor
+// settles it, pending or succeeded: it is filed as a ledger finding, and
+// the refund's own object still settles it.
+func TestASecondProviderRefundIsAFinding(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{deferWorker: true})
+	p := b.succeededPayment(2000)
+	refundID := b.api.Refund(t, p.ID, id.New("key"), `{"amount": 900}`).Body["id"].(string)
+	made := b.provider.CreateRefund(b.ctx, refunds.RequestOf(b.refund(refundID), *p.ProviderPaymentIntentID))
+	require.Equal(t, provider.Succeeded, made.Kind)
+
+	first := *made.Refund
+	first.Status = "pending"
+	_, changed, err := refunds.Settle(b.ctx, b.pool, b.keys, "", &first)
+	require.NoError(t, err)
+	require.False(t, changed, "a pending refund is only noted")
+	require.Equal(t, first.ID, *b.refund(refundID).ProviderRefundID)
+
+	for _, status := range []stripe.RefundStatus{"pending", "succeeded"} {
+		second := first
+		second.ID, second.Status = "re_second_"+string(status), status
+		_, changed, err = refunds.Settle(b.ctx, b.pool, b.keys, "", &second)
+		require.ErrorIs(t, err, operation.ErrDuplicateObject)
+		require.False(t, changed)
+		r := b.refund(refundID)
+		require.Equal(t, refunds.StatusPending, r.Status, "a %s second refund settles nothing", status)
+		require.Equal(t, first.ID, *r.ProviderRefundID, "the noted refund is kept")
+		require.EqualValues(t, 0, b.payment(p.ID).AmountRefunded)
+
+		var findings int
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM ledger_findings
+			WHERE kind = $1 AND operation_id = $2 AND payment_id = $3 AND provider_object_id = $4 AND resolved_at IS NULL`,
+			ledger.KindDuplicateObject, refundID, p.ID, second.ID).Scan(&findings))
+		require.Equal(t, 1, findings, "the %s second refund is filed", status)
+	}
+
+	settled, changed, err := refunds.Settle(b.ctx, b.pool, b.keys, "", made.Refund)
+	require.NoError(t, err)
+	require.True(t, changed)
+	require.Equal(t, refunds.StatusSucceeded, settled.Status)
+	require.Equal(t, first.ID, *settled.ProviderRefundID)
+	require.EqualValues(t, 900, b.payment(p.ID).AmountRefunded)
 }

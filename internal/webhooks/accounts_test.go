@@ -141,3 +141,36 @@ func TestConnectedAccountsKeepTenantsApart(t *testing.T) {
 	require.Empty(t, refundsChecked.Disagreements)
 	require.Equal(t, 1, refundsChecked.Listed)
 }
+
+// TestRecoveryListsAnAccountOnlyPayoutsUse: a tenant whose payouts were made
+// on its former account (its account since changed, and no payment was
+// ever made there) still has that account's lost events recovered.
+func TestRecoveryListsAnAccountOnlyPayoutsUse(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	ctx := context.Background()
+	created, err := tenant.CreateOnAccount(ctx, b.pool, t.Name()+" payouts", "acct_formerpayouts")
+	require.NoError(t, err)
+	require.NoError(t, b.admin.InjectWebhookFault(ctx, stripesim.WebhookFault{Mode: stripesim.WebhookDrop, Type: "payout.created"}))
+	pc := provider.New(provider.Config{SecretKey: "sk_test_webhooks", APIBase: b.simURL}).For("acct_formerpayouts")
+	funded := pc.CreateIntent(ctx, provider.Charge{IdempotencyKey: id.New("pk"), Amount: 1000, Currency: "usd", PaymentMethod: "pm_card_visa"})
+	require.Equal(t, provider.Succeeded, funded.Kind, "%+v", funded)
+	made := pc.CreatePayout(ctx, provider.PayoutRequest{IdempotencyKey: id.New("k"), Amount: 500, Currency: "usd"})
+	require.NotNil(t, made.Payout, "%+v", made)
+	// The payout as oncepay recorded it, on the account it was made on; the
+	// tenant then moves to another account.
+	_, err = b.pool.Exec(ctx, `INSERT INTO payouts (id, tenant_id, idempotency_key, amount, currency, status, provider_account,
+			provider_idempotency_key, provider_payout_id)
+		VALUES ($1, $2, $3, 1, 'usd', 'paid', 'acct_formerpayouts', $4, $5)`,
+		id.New("pyo"), created.TenantID, id.New("key"), id.New("pk"), made.PayoutID())
+	require.NoError(t, err)
+	_, err = b.pool.Exec(ctx, `UPDATE tenants SET stripe_account = 'acct_laterpayouts' WHERE id = $1`, created.TenantID)
+	require.NoError(t, err)
+	time.Sleep(300 * time.Millisecond) // deliveries that were not dropped land
+	require.Zero(t, b.count(t, `SELECT count(*) FROM webhook_events WHERE type = 'payout.created' AND object_id = $1`, made.PayoutID()))
+
+	_, err = b.recoverer.Run(ctx, b.jobs)
+	require.NoError(t, err)
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM webhook_events WHERE type = 'payout.created' AND object_id = $1
+		AND source = 'recovery' AND account = 'acct_formerpayouts'`, made.PayoutID()))
+}

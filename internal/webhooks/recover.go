@@ -13,7 +13,6 @@ import (
 
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/outbox"
-	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
@@ -27,7 +26,8 @@ type RecoverConfig struct {
 	MaxPages int
 	// CallTimeout bounds the listing. Defaults to 1m.
 	CallTimeout time.Duration
-	// Kinds are the operation kinds whose own events are stored with a job.
+	// Kinds are the operation kinds whose own events are stored with a job,
+	// and whose accounts the recovery lists.
 	Kinds operation.Kinds
 }
 
@@ -66,11 +66,11 @@ type RecoverResult struct {
 }
 
 // Run lists, for the platform's account and every connected account that
-// holds payments, the events after that account's cursor, stores the new
+// may hold an operation of any kind (RecoverConfig.Kinds), the events after that account's cursor, stores the new
 // ones with a job each, and moves each cursor to the newest listed.
 func (r *Recoverer) Run(ctx context.Context, jobs Inserter) (RecoverResult, error) {
 	res := RecoverResult{Complete: true}
-	err := payments.EachAccount(ctx, r.pool, time.Now().Add(-r.cfg.Lookback), r.provider, func(account string, pc *provider.Client) error {
+	err := r.cfg.Kinds.EachAccount(ctx, r.pool, time.Now().Add(-r.cfg.Lookback), r.provider, func(account string, pc *provider.Client) error {
 		listed, stored, complete, err := r.runAccount(ctx, jobs, account, pc)
 		res.Listed += listed
 		res.Stored += stored
