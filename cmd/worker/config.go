@@ -87,7 +87,8 @@ type config struct {
 	// tell before a payment is left to an operator. Defaults to 40.
 	ReconcileMaxAttempts int
 	// SweepInterval (SWEEP_INTERVAL) is how often stranded payments are
-	// looked for. Defaults to 1m.
+	// looked for, and failed payments whose intent may still be open.
+	// Defaults to 1m.
 	SweepInterval time.Duration
 	// SweepGrace (SWEEP_GRACE): a payment unchanged this long with no live
 	// charge job is stranded. Defaults to 5m.

@@ -80,7 +80,7 @@ func TestRuntimeRoleRunsTheService(t *testing.T) {
 	require.Equal(t, http.StatusOK, captured.Status, captured.Raw)
 
 	// Every periodic job ran to completion under the runtime role.
-	periodic := []string{"expire_authorizations", "ledger_check_payments", "ledger_check_refunds", "reap_idempotency_keys",
+	periodic := []string{"close_declined_intents", "expire_authorizations", "ledger_check_payments", "ledger_check_refunds", "reap_idempotency_keys",
 		"reconcile_cancels", "reconcile_captures", "reconcile_payments", "reconcile_refunds", "recover_webhook_events", "settle_awaiting_webhook_events",
 		"sweep_stranded_cancels", "sweep_stranded_captures", "sweep_stranded_payments", "sweep_stranded_refunds"}
 	require.EventuallyWithT(t, func(c *assert.CollectT) {

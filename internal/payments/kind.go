@@ -54,11 +54,18 @@ func Kind() operation.Kind {
 		},
 		Events: intentEvents, Settle: settleEvent, Shortcuts: shortcuts{},
 		// Authorizations the provider voided on its own, once a ledger
-		// check's interval.
+		// check's interval; the intents of failed payments left open, once
+		// a sweep's: a rolling deploy's old worker may still leave one.
 		MoreWorkers: func(workers *river.Workers, env operation.Env) ([]operation.Periodic, error) {
 			expirer := &ExpireWorker{Expirer: NewExpirer(env.Pool, env.Keys, env.Provider, env.Logger)}
-			return []operation.Periodic{{Args: ExpireAuthorizationsArgs{}, Every: operation.EveryLedgerCheck}},
-				river.AddWorkerSafely(workers, expirer)
+			if err := river.AddWorkerSafely(workers, expirer); err != nil {
+				return nil, err
+			}
+			closer := &CloseDeclinesWorker{Closer: NewDeclineCloser(env.Pool, env.Provider, env.Logger)}
+			return []operation.Periodic{
+				{Args: ExpireAuthorizationsArgs{}, Every: operation.EveryLedgerCheck},
+				{Args: CloseDeclinedIntentsArgs{}, Every: operation.EverySweep},
+			}, river.AddWorkerSafely(workers, closer)
 		},
 	}
 }

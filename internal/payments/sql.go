@@ -198,11 +198,14 @@ func finalizePayment(ctx context.Context, tx pgx.Tx, p Payment, from []Status, s
 			provider_next_action = NULL,
 			authorized_at = CASE WHEN $5 = 'requires_capture' THEN now() ELSE authorized_at END,
 			finalized_at = CASE WHEN $5 IN ('succeeded', 'failed', 'canceled') THEN now() END,
+			-- A decline whose intent was closed first needs no pass of
+			-- CloseDeclines to close it.
+			intent_checked_at = CASE WHEN $5 = 'failed' AND $12 THEN now() END,
 			reconcile_after = NULL, updated_at = now()
 		WHERE tenant_id = $1 AND id = $2 AND provider_key_generation = $3 AND status = ANY($4)
 		RETURNING `+paymentColumns,
 		p.TenantID, p.ID, p.ProviderKeyGeneration, texts(from), status, out.IntentID(), code, decline, message,
-		capturable, captured)
+		capturable, captured, out.Intent != nil && out.Intent.Status == stripe.PaymentIntentStatusCanceled)
 	final, err := collectPayment(rows, err, "finalize payment")
 	if errors.Is(err, ErrNotFound) {
 		return Payment{}, false, nil

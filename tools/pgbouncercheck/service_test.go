@@ -60,7 +60,7 @@ func TestServiceThroughPgBouncer(t *testing.T) {
 
 	// Every periodic job ran to completion, and the provider's events were
 	// delivered to the API and processed by the worker.
-	periodic := []string{"expire_authorizations", "ledger_check_payments", "ledger_check_refunds", "reap_idempotency_keys",
+	periodic := []string{"close_declined_intents", "expire_authorizations", "ledger_check_payments", "ledger_check_refunds", "reap_idempotency_keys",
 		"reconcile_cancels", "reconcile_captures", "reconcile_payments", "reconcile_refunds", "recover_webhook_events", "settle_awaiting_webhook_events",
 		"sweep_stranded_cancels", "sweep_stranded_captures", "sweep_stranded_payments", "sweep_stranded_refunds"}
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
