@@ -213,18 +213,32 @@ func (a admin) tenantsSetAccount(ctx context.Context) error {
 	if account == "none" {
 		account = ""
 	}
-	tenantID, err := tenant.SetStripeAccount(ctx, a.pool, a.cmd.args[0], account)
+	set, err := tenant.SetStripeAccount(ctx, a.pool, a.cmd.args[0], account,
+		tenant.Reassign{Uses: kinds.All().AccountUses, Force: a.cmd.opts.force})
+	var inUse *tenant.AccountInUseError
+	if errors.As(err, &inUse) {
+		return fmt.Errorf("%w (--force with --operator and --reason gives it even so: they keep acting on it)", err)
+	}
 	if err != nil {
 		return err
 	}
+	forced := len(set.Overridden) > 0
 	if a.cmd.opts.json {
-		out := map[string]any{"tenant_id": tenantID, "stripe_account": nil}
+		out := map[string]any{"tenant_id": set.TenantID, "stripe_account": nil}
 		if account != "" {
 			out["stripe_account"] = account
 		}
+		if forced {
+			out["overridden"], out["operator"], out["reason"] = set.Overridden, a.cmd.opts.operator, a.cmd.opts.reason
+		}
 		return a.writeJSON(out)
 	}
-	return a.fields("tenant", tenantID, "stripe account", cmp.Or(account, "none (the platform's own)"))
+	fields := []string{"tenant", set.TenantID, "stripe account", cmp.Or(account, "none (the platform's own)")}
+	if forced {
+		fields = append(fields, "given by force", fmt.Sprintf("by %s: %s", a.cmd.opts.operator, a.cmd.opts.reason),
+			"still acting on it", tenant.DescribeUses(set.Overridden))
+	}
+	return a.fields(fields...)
 }
 
 func (a admin) tenantsRotateKey(ctx context.Context) error {

@@ -45,6 +45,7 @@ type options struct {
 	note             string
 	grace            time.Duration
 	stripeAccount    string
+	force            bool
 }
 
 // spec describes one command: its words, its arguments, its help and its
@@ -134,7 +135,29 @@ its earlier end. --grace 0 ends the old keys at once.`, flags: func(fs *flag.Fla
 on that account. "none" takes the account away: new payments are made on the
 platform's own account, where a customer belongs to the first tenant that paid
 with it. Payments made before keep the account they were made on. One account
-belongs to one tenant.`, flags: jsonFlag},
+belongs to one tenant.
+
+Every operation acts on the account it was made on, so an account that another
+tenant's operations can still act on is refused, naming that tenant and its
+operations: those in flight or awaiting reconciliation, failed unsent with a
+key a retry may resume, payments that can still be captured or refunded, and
+payouts pending or in transit. Its refunds, captures, cancels and resumed sends
+would then move the new holder's money, and the account's events settle them.
+--force gives the account even so, with --operator and --reason, and prints the
+operations it overrode; they keep acting on the account.`, flags: func(fs *flag.FlagSet, o *options) {
+		jsonFlag(fs, o)
+		fs.BoolVar(&o.force, "force", false, "give the account even though another tenant's operations can still act on it")
+		fs.StringVar(&o.reason, "reason", "", "why, with what you checked (required with --force)")
+		fs.StringVar(&o.operator, "operator", "", "who says so (required with --force)")
+	}, check: func(o *options) error {
+		if !o.force {
+			if o.reason != "" || o.operator != "" {
+				return errors.New("--reason and --operator go with --force")
+			}
+			return nil
+		}
+		return requireFlags("operator", "reason")(o)
+	}},
 	{name: "tenants revoke-key", args: []string{"TENANT", "KEY"}, summary: "end one API key at once", help: `Revokes one API key of TENANT (its id or its name) at once: the next request
 with it is answered 401. KEY is the key's id, as "api tenants list" shows it,
 or the whole key (opk_<id>_<secret>), as found in a leak. Revoking a revoked

@@ -137,7 +137,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 			create = tenant.Ensure
 		case cmd.opts.stripeAccount != "":
 			create = func(ctx context.Context, db tenant.Beginner, name string) (tenant.Created, error) {
-				return tenant.CreateOnAccount(ctx, db, name, cmd.opts.stripeAccount)
+				return tenant.CreateOnAccount(ctx, db, name, cmd.opts.stripeAccount, kinds.All().AccountUses)
 			}
 		}
 		created, err := create(ctx, pool, cmd.tenant)

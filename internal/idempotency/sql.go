@@ -236,3 +236,12 @@ func markAwaited(ctx context.Context, db Querier, tenantID, key string) error {
 	}
 	return nil
 }
+
+// RetryableSQL is the SQL condition that the key of tenant tenantColumn
+// named keyColumn (column expressions of the caller's query) may still be
+// re-acquired by the client's retry, which resumes its resource: a caller
+// that must know whether a resource may yet run again asks the key.
+func RetryableSQL(tenantColumn, keyColumn string) string {
+	return `EXISTS (SELECT 1 FROM idempotency_keys WHERE idempotency_keys.tenant_id = ` + tenantColumn +
+		` AND idempotency_keys.idempotency_key = ` + keyColumn + ` AND idempotency_keys.status = '` + string(StatusFailedRetryable) + `')`
+}

@@ -196,6 +196,12 @@ type Table struct {
 	// share a table ("action = 'capture'"), so that each kind is claimed,
 	// counted and logged as itself.
 	Scope string
+	// Open, if set, is the SQL condition over a row that an operation the
+	// provider answered can still act on its account: a payout on its way,
+	// a payment that can still be captured or refunded. An operation still
+	// answering, or failed unsent with a key its retry may resume, is open
+	// whatever it says (AccountUses).
+	Open string
 }
 
 // Answering are the statuses of an operation still to be answered: its

@@ -46,6 +46,10 @@ var paymentsTable = operation.Table{
 	NotReachedMessage: notReachedMessage, AlsoClear: ", decline_code = NULL, finalized_at = NULL", Resumed: string(StatusProcessing),
 	InFlight: texts(inFlight),
 	NotFound: ErrNotFound,
+	// An authorization still holds money a capture or a cancel acts on;
+	// what a succeeded payment captured, less its refunds, a refund may
+	// still give back from its account.
+	Open: `status = '` + string(StatusRequiresCapture) + `' OR (status = '` + string(StatusSucceeded) + `' AND amount_refunded < amount_captured)`,
 }
 
 // NewReconciler returns a Reconciler.

@@ -88,6 +88,9 @@ var table = operation.Table{
 		"Retry the request with the same Idempotency-Key to send it.",
 	Resumed: string(StatusProcessing), InFlight: []string{string(StatusProcessing)}, NotFound: ErrNotFound,
 	Made: []string{string(StatusPending), string(StatusInTransit), string(StatusPaid)},
+	// A payout on its way may still be canceled, or fail back into the
+	// balance it left.
+	Open: `status IN ('` + string(StatusPending) + `', '` + string(StatusInTransit) + `')`,
 }
 
 // rowsOf is how the engine reads, locks and records payouts.

@@ -46,7 +46,7 @@ func setup(t *testing.T, transit time.Duration) *bundle {
 	pool, _ := pgtest.NewPool(t)
 	logger := slog.New(slog.DiscardHandler)
 	account := "acct_" + id.New("a")[2:18]
-	created, err := tenant.CreateOnAccount(ctx, pool, t.Name(), account)
+	created, err := tenant.CreateOnAccount(ctx, pool, t.Name(), account, kinds.All().AccountUses)
 	require.NoError(t, err)
 	api := apitest.StartAs(t, pool, created)
 	sim := stripesim.New(stripesim.Config{Logger: logger, MaxHold: 5 * time.Second, SearchIndexDelay: -1,

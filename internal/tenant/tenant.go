@@ -44,17 +44,17 @@ type Beginner interface {
 
 // Create makes a tenant with one API key; a name already taken is ErrExists.
 func Create(ctx context.Context, db Beginner, name string) (Created, error) {
-	return create(ctx, db, name, false, "")
+	return create(ctx, db, name, false, "", Reassign{})
 }
 
 // Ensure makes the tenant named name if there is none, then issues a new API
 // key for it. Keys issued before stay valid, so a setup step that runs more
 // than once never breaks a client configured by an earlier run.
 func Ensure(ctx context.Context, db Beginner, name string) (Created, error) {
-	return create(ctx, db, name, true, "")
+	return create(ctx, db, name, true, "", Reassign{})
 }
 
-func create(ctx context.Context, db Beginner, name string, existingOK bool, account string) (Created, error) {
+func create(ctx context.Context, db Beginner, name string, existingOK bool, account string, r Reassign) (Created, error) {
 	name = strings.TrimSpace(name)
 	if name == "" || len(name) > 200 {
 		return Created{}, errors.New("tenant name must be 1 to 200 characters")
@@ -79,7 +79,7 @@ func create(ctx context.Context, db Beginner, name string, existingOK bool, acco
 		return Created{}, fmt.Errorf("%w: %q is %s (\"api tenants ensure\" issues a new key for it)", ErrExists, name, tenantID)
 	}
 	if account != "" {
-		if err := setAccount(ctx, tx, tenantID, account); err != nil {
+		if _, err := setAccount(ctx, tx, tenantID, account, r); err != nil {
 			return Created{}, err
 		}
 	}

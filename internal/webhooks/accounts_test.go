@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncepay/oncepay/internal/id"
+	"github.com/oncepay/oncepay/internal/kinds"
 	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/payments"
@@ -30,12 +31,12 @@ func TestConnectedAccountsKeepTenantsApart(t *testing.T) {
 	b := setup(t, options{})
 	ctx := context.Background()
 	onAccount := func(name, account string) tenant.Created {
-		created, err := tenant.CreateOnAccount(ctx, b.pool, t.Name()+" "+name, account)
+		created, err := tenant.CreateOnAccount(ctx, b.pool, t.Name()+" "+name, account, kinds.All().AccountUses)
 		require.NoError(t, err)
 		return created
 	}
 	a, other := b.api.As(onAccount("a", "acct_tenanta")), b.api.As(onAccount("b", "acct_tenantb"))
-	_, err := tenant.CreateOnAccount(ctx, b.pool, t.Name()+" c", "acct_tenanta")
+	_, err := tenant.CreateOnAccount(ctx, b.pool, t.Name()+" c", "acct_tenanta", kinds.All().AccountUses)
 	require.ErrorIs(t, err, tenant.ErrAccountTaken)
 	simLedger := func() stripesim.Ledger {
 		l, err := b.admin.Ledger(ctx)
