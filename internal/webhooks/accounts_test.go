@@ -150,7 +150,7 @@ func TestRecoveryListsAnAccountOnlyPayoutsUse(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{})
 	ctx := context.Background()
-	created, err := tenant.CreateOnAccount(ctx, b.pool, t.Name()+" payouts", "acct_formerpayouts")
+	created, err := tenant.CreateOnAccount(ctx, b.pool, t.Name()+" payouts", "acct_formerpayouts", kinds.All().AccountUses)
 	require.NoError(t, err)
 	require.NoError(t, b.admin.InjectWebhookFault(ctx, stripesim.WebhookFault{Mode: stripesim.WebhookDrop, Type: "payout.created"}))
 	pc := provider.New(provider.Config{SecretKey: "sk_test_webhooks", APIBase: b.simURL}).For("acct_formerpayouts")
