@@ -32,6 +32,7 @@ func (cancelling) Name() string { return "cancel_payout" }
 func Kind() operation.Kind {
 	return operation.Spec[payout, args, Payout, provider.PayoutOutcome, claim]{
 		Where: table, Prefixes: []string{IDPrefix}, Stranded: "no job was left to send this payout",
+		ProviderObjects: []string{provider.PayoutPrefix},
 		Mount: func(r chi.Router, d operation.Deps) {
 			s := service{d}
 			r.Method(http.MethodPost, "/payouts", operation.Endpoint(d, decodeCreate, s.create, table.LockResource))
