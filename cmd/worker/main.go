@@ -90,7 +90,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	keys := idempotency.NewStore(idempotency.Config{Retention: cfg.IdempotencyRetention, TombstoneRetention: cfg.TombstoneRetention,
 		ObserveReap: func(r idempotency.ReapResult) { m.KeysReaped(r.Tombstoned, r.Deleted) }})
 	providerClient := provider.New(provider.Config{SecretKey: cfg.StripeSecretKey, APIBase: cfg.StripeAPIBase,
-		HTTPClient: &http.Client{Transport: tracing.Transport(m.ProviderTransport(provider.Transport(cfg.Concurrency + 10)))}})
+		HTTPClient: &http.Client{Transport: tracing.Transport(m.ProviderTransport(provider.Transport(cfg.Concurrency+10), kinds.All().ProviderPrefixes()...))}})
 	workerCfg := cfg.workerConfig()
 	workers := river.NewWorkers()
 	env := operation.Env{

@@ -3,14 +3,21 @@ package kinds_test
 import (
 	"context"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"slices"
 	"testing"
 
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/kinds"
+	"github.com/oncepay/oncepay/internal/metrics"
 	"github.com/oncepay/oncepay/internal/operation"
+	"github.com/oncepay/oncepay/internal/provider"
 	"github.com/oncepay/oncepay/internal/testkit/pgtest"
+	"github.com/oncepay/oncepay/tools/stripesim"
 )
 
 // TestKindsAreDistinct: every registered kind has a name, an id prefix and
@@ -85,4 +92,73 @@ func TestEveryKindsTableHasTheLifecycle(t *testing.T) {
 		_, err := pool.Exec(ctx, `SELECT `+table.ClaimColumns(operation.SettledColumn(1))+` FROM `+table.Name+` LIMIT 0`, int64(0))
 		require.NoError(t, err, "%s: its claim does not read", k.Name())
 	}
+}
+
+// TestProviderCallsFoldEveryKindsIDs: the provider-call metrics' operation
+// label is one of the provider's routes, never one object's: the ids of
+// the provider objects of every registered kind, and of a kind added to the
+// registry, fold into {id} as the worker wires them, so calls about more
+// objects add no series.
+func TestProviderCallsFoldEveryKindsIDs(t *testing.T) {
+	t.Parallel()
+	sim := httptest.NewServer(stripesim.New(stripesim.Config{Logger: slog.New(slog.DiscardHandler)}))
+	defer sim.Close()
+	all := append(kinds.All(), transfers{kinds.All()[0]})
+	m := metrics.New()
+	client := &http.Client{Transport: m.ProviderTransport(nil, all.ProviderPrefixes()...)}
+	pc := provider.New(provider.Config{SecretKey: "sk_test_kinds", APIBase: sim.URL, HTTPClient: client})
+	ctx := t.Context()
+	callAbout := func() {
+		object := id.New("x")[2:]
+		pc.RetrieveIntent(ctx, provider.IntentPrefix+"_"+object)
+		pc.CaptureIntent(ctx, provider.IntentPrefix+"_"+object, 100, id.New("k"))
+		pc.CancelIntent(ctx, provider.IntentPrefix+"_"+object, id.New("k"))
+		pc.RetrieveRefund(ctx, provider.RefundPrefix+"_"+object)
+		pc.RetrievePayout(ctx, provider.PayoutPrefix+"_"+object)
+		pc.CancelPayout(ctx, provider.PayoutPrefix+"_"+object, id.New("k"))
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, sim.URL+"/v1/transfers/tr_"+object, nil)
+		require.NoError(t, err)
+		resp, err := client.Do(req)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+	}
+	callAbout()
+	first := providerOperations(t, m)
+	require.Contains(t, first, "GET /v1/transfers/{id}")
+	for _, op := range first {
+		require.Regexp(t, `^(GET|POST) /v1(/[a-z_]+|/\{id\})+$`, op, "an object's id in the operation label")
+	}
+	for range 3 {
+		callAbout()
+	}
+	require.Equal(t, first, providerOperations(t, m), "calls about more objects added series")
+}
+
+// transfers is a kind added to the registry, whose provider objects are
+// transfers (tr_…).
+type transfers struct{ operation.Kind }
+
+func (transfers) Name() string               { return "transfer" }
+func (transfers) ProviderPrefixes() []string { return []string{"tr"} }
+
+// providerOperations are the operation labels of the provider-call counter.
+func providerOperations(t *testing.T, m *metrics.Metrics) []string {
+	t.Helper()
+	families, err := m.Registry().Gather()
+	require.NoError(t, err)
+	var ops []string
+	for _, f := range families {
+		if f.GetName() != "oncepay_provider_calls_total" {
+			continue
+		}
+		for _, s := range f.GetMetric() {
+			for _, l := range s.GetLabel() {
+				if l.GetName() == "operation" && !slices.Contains(ops, l.GetValue()) {
+					ops = append(ops, l.GetValue())
+				}
+			}
+		}
+	}
+	slices.Sort(ops)
+	return ops
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -218,22 +219,30 @@ func (m *Metrics) KeysReaped(tombstoned, deleted int64) {
 // RateLimited counts one request refused by the named limit.
 func (m *Metrics) RateLimited(limit string) { m.rateLimited.WithLabelValues(limit).Inc() }
 
-// providerIDs are the object ids in provider paths, replaced by {id} so
-// that an operation is a route, not a series per object.
-var providerIDs = regexp.MustCompile(`/(pi|ch|re|evt|cus|pm)_[A-Za-z0-9]+`)
-
 // ProviderTransport wraps the provider client's transport to count and time
-// every call. Stripe marks an answer replayed from its idempotency store;
-// a replayed 5xx has an outcome of its own, since only a lookup can settle
+// every call, by operation: the call's method and path, each object id in
+// it (one of idPrefixes, "po" for po_…: the kinds' provider objects)
+// replaced by {id}, so that an operation is a route, not a series per
+// object. Stripe marks an answer replayed from its idempotency store; a
+// replayed 5xx has an outcome of its own, since only a lookup can settle
 // what it hides.
-func (m *Metrics) ProviderTransport(next http.RoundTripper) http.RoundTripper {
+func (m *Metrics) ProviderTransport(next http.RoundTripper, idPrefixes ...string) http.RoundTripper {
 	if next == nil {
 		next = http.DefaultTransport
+	}
+	route := func(path string) string { return path }
+	if len(idPrefixes) > 0 {
+		quoted := make([]string, len(idPrefixes))
+		for i, p := range idPrefixes {
+			quoted[i] = regexp.QuoteMeta(p)
+		}
+		ids := regexp.MustCompile(`/(?:` + strings.Join(quoted, "|") + `)_[A-Za-z0-9]+`)
+		route = func(path string) string { return ids.ReplaceAllString(path, "/{id}") }
 	}
 	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
 		start := time.Now()
 		resp, err := next.RoundTrip(req)
-		op := req.Method + " " + providerIDs.ReplaceAllString(req.URL.Path, "/{id}")
+		op := req.Method + " " + route(req.URL.Path)
 		m.providerDuration.WithLabelValues(op).Observe(time.Since(start).Seconds())
 		m.providerCalls.WithLabelValues(op, providerOutcome(resp, err)).Inc()
 		return resp, err

@@ -152,7 +152,7 @@ func TestProviderCallsAreCounted(t *testing.T) {
 	sim := httptest.NewServer(stripesim.New(stripesim.Config{Logger: slog.New(slog.DiscardHandler)}))
 	defer sim.Close()
 	m := metrics.New()
-	pc := provider.New(provider.Config{SecretKey: "sk_test_metrics", APIBase: sim.URL, HTTPClient: &http.Client{Transport: m.ProviderTransport(nil)}})
+	pc := provider.New(provider.Config{SecretKey: "sk_test_metrics", APIBase: sim.URL, HTTPClient: &http.Client{Transport: m.ProviderTransport(nil, kinds.All().ProviderPrefixes()...)}})
 	ctx := context.Background()
 	charge := provider.Charge{Amount: 1000, Currency: "usd", PaymentMethod: "pm_card_visa", IdempotencyKey: "metrics-" + id.New("k"),
 		Metadata: map[string]string{"payment_id": id.New("pay")}}

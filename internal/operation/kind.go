@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -34,6 +35,9 @@ type Kind interface {
 	// Owns reports whether id is one of the kind's operations (by its
 	// prefix), so that an operator's command reaches it by id alone.
 	Owns(id string) bool
+	// ProviderPrefixes start the ids of the provider objects the kind
+	// acts on ("re"), which the metrics fold out of the provider's paths.
+	ProviderPrefixes() []string
 	// Routes mounts the kind's endpoints inside the authenticated /v1
 	// group.
 	Routes(r chi.Router, d Deps)
@@ -132,6 +136,17 @@ func (ks Kinds) Names() []string {
 		names[i] = k.Name()
 	}
 	return names
+}
+
+// ProviderPrefixes start the ids of the provider objects any of the
+// kinds acts on, each once.
+func (ks Kinds) ProviderPrefixes() []string {
+	var prefixes []string
+	for _, k := range ks {
+		prefixes = append(prefixes, k.ProviderPrefixes()...)
+	}
+	slices.Sort(prefixes)
+	return slices.Compact(prefixes)
 }
 
 // Env is what the engine builds every kind's worker side from.
@@ -281,6 +296,9 @@ type Spec[K Named, A JobOf, Op Operation, O Answer, C any] struct {
 	Action string
 	// Prefixes are the prefixes of the kind's ids ("rfd").
 	Prefixes []string
+	// ProviderObjects are the prefixes of the ids of the provider objects
+	// the kind acts on (provider.RefundPrefix).
+	ProviderObjects []string
 	// Stranded is what an operation shows when the sweeper finds it with no
 	// job left; JobArg names the job argument that holds the operation's
 	// id, if A is not the engine's Args (which names its own).
@@ -371,6 +389,9 @@ func (s Spec[K, A, Op, O, C]) Owns(id string) bool {
 	}
 	return false
 }
+
+// ProviderPrefixes start the ids of the provider objects the kind acts on.
+func (s Spec[K, A, Op, O, C]) ProviderPrefixes() []string { return s.ProviderObjects }
 
 // Routes mounts the kind's endpoints.
 func (s Spec[K, A, Op, O, C]) Routes(r chi.Router, d Deps) { s.Mount(r, d) }

@@ -2,6 +2,7 @@ package payouts
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -31,6 +32,7 @@ func (cancelling) Name() string { return "cancel_payout" }
 func Kind() operation.Kind {
 	return operation.Spec[payout, args, Payout, provider.PayoutOutcome, claim]{
 		Where: table, Prefixes: []string{IDPrefix}, Stranded: "no job was left to send this payout",
+		ProviderObjects: []string{provider.PayoutPrefix},
 		Mount: func(r chi.Router, d operation.Deps) {
 			s := service{d}
 			r.Method(http.MethodPost, "/payouts", operation.Endpoint(d, decodeCreate, s.create, table.LockResource))
@@ -110,11 +112,17 @@ func cancelAtProvider(env operation.Env) func(context.Context, Payout) error {
 		}
 		pc := env.Provider.For(p.Account())
 		out := pc.CancelPayout(ctx, *p.ProviderPayoutID, operation.ProviderKey("payout_cancel", p.TenantID, p.IdempotencyKey, p.ID, p.ProviderKeyGeneration))
-		if out.Kind == provider.Rejected { // no longer pending: record what it is now
-			out = pc.RetrievePayout(ctx, *p.ProviderPayoutID)
-		}
 		if out.Payout == nil {
-			return fmt.Errorf("cancel payout %s: %w", p.ID, out.Err)
+			// Refused (no longer pending), or no final answer: a 5xx stored
+			// under the key replays to every retry, so only the payout
+			// itself can say whether the cancel happened.
+			cancel := out
+			if out = pc.RetrievePayout(ctx, *p.ProviderPayoutID); out.Payout == nil {
+				return fmt.Errorf("cancel payout %s: %w", p.ID, errors.Join(cancel.Err, out.Err))
+			}
+			if cancel.Kind != provider.Rejected && Status(out.Payout.Status) == StatusPending {
+				return fmt.Errorf("cancel payout %s: %w", p.ID, cancel.Err) // the cancel may not have arrived: send it again
+			}
 		}
 		_, _, err := settle(ctx, env, p.Account(), out.Payout)
 		return err

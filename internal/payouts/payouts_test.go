@@ -252,6 +252,48 @@ func TestPendingPayoutCancels(t *testing.T) {
 	require.Equal(t, "/docs/problems/payout-not-cancelable", refused.Body["type"])
 }
 
+// TestPayoutCancelWithoutAnAnswerSettles: no event of the payout arrives,
+// and the cancel's answer proves nothing. When the provider canceled the
+// payout and answered 500, stored under the cancel's key and replayed to
+// every retry, the job reads the payout back and records it canceled; when
+// the cancel never arrived (a 429), the payout reads pending and the job
+// sends the cancel again.
+func TestPayoutCancelWithoutAnAnswerSettles(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name       string
+		fault      stripesim.Fault
+		executions int
+	}{
+		{"CanceledAnswered500", stripesim.Fault{Mode: stripesim.FaultErrorAfter, Path: "POST /v1/payouts/*", Count: 1}, 1},
+		{"NeverArrived429", stripesim.Fault{Mode: stripesim.FaultErrorBefore, Status: http.StatusTooManyRequests, Path: "POST /v1/payouts/*", Count: 1}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, time.Hour)
+			b.fund(t, "3000")
+			key := id.New("key")
+			made := b.payOut(t, key, `{"amount": 3000, "currency": "usd"}`)
+			require.Equal(t, http.StatusCreated, made.Status, made.Raw)
+			payoutID := made.Body["id"].(string)
+			require.NoError(t, b.sim.InjectWebhookFault(b.ctx, stripesim.WebhookFault{Mode: stripesim.WebhookDrop, Type: "payout.*"}))
+			require.NoError(t, b.sim.InjectFault(b.ctx, tc.fault))
+
+			canceled := b.api.Post(t, "/v1/payouts/"+payoutID+"/cancel", id.New("key"), `{}`)
+			require.Equal(t, http.StatusAccepted, canceled.Status, canceled.Raw)
+			b.waitStatus(t, payoutID, payouts.StatusCanceled)
+			l, err := b.sim.Ledger(b.ctx)
+			require.NoError(t, err)
+			stats, ok := l.Key(operation.ProviderKey("payout_cancel", b.api.Tenant.TenantID, key, payoutID, 1))
+			require.True(t, ok)
+			require.Equal(t, tc.executions, stats.Executions, "the provider canceled once")
+			if tc.fault.Mode == stripesim.FaultErrorAfter {
+				require.Equal(t, http.StatusInternalServerError, stats.Status, "the cancel's answer is the stored 500")
+			}
+		})
+	}
+}
+
 // TestPayoutLedgerCheck: the ledger check lists the provider's payouts of
 // every tenant's account and finds what disagrees with ours: a payout
 // naming one we do not know, and one of ours whose provider payout does

@@ -13,6 +13,10 @@ import (
 // that names its operation.
 func (po *Payout) Ref() (id string, metadata map[string]string) { return po.ID, po.Metadata }
 
+// PayoutPrefix starts every provider payout's id (po_…), which the
+// provider's paths carry.
+const PayoutPrefix = "po"
+
 // Payout is the part of a provider payout oncepay reads, as a ledger
 // finding's evidence shows it.
 type Payout struct {

@@ -207,6 +207,10 @@ func (o Outcome) IntentID() string {
 // that names its operation.
 func (in *Intent) Ref() (id string, metadata map[string]string) { return in.ID, in.Metadata }
 
+// IntentPrefix starts every payment intent's id (pi_…), which the
+// provider's paths carry.
+const IntentPrefix = "pi"
+
 // Intent is the part of a payment intent oncepay reads.
 type Intent struct {
 	ID       string

@@ -14,6 +14,10 @@ import (
 // that names its operation.
 func (re *Refund) Ref() (id string, metadata map[string]string) { return re.ID, re.Metadata }
 
+// RefundPrefix starts every provider refund's id (re_…), which the
+// provider's paths carry.
+const RefundPrefix = "re"
+
 // Refund is the part of a provider refund oncepay reads, as a ledger
 // finding's evidence shows it.
 type Refund struct {
