@@ -97,17 +97,59 @@ func Start(tb testing.TB) *Cluster {
 		}
 		tb.Skip(msg + "; with CI=true this fails")
 	}
-	c := &Cluster{tb: tb, autoctl: autoctl, pgBin: pgBin}
-	// Not under tb.TempDir: its parent is private to the test's user, and
-	// as root the servers run as another.
-	if c.root, err = os.MkdirTemp("", "oncepay-hapg-"); err != nil {
-		tb.Fatalf("hapg: %v", err)
+	// A port found free may be taken before a server binds it: start
+	// again on others.
+	for attempt := 1; ; attempt++ {
+		c := &Cluster{tb: tb, autoctl: autoctl, pgBin: pgBin}
+		// Not under tb.TempDir: its parent is private to the test's user,
+		// and as root the servers run as another.
+		if c.root, err = os.MkdirTemp("", "oncepay-hapg-"); err != nil {
+			tb.Fatalf("hapg: %v", err)
+		}
+		tb.Cleanup(c.Stop)
+		err := c.start()
+		if err == nil {
+			return c
+		}
+		if !c.portTaken() || attempt == 3 {
+			tb.Fatalf("hapg: %v", err)
+		}
+		tb.Logf("hapg: a port was taken (%v); starting again", err)
+		c.Stop()
 	}
-	tb.Cleanup(c.Stop)
-	if err := c.start(); err != nil {
-		tb.Fatalf("hapg: %v", err)
+}
+
+// portTaken says whether a server of the formation could not bind its
+// port.
+func (c *Cluster) portTaken() bool {
+	for _, log := range c.logs() {
+		if b, err := os.ReadFile(log); err == nil && strings.Contains(string(b), "could not bind") {
+			return true
+		}
 	}
-	return c
+	return false
+}
+
+// logs are the formation's log files: pg_autoctl's, which include its
+// PostgreSQL's until the server's own logging starts.
+func (c *Cluster) logs() []string {
+	var logs []string
+	for _, home := range c.homes() {
+		logs = append(logs, filepath.Join(home, "log"))
+	}
+	return logs
+}
+
+// homes are the directories of the monitor and the nodes, once chosen.
+func (c *Cluster) homes() []string {
+	if c.monitorHome == "" {
+		return nil
+	}
+	homes := []string{c.monitorHome}
+	for _, n := range c.nodes {
+		homes = append(homes, n.home)
+	}
+	return homes
 }
 
 func (c *Cluster) start() error {
@@ -514,12 +556,8 @@ func (c *Cluster) Stop() {
 		wg.Wait()
 		// A server killed (and never restarted) leaves its shared memory
 		// segment behind; nothing else would ever remove it.
-		datas := []string{c.monitorData}
-		for _, n := range c.nodes {
-			datas = append(datas, n.data)
-		}
-		for _, data := range datas {
-			removeSharedMemory(data)
+		for _, home := range c.homes() {
+			removeSharedMemory(filepath.Join(home, "data"))
 		}
 		if c.tb.Failed() {
 			c.logTails()
@@ -532,18 +570,14 @@ func (c *Cluster) Stop() {
 
 // logTails logs the end of each process's log, for a failed test.
 func (c *Cluster) logTails() {
-	homes := []string{c.monitorHome}
-	for _, n := range c.nodes {
-		homes = append(homes, n.home)
-	}
-	for _, home := range homes {
-		b, err := os.ReadFile(filepath.Join(home, "log"))
+	for _, log := range c.logs() {
+		b, err := os.ReadFile(log)
 		if err != nil {
 			continue
 		}
 		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 		lines = lines[max(0, len(lines)-40):]
-		c.tb.Logf("hapg: the end of %s's log:\n%s", filepath.Base(home), strings.Join(lines, "\n"))
+		c.tb.Logf("hapg: the end of %s:\n%s", log, strings.Join(lines, "\n"))
 	}
 }
 
