@@ -266,7 +266,9 @@ func startNotifier(ctx context.Context, cfg config, logger *slog.Logger) (*idemp
 	if url == "" {
 		return nil, func() {}, nil
 	}
-	connCfg, err := postgres.ConnConfig(postgres.PoolConfig{URL: url, ConnectTimeout: cfg.DatabaseConnectTimeout})
+	session := cfg.pool()
+	session.URL, session.Mode = url, postgres.SessionPooling
+	connCfg, err := postgres.ConnConfig(session)
 	if err != nil {
 		return nil, nil, fmt.Errorf("the connection that LISTENs: %w", err)
 	}

@@ -76,7 +76,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	defer tracing.Stop(logger)
 	pool, err := postgres.Open(ctx, postgres.PoolConfig{
 		URL: cfg.DatabaseURL, Mode: cfg.DatabasePoolMode, ConnectTimeout: cfg.DatabaseConnectTimeout, MaxConns: int32(cfg.DatabaseMaxConns),
-		Tracer: tracing.QueryTracer(),
+		KeepAlive: cfg.DatabaseTCPKeepAlive, TCPUserTimeout: cfg.DatabaseTCPUserTimeout, Tracer: tracing.QueryTracer(),
 	})
 	if err != nil {
 		return err
