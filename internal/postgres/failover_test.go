@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"log/slog"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -99,4 +100,28 @@ func withParam(url, param string) string {
 		}
 	}
 	return url + "?" + param
+}
+
+// TestTheWatchNamesTheServer: a pool's new connections tell its watch the
+// server they found, by the address the server sees itself at and its
+// WAL timeline, in the round trip that proves it takes writes.
+func TestTheWatchNamesTheServer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	watch := postgres.NewServerWatch(slog.New(slog.DiscardHandler))
+	pool, err := postgres.Open(ctx, postgres.PoolConfig{URL: pgtest.SharedDatabase(t), Watch: watch})
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	var addr string
+	var timeline int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT coalesce(host(inet_server_addr()) || ':' || inet_server_port(), ''),
+		('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int`).Scan(&addr, &timeline))
+	server, moves := watch.Current()
+	if addr != "" {
+		require.Equal(t, addr, server.Addr)
+	}
+	require.NotEmpty(t, server.Addr)
+	require.Equal(t, timeline, server.Timeline)
+	require.GreaterOrEqual(t, server.Timeline, 1)
+	require.Zero(t, moves)
 }

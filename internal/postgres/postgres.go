@@ -55,6 +55,8 @@ type PoolConfig struct {
 	// unacknowledged before it is closed (Linux). Defaults to
 	// DefaultTCPUserTimeout.
 	TCPUserTimeout time.Duration
+	// Watch, if set, is told the server each new connection finds.
+	Watch *ServerWatch
 }
 
 // Open parses the configuration and creates a pool. It does not wait for the
@@ -96,9 +98,12 @@ func ConnConfig(cfg PoolConfig) (*pgx.ConnConfig, error) {
 func configure(ccfg *pgx.ConnConfig, cfg PoolConfig) error {
 	ccfg.ConnectTimeout = cmp.Or(cfg.ConnectTimeout, 3*time.Second)
 	ccfg.DialFunc = dialer(cfg).DialContext
-	if ccfg.ValidateConnect == nil && !strings.Contains(cfg.URL, "target_session_attrs") {
+	switch {
+	case ccfg.ValidateConnect == nil && !strings.Contains(cfg.URL, "target_session_attrs"):
 		// Only a server that accepts writes will do (failover.go).
-		ccfg.ValidateConnect = pgconn.ValidateConnectTargetSessionAttrsReadWrite
+		ccfg.ValidateConnect = identify(true, cfg.Watch)
+	case cfg.Watch != nil:
+		ccfg.AfterConnect = identify(false, cfg.Watch)
 	}
 	ccfg.Tracer = readOnlyGuard{next: cfg.Tracer}
 	switch cfg.Mode {
