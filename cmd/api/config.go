@@ -116,6 +116,10 @@ type databaseConfig struct {
 	DatabaseConnectTimeout time.Duration
 	// DatabaseMaxConns (DATABASE_MAX_CONNS) caps the pool. Defaults to 10.
 	DatabaseMaxConns int
+	// DatabaseTCPKeepAlive (DATABASE_TCP_KEEPALIVE) and
+	// DatabaseTCPUserTimeout (DATABASE_TCP_USER_TIMEOUT): how soon every
+	// connection notices a server that died (postgres.PoolConfig).
+	DatabaseTCPKeepAlive, DatabaseTCPUserTimeout time.Duration
 	// IdempotencyRetention (IDEMPOTENCY_RETENTION) is how long a finished
 	// key is replayed. Defaults to 24h.
 	IdempotencyRetention time.Duration
@@ -136,6 +140,8 @@ func readDatabaseConfig(env *envconfig.Reader) databaseConfig {
 		DatabaseDirectURL:             env.String("DATABASE_DIRECT_URL", ""),
 		DatabaseConnectTimeout:        env.Duration("DATABASE_CONNECT_TIMEOUT", 3*time.Second, 100*time.Millisecond, time.Minute),
 		DatabaseMaxConns:              env.Int("DATABASE_MAX_CONNS", 10, 2, 1000),
+		DatabaseTCPKeepAlive:          env.Duration("DATABASE_TCP_KEEPALIVE", postgres.DefaultKeepAlive, time.Second, time.Hour),
+		DatabaseTCPUserTimeout:        env.Duration("DATABASE_TCP_USER_TIMEOUT", postgres.DefaultTCPUserTimeout, time.Second, time.Hour),
 		IdempotencyRetention:          env.Duration("IDEMPOTENCY_RETENTION", 24*time.Hour, 24*time.Hour, 90*24*time.Hour),
 		IdempotencyTombstoneRetention: env.Duration("IDEMPOTENCY_TOMBSTONE_RETENTION", 30*24*time.Hour, time.Hour, 10*365*24*time.Hour),
 		LogLevel:                      env.OneOf("LOG_LEVEL", "info", "debug", "info", "warn", "error"),
@@ -166,7 +172,8 @@ func (c databaseConfig) sessionURL() string {
 // pool is the configuration of the pool on DATABASE_URL.
 func (c databaseConfig) pool() postgres.PoolConfig {
 	return postgres.PoolConfig{URL: c.DatabaseURL, Mode: c.DatabasePoolMode,
-		ConnectTimeout: c.DatabaseConnectTimeout, MaxConns: int32(c.DatabaseMaxConns)}
+		ConnectTimeout: c.DatabaseConnectTimeout, MaxConns: int32(c.DatabaseMaxConns),
+		KeepAlive: c.DatabaseTCPKeepAlive, TCPUserTimeout: c.DatabaseTCPUserTimeout}
 }
 
 // pollingWaitPoll is API_WAIT_POLL's default when nothing can LISTEN: a

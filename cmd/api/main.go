@@ -121,6 +121,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	defer tracing.Stop(logger)
 	poolCfg := cfg.pool()
 	poolCfg.Tracer = tracing.QueryTracer()
+	if cmd.name == "serve" {
+		// The server logs and exports the database server it is on; an
+		// operator's command prints only its answer.
+		poolCfg.Watch = postgres.NewServerWatch(logger)
+	}
 	pool, err := postgres.Open(ctx, poolCfg)
 	if err != nil {
 		return err
@@ -129,7 +134,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 
 	switch cmd.name {
 	case "serve":
-		return serveAPI(ctx, cfg, pool, tracing, logger)
+		return serveAPI(ctx, cfg, pool, poolCfg.Watch, tracing, logger)
 	case "tenants create", "tenants ensure":
 		create := tenant.Create
 		switch {
@@ -169,12 +174,13 @@ func migrate(ctx context.Context, cfg databaseConfig, logger *slog.Logger) error
 	return postgres.Migrate(ctx, pool, logger)
 }
 
-func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, tracing *telemetry.Tracing, logger *slog.Logger) error {
+func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, watch *postgres.ServerWatch, tracing *telemetry.Tracing,
+	logger *slog.Logger) error {
 	jobs, err := outbox.NewInsertOnly(pool, logger, tracing.RiverMiddleware()...)
 	if err != nil {
 		return err
 	}
-	notifier, stopNotifier, err := startNotifier(ctx, cfg, logger)
+	notifier, stopNotifier, err := startNotifier(ctx, cfg, watch, logger)
 	if err != nil {
 		return err
 	}
@@ -182,6 +188,7 @@ func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, tracing *tele
 
 	jobsOutbox := outbox.New(jobs).Traced(tracing.Injector())
 	m := metrics.New()
+	m.RegisterDatabaseServer(watch.Read)
 	limits := ratelimit.New(ratelimit.Config{Rate: cfg.TenantRate, Window: cfg.TenantRateWindow,
 		MaxPending: cfg.TenantMaxPending, OnLimited: m.RateLimited})
 	keys := idempotency.NewStore(idempotency.Config{
@@ -258,7 +265,7 @@ func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, tracing *tele
 // session), and returns it with the function that stops it. Behind
 // transaction pooling without a direct URL there is none (nil): waiters
 // poll every API_WAIT_POLL. It logs which, with the pool mode.
-func startNotifier(ctx context.Context, cfg config, logger *slog.Logger) (*idempotency.Notifier, func(), error) {
+func startNotifier(ctx context.Context, cfg config, watch *postgres.ServerWatch, logger *slog.Logger) (*idempotency.Notifier, func(), error) {
 	url := cfg.sessionURL()
 	logger.InfoContext(ctx, "database", slog.String("pool_mode", string(cfg.DatabasePoolMode)),
 		slog.Bool("direct_url", cfg.DatabaseDirectURL != ""), slog.Bool("prefer_wait_listens", url != ""),
@@ -266,7 +273,9 @@ func startNotifier(ctx context.Context, cfg config, logger *slog.Logger) (*idemp
 	if url == "" {
 		return nil, func() {}, nil
 	}
-	connCfg, err := postgres.ConnConfig(postgres.PoolConfig{URL: url, ConnectTimeout: cfg.DatabaseConnectTimeout})
+	session := cfg.pool()
+	session.URL, session.Mode, session.Watch = url, postgres.SessionPooling, watch
+	connCfg, err := postgres.ConnConfig(session)
 	if err != nil {
 		return nil, nil, fmt.Errorf("the connection that LISTENs: %w", err)
 	}

@@ -104,6 +104,9 @@ type config struct {
 	IdempotencyRetention time.Duration
 	// DatabaseConnectTimeout (DATABASE_CONNECT_TIMEOUT): as for the API.
 	DatabaseConnectTimeout time.Duration
+	// DatabaseTCPKeepAlive (DATABASE_TCP_KEEPALIVE) and
+	// DatabaseTCPUserTimeout (DATABASE_TCP_USER_TIMEOUT): as for the API.
+	DatabaseTCPKeepAlive, DatabaseTCPUserTimeout time.Duration
 	// DatabaseMaxConns (DATABASE_MAX_CONNS) caps the pool. Defaults to 20:
 	// a job holds a connection only for its short transactions, never
 	// across a provider call, so the pool need not grow with concurrency.
@@ -169,6 +172,8 @@ func loadConfig(getenv func(string) string) (config, error) {
 		TombstoneRetention:     env.Duration("IDEMPOTENCY_TOMBSTONE_RETENTION", 30*24*time.Hour, time.Hour, 10*365*24*time.Hour),
 		IdempotencyRetention:   env.Duration("IDEMPOTENCY_RETENTION", 24*time.Hour, 24*time.Hour, 90*24*time.Hour),
 		DatabaseConnectTimeout: env.Duration("DATABASE_CONNECT_TIMEOUT", 3*time.Second, 100*time.Millisecond, time.Minute),
+		DatabaseTCPKeepAlive:   env.Duration("DATABASE_TCP_KEEPALIVE", postgres.DefaultKeepAlive, time.Second, time.Hour),
+		DatabaseTCPUserTimeout: env.Duration("DATABASE_TCP_USER_TIMEOUT", postgres.DefaultTCPUserTimeout, time.Second, time.Hour),
 		WebhookRecoverInterval: env.Duration("WEBHOOK_RECOVER_INTERVAL", 5*time.Minute, 100*time.Millisecond, 24*time.Hour),
 		WebhookRecoverLookback: env.Duration("WEBHOOK_RECOVER_LOOKBACK", 24*time.Hour, time.Minute, 30*24*time.Hour),
 		WebhookAwaitInterval:   env.Duration("WEBHOOK_AWAIT_INTERVAL", 2*time.Second, time.Second, 10*time.Minute),

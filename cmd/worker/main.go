@@ -74,9 +74,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return fmt.Errorf("configuration: %w", err)
 	}
 	defer tracing.Stop(logger)
+	watch := postgres.NewServerWatch(logger)
 	pool, err := postgres.Open(ctx, postgres.PoolConfig{
 		URL: cfg.DatabaseURL, Mode: cfg.DatabasePoolMode, ConnectTimeout: cfg.DatabaseConnectTimeout, MaxConns: int32(cfg.DatabaseMaxConns),
-		Tracer: tracing.QueryTracer(),
+		KeepAlive: cfg.DatabaseTCPKeepAlive, TCPUserTimeout: cfg.DatabaseTCPUserTimeout, Tracer: tracing.QueryTracer(), Watch: watch,
 	})
 	if err != nil {
 		return err
@@ -84,6 +85,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	defer pool.Close()
 
 	m := metrics.New()
+	m.RegisterDatabaseServer(watch.Read)
 	m.RegisterDatabase(pool, kinds.MetricsTables(kinds.All()))
 	m.SweptKinds(kinds.All().Names()...)
 	m.GroupFallbackKinds(kinds.All().Names()...)

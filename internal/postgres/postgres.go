@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -46,6 +47,16 @@ type PoolConfig struct {
 	MaxConns int32
 	// Tracer, if set, sees every query (tracing).
 	Tracer pgx.QueryTracer
+	// KeepAlive is how long a connection may be silent before it is
+	// probed, and between probes; three unanswered probes close it.
+	// Defaults to DefaultKeepAlive.
+	KeepAlive time.Duration
+	// TCPUserTimeout is how long data sent on a connection may go
+	// unacknowledged before it is closed (Linux). Defaults to
+	// DefaultTCPUserTimeout.
+	TCPUserTimeout time.Duration
+	// Watch, if set, is told the server each new connection finds.
+	Watch *ServerWatch
 }
 
 // Open parses the configuration and creates a pool. It does not wait for the
@@ -61,7 +72,7 @@ func Open(ctx context.Context, cfg PoolConfig) (*pgxpool.Pool, error) {
 	if cfg.MaxConns > 0 {
 		pcfg.MaxConns = cfg.MaxConns
 	}
-	pcfg.ConnConfig.Tracer = cfg.Tracer
+	pcfg.AfterRelease = writable
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("create pool: %w", err)
@@ -86,6 +97,15 @@ func ConnConfig(cfg PoolConfig) (*pgx.ConnConfig, error) {
 
 func configure(ccfg *pgx.ConnConfig, cfg PoolConfig) error {
 	ccfg.ConnectTimeout = cmp.Or(cfg.ConnectTimeout, 3*time.Second)
+	ccfg.DialFunc = dialer(cfg).DialContext
+	switch {
+	case ccfg.ValidateConnect == nil && !strings.Contains(cfg.URL, "target_session_attrs"):
+		// Only a server that accepts writes will do (failover.go).
+		ccfg.ValidateConnect = identify(true, cfg.Watch)
+	case cfg.Watch != nil:
+		ccfg.AfterConnect = identify(false, cfg.Watch)
+	}
+	ccfg.Tracer = readOnlyGuard{next: cfg.Tracer}
 	switch cfg.Mode {
 	case "", SessionPooling:
 	case TransactionPooling:
@@ -132,6 +152,11 @@ func IsUnavailable(err error) bool {
 			// idle_in_transaction_session_timeout.
 			return true
 		case "55P03", "40001", "40P01": // lock timeout, serialization failure, deadlock: transient
+			return true
+		case readOnlyTransaction:
+			// The server is a standby now (a failover demoted it): the
+			// connection is closed on its release, and the next finds the
+			// primary.
 			return true
 		}
 		// Class 08 is connection exceptions, class 53 insufficient
