@@ -38,7 +38,8 @@ const webhookSecret = "whsec_failovercheck"
 // TestServiceRidesAFailover: an API and a worker on the formation's
 // multi-host URL take payments from four clients while the primary is
 // killed (its standby promoted) and later rejoins as a standby. Neither
-// process restarts; each logs the move; a client meets nothing but
+// process restarts; each logs the move; the API's readiness says 503
+// while no primary answers, and 200 after; a client meets nothing but
 // acknowledgements and 503s with Retry-After (never a 500), and retries
 // with the same key until acknowledged; every payment acknowledged is
 // there afterwards and is charged exactly once.
@@ -74,6 +75,7 @@ func TestServiceRidesAFailover(t *testing.T) {
 
 	load := startClients(ctx, apiURL, created.APIKey, 4)
 	load.waitAcknowledged(t, 20, time.Minute)
+	readiness := watchReadiness(ctx, apiURL)
 	killed := c.KillPrimary()
 	killedAt := time.Now()
 	promoted := c.WaitPrimary(time.Minute)
@@ -83,6 +85,10 @@ func TestServiceRidesAFailover(t *testing.T) {
 	t.Logf("first payment acknowledged %s after the kill", load.firstAfter(killedAt).Sub(killedAt).Round(time.Millisecond))
 	c.Rejoin()
 	load.waitAcknowledged(t, load.count()+10, time.Minute)
+	ready := readiness.stop()
+	t.Logf("readiness answered %v", ready)
+	require.Positive(t, ready[http.StatusServiceUnavailable], "readiness said so while no primary answered")
+	require.Equal(t, http.StatusOK, ready[0], "ready again after the failover, without a restart")
 	acknowledged, answers := load.stop()
 	t.Logf("answers: %v; %d payments acknowledged", answers, len(acknowledged))
 	for status := range answers {
@@ -228,4 +234,37 @@ func (l *clients) stop() (map[string]string, map[int]int) {
 		l.answers[-l.missingRetry] = 0 // shown, and refused by the test's check of statuses
 	}
 	return l.acknowledged, l.answers
+}
+
+// readiness polls the API's /readyz, counting its answers by status; the
+// last answer's status is kept under 0.
+type readiness struct {
+	cancel  context.CancelFunc
+	done    chan struct{}
+	answers map[int]int
+}
+
+func watchReadiness(ctx context.Context, apiURL string) *readiness {
+	ctx, cancel := context.WithCancel(ctx)
+	r := &readiness{cancel: cancel, done: make(chan struct{}), answers: map[int]int{}}
+	go func() {
+		defer close(r.done)
+		hc := &http.Client{Timeout: 3 * time.Second}
+		for ctx.Err() == nil {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, apiURL+"/readyz", nil)
+			if resp, err := hc.Do(req); err == nil {
+				resp.Body.Close()
+				r.answers[resp.StatusCode]++
+				r.answers[0] = resp.StatusCode
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	return r
+}
+
+func (r *readiness) stop() map[int]int {
+	r.cancel()
+	<-r.done
+	return r.answers
 }
