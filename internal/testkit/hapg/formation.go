@@ -27,6 +27,15 @@ import (
 // pg_auto_failover is missing.
 var ErrNotInstalled = errors.New("pg_auto_failover is not installed (apt-get install postgresql-15-auto-failover pg-auto-failover-cli)")
 
+// Installed returns ErrNotInstalled, saying what is missing, unless
+// pg_auto_failover and a server with its extension are installed.
+func Installed() error {
+	if _, _, err := binaries(); err != nil {
+		return fmt.Errorf("%w: %v", ErrNotInstalled, err)
+	}
+	return nil
+}
+
 // Options configure a formation.
 type Options struct {
 	// Dir holds the formation: its state file, and each server's data,
