@@ -386,9 +386,11 @@ func (f *Formation) URL() string {
 		strings.Join(hosts, ","), Database)
 }
 
-// MonitorURL is the monitor's database, where `pg_autoctl show state` and
-// the manager's own tables are.
-func (f *Formation) MonitorURL() string { return f.monitorURL() }
+// MonitorURL is the monitor's database, where the manager's own tables
+// are (pgautofailover.node: each node's state).
+func (f *Formation) MonitorURL() string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/pg_auto_failover?sslmode=disable", f.monitorPort)
+}
 
 // Dir is the directory that holds the formation.
 func (f *Formation) Dir() string { return f.root }
@@ -581,9 +583,7 @@ func (f *Formation) wantStates(ctx context.Context, want map[string]string) erro
 	return nil
 }
 
-func (f *Formation) monitorURL() string {
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/pg_auto_failover?sslmode=disable&connect_timeout=2", f.monitorPort)
-}
+func (f *Formation) monitorURL() string { return f.MonitorURL() + "&connect_timeout=2" }
 
 // waitFor retries check until it succeeds, ctx ends, or a process of the
 // formation has exited on its own (its log says why).
