@@ -10,16 +10,19 @@ STATICCHECK_VERSION ?= v0.8.2
 
 # PORTS=auto (make run, make up) listens on free loopback ports, printed once the stack is up.
 PORTS ?=
+# DB=ha (make run, make up) runs the stack on a pg_auto_failover formation of its own under .run/ha (a monitor, a
+# primary and a synchronous standby) instead of DATABASE_URL's server; bin/stack failover|switchover moves its primary.
+DB ?=
 
-export DATABASE_URL STRIPE_SECRET_KEY STRIPE_API_BASE PORTS
+export DATABASE_URL STRIPE_SECRET_KEY STRIPE_API_BASE PORTS DB
 
 .PHONY: run up down demo chaos build db migrate test drop-test-templates clean-db e2e fuzz bench bench-go lint pg-stop
 
-## run: the simulator, the worker and the API in the foreground (Ctrl-C stops all three); logs in .run/logs/
+## run: the simulator, the worker and the API in the foreground (Ctrl-C stops all three); logs in .run/logs/ (DB=ha: on a pg_auto_failover formation)
 run: build
 	@bin/stack run
 
-## up: the same in the background, returning once all three answer /readyz; `make down` stops them
+## up: the same in the background, returning once all three answer /readyz; `make down` stops them (DB=ha: and the formation)
 up: build
 	@bin/stack up
 
@@ -69,8 +72,12 @@ drop-test-templates:
 	@psql "$(ADMIN_DATABASE_URL)" -Atc "SELECT datname FROM pg_database WHERE datname LIKE 'oncepay\_template\_%'" 2>/dev/null | \
 		while read -r db; do psql "$(ADMIN_DATABASE_URL)" -qc "ALTER DATABASE \"$$db\" IS_TEMPLATE false" -c "DROP DATABASE IF EXISTS \"$$db\"" >/dev/null 2>&1; done; true
 
-## clean-db: drop every database oncepay's tools leave on DATABASE_URL's server: the stack's (DATABASE_URL's own: run make down first), the bench's and its peers', the chaos run's, the test templates and the copies a killed test left (not while tests, the bench or a chaos run use the server: it drops theirs too)
+## clean-db: drop every database oncepay's tools leave on DATABASE_URL's server: the stack's (DATABASE_URL's own: run make down first), the bench's and its peers', the chaos run's, the test templates and the copies a killed test left (not while tests, the bench or a chaos run use the server: it drops theirs too); and remove the DB=ha formation (.run/ha) once the stack is down
 clean-db: drop-test-templates
+	@if [ -d .run/ha ]; then \
+		for pid in $$(sed -n 's/.*"pid": \([1-9][0-9]*\).*/\1/p' .run/ha/formation.json 2>/dev/null); do \
+			if [ -d /proc/$$pid ]; then echo "the DB=ha formation runs (pid $$pid): make down, or stop make run, first"; exit 1; fi; done; \
+		rm -rf .run/ha && echo "removed the DB=ha formation (.run/ha)"; fi
 	@for db in '$(DATABASE_NAME)' oncepay_bench oncepay_bench_dbospeer oncepay_bench_riverpeer oncepay_bench_riverkeyspeer oncepay_loadgen \
 		$$(psql "$(ADMIN_DATABASE_URL)" -Atc "SELECT datname FROM pg_database WHERE datname LIKE 'oncepay\_test\_%' OR datname LIKE 'peers\_test\_%'"); do \
 		psql "$(ADMIN_DATABASE_URL)" -qc "DROP DATABASE IF EXISTS \"$$db\" WITH (FORCE)" && echo "dropped $$db (if it was there)"; done

@@ -1,8 +1,8 @@
 // Package devstack runs oncepay on one machine as the separate processes it
 // is deployed as (the simulator, the worker and the API), for `make run`,
 // `make up` and the demo. It makes sure the database exists (starting a
-// local cluster when no server answers on the loopback address), migrates
-// it, starts each binary with its log in a file, waits until each answers
+// local cluster when no server answers on the loopback address, or, with
+// HA, a pg_auto_failover formation of its own), migrates it, starts each binary with its log in a file, waits until each answers
 // its readiness check, and stops exactly what it started.
 package devstack
 
@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -30,6 +31,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/kinds"
 	"github.com/oncepay/oncepay/internal/tenant"
+	"github.com/oncepay/oncepay/internal/testkit/hapg"
 	"github.com/oncepay/oncepay/internal/testkit/localpg"
 	"github.com/oncepay/oncepay/internal/webhooks"
 )
@@ -49,6 +51,12 @@ type Config struct {
 	// When no server answers at a loopback address, a local cluster is
 	// started in its place, unless DatabaseURLChosen.
 	DatabaseURL string
+	// HA runs the stack on a pg_auto_failover formation of its own instead
+	// of DatabaseURL's server (make up DB=ha): a monitor, a primary and a
+	// synchronous standby on free loopback ports, under StateDir/ha, started
+	// again as they were by a later stack. The processes get its multi-host
+	// URL.
+	HA bool
 	// DatabaseURLChosen says the URL is the user's own choice (DATABASE_URL
 	// was set): a server that does not answer there is an error that names
 	// it, never a silent fall back to a private cluster.
@@ -115,6 +123,11 @@ type Stack struct {
 	ConsoleURL string `json:"console_url"`
 	// ClusterDir is the local cluster's directory, if the stack started it.
 	ClusterDir string `json:"cluster_dir,omitempty"`
+	// FormationDir is the pg_auto_failover formation's directory, if the
+	// stack runs on one (Config.HA).
+	FormationDir string `json:"formation_dir,omitempty"`
+	// MonitorURL is the formation's monitor, for pg_autoctl and its state.
+	MonitorURL string `json:"monitor_url,omitempty"`
 	// Processes are in start order.
 	Processes []*Process `json:"processes"`
 
@@ -190,11 +203,17 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 			return nil, err
 		}
 	}
-	if s.DatabaseURL, s.ClusterDir, err = ensureServer(ctx, cfg); err != nil {
-		return nil, err
-	}
-	if err := ensureDatabase(ctx, s.DatabaseURL); err != nil {
-		return nil, err
+	if cfg.HA {
+		if err := s.startFormation(ctx); err != nil {
+			return nil, err
+		}
+	} else {
+		if s.DatabaseURL, s.ClusterDir, err = ensureServer(ctx, cfg); err != nil {
+			return nil, err
+		}
+		if err := ensureDatabase(ctx, s.DatabaseURL); err != nil {
+			return nil, err
+		}
 	}
 	s.progress("migrating %s", redact(s.DatabaseURL))
 	if out, err := s.command("api", "migrate").CombinedOutput(); err != nil {
@@ -325,6 +344,43 @@ func ensureServer(ctx context.Context, cfg Config) (dbURL, clusterDir string, er
 	local.Host = fmt.Sprintf("127.0.0.1:%d", LocalClusterPort)
 	local.User = url.User("postgres")
 	return local.String(), dir, nil
+}
+
+// FormationDir is where a stack with Config.HA keeps its formation.
+func FormationDir(stateDir string) string { return filepath.Join(stateDir, "ha") }
+
+// startFormation starts the stack's pg_auto_failover formation, or starts
+// again the one a stack before it left, and points the stack at its
+// database, which the manager made.
+func (s *Stack) startFormation(ctx context.Context) error {
+	dir, err := filepath.Abs(FormationDir(s.cfg.StateDir))
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	addrs, err := FreeAddrs(3)
+	if err != nil {
+		return err
+	}
+	ports := make([]int, len(addrs))
+	for i, addr := range addrs {
+		_, port, _ := net.SplitHostPort(addr)
+		ports[i], _ = strconv.Atoi(port)
+	}
+	f, err := hapg.StartFormation(ctx, hapg.Options{Dir: dir, Ports: ports, Durable: true, Detached: s.cfg.Detached,
+		Logf: func(format string, args ...any) { s.progress(format, args...) }})
+	if err != nil {
+		return fmt.Errorf("the pg_auto_failover formation: %w", err)
+	}
+	s.FormationDir, s.MonitorURL, s.DatabaseURL = dir, f.MonitorURL(), f.URL()
+	primary, err := f.Primary(ctx)
+	if err != nil {
+		return err
+	}
+	s.progress("formation ready: %s primary on port %d, its synchronous standby on the other", primary.Name, primary.Port)
+	return nil
 }
 
 // ensureDatabase creates the database dbURL names if it does not exist.
@@ -653,6 +709,20 @@ func (s *Stack) Stop(ctx context.Context) error {
 			s.progress("local cluster stopped (its data stays in %s)", s.ClusterDir)
 		}
 		s.ClusterDir = ""
+	}
+	if s.FormationDir != "" {
+		// Read again from its directory: bin/stack failover may have
+		// started a node's keeper since this stack did.
+		f, err := hapg.Load(s.FormationDir, nil)
+		if err == nil {
+			err = f.Stop()
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("stop the formation in %s: %w", s.FormationDir, err))
+		} else {
+			s.progress("formation stopped (its data stays in %s; make clean-db removes it)", s.FormationDir)
+		}
+		s.FormationDir = ""
 	}
 	return errors.Join(errs...)
 }

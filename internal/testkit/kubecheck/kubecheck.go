@@ -1,12 +1,15 @@
 // Package kubecheck reads the Kubernetes manifests under deploy/kubernetes
 // strictly into the Kubernetes API's own types (no cluster, no schema
 // download): a misspelt field, a wrong type or an unknown kind fails
-// make test instead of kubectl apply. It also holds the rules every
-// workload follows. Tests only.
+// make test instead of kubectl apply. CloudNativePG's Cluster, which is no
+// built-in kind, is read into a struct of the fields the manifests use
+// (Cluster), as strictly. It also holds the rules every workload follows.
+// Tests only.
 package kubecheck
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -17,6 +20,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 )
@@ -27,14 +31,58 @@ type Manifests struct {
 	Jobs        map[string]*batchv1.Job
 	Services    map[string]*corev1.Service
 	Budgets     map[string]*policyv1.PodDisruptionBudget
+	Clusters    map[string]*Cluster
+}
+
+// Cluster is the part of CloudNativePG's Cluster (postgresql.cnpg.io/v1, as
+// the operator's API reference documents it for 1.25) that deploy/kubernetes
+// uses, and no more: decoded strictly, a field the manifest gains must be
+// added here first, checked against that reference, so a misspelt or
+// invented one fails.
+type Cluster struct {
+	metav1.TypeMeta `json:",inline"`
+	Metadata        metav1.ObjectMeta `json:"metadata"`
+	Spec            ClusterSpec       `json:"spec"`
+}
+
+// ClusterSpec is the Cluster's spec, in part.
+type ClusterSpec struct {
+	Instances  int `json:"instances"`
+	PostgreSQL struct {
+		Parameters  map[string]string `json:"parameters,omitempty"`
+		Synchronous *struct {
+			Method         string `json:"method"` // any or first
+			Number         int    `json:"number"`
+			DataDurability string `json:"dataDurability,omitempty"` // required (the default) or preferred
+		} `json:"synchronous,omitempty"`
+	} `json:"postgresql"`
+	Bootstrap struct {
+		InitDB struct {
+			Database string                       `json:"database"`
+			Owner    string                       `json:"owner"`
+			Secret   *corev1.LocalObjectReference `json:"secret,omitempty"`
+		} `json:"initdb"`
+	} `json:"bootstrap"`
+	Managed struct {
+		Roles []struct {
+			Name           string                       `json:"name"`
+			Ensure         string                       `json:"ensure,omitempty"`
+			Login          bool                         `json:"login,omitempty"`
+			PasswordSecret *corev1.LocalObjectReference `json:"passwordSecret,omitempty"`
+		} `json:"roles"`
+	} `json:"managed"`
+	Storage struct {
+		Size         string  `json:"size"`
+		StorageClass *string `json:"storageClass,omitempty"`
+	} `json:"storage"`
+	Resources corev1.ResourceRequirements `json:"resources"`
 }
 
 // Load decodes every document of every .yaml file under root's
 // deploy/kubernetes, strictly, by its apiVersion and kind.
 func Load(t *testing.T, root string) Manifests {
 	t.Helper()
-	m := Manifests{Deployments: map[string]*appsv1.Deployment{}, Jobs: map[string]*batchv1.Job{},
-		Services: map[string]*corev1.Service{}, Budgets: map[string]*policyv1.PodDisruptionBudget{}}
+	m := newManifests()
 	files, err := filepath.Glob(filepath.Join(root, "deploy", "kubernetes", "*.yaml"))
 	require.NoError(t, err)
 	require.NotEmpty(t, files)
@@ -46,37 +94,67 @@ func Load(t *testing.T, root string) Manifests {
 			if len(bytes.TrimSpace([]byte(doc))) == 0 {
 				continue
 			}
-			var head struct {
-				APIVersion string `json:"apiVersion"`
-				Kind       string `json:"kind"`
-			}
-			require.NoError(t, yaml.Unmarshal([]byte(doc), &head), "%s, document %d", file, i+1)
-			strict := func(into any) {
-				require.NoError(t, yaml.UnmarshalStrict([]byte(doc), into), "%s, document %d (%s)", file, i+1, head.Kind)
-			}
-			switch head.APIVersion + " " + head.Kind {
-			case "apps/v1 Deployment":
-				var d appsv1.Deployment
-				strict(&d)
-				m.Deployments[d.Name] = &d
-			case "batch/v1 Job":
-				var j batchv1.Job
-				strict(&j)
-				m.Jobs[j.Name] = &j
-			case "v1 Service":
-				var s corev1.Service
-				strict(&s)
-				m.Services[s.Name] = &s
-			case "policy/v1 PodDisruptionBudget":
-				var b policyv1.PodDisruptionBudget
-				strict(&b)
-				m.Budgets[b.Name] = &b
-			default:
-				t.Fatalf("%s, document %d: %s %s is no kind these checks know", file, i+1, head.APIVersion, head.Kind)
-			}
+			require.NoError(t, m.decode([]byte(doc)), "%s, document %d", file, i+1)
 		}
 	}
 	return m
+}
+
+func newManifests() Manifests {
+	return Manifests{Deployments: map[string]*appsv1.Deployment{}, Jobs: map[string]*batchv1.Job{},
+		Services: map[string]*corev1.Service{}, Budgets: map[string]*policyv1.PodDisruptionBudget{}, Clusters: map[string]*Cluster{}}
+}
+
+// decode reads one document strictly, by its apiVersion and kind, into m.
+func (m Manifests) decode(doc []byte) error {
+	var head struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+	}
+	if err := yaml.Unmarshal(doc, &head); err != nil {
+		return err
+	}
+	strict := func(into any) error {
+		if err := yaml.UnmarshalStrict(doc, into); err != nil {
+			return fmt.Errorf("%s: %w", head.Kind, err)
+		}
+		return nil
+	}
+	switch head.APIVersion + " " + head.Kind {
+	case "apps/v1 Deployment":
+		var d appsv1.Deployment
+		if err := strict(&d); err != nil {
+			return err
+		}
+		m.Deployments[d.Name] = &d
+	case "batch/v1 Job":
+		var j batchv1.Job
+		if err := strict(&j); err != nil {
+			return err
+		}
+		m.Jobs[j.Name] = &j
+	case "v1 Service":
+		var s corev1.Service
+		if err := strict(&s); err != nil {
+			return err
+		}
+		m.Services[s.Name] = &s
+	case "policy/v1 PodDisruptionBudget":
+		var b policyv1.PodDisruptionBudget
+		if err := strict(&b); err != nil {
+			return err
+		}
+		m.Budgets[b.Name] = &b
+	case "postgresql.cnpg.io/v1 Cluster":
+		var c Cluster
+		if err := strict(&c); err != nil {
+			return err
+		}
+		m.Clusters[c.Metadata.Name] = &c
+	default:
+		return fmt.Errorf("%s %s is no kind these checks know", head.APIVersion, head.Kind)
+	}
+	return nil
 }
 
 // RequireHardened fails unless the pod runs as a non-root user with no

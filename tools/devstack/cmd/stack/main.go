@@ -4,11 +4,15 @@
 //	stack run    start everything, wait for Ctrl-C or SIGTERM, stop everything
 //	stack up     start everything in the background and return once it is ready
 //	stack down   stop what `stack up` started
+//	stack failover    kill -9 the primary of the DB=ha formation; wait for its standby's promotion and its rejoin
+//	stack switchover  have the DB=ha formation's manager hand the primary's role to its standby
 //
 // It creates the database DATABASE_URL names if missing and migrates it.
 // When DATABASE_URL is unset and no server answers at its default address,
 // it starts a local cluster from the installed PostgreSQL binaries under
-// .run/postgres; a DATABASE_URL that was set and fails is an error.
+// .run/postgres; a DATABASE_URL that was set and fails is an error. With
+// DB=ha it runs on a pg_auto_failover formation of its own instead (a
+// monitor, a primary and a synchronous standby under .run/ha).
 // Logs go to .run/logs/, one file per process.
 package main
 
@@ -23,6 +27,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/oncepay/oncepay/internal/testkit/hapg"
 	"github.com/oncepay/oncepay/tools/devstack"
 )
 
@@ -35,11 +40,14 @@ func main() {
 	}
 }
 
-const usage = `usage: stack run | up | down
+const usage = `usage: stack run | up | down | failover | switchover
 
-  run    start the simulator, the worker and the API; stop them on Ctrl-C or SIGTERM
-  up     start them in the background; return once every one answers /readyz
-  down   stop what "stack up" started
+  run         start the simulator, the worker and the API; stop them on Ctrl-C or SIGTERM
+  up          start them in the background; return once every one answers /readyz
+  down        stop what "stack up" started
+  failover    (DB=ha) kill -9 the primary and its keeper, as a machine dying would; wait until
+              the manager has promoted the standby, then bring the killed node back as the standby
+  switchover  (DB=ha) have the manager hand the primary's role to the standby, as before maintenance
 
 Environment: DATABASE_URL (default postgres://postgres@127.0.0.1:5432/oncepay?sslmode=disable;
 only when it is unset and nothing answers there is a local cluster started in .run/postgres),
@@ -49,8 +57,11 @@ Stripe itself, with STRIPE_SECRET_KEY a test-mode key), LISTEN_ADDR (the API,
 default 127.0.0.1:8080), METRICS_ADDR (the API's /metrics, default 127.0.0.1:9080),
 WORKER_ADMIN_ADDR (the worker's /readyz and /metrics, default 127.0.0.1:8081);
 PORTS=auto picks a free loopback port for each of these and the simulator,
-and prints them.
-Logs: .run/logs/api.log, worker.log, stripesim.log.`
+and prints them. DB=ha runs the stack on a pg_auto_failover formation of its own
+(a monitor, a primary and a synchronous standby on free loopback ports, under
+.run/ha, kept by "down" and removed by make clean-db) with its multi-host
+DATABASE_URL, in place of DATABASE_URL's server.
+Logs: .run/logs/api.log, worker.log, stripesim.log; the formation's .run/ha/*/log.`
 
 func run(ctx context.Context, args []string, lookup func(string) (string, bool), stdout io.Writer) error {
 	// Read before anything else: by the time the stack is up, the parent
@@ -77,6 +88,13 @@ func run(ctx context.Context, args []string, lookup func(string) (string, bool),
 		APIMetricsAddr:    getenv("METRICS_ADDR", "127.0.0.1:9080"),
 		Progress:          stdout,
 	}
+	switch db, _ := lookup("DB"); db {
+	case "":
+	case "ha":
+		cfg.HA = true
+	default:
+		return fmt.Errorf("DB=%q: the one value is ha (a pg_auto_failover formation of the stack's own)", db)
+	}
 	if ports, _ := lookup("PORTS"); ports == "auto" {
 		if err := freePorts(&cfg); err != nil {
 			return err
@@ -94,6 +112,10 @@ func run(ctx context.Context, args []string, lookup func(string) (string, bool),
 		return up(ctx, cfg, stdout)
 	case "down":
 		return down(ctx, stdout)
+	case "failover":
+		return failover(ctx, stdout)
+	case "switchover":
+		return switchover(ctx, stdout)
 	default:
 		return errUsage
 	}
@@ -116,7 +138,7 @@ func freePorts(cfg *devstack.Config) error {
 }
 
 // errUsage answers a command line that is not one of the three commands.
-var errUsage = errors.New("usage: stack run | up | down (stack --help says more)")
+var errUsage = errors.New("usage: stack run | up | down | failover | switchover (stack --help says more)")
 
 func runForeground(ctx context.Context, cfg devstack.Config, parent int, stdout io.Writer) error {
 	s, err := devstack.Start(ctx, cfg)
@@ -167,6 +189,60 @@ func down(ctx context.Context, stdout io.Writer) error {
 	return devstack.Forget(".run")
 }
 
+// formation is the DB=ha formation of the stack in .run, running.
+func formation(stdout io.Writer) (*hapg.Formation, error) {
+	f, err := hapg.Load(devstack.FormationDir(".run"), func(format string, args ...any) { fmt.Fprintf(stdout, format+"\n", args...) })
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, errors.New("no DB=ha formation in .run/ha: `make up DB=ha` first")
+	}
+	return f, err
+}
+
+// failover kills the primary as a machine dying would, and says how long
+// the manager took to promote the standby and to bring the killed node
+// back as the new primary's standby.
+func failover(ctx context.Context, stdout io.Writer) error {
+	f, err := formation(stdout)
+	if err != nil {
+		return err
+	}
+	killed, err := f.KillPrimary(ctx)
+	if err != nil {
+		return err
+	}
+	killedAt := time.Now()
+	fmt.Fprintf(stdout, "killed %s (port %d), the primary, and its keeper with SIGKILL\n", killed.Name, killed.Port)
+	wait, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	promoted, err := f.WaitPrimary(wait)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s (port %d) is the primary, %s after the kill\n", promoted.Name, promoted.Port, time.Since(killedAt).Round(100*time.Millisecond))
+	rejoinedAt := time.Now()
+	if _, err := f.Rejoin(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s is back as its synchronous standby, %s later\n", killed.Name, time.Since(rejoinedAt).Round(100*time.Millisecond))
+	return nil
+}
+
+// switchover hands the primary's role to the standby through the manager.
+func switchover(ctx context.Context, stdout io.Writer) error {
+	f, err := formation(stdout)
+	if err != nil {
+		return err
+	}
+	began := time.Now()
+	primary, err := f.Switchover(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s (port %d) is the primary, its former primary back as its synchronous standby, in %s\n",
+		primary.Name, primary.Port, time.Since(began).Round(100*time.Millisecond))
+	return nil
+}
+
 // printReady says what runs where, and what to do next: an API key of a
 // tenant made for this stack, a payment to paste, and the operator's
 // commands pointed at this stack's database and provider (the simulator:
@@ -181,6 +257,10 @@ func printReady(w io.Writer, s *devstack.Stack, cfg devstack.Config) {
 		fmt.Fprintf(w, "\nthe API's metrics: http://%s/metrics", cfg.APIMetricsAddr)
 	}
 	fmt.Fprintf(w, "\ndatabase: %s\nlogs: .run/logs/\n", s.DatabaseURL)
+	if s.FormationDir != "" {
+		fmt.Fprintf(w, "pg_auto_failover formation: %s (monitor %s); bin/stack failover or bin/stack switchover moves its primary\n",
+			s.FormationDir, s.MonitorURL)
+	}
 	created, err := s.OnlyKey(localTenant)
 	if err != nil {
 		fmt.Fprintf(w, "\ncould not make the tenant %q: %v\n", localTenant, err)
