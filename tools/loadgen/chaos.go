@@ -67,6 +67,10 @@ func (r *run) startChaos(ctx context.Context, wg *sync.WaitGroup) {
 	}
 	workerKills, apiKills, cuts := tick(r.cfg.KillWorkerEvery), tick(r.cfg.KillAPIEvery), tick(r.cfg.CutDBEvery)
 	partitions, spikes := tick(r.cfg.PartitionDBEvery), tick(r.cfg.SlowDBEvery)
+	var failovers, switchovers <-chan time.Time
+	if r.cfg.Formation != nil {
+		failovers, switchovers = tick(r.cfg.FailoverEvery), tick(r.cfg.SwitchoverEvery)
+	}
 	losing := false
 	supervise := tick(time.Second)
 	databaseBack := make(chan struct{})
@@ -101,6 +105,10 @@ func (r *run) startChaos(ctx context.Context, wg *sync.WaitGroup) {
 				losing = !losing
 			case <-spikes:
 				r.slowDatabase()
+			case <-failovers:
+				r.failover(ctx)
+			case <-switchovers:
+				r.switchover(ctx)
 			}
 		}
 	})
@@ -175,7 +183,7 @@ func (r *run) restart(ctx context.Context, name string) {
 // dead connections).
 func (r *run) cutDatabase() {
 	start := time.Now()
-	r.proxy.CutFor(r.cfg.CutDBFor)
+	r.proxies.CutFor(r.cfg.CutDBFor)
 	r.addWindow(window{start: start, end: time.Now().Add(2 * time.Second), what: "database cut"})
 }
 
@@ -185,9 +193,9 @@ func (r *run) cutDatabase() {
 func (r *run) partitionDatabase(losing bool) {
 	start := time.Now()
 	if losing {
-		r.proxy.DropAnswersFor(r.cfg.PartitionDBFor)
+		r.proxies.DropAnswersFor(r.cfg.PartitionDBFor)
 	} else {
-		r.proxy.PartitionFor(r.cfg.PartitionDBFor)
+		r.proxies.PartitionFor(r.cfg.PartitionDBFor)
 	}
 	what := map[bool]string{false: "database partition", true: "database answers lost"}[losing]
 	r.addWindow(window{start: start, end: time.Now().Add(2 * time.Second), what: what})
@@ -197,6 +205,68 @@ func (r *run) partitionDatabase(losing bool) {
 // queue behind the slow round trips may time out: excused like a cut.
 func (r *run) slowDatabase() {
 	start := time.Now()
-	r.proxy.DelayFor(r.cfg.SlowDBFor, r.cfg.SlowDBLatency)
+	r.proxies.DelayFor(r.cfg.SlowDBFor, r.cfg.SlowDBLatency)
 	r.addWindow(window{start: start, end: time.Now().Add(2 * time.Second), what: "database latency spike"})
+}
+
+// moveTimeout bounds one failover or switchover, its rejoin included.
+const moveTimeout = 3 * time.Minute
+
+// PrimaryMove is one failover or switchover of the formation: when it
+// began, how long until a standby was the primary, and what went wrong
+// (a move that could not be made is reported, not fatal).
+type PrimaryMove struct {
+	What     string
+	At       time.Time
+	Promoted time.Duration
+	Err      error
+}
+
+// failover kills the formation's primary and its keeper, as a machine
+// dying would, waits for the standby's promotion and brings the killed
+// node back as the standby. Any process may fail from the kill until a
+// little after the promotion.
+func (r *run) failover(ctx context.Context) {
+	// Once begun, a move is finished even if the load ends meanwhile.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), moveTimeout)
+	defer cancel()
+	f, start := r.cfg.Formation, time.Now()
+	move := PrimaryMove{What: "failover", At: start}
+	_, err := f.KillPrimary(ctx)
+	if err == nil {
+		_, err = f.WaitPrimary(ctx)
+	}
+	move.Promoted = time.Since(start)
+	r.addWindow(window{start: start, end: time.Now().Add(3 * time.Second), what: "failover"})
+	if err == nil {
+		// Back in sync before the next fault: a primary killed while its
+		// standby is away would take acknowledged commits with it.
+		_, err = f.Rejoin(ctx)
+	}
+	move.Err = err
+	r.addMove(move)
+}
+
+// switchover hands the primary's role to the standby, as before
+// maintenance: the old primary stops taking writes, then the standby is
+// promoted.
+func (r *run) switchover(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), moveTimeout)
+	defer cancel()
+	start := time.Now()
+	_, err := r.cfg.Formation.Switchover(ctx)
+	r.addWindow(window{start: start, end: time.Now().Add(3 * time.Second), what: "switchover"})
+	r.addMove(PrimaryMove{What: "switchover", At: start, Promoted: time.Since(start), Err: err})
+}
+
+func (r *run) addMove(m PrimaryMove) {
+	r.movesMu.Lock()
+	defer r.movesMu.Unlock()
+	r.moves = append(r.moves, m)
+}
+
+func (r *run) primaryMoves() []PrimaryMove {
+	r.movesMu.Lock()
+	defer r.movesMu.Unlock()
+	return slices.Clone(r.moves)
 }

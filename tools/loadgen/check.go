@@ -27,7 +27,9 @@ type Report struct {
 	Payments     int
 	Kills        struct{ Workers, APIs int }
 	// Network counts the faults between the processes and the database.
-	Network    faultproxy.Faults
+	Network faultproxy.Faults
+	// Moves are the database's failovers and switchovers (a formation's).
+	Moves      []PrimaryMove
 	Invariants []Invariant
 }
 
@@ -38,8 +40,14 @@ type Invariant struct {
 	Violations []string
 }
 
-// OK reports whether every invariant held.
+// OK reports whether every invariant held, and every move of the
+// primary was made.
 func (r *Report) OK() bool {
+	for _, m := range r.Moves {
+		if m.Err != nil {
+			return false
+		}
+	}
 	for _, inv := range r.Invariants {
 		if len(inv.Violations) > 0 {
 			return false
@@ -69,6 +77,9 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "  answers: %s\n", strings.Join(parts, ", "))
 	fmt.Fprintf(w, "  faults: %d worker kills, %d API kills, %d database cuts, %d partitions, %d with answers lost, %d latency spikes\n",
 		r.Kills.Workers, r.Kills.APIs, r.Network.Cuts, r.Network.Partitions, r.Network.DroppedAnswers, r.Network.LatencySpikes)
+	if len(r.Moves) > 0 {
+		r.printMoves(w)
+	}
 	fmt.Fprintln(w, "  invariants:")
 	for _, inv := range r.Invariants {
 		mark := "ok  "
@@ -632,4 +643,36 @@ func (r *run) checkPayouts(ctx context.Context, answers []answer) (Invariant, er
 		}
 	}
 	return inv, nil
+}
+
+// printMoves writes the failovers and switchovers: how many, how long
+// until a standby was the primary (median and longest), and any that
+// could not be made.
+func (r *Report) printMoves(w io.Writer) {
+	took := map[string][]time.Duration{}
+	for _, m := range r.Moves {
+		if m.Err == nil {
+			took[m.What] = append(took[m.What], m.Promoted)
+		}
+	}
+	var parts []string
+	for _, what := range []string{"failover", "switchover"} {
+		d := took[what]
+		if len(d) == 0 {
+			continue
+		}
+		slices.Sort(d)
+		noun := what
+		if len(d) > 1 {
+			noun += "s"
+		}
+		parts = append(parts, fmt.Sprintf("%d %s (a new primary after %s median, %s at most)", len(d), noun,
+			d[len(d)/2].Round(100*time.Millisecond), d[len(d)-1].Round(100*time.Millisecond)))
+	}
+	fmt.Fprintf(w, "  primary moves: %s\n", strings.Join(parts, ", "))
+	for _, m := range r.Moves {
+		if m.Err != nil {
+			fmt.Fprintf(w, "    FAIL %s at %s: %v\n", m.What, m.At.Format(time.TimeOnly), m.Err)
+		}
+	}
 }

@@ -418,7 +418,7 @@ func (r *run) progress(start time.Time) func() {
 				s := summarize(r.record.snapshot(), time.Since(start))
 				fmt.Fprintf(r.cfg.Out, "\r%5.0fs  %6.0f req/s  p50 %-6s p99 %-7s  2xx %d  4xx %d  5xx %d  errors %d  kills w%d a%d  cuts %d   ",
 					time.Since(start).Seconds(), s.rate, s.p50, s.p99, s.byClass[2], s.byClass[4], s.byClass[5], s.byClass[0],
-					r.kills.workers.Load(), r.kills.apis.Load(), r.proxy.Cuts())
+					r.kills.workers.Load(), r.kills.apis.Load(), r.proxies.Faults().Cuts)
 			}
 		}
 	})

@@ -13,6 +13,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncepay/oncepay/internal/testkit/faultproxy"
+	"github.com/oncepay/oncepay/internal/testkit/hapg"
 	"github.com/oncepay/oncepay/tools/devstack"
 	"github.com/oncepay/oncepay/tools/stripesim"
 )
@@ -99,7 +101,16 @@ type Config struct {
 	BinDir, StateDir string
 	// DatabaseURL is the database the stack runs on. The caller owns it:
 	// it should be empty (a fresh one), or the invariants see old rows.
+	// Ignored when Formation is set.
 	DatabaseURL string
+	// Formation, if set, is the database instead: a pg_auto_failover
+	// primary and synchronous standby, each reached through a proxy of its
+	// own, the processes given both in one multi-host URL. The caller owns
+	// it. FailoverEvery kills its primary (the standby is promoted, the
+	// killed node rejoins as the standby) and SwitchoverEvery hands the
+	// primary's role over, that often (chaos only; zero disables).
+	Formation                      *hapg.Formation
+	FailoverEvery, SwitchoverEvery time.Duration
 	// Out receives the progress line (Live) and the report.
 	Out  io.Writer
 	Live bool
@@ -158,19 +169,16 @@ func workerEnv() []string {
 // Run starts the stack, drives it, settles it, checks it and stops it.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	cfg = cfg.withDefaults()
-	dbURL, err := url.Parse(cfg.DatabaseURL)
-	if err != nil || dbURL.Host == "" {
-		return nil, fmt.Errorf("database URL %q is not a postgres:// URL", cfg.DatabaseURL)
+	if cfg.Formation != nil {
+		cfg.DatabaseURL = cfg.Formation.URL()
 	}
-	// The processes reach the database through a proxy the run can cut;
+	// The processes reach the database through proxies the run can cut;
 	// the checks at the end go straight to it.
-	proxy, err := faultproxy.Start(dbURL.Host)
+	viaProxies, proxies, err := proxied(cfg.DatabaseURL)
 	if err != nil {
 		return nil, err
 	}
-	defer proxy.Close()
-	viaProxy := *dbURL
-	viaProxy.Host = proxy.Addr()
+	defer proxies.Close()
 
 	addrs, err := devstack.FreeAddrs(1 + cfg.APIs + cfg.Workers)
 	if err != nil {
@@ -178,7 +186,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	fmt.Fprintf(cfg.Out, "starting %d API and %d worker processes and the simulator (logs in %s/logs)\n", cfg.APIs, cfg.Workers, cfg.StateDir)
 	stack, err := devstack.Start(ctx, devstack.Config{
-		BinDir: cfg.BinDir, StateDir: cfg.StateDir, DatabaseURL: viaProxy.String(),
+		BinDir: cfg.BinDir, StateDir: cfg.StateDir, DatabaseURL: viaProxies,
 		StripeSecretKey: "sk_test_oncepay_loadgen", StripeAPIBase: "http://" + addrs[0],
 		APIAddr: addrs[1], MoreAPIAddrs: addrs[2 : 1+cfg.APIs],
 		WorkerAdminAddr: addrs[1+cfg.APIs], MoreWorkerAdminAddrs: addrs[2+cfg.APIs:],
@@ -196,7 +204,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	defer pool.Close()
 
 	r := &run{
-		cfg: cfg, stack: stack, proxy: proxy, pool: pool,
+		cfg: cfg, stack: stack, proxies: proxies, pool: pool,
 		sim:    stripesim.AdminClient{BaseURL: stack.SimURL},
 		rng:    rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
 		record: &recorder{}, reads: &reads{},
@@ -225,7 +233,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 type run struct {
 	cfg     Config
 	stack   *devstack.Stack
-	proxy   *faultproxy.Proxy
+	proxies proxies
 	pool    *pgxpool.Pool
 	sim     stripesim.AdminClient
 	tenants []tenantKey
@@ -241,6 +249,9 @@ type run struct {
 	windows   []window
 
 	kills struct{ workers, apis atomic.Int64 }
+	// moves are the formation's failovers and switchovers, as they went.
+	movesMu sync.Mutex
+	moves   []PrimaryMove
 
 	// replayKeys are the settled keys a replay run retries.
 	replayKeys []replayKey
@@ -311,7 +322,7 @@ func (r *run) drive(ctx context.Context) (*Report, error) {
 	loadTime := time.Since(start)
 
 	// Everything back to normal, then wait for every payment to settle.
-	r.proxy.Restore()
+	r.proxies.Restore()
 	if err := r.sim.ClearFaults(context.WithoutCancel(ctx)); err != nil {
 		return nil, fmt.Errorf("clear provider faults: %w", err)
 	}
@@ -327,7 +338,30 @@ func (r *run) drive(ctx context.Context) (*Report, error) {
 	}
 	report.Load, report.Settle = loadTime, settled
 	report.Kills.Workers, report.Kills.APIs = int(r.kills.workers.Load()), int(r.kills.apis.Load())
-	report.Network = r.proxy.Faults()
+	report.Network = r.proxies.Faults()
+	report.Moves = r.primaryMoves()
 	report.Print(r.cfg.Out)
 	return report, nil
+}
+
+// proxied starts a proxy for each host of dbURL (one, or a multi-host
+// URL's every host) and returns dbURL with its hosts replaced by theirs.
+func proxied(dbURL string) (string, proxies, error) {
+	u, err := url.Parse(dbURL)
+	if err != nil || u.Host == "" {
+		return "", nil, fmt.Errorf("database URL %q is not a postgres:// URL", dbURL)
+	}
+	var ps proxies
+	var hosts []string
+	for _, host := range strings.Split(u.Host, ",") {
+		p, err := faultproxy.Start(host)
+		if err != nil {
+			ps.Close()
+			return "", nil, err
+		}
+		ps = append(ps, p)
+		hosts = append(hosts, p.Addr())
+	}
+	u.Host = strings.Join(hosts, ",")
+	return u.String(), ps, nil
 }

@@ -5,8 +5,9 @@
 //	loadgen -scenario chaos -duration 2m
 //
 // It runs its own stack from bin/ on free loopback ports, on a database of
-// its own (oncepay_loadgen on DATABASE_URL's server, emptied first), and
-// exits 1 if any invariant was violated.
+// its own (oncepay_loadgen on DATABASE_URL's server, emptied first, or with
+// -db ha a pg_auto_failover formation whose primary it kills and switches
+// over), and exits 1 if any invariant was violated.
 package main
 
 import (
@@ -23,6 +24,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/oncepay/oncepay/internal/testkit/hapg"
 	"github.com/oncepay/oncepay/tools/devstack"
 	"github.com/oncepay/oncepay/tools/loadgen"
 )
@@ -43,6 +45,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		cfg      loadgen.Config
 		scenario string
 		dbURL    string
+		db       string
 	)
 	flags.StringVar(&scenario, "scenario", "chaos", "steady (new keys), replay (retries of finished keys), mixed, or chaos (mixed under fire)")
 	flags.DurationVar(&cfg.Duration, "duration", 2*time.Minute, "how long the clients send")
@@ -75,6 +78,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	flags.StringVar(&cfg.BinDir, "bin", "bin", "where the api, worker and stripesim binaries are")
 	flags.StringVar(&cfg.StateDir, "state", ".run/loadgen", "where the processes' logs go")
 	flags.StringVar(&dbURL, "database", "", "the database to run on, which must be empty (default: oncepay_loadgen on DATABASE_URL's server, recreated)")
+	flags.StringVar(&db, "db", "single", "single (one server: -database) or ha (a pg_auto_failover primary and synchronous standby of the run's own)")
+	flags.DurationVar(&cfg.FailoverEvery, "failover-every", 40*time.Second,
+		"chaos with -db ha: kill the primary this often; the standby is promoted and the killed node rejoins as the standby (0: never)")
+	flags.DurationVar(&cfg.SwitchoverEvery, "switchover-every", 65*time.Second, "chaos with -db ha: hand the primary's role over this often (0: never)")
 	flags.Uint64Var(&cfg.Seed, "seed", 0, "seed of the run's choices (0: from the clock)")
 	flags.BoolVar(&cfg.Live, "live", devstack.Interactive(stdout), "print a live progress line (default: on a terminal)")
 	if err := flags.Parse(args[1:]); err != nil {
@@ -99,7 +106,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	default:
 		return fmt.Errorf("-scenario %q: want steady, replay, mixed or chaos", scenario)
 	}
-	if dbURL == "" {
+	switch {
+	case db == "ha" && dbURL != "":
+		return errors.New("-db ha runs on a formation of its own: -database is for -db single")
+	case db == "ha":
+		fmt.Fprintln(stdout, "starting a pg_auto_failover formation: a monitor, a primary and a synchronous standby")
+		f, err := hapg.StartFormation(ctx, hapg.Options{})
+		if err != nil {
+			return err
+		}
+		defer func() { _ = f.Stop() }()
+		cfg.Formation = f
+	case db != "single":
+		return fmt.Errorf("-db %q: want single or ha", db)
+	case dbURL == "":
 		var err error
 		if dbURL, err = freshDatabase(ctx, getenv("DATABASE_URL")); err != nil {
 			return err
