@@ -71,6 +71,7 @@ func (r *run) startChaos(ctx context.Context, wg *sync.WaitGroup) {
 	if r.cfg.Formation != nil {
 		failovers, switchovers = tick(r.cfg.FailoverEvery), tick(r.cfg.SwitchoverEvery)
 	}
+
 	losing := false
 	supervise := tick(time.Second)
 	databaseBack := make(chan struct{})
@@ -105,10 +106,10 @@ func (r *run) startChaos(ctx context.Context, wg *sync.WaitGroup) {
 				losing = !losing
 			case <-spikes:
 				r.slowDatabase()
-			case <-failovers:
-				r.failover(ctx)
-			case <-switchovers:
-				r.switchover(ctx)
+			case at := <-failovers:
+				r.moveInTurn(ctx, at, r.failover, switchovers, r.switchover)
+			case at := <-switchovers:
+				r.moveInTurn(ctx, at, r.switchover, failovers, r.failover)
 			}
 		}
 	})
@@ -213,13 +214,15 @@ func (r *run) slowDatabase() {
 const moveTimeout = 3 * time.Minute
 
 // PrimaryMove is one failover or switchover of the formation: when it
-// began, how long until a standby was the primary, and what went wrong
-// (a move that could not be made is reported, not fatal).
+// began, how long until a standby was the primary (a switchover's is known
+// only once done) and until the former primary was back in sync, and what
+// went wrong (a move that could not be made fails the run, and ends the
+// moves).
 type PrimaryMove struct {
-	What     string
-	At       time.Time
-	Promoted time.Duration
-	Err      error
+	What             string
+	At               time.Time
+	Promoted, Synced time.Duration
+	Err              error
 }
 
 // failover kills the formation's primary and its keeper, as a machine
@@ -230,6 +233,9 @@ func (r *run) failover(ctx context.Context) {
 	// Once begun, a move is finished even if the load ends meanwhile.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), moveTimeout)
 	defer cancel()
+	if !r.readyToMove(ctx, "failover") {
+		return
+	}
 	f, start := r.cfg.Formation, time.Now()
 	move := PrimaryMove{What: "failover", At: start}
 	_, err := f.KillPrimary(ctx)
@@ -243,7 +249,7 @@ func (r *run) failover(ctx context.Context) {
 		// standby is away would take acknowledged commits with it.
 		_, err = f.Rejoin(ctx)
 	}
-	move.Err = err
+	move.Synced, move.Err = time.Since(start), err
 	r.addMove(move)
 }
 
@@ -253,16 +259,61 @@ func (r *run) failover(ctx context.Context) {
 func (r *run) switchover(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), moveTimeout)
 	defer cancel()
+	if !r.readyToMove(ctx, "switchover") {
+		return
+	}
 	start := time.Now()
 	_, err := r.cfg.Formation.Switchover(ctx)
 	r.addWindow(window{start: start, end: time.Now().Add(3 * time.Second), what: "switchover"})
-	r.addMove(PrimaryMove{What: "switchover", At: start, Promoted: time.Since(start), Err: err})
+	r.addMove(PrimaryMove{What: "switchover", At: start, Promoted: time.Since(start), Synced: time.Since(start), Err: err})
+}
+
+// moveInTurn makes the move due at at, and the other kind's if its tick
+// is waiting too, the one due first first: a move takes seconds, and the
+// two kinds then take turns instead of the one the select picks.
+func (r *run) moveInTurn(ctx context.Context, at time.Time, move func(context.Context), other <-chan time.Time, otherMove func(context.Context)) {
+	select {
+	case otherAt := <-other:
+		if otherAt.Before(at) {
+			otherMove(ctx)
+			move(ctx)
+		} else {
+			move(ctx)
+			otherMove(ctx)
+		}
+	default:
+		move(ctx)
+	}
+}
+
+// readyToMove reports whether the formation may be moved now: no earlier
+// move failed (the run has failed then, and a formation left half-moved
+// would only hide why), and its standby is in sync, as a formation must be
+// to survive the loss of its primary without losing a commit.
+func (r *run) readyToMove(ctx context.Context, what string) bool {
+	r.movesMu.Lock()
+	broken := slices.ContainsFunc(r.moves, func(m PrimaryMove) bool { return m.Err != nil })
+	r.movesMu.Unlock()
+	if broken {
+		return false
+	}
+	if err := r.cfg.Formation.WaitSynced(ctx); err != nil {
+		r.addMove(PrimaryMove{What: what, At: time.Now(), Err: fmt.Errorf("the standby was not in sync: %w", err)})
+		return false
+	}
+	return true
 }
 
 func (r *run) addMove(m PrimaryMove) {
 	r.movesMu.Lock()
-	defer r.movesMu.Unlock()
 	r.moves = append(r.moves, m)
+	r.movesMu.Unlock()
+	line := fmt.Sprintf("%s at %s: a new primary after %s, in sync again after %s", m.What, m.At.Format(time.TimeOnly),
+		m.Promoted.Round(100*time.Millisecond), m.Synced.Round(100*time.Millisecond))
+	if m.Err != nil {
+		line = fmt.Sprintf("%s at %s failed: %v", m.What, m.At.Format(time.TimeOnly), m.Err)
+	}
+	fmt.Fprintf(r.cfg.Out, "\n%s\n", line)
 }
 
 func (r *run) primaryMoves() []PrimaryMove {

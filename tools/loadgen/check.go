@@ -666,7 +666,10 @@ func (r *Report) printMoves(w io.Writer) {
 		if len(d) > 1 {
 			noun += "s"
 		}
-		parts = append(parts, fmt.Sprintf("%d %s (a new primary after %s median, %s at most)", len(d), noun,
+		// A failover is timed from the kill to the standby's promotion; a
+		// switchover until the former primary is back in sync.
+		measure := map[string]string{"failover": "a new primary after", "switchover": "in sync again after"}[what]
+		parts = append(parts, fmt.Sprintf("%d %s (%s %s median, %s at most)", len(d), noun, measure,
 			d[len(d)/2].Round(100*time.Millisecond), d[len(d)-1].Round(100*time.Millisecond)))
 	}
 	fmt.Fprintf(w, "  primary moves: %s\n", strings.Join(parts, ", "))

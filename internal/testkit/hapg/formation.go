@@ -505,6 +505,15 @@ func (f *Formation) Switchover(ctx context.Context) (*Node, error) {
 	return after, nil
 }
 
+// WaitSynced waits until one node is primary and the other its
+// synchronous standby: before a fault that a formation survives only in
+// sync (a kill, a switchover).
+func (f *Formation) WaitSynced(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, setupTimeout)
+	defer cancel()
+	return f.waitSynced(ctx)
+}
+
 // waitSynced waits until one node is primary and the other its secondary,
 // and the primary waits for the standby's flush before acknowledging a
 // commit.
