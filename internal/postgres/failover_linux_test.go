@@ -1,4 +1,4 @@
-package postgres_test
+package postgres
 
 import (
 	"cmp"
@@ -8,50 +8,60 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
-
-	"github.com/oncepay/oncepay/internal/postgres"
-	"github.com/oncepay/oncepay/internal/testkit/pgtest"
 )
 
 // TestConnectionsNoticeADeadServer: every connection's socket probes a
 // silent server and gives up on unacknowledged data within the configured
-// times, so a failover's dead primary is noticed in seconds.
+// times, so a failover's dead primary is noticed in seconds. The socket is
+// dialled as the configuration dials any connection, to a TCP listener of
+// the test's own: what is checked is the client's side.
 func TestConnectionsNoticeADeadServer(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	for name, cfg := range map[string]postgres.PoolConfig{
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	accepted := make(chan net.Conn, 4)
+	t.Cleanup(func() {
+		ln.Close()
+		for c := range accepted {
+			c.Close()
+		}
+	})
+	go func() {
+		defer close(accepted)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	for name, cfg := range map[string]PoolConfig{
 		"Defaults":   {},
 		"Configured": {KeepAlive: 2 * time.Second, TCPUserTimeout: 7 * time.Second},
 	} {
 		t.Run(name, func(t *testing.T) {
-			cfg.URL = pgtest.SharedDatabase(t)
-			parsed, err := pgx.ParseConfig(cfg.URL)
+			cfg.URL = "postgres://postgres@" + ln.Addr().String() + "/oncepay"
+			ccfg, err := ConnConfig(cfg)
 			require.NoError(t, err)
-			if parsed.Host == "" || parsed.Host[0] == '/' {
-				t.Skipf("the test database is reached over a Unix socket (%s): no TCP to tune", parsed.Host)
-			}
-			pool, err := postgres.Open(ctx, cfg)
+			conn, err := ccfg.DialFunc(context.Background(), "tcp", ln.Addr().String())
 			require.NoError(t, err)
-			t.Cleanup(pool.Close)
-			conn, err := pool.Acquire(ctx)
-			require.NoError(t, err)
-			defer conn.Release()
-			raw, err := conn.Conn().PgConn().Conn().(*net.TCPConn).SyscallConn()
+			defer conn.Close()
+			raw, err := conn.(*net.TCPConn).SyscallConn()
 			require.NoError(t, err)
 			opt := func(level, name int) (v int) {
 				require.NoError(t, raw.Control(func(fd uintptr) { v, err = syscall.GetsockoptInt(int(fd), level, name) }))
 				require.NoError(t, err)
 				return v
 			}
-			keepAlive := cmp.Or(cfg.KeepAlive, postgres.DefaultKeepAlive)
-			userTimeout := cmp.Or(cfg.TCPUserTimeout, postgres.DefaultTCPUserTimeout)
+			keepAlive := cmp.Or(cfg.KeepAlive, DefaultKeepAlive)
+			userTimeout := cmp.Or(cfg.TCPUserTimeout, DefaultTCPUserTimeout)
 			require.Equal(t, 1, opt(syscall.SOL_SOCKET, syscall.SO_KEEPALIVE))
 			require.Equal(t, int(keepAlive.Seconds()), opt(syscall.IPPROTO_TCP, syscall.TCP_KEEPIDLE))
 			require.Equal(t, int(keepAlive.Seconds()), opt(syscall.IPPROTO_TCP, syscall.TCP_KEEPINTVL))
-			require.Equal(t, 3, opt(syscall.IPPROTO_TCP, syscall.TCP_KEEPCNT))
-			require.Equal(t, int(userTimeout.Milliseconds()), opt(syscall.IPPROTO_TCP, 0x12 /* TCP_USER_TIMEOUT */))
+			require.Equal(t, keepAliveProbes, opt(syscall.IPPROTO_TCP, syscall.TCP_KEEPCNT))
+			require.Equal(t, int(userTimeout.Milliseconds()), opt(syscall.IPPROTO_TCP, tcpUserTimeout))
 		})
 	}
 }
