@@ -42,7 +42,7 @@ const (
 	keepAliveProbes       = 3
 )
 
-// ErrReadOnly is SQLSTATE 25006, read_only_sql_transaction: the server is
+// readOnlyTransaction is SQLSTATE 25006, read_only_sql_transaction: the server is
 // a standby, or was made read-only.
 const readOnlyTransaction = "25006"
 
