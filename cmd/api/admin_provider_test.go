@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	"github.com/stripe/stripe-go/v76"
 	"github.com/stripe/stripe-go/v76/client"
@@ -20,6 +21,7 @@ import (
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/ledger"
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/refunds"
 	"github.com/oncepay/oncepay/tools/stripesim"
@@ -51,11 +53,24 @@ func (b *opsBundle) intent(api *client.API, amount int64, paymentMethod, payment
 		PaymentMethod: stripe.String(paymentMethod), Confirm: stripe.Bool(true)}
 	if paymentID != "" {
 		params.Metadata = map[string]string{payments.MetadataPaymentID: paymentID, payments.MetadataTenantID: b.tenant.TenantID,
-			payments.MetadataGeneration: "1"}
+			payments.MetadataGeneration: "1", operation.MetadataRef: b.refOf("payments", paymentID)}
 	}
 	pi, err := api.PaymentIntents.New(params)
 	require.NoError(b.t, err)
 	return pi
+}
+
+// refOf is the ref of an operation of table, which the objects the service
+// makes for it carry ("" for an id of none).
+func (b *opsBundle) refOf(table, opID string) string {
+	b.t.Helper()
+	var ref *string
+	err := b.pool.QueryRow(b.ctx, `SELECT oncepay_ref FROM `+table+` WHERE id = $1`, opID).Scan(&ref)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ""
+	}
+	require.NoError(b.t, err)
+	return operation.Deref(ref)
 }
 
 // settleRow puts a payment in a state the test chooses, as if a worker
@@ -295,7 +310,7 @@ func (b *opsBundle) providerRefund(api *client.API, intentID string, amount int6
 	params := &stripe.RefundParams{PaymentIntent: stripe.String(intentID), Amount: stripe.Int64(amount)}
 	if refundID != "" {
 		params.Metadata = map[string]string{"refund_id": refundID, "payment_id": paymentID,
-			"tenant_id": b.tenant.TenantID, "refund_generation": "1"}
+			"tenant_id": b.tenant.TenantID, "refund_generation": "1", operation.MetadataRef: b.refOf("refunds", refundID)}
 	}
 	re, err := api.Refunds.New(params)
 	require.NoError(b.t, err)

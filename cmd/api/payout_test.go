@@ -53,12 +53,14 @@ func TestPayoutOperatorCommands(t *testing.T) {
 	// metadata and records it; nothing is sent again.
 	madeKey := id.New("key")
 	made := stuck(madeKey, true)
-	var tenantID string
-	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT tenant_id FROM payouts WHERE id = $1`, made).Scan(&tenantID))
+	var tenantID, providerKey, ref string
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT tenant_id, provider_idempotency_key, oncepay_ref FROM payouts WHERE id = $1`, made).
+		Scan(&tenantID, &providerKey, &ref))
 	params := &stripe.PayoutParams{Amount: stripe.Int64(3000), Currency: stripe.String("usd")}
 	params.SetStripeAccount(account)
-	params.SetIdempotencyKey(operation.ProviderKey("payout", tenantID, madeKey, made, 1))
+	params.SetIdempotencyKey(providerKey)
 	params.AddMetadata("payout_id", made)
+	params.AddMetadata(operation.MetadataRef, ref)
 	params.AddMetadata("tenant_id", tenantID)
 	params.AddMetadata("payout_generation", "1")
 	po, err := api.Payouts.New(params)

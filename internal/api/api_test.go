@@ -184,9 +184,10 @@ func TestCreatePayment(t *testing.T) {
 		require.Equal(t, 1, b.paymentsForKey(key))
 		require.Equal(t, 1, b.jobsForPayment(p["id"].(string)))
 
-		var providerKey string
-		require.NoError(t, b.pool.QueryRow(b.ctx, "SELECT provider_idempotency_key FROM payments WHERE id = $1", p["id"]).Scan(&providerKey))
-		require.Equal(t, operation.ProviderKey("payment", b.tenant.TenantID, key, p["id"].(string), 1), providerKey)
+		var providerKey, ref string
+		require.NoError(t, b.pool.QueryRow(b.ctx, "SELECT provider_idempotency_key, oncepay_ref FROM payments WHERE id = $1", p["id"]).Scan(&providerKey, &ref))
+		require.Equal(t, operation.RefKey(ref, 1), providerKey)
+		require.Regexp(t, `^ref_[A-Za-z0-9_-]{32}$`, ref)
 	})
 
 	// The 202 is built before the payment's row is written (they go to the

@@ -60,7 +60,7 @@ func (s service) act(ctx context.Context, tx pgx.Tx, attempt idempotency.Attempt
 	// generation if the payment still holds its authorization.
 	a, resumed, err := rowsOf(s.Keys, req.Kind).Resumed(ctx, tx, attempt, func(a Action) error { return actionable(ctx, tx, p, a.Kind, a.ID) })
 	if !resumed {
-		a, err = s.insert(ctx, tx, p, attempt.Request.Key, req)
+		a, err = s.insert(ctx, tx, p, attempt.Request, req)
 	}
 	if err != nil {
 		return idempotency.Outcome{}, err
@@ -68,7 +68,7 @@ func (s service) act(ctx context.Context, tx pgx.Tx, attempt idempotency.Attempt
 	return s.Accept(ctx, tx, a, string(a.Kind), args{TenantID: tenantID, ID: a.ID}, p, "/v1/payments/"+p.ID, resumed)
 }
 
-func (s service) insert(ctx context.Context, tx pgx.Tx, p payments.Payment, clientKey string, req Request) (Action, error) {
+func (s service) insert(ctx context.Context, tx pgx.Tx, p payments.Payment, key idempotency.Request, req Request) (Action, error) {
 	if err := actionable(ctx, tx, p, req.Kind, ""); err != nil {
 		return Action{}, err
 	}
@@ -77,7 +77,7 @@ func (s service) insert(ctx context.Context, tx pgx.Tx, p payments.Payment, clie
 			Detail: fmt.Sprintf("Payment %s holds %d %s; a capture takes at most that.", p.ID, p.AmountCapturable, p.Currency),
 			Fields: []problem.FieldError{{Field: "amount_to_capture", Detail: fmt.Sprintf("must be at most amount_capturable, %d", p.AmountCapturable)}}}
 	}
-	return insertAction(ctx, tx, Action{Lifecycle: operation.NewLifecycle(tableOf(req.Kind), req.Kind.idPrefix(), p.TenantID, clientKey, p.ProviderAccount),
+	return insertAction(ctx, tx, Action{Lifecycle: operation.NewLifecycle(tableOf(req.Kind), req.Kind.idPrefix(), key, p.ProviderAccount),
 		PaymentID: p.ID, Kind: req.Kind, AmountToCapture: &req.AmountToCapture, CancellationReason: &req.CancellationReason,
 		Status: StatusPending, ProviderPaymentIntentID: operation.Deref(p.ProviderPaymentIntentID)})
 }

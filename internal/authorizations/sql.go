@@ -43,10 +43,10 @@ func rowsOf(keys *idempotency.Store, kind Kind) rows { return rows{Table: tableO
 func insertAction(ctx context.Context, tx pgx.Tx, a Action) (Action, error) {
 	rows, err := tx.Query(ctx, `
 		INSERT INTO payment_actions (id, tenant_id, payment_id, idempotency_key, action, amount_to_capture,
-			cancellation_reason, status, provider_payment_intent_id, provider_idempotency_key, provider_account)
-		VALUES ($1, $2, $3, $4, $5, nullif($6, 0), nullif($7, ''), $8, $9, $10, $11)
+			cancellation_reason, status, provider_payment_intent_id, provider_idempotency_key, provider_account, oncepay_ref)
+		VALUES ($1, $2, $3, $4, $5, nullif($6, 0), nullif($7, ''), $8, $9, $10, $11, $12)
 		RETURNING `+actionsTable.Columns,
 		a.ID, a.TenantID, a.PaymentID, a.IdempotencyKey, a.Kind, a.AmountToCapture, a.CancellationReason, a.Status,
-		a.ProviderPaymentIntentID, a.ProviderIdempotencyKey, a.ProviderAccount)
+		a.ProviderPaymentIntentID, a.ProviderIdempotencyKey, a.ProviderAccount, a.Ref)
 	return operation.CollectOne[Action](rows, err, "insert payment action", ErrNotFound)
 }

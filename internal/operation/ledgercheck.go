@@ -93,13 +93,13 @@ func ReadOf[Obj any](obj Obj, read provider.Judgement) Read[Obj] {
 }
 
 // objectRef is what a provider object says of itself: its id, and the
-// operation and tenant its metadata names (either may be "").
-type objectRef struct{ ID, OperationID, TenantID string }
+// operation, tenant and request ref its metadata names (any may be "").
+type objectRef struct{ ID, OperationID, TenantID, Ref string }
 
 func (t Table) objectRef(obj ProviderObject) objectRef {
 	id, metadata := obj.Ref()
 	tenantID, opID := t.Named(metadata)
-	return objectRef{ID: id, OperationID: opID, TenantID: tenantID}
+	return objectRef{ID: id, OperationID: opID, TenantID: tenantID, Ref: metadata[MetadataRef]}
 }
 
 // Finding is one disagreement and its evidence.
@@ -196,32 +196,42 @@ func (c *LedgerChecker[Op, Obj]) Check(ctx context.Context, from, to time.Time) 
 }
 
 // comparePage compares one page of objects, listed on account, with the
-// operations they name (by metadata) or that recorded them. An operation
-// of another account is not the object's: an account's object can name
-// any id, and metadata naming another tenant's operation is not ours to
-// match.
+// operations they name (by metadata), that recorded them, or, for an
+// object whose operation's rows were lost, that were made for the same
+// request since (its ref). An operation of another account is not the
+// object's: an account's object can name any id, and metadata naming
+// another tenant's operation is not ours to match.
 func (c *LedgerChecker[Op, Obj]) comparePage(ctx context.Context, account string, page []Obj, res *LedgerCheckResult) error {
-	var operationIDs, providerIDs []string
+	var operationIDs, providerIDs, refs []string
 	for _, obj := range page {
 		ref := c.table.objectRef(obj)
 		if ref.OperationID != "" {
 			operationIDs = append(operationIDs, ref.OperationID)
 		}
+		if ref.Ref != "" {
+			refs = append(refs, ref.Ref)
+		}
 		providerIDs = append(providerIDs, ref.ID)
 	}
 	rows, err := c.pool.Query(ctx, `
-		SELECT `+c.table.Columns+` FROM `+c.table.Name+` WHERE (id = ANY($1) OR `+c.table.ProviderIDColumn+` = ANY($2))`+c.table.scoped(),
-		operationIDs, providerIDs)
+		SELECT `+c.table.Columns+` FROM `+c.table.Name+`
+		WHERE (id = ANY($1) OR `+c.table.ProviderIDColumn+` = ANY($2) OR oncepay_ref = ANY($3))`+c.table.scoped(),
+		operationIDs, providerIDs, refs)
 	found, err := CollectAll[Op](rows, err, "read the "+c.table.Operation+"s of listed objects")
 	if err != nil {
 		return err
 	}
-	byID, byProviderID := map[string]int{}, map[string]int{}
+	byID, byProviderID, byRef := map[string]int{}, map[string]int{}, map[string]int{}
 	for i, op := range found {
 		ref := op.Entry()
 		byID[ref.ID] = i
 		if ref.ProviderID != nil {
 			byProviderID[*ref.ProviderID] = i
+		}
+		if ref.Ref != "" {
+			if j, seen := byRef[ref.Ref]; !seen || found[j].Entry().ID < ref.ID {
+				byRef[ref.Ref] = i // the newest, as Settle adopts
+			}
 		}
 	}
 	for _, obj := range page {
@@ -233,13 +243,31 @@ func (c *LedgerChecker[Op, Obj]) comparePage(ctx context.Context, account string
 		if !ok {
 			i, ok = byProviderID[ref.ID]
 		}
+		if !ok && ref.Ref != "" {
+			i, ok = byRef[ref.Ref]
+		}
 		var op *Op
 		if ok && found[i].Entry().Account == account {
 			op = &found[i]
 		}
-		findings, err := c.kind.Compare(ctx, obj, op, c.cfg)
-		if err != nil {
-			return err
+		var findings []Finding
+		if op != nil {
+			if dup, ok := c.table.duplicateFor(obj, (*op).Entry()); ok {
+				findings = append(findings, dup)
+			}
+		}
+		if len(findings) == 0 {
+			if findings, err = c.kind.Compare(ctx, obj, op, c.cfg); err != nil {
+				return err
+			}
+		}
+		if op == nil && ref.Ref != "" {
+			for i := range findings {
+				// Made by oncepay for a request whose rows are gone (a restore,
+				// a failover that lost commits), and never retried since.
+				findings[i].evidence()[MetadataRef] = ref.Ref
+				findings[i].evidence()["note"] = "made by oncepay for a request whose rows are gone; a retry of that request adopts it"
+			}
 		}
 		for _, f := range findings {
 			if account != "" {
@@ -251,6 +279,28 @@ func (c *LedgerChecker[Op, Obj]) comparePage(ctx context.Context, account string
 		}
 	}
 	return nil
+}
+
+// duplicateFor is the finding of obj when it was made for the same request
+// as op by an operation whose rows were lost (Earlier) while op records
+// another object: two provider objects for one client's request, each of
+// which may have moved money. An object naming op itself is the kind's to
+// compare.
+func (t Table) duplicateFor(obj ProviderObject, op Entry) (Finding, bool) {
+	objectID, metadata := obj.Ref()
+	if !t.Earlier(metadata, op) || op.ProviderID == nil || *op.ProviderID == objectID {
+		return Finding{}, false
+	}
+	d := ledger.Disagreement{Kind: ledger.KindDuplicateObject, OperationID: op.ID, ProviderObjectID: objectID,
+		Reason: fmt.Sprintf("provider %ss %s and %s were both made for one request (ref %s): %s %s records %s",
+			t.Operation, objectID, *op.ProviderID, op.Ref, t.Operation, op.ID, *op.ProviderID)}
+	if t.Parent != nil && t.Parent.Table == "payments" {
+		d.PaymentID = op.ParentID
+	} else if t.Name == "payments" {
+		d.PaymentID = op.ID
+	}
+	return Finding{Disagreement: d, Evidence: map[string]any{"provider_object": obj, t.ProviderIDColumn: *op.ProviderID,
+		MetadataRef: op.Ref, t.Operation: map[string]any{"id": op.ID, "status": op.Status, "generation": op.Generation}}}, true
 }
 
 // missing is the finding of a made op whose object is not at the provider.

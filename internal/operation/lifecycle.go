@@ -12,6 +12,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/oncepay/oncepay/internal/id"
+	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/problem"
 )
 
@@ -31,19 +32,33 @@ type Lifecycle struct {
 	ReconcileAttempts      int        `json:"-" db:"reconcile_attempts"`
 	// ProviderAccount is the connected account the operation acts on at
 	// the provider (its Stripe-Account); nil for the platform's own.
-	ProviderAccount *string   `json:"-" db:"provider_account"`
-	FailureCode     *string   `json:"failure_code" db:"failure_code"`
-	FailureMessage  *string   `json:"failure_message" db:"failure_message"`
-	CreatedAt       time.Time `json:"created_at" db:"created_at"`
-	UpdatedAt       time.Time `json:"updated_at" db:"updated_at"`
+	ProviderAccount *string `json:"-" db:"provider_account"`
+	// Ref is the operation's identity at the provider (Ref); nil for an
+	// operation made before refs were.
+	Ref            *string   `json:"-" db:"oncepay_ref"`
+	FailureCode    *string   `json:"failure_code" db:"failure_code"`
+	FailureMessage *string   `json:"failure_message" db:"failure_message"`
+	CreatedAt      time.Time `json:"created_at" db:"created_at"`
+	UpdatedAt      time.Time `json:"updated_at" db:"updated_at"`
 }
 
-// NewLifecycle is a new operation of the kind t on account, with an id
-// (prefix_…) and its first generation's provider key.
-func NewLifecycle(t Table, prefix, tenantID, key string, account *string) Lifecycle {
-	opID := id.New(prefix)
-	return Lifecycle{ID: opID, TenantID: tenantID, IdempotencyKey: key, ProviderKeyGeneration: 1,
-		ProviderIdempotencyKey: ProviderKey(t.Operation, tenantID, key, opID, 1), ProviderAccount: account}
+// NewLifecycle is a new operation of the kind t for the request req on
+// account, with an id (prefix_…), its ref and its first generation's
+// provider key, derived from the ref.
+func NewLifecycle(t Table, prefix string, req idempotency.Request, account *string) Lifecycle {
+	ref := RequestRef(t.Operation, req.TenantID, req.Key, req.Fingerprint)
+	return Lifecycle{ID: id.New(prefix), TenantID: req.TenantID, IdempotencyKey: req.Key, ProviderKeyGeneration: 1,
+		ProviderIdempotencyKey: RefKey(ref, 1), ProviderAccount: account, Ref: &ref}
+}
+
+// NextProviderKey is the provider key of generation of the operation id
+// (its client key, tenant and ref as e has them): from its ref, or as keys
+// were derived before refs for a row made then.
+func (t Table) NextProviderKey(e Entry, generation int) string {
+	if e.Ref != "" {
+		return RefKey(e.Ref, generation)
+	}
+	return ProviderKey(t.Operation, e.TenantID, e.IdempotencyKey, e.ID, generation)
 }
 
 // InUTC is l with its times in UTC, as the API shows them.
@@ -54,8 +69,8 @@ func (l Lifecycle) InUTC() Lifecycle {
 
 // LifecycleColumns are Lifecycle's columns, for a kind's SELECT lists.
 const LifecycleColumns = `id, tenant_id, idempotency_key, provider_idempotency_key, provider_key_generation,
-	first_provider_attempt_at, last_provider_attempt_at, reconcile_after, reconcile_attempts, provider_account, failure_code,
-	failure_message, created_at, updated_at`
+	first_provider_attempt_at, last_provider_attempt_at, reconcile_after, reconcile_attempts, provider_account, oncepay_ref,
+	failure_code, failure_message, created_at, updated_at`
 
 // Account is the connected account the operation acts on; "" for the
 // platform's own.
@@ -67,7 +82,7 @@ func (l Lifecycle) Account() string { return Deref(l.ProviderAccount) }
 func (l Lifecycle) EntryIn(status string, providerID *string, logAttrs ...any) Entry {
 	return Entry{TenantID: l.TenantID, ID: l.ID, IdempotencyKey: l.IdempotencyKey, Status: status, Generation: l.ProviderKeyGeneration,
 		FirstAttemptAt: l.FirstProviderAttemptAt, LastAttemptAt: l.LastProviderAttemptAt, ReconcileAttempts: l.ReconcileAttempts,
-		Account: l.Account(), ProviderID: providerID,
+		Account: l.Account(), ProviderID: providerID, Ref: Deref(l.Ref),
 		LogAttrs: append(logAttrs, slog.String("provider_idempotency_key", l.ProviderIdempotencyKey))}
 }
 

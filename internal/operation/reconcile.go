@@ -131,6 +131,9 @@ type Entry struct {
 	// platform's), and ProviderID its provider object, nil until known.
 	Account    string
 	ProviderID *string
+	// Ref is the operation's identity at the provider that survives the
+	// loss of its rows (RequestRef); "" for an operation made before refs were.
+	Ref string
 }
 
 // Under is e with parentID as its parent.

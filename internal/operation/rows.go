@@ -72,7 +72,7 @@ func (r Rows[Op]) Locked(ctx context.Context, tx pgx.Tx, tenantID, id string) (O
 func (r Rows[Op]) Resume(ctx context.Context, tx pgx.Tx, op Op) (Op, error) {
 	e := op.Entry()
 	generation := e.Generation + 1
-	key := ProviderKey(r.Table.Operation, e.TenantID, e.IdempotencyKey, e.ID, generation)
+	key := r.Table.NextProviderKey(e, generation)
 	rows, err := r.Table.Resume(ctx, tx, e.TenantID, e.ID, generation, key, r.Table.Columns)
 	return CollectOne[Op](rows, err, "resume "+r.Table.Operation, r.Table.NotFound)
 }
@@ -236,7 +236,15 @@ func (r Rows[Op]) Settle(ctx context.Context, db idempotency.TxBeginner, account
 	var duplicate *ledger.Disagreement
 	err = pgx.BeginTxFunc(ctx, db, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
 		tenantID, id := r.Table.Named(metadata)
-		if op, err = r.Locked(ctx, tx, tenantID, id); err != nil {
+		op, err = r.Locked(ctx, tx, tenantID, id)
+		if ref := metadata[MetadataRef]; errors.Is(err, r.Table.NotFound) && ref != "" {
+			// The operation that made it is gone with its rows: the retry
+			// that took its place, if one did, adopts the object.
+			if id, err = r.Table.IDOfRef(ctx, tx, tenantID, ref); err == nil {
+				op, err = r.Locked(ctx, tx, tenantID, id)
+			}
+		}
+		if err != nil {
 			return err
 		}
 		switch e := op.Entry(); {
@@ -254,6 +262,26 @@ func (r Rows[Op]) Settle(ctx context.Context, db idempotency.TxBeginner, account
 		err = fmt.Errorf("%s %s: %w (%s; new finding: %t)", r.Table.Operation, op.Entry().ID, ErrDuplicateObject, duplicate.Reason, duplicate.New)
 	}
 	return op, changed, err
+}
+
+// IDOfRef is the newest of the tenant's operations made for the request
+// ref (RequestRef): the one that took the place of an operation whose rows
+// were lost, when an object of the lost one names it by its id. The
+// table's NotFound if none is.
+func (t Table) IDOfRef(ctx context.Context, db Querier, tenantID, ref string) (string, error) {
+	rows, err := db.Query(ctx, `SELECT id FROM `+t.Name+` WHERE tenant_id = $1 AND oncepay_ref = $2`+t.scoped()+`
+		ORDER BY id DESC LIMIT 1`, tenantID, ref)
+	var ids []string
+	if err == nil {
+		ids, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("find the %s made for ref %s: %w", t.Operation, ref, err)
+	case len(ids) == 0:
+		return "", fmt.Errorf("no %s was made for ref %s: %w", t.Operation, ref, t.NotFound)
+	}
+	return ids[0], nil
 }
 
 // ErrDuplicateObject is Settle's error for a provider object that names an

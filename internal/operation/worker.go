@@ -242,8 +242,12 @@ func (w *Worker[A, Op, O]) record(ctx context.Context, job *river.Job[A], id str
 		log.WarnContext(ctx, w.table.Operation+" still pending at the provider; giving up polling", slog.String("provider_status", j.State))
 		return w.handOver(ctx, job, "the "+w.table.Operation+" stayed "+j.State+" at the provider")
 	case j.Kind == provider.KeyConflict:
-		log.ErrorContext(ctx, "BUG: provider saw this "+w.table.Operation+"'s idempotency key with other parameters", slog.Any("error", j.Err))
-		return w.handOver(ctx, job, "the provider reported an idempotency key conflict")
+		// The key is derived from the request (RequestRef), so another
+		// request under it is this one's earlier life, whose rows a restore
+		// or a failover lost (its id, in the metadata, differed): only a
+		// look-up by the ref finds its object, which the operation adopts.
+		log.WarnContext(ctx, "the provider holds an earlier request under this "+w.table.Operation+"'s key; looking its object up to adopt it", slog.Any("error", j.Err))
+		return w.handOver(ctx, job, "the provider holds an earlier request under this "+w.table.Operation+"'s key (its rows were lost?)")
 	}
 	if j.Replayed && j.HTTPStatus >= 500 {
 		log.WarnContext(ctx, "provider replays a stored error for this key; looking the "+w.table.Operation+" up instead", slog.Int("http_status", j.HTTPStatus))

@@ -61,7 +61,7 @@ func BenchmarkIdempotencyOverhead(b *testing.B) {
 	b.Run("baseline", func(b *testing.B) {
 		for b.Loop() {
 			err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-				p := newPayment(tenantID, id.New("key"), req)
+				p := newPayment(idempotency.Request{TenantID: tenantID, Key: id.New("key")}, req)
 				p.CreatedAt, p.UpdatedAt = time.Now(), time.Now()
 				if _, err := svc.Outbox.InsertTx(ctx, tx, ChargePaymentArgs{TenantID: tenantID, PaymentID: p.ID}); err != nil {
 					return err

@@ -481,7 +481,7 @@ func TestChargeGivesUpToReconciliation(t *testing.T) {
 		p := b.waitStatus(paymentID, payments.StatusSucceeded)
 		require.Equal(t, 2, p.ProviderKeyGeneration)
 		require.NotEqual(t, failed.ProviderIdempotencyKey, p.ProviderIdempotencyKey)
-		require.Equal(t, operation.ProviderKey("payment", b.tenant.TenantID, key, paymentID, 2), p.ProviderIdempotencyKey)
+		require.Equal(t, operation.RefKey(*p.Ref, 2), p.ProviderIdempotencyKey)
 		intents := b.executions(paymentID)
 		require.Len(t, intents, 1, "charged once")
 		require.Equal(t, "2", intents[0].Metadata[payments.MetadataGeneration])

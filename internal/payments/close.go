@@ -7,6 +7,7 @@ import (
 
 	"github.com/stripe/stripe-go/v76"
 
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
@@ -92,5 +93,11 @@ func paymentNamedBy(ctx context.Context, db Querier, in *provider.Intent) (Payme
 	if tenantID == "" || paymentID == "" {
 		return paymentOfIntent(ctx, db, in.ID)
 	}
-	return GetPayment(ctx, db, tenantID, paymentID)
+	p, err := GetPayment(ctx, db, tenantID, paymentID)
+	if ref := in.Metadata[operation.MetadataRef]; errors.Is(err, ErrNotFound) && ref != "" {
+		if paymentID, err = paymentsTable.IDOfRef(ctx, db, tenantID, ref); err == nil {
+			p, err = GetPayment(ctx, db, tenantID, paymentID)
+		}
+	}
+	return p, err
 }

@@ -85,7 +85,10 @@ type Payment struct {
 	// ProviderAccount is the tenant's connected account when the payment
 	// was made: every provider call about the payment acts on it. Nil is
 	// the platform's own account.
-	ProviderAccount        *string    `json:"-" db:"provider_account"`
+	ProviderAccount *string `json:"-" db:"provider_account"`
+	// Ref is the payment's identity at the provider that survives the loss
+	// of its rows (operation.RequestRef); nil for one made before refs.
+	Ref                    *string    `json:"-" db:"oncepay_ref"`
 	FirstProviderAttemptAt *time.Time `json:"-" db:"first_provider_attempt_at"`
 	LastProviderAttemptAt  *time.Time `json:"-" db:"last_provider_attempt_at"`
 	// ProviderAttemptDeadline is when the last attempt's provider call gave

@@ -3,6 +3,7 @@ package payments
 import (
 	"strconv"
 
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
@@ -24,6 +25,9 @@ func chargeOf(p Payment) provider.Charge {
 	metadata[MetadataPaymentID] = p.ID
 	metadata[MetadataTenantID] = p.TenantID
 	metadata[MetadataGeneration] = strconv.Itoa(p.ProviderKeyGeneration)
+	if p.Ref != nil {
+		metadata[operation.MetadataRef] = *p.Ref
+	}
 	return provider.Charge{
 		IdempotencyKey: p.ProviderIdempotencyKey,
 		Amount:         p.Amount,
@@ -41,11 +45,14 @@ func chargeOf(p Payment) provider.Charge {
 func cancelKey(p Payment) string { return p.ProviderIdempotencyKey + "-cancel" }
 
 // belongsTo reports whether an intent found by metadata was created for p's
-// current generation (intents from before generations carry none: 1).
+// current generation (intents from before generations carry none: 1), or
+// for p's request by a payment whose rows were since lost, which p adopts
+// (operation.Table.Earlier).
 func belongsTo(in *provider.Intent, p Payment) bool {
 	gen := in.Metadata[MetadataGeneration]
 	if gen == "" {
 		gen = "1"
 	}
-	return in.Metadata[MetadataPaymentID] == p.ID && gen == strconv.Itoa(p.ProviderKeyGeneration)
+	return in.Metadata[MetadataPaymentID] == p.ID && gen == strconv.Itoa(p.ProviderKeyGeneration) ||
+		paymentsTable.Earlier(in.Metadata, p.Entry())
 }

@@ -78,7 +78,7 @@ func (k reconcilable) Entry(c claim) operation.Entry { return c.Payment.Entry() 
 func (p Payment) Entry() operation.Entry {
 	return operation.Entry{TenantID: p.TenantID, ID: p.ID, IdempotencyKey: p.IdempotencyKey, Status: string(p.Status), Generation: p.ProviderKeyGeneration,
 		FirstAttemptAt: p.FirstProviderAttemptAt, LastAttemptAt: p.LastProviderAttemptAt, ReconcileAttempts: p.ReconcileAttempts,
-		Account: p.Account(), ProviderID: p.ProviderPaymentIntentID, LogAttrs: []any{slog.String("provider_idempotency_key", p.ProviderIdempotencyKey)}}
+		Account: p.Account(), ProviderID: p.ProviderPaymentIntentID, Ref: deref(p.Ref), LogAttrs: []any{slog.String("provider_idempotency_key", p.ProviderIdempotencyKey)}}
 }
 
 func (k reconcilable) RecordFinal(ctx context.Context, c claim, out provider.Outcome) error {
@@ -141,8 +141,14 @@ func (r *Reconciler) lookUp(ctx context.Context, p Payment, settled bool) (out p
 	if p.ProviderAttemptDeadline != nil {
 		deadline = *p.ProviderAttemptDeadline
 	}
+	// By its ref, search also finds the intent of an earlier life of the
+	// payment whose rows were lost: made before this generation's first
+	// attempt, it is searchable (search lags by a minute at most) by the
+	// time the window settles, so the list of the window, which proves
+	// absence, needs not reach back to it.
+	key, value := paymentsTable.FoundBy(p.Entry())
 	found, err := r.provider.For(p.Account()).FindIntents(callCtx, provider.Find{
-		MetadataKey: MetadataPaymentID, MetadataValue: p.ID,
+		MetadataKey: key, MetadataValue: value,
 		CreatedFrom: p.FirstProviderAttemptAt.Add(-r.cfg.ClockSkew),
 		CreatedTo:   deadline.Add(r.cfg.ClockSkew),
 		Scan:        true,

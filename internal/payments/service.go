@@ -50,7 +50,7 @@ func (s *Service) fresh(ctx context.Context, attempt idempotency.Attempt, req Cr
 // attempt's, as the key's) and sent with the key's own writes.
 func (s *Service) newPayment(ctx context.Context, attempt idempotency.Attempt, req CreateRequest) (idempotency.Outcome, error) {
 	tenantID := attempt.Request.TenantID
-	p := newPayment(tenantID, attempt.Request.Key, req)
+	p := newPayment(attempt.Request, req)
 	p.CreatedAt, p.UpdatedAt = attempt.Now, attempt.Now
 	resp, err := s.accepted(p)
 	if err != nil {
@@ -88,16 +88,16 @@ func (s *Service) resume(ctx context.Context, tx pgx.Tx, attempt idempotency.Att
 	return idempotency.Outcome{Status: idempotency.StatusProcessing, ResourceID: p.ID, Response: resp}, nil
 }
 
-func newPayment(tenantID, clientKey string, req CreateRequest) Payment {
-	paymentID := id.New("pay")
+func newPayment(key idempotency.Request, req CreateRequest) Payment {
+	ref := operation.RequestRef(paymentsTable.Operation, key.TenantID, key.Key, key.Fingerprint)
 	metadata := req.Metadata
 	if metadata == nil {
 		metadata = map[string]string{}
 	}
 	return Payment{
-		ID:                     paymentID,
-		TenantID:               tenantID,
-		IdempotencyKey:         clientKey,
+		ID:                     id.New("pay"),
+		TenantID:               key.TenantID,
+		IdempotencyKey:         key.Key,
 		Amount:                 req.Amount,
 		Currency:               req.Currency,
 		PaymentMethod:          req.PaymentMethod,
@@ -107,7 +107,8 @@ func newPayment(tenantID, clientKey string, req CreateRequest) Payment {
 		Status:                 StatusProcessing,
 		CaptureMethod:          cmp.Or(req.CaptureMethod, CaptureAutomatic),
 		ProviderKeyGeneration:  1,
-		ProviderIdempotencyKey: operation.ProviderKey(paymentsTable.Operation, tenantID, clientKey, paymentID, 1),
+		ProviderIdempotencyKey: operation.RefKey(ref, 1),
+		Ref:                    &ref,
 	}
 }
 

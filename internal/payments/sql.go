@@ -26,7 +26,7 @@ const paymentColumns = `id, tenant_id, idempotency_key, amount, currency, paymen
 	metadata, status, provider_idempotency_key, provider_payment_intent_id, failure_code, decline_code,
 	failure_message, provider_key_generation, first_provider_attempt_at, last_provider_attempt_at,
 	provider_attempt_deadline, authorized_at, finalized_at, reconcile_after, reconcile_attempts, amount_refunded, created_at, updated_at, provider_next_action,
-	capture_method, amount_capturable, amount_captured, provider_account`
+	capture_method, amount_capturable, amount_captured, provider_account, oncepay_ref`
 
 // queueInsertPayment queues the insert of a new payment known in full,
 // stamped by the caller, for a batch that does not read it back.
@@ -34,12 +34,12 @@ func queueInsertPayment(batch *pgx.Batch, p Payment) {
 	batch.Queue(`
 		INSERT INTO payments (id, tenant_id, idempotency_key, amount, currency, payment_method, customer,
 			description, metadata, status, provider_idempotency_key, provider_key_generation, created_at, updated_at,
-			capture_method, provider_account)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15,
+			capture_method, oncepay_ref, provider_account)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
 			(SELECT stripe_account FROM tenants WHERE id = $2))`,
 		p.ID, p.TenantID, p.IdempotencyKey, p.Amount, p.Currency, p.PaymentMethod, p.Customer,
 		p.Description, p.Metadata, p.Status, p.ProviderIdempotencyKey, p.ProviderKeyGeneration, p.CreatedAt, p.UpdatedAt,
-		p.CaptureMethod)
+		p.CaptureMethod, p.Ref)
 }
 
 // GetPayment reads a tenant's payment. Another tenant's payment is
@@ -113,8 +113,7 @@ func lockForOutcome(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, ten
 // caller holds the payment's lock (lockPayment).
 func resumePayment(ctx context.Context, tx pgx.Tx, p Payment) (Payment, error) {
 	generation := p.ProviderKeyGeneration + 1
-	rows, err := paymentsTable.Resume(ctx, tx, p.TenantID, p.ID, generation,
-		operation.ProviderKey(paymentsTable.Operation, p.TenantID, p.IdempotencyKey, p.ID, generation), paymentColumns)
+	rows, err := paymentsTable.Resume(ctx, tx, p.TenantID, p.ID, generation, paymentsTable.NextProviderKey(p.Entry(), generation), paymentColumns)
 	return collectPayment(rows, err, "resume payment")
 }
 

@@ -26,8 +26,8 @@ import (
 func TestOperationsKeepTheirAccountWhenItChangesHands(t *testing.T) {
 	t.Parallel()
 	b := setup(t, time.Hour)
-	pool, former, first := b.api.Pool, b.account, b.api.Tenant.TenantID
-	paid := b.api.Post(t, "/v1/payments", id.New("key"), `{"amount": 5000, "currency": "usd", "payment_method": "pm_card_visa"}`,
+	pool, former, first := b.API.Pool, b.Account, b.API.Tenant.TenantID
+	paid := b.API.Post(t, "/v1/payments", id.New("key"), `{"amount": 5000, "currency": "usd", "payment_method": "pm_card_visa"}`,
 		"Prefer", "wait=10")
 	require.Equal(t, http.StatusCreated, paid.Status, paid.Raw)
 	paymentID := paid.Body["id"].(string)
@@ -37,44 +37,44 @@ func TestOperationsKeepTheirAccountWhenItChangesHands(t *testing.T) {
 
 	uses := tenant.Reassign{Uses: kinds.All().AccountUses}
 	later := "acct_" + id.New("a")[2:18]
-	_, err := tenant.SetStripeAccount(b.ctx, pool, first, later, uses)
+	_, err := tenant.SetStripeAccount(b.Ctx, pool, first, later, uses)
 	require.NoError(t, err)
-	newcomer, err := tenant.Create(b.ctx, pool, t.Name()+" newcomer")
+	newcomer, err := tenant.Create(b.Ctx, pool, t.Name()+" newcomer")
 	require.NoError(t, err)
 	held := []tenant.AccountUse{{TenantID: first, TenantName: t.Name(), Operation: "payment", Count: 1},
 		{TenantID: first, TenantName: t.Name(), Operation: "payout", Count: 1}}
-	_, err = tenant.SetStripeAccount(b.ctx, pool, newcomer.TenantID, former, uses)
+	_, err = tenant.SetStripeAccount(b.Ctx, pool, newcomer.TenantID, former, uses)
 	var inUse *tenant.AccountInUseError
 	require.ErrorAs(t, err, &inUse)
 	require.Equal(t, held, inUse.Uses)
 	uses.Force = true
-	set, err := tenant.SetStripeAccount(b.ctx, pool, newcomer.TenantID, former, uses)
+	set, err := tenant.SetStripeAccount(b.Ctx, pool, newcomer.TenantID, former, uses)
 	require.NoError(t, err)
 	require.Equal(t, held, set.Overridden)
 
 	// A payout on the first tenant's current account naming its payout,
 	// canceled there: that account's event is not the payout's.
-	current := b.env.Provider.For(later)
-	funded := current.CreateIntent(b.ctx, provider.Charge{IdempotencyKey: id.New("k"), Amount: 1000, Currency: "usd", PaymentMethod: "pm_card_visa"})
+	current := b.Env.Provider.For(later)
+	funded := current.CreateIntent(b.Ctx, provider.Charge{IdempotencyKey: id.New("k"), Amount: 1000, Currency: "usd", PaymentMethod: "pm_card_visa"})
 	require.Equal(t, provider.Succeeded, funded.Kind, funded.Err)
-	copied := current.CreatePayout(b.ctx, provider.PayoutRequest{IdempotencyKey: id.New("k"), Amount: 1000, Currency: "usd",
+	copied := current.CreatePayout(b.Ctx, provider.PayoutRequest{IdempotencyKey: id.New("k"), Amount: 1000, Currency: "usd",
 		Metadata: map[string]string{"payout_id": payoutID, "tenant_id": first, "payout_generation": "1"}})
 	require.Equal(t, provider.Succeeded, copied.Kind, copied.Err)
-	undone := current.CancelPayout(b.ctx, copied.PayoutID(), id.New("k"))
+	undone := current.CancelPayout(b.Ctx, copied.PayoutID(), id.New("k"))
 	require.NotNil(t, undone.Payout, undone.Err)
 	require.EqualValues(t, "canceled", undone.Payout.Status)
 	require.Eventually(t, func() bool {
 		var result *string
-		err := pool.QueryRow(b.ctx, `SELECT max(result) FROM webhook_events WHERE object_id = $1 AND type = 'payout.canceled'`,
+		err := pool.QueryRow(b.Ctx, `SELECT max(result) FROM webhook_events WHERE object_id = $1 AND type = 'payout.canceled'`,
 			copied.PayoutID()).Scan(&result)
 		require.NoError(t, err)
 		return result != nil && *result == operation.NotOurs
 	}, 15*time.Second, 20*time.Millisecond, "the copy's event was answered not_ours")
-	require.Equal(t, string(payouts.StatusPending), b.api.Get(t, "/v1/payouts/"+payoutID).Body["status"])
+	require.Equal(t, string(payouts.StatusPending), b.API.Get(t, "/v1/payouts/"+payoutID).Body["status"])
 
 	// The first tenant's cancel acts on its payout's account, and that
 	// account's event settles it.
-	canceled := b.api.Post(t, "/v1/payouts/"+payoutID+"/cancel", id.New("key"), `{}`)
+	canceled := b.API.Post(t, "/v1/payouts/"+payoutID+"/cancel", id.New("key"), `{}`)
 	require.Equal(t, http.StatusAccepted, canceled.Status, canceled.Raw)
 	b.waitStatus(t, payoutID, payouts.StatusCanceled)
 	atProvider := b.providerPayouts(t, payoutID)
@@ -87,10 +87,10 @@ func TestOperationsKeepTheirAccountWhenItChangesHands(t *testing.T) {
 	}
 
 	// Its refund is made where the charge is.
-	refunded := b.api.Post(t, "/v1/payments/"+paymentID+"/refunds", id.New("key"), `{"amount": 1000}`, "Prefer", "wait=10")
+	refunded := b.API.Post(t, "/v1/payments/"+paymentID+"/refunds", id.New("key"), `{"amount": 1000}`, "Prefer", "wait=10")
 	require.Equal(t, http.StatusCreated, refunded.Status, refunded.Raw)
 	require.Equal(t, "succeeded", refunded.Body["status"])
-	l, err := b.sim.Ledger(b.ctx)
+	l, err := b.Sim.Ledger(b.Ctx)
 	require.NoError(t, err)
 	var refundAccounts []string
 	for _, o := range l.Objects {
@@ -101,7 +101,7 @@ func TestOperationsKeepTheirAccountWhenItChangesHands(t *testing.T) {
 	require.Equal(t, []string{former}, refundAccounts)
 
 	// The newcomer pays out from the account it now holds.
-	theirs := b.api.As(newcomer).Post(t, "/v1/payouts", id.New("key"), `{"amount": 500, "currency": "usd"}`, "Prefer", "wait=10")
+	theirs := b.API.As(newcomer).Post(t, "/v1/payouts", id.New("key"), `{"amount": 500, "currency": "usd"}`, "Prefer", "wait=10")
 	require.Equal(t, http.StatusCreated, theirs.Status, theirs.Raw)
 	found := b.providerPayouts(t, theirs.Body["id"].(string))
 	require.Len(t, found, 1)

@@ -111,7 +111,7 @@ func cancelAtProvider(env operation.Env) func(context.Context, Payout) error {
 			return nil
 		}
 		pc := env.Provider.For(p.Account())
-		out := pc.CancelPayout(ctx, *p.ProviderPayoutID, operation.ProviderKey("payout_cancel", p.TenantID, p.IdempotencyKey, p.ID, p.ProviderKeyGeneration))
+		out := pc.CancelPayout(ctx, *p.ProviderPayoutID, cancelKey(p))
 		if out.Payout == nil {
 			// Refused (no longer pending), or no final answer: a 5xx stored
 			// under the key replays to every retry, so only the payout
@@ -127,6 +127,15 @@ func cancelAtProvider(env operation.Env) func(context.Context, Payout) error {
 		_, _, err := settle(ctx, env, p.Account(), out.Payout)
 		return err
 	}
+}
+
+// cancelKey is the provider key of the cancel of p's provider payout: one
+// cancel a generation, the same after p's rows were lost.
+func cancelKey(p Payout) string {
+	if p.Ref != nil {
+		return operation.RefKey(*p.Ref, p.ProviderKeyGeneration) + "-cancel"
+	}
+	return operation.ProviderKey("payout_cancel", p.TenantID, p.IdempotencyKey, p.ID, p.ProviderKeyGeneration)
 }
 
 // claim is a payout as the reconciler claims it, with whether no request
@@ -152,7 +161,7 @@ func lookUp(env operation.Env) operation.LookUp[claim, provider.PayoutOutcome] {
 			}
 			return out, operation.Look{Found: operation.Final, ProviderID: out.PayoutID()}
 		}
-		window := provider.ListWindow{CreatedFrom: c.FirstProviderAttemptAt.Add(-skew), CreatedTo: time.Now().Add(skew)}
+		window := provider.ListWindow{CreatedFrom: operation.CreatedSince(c.Entry(), *c.FirstProviderAttemptAt).Add(-skew), CreatedTo: time.Now().Add(skew)}
 		po, look := operation.FindOne(func(page func([]*provider.Payout) error) error { return pc.ListPayoutsCreated(ctx, window, page) },
 			operation.MadeBy[*provider.Payout](table, c.Entry()), c.Settled)
 		if po == nil {

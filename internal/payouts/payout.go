@@ -102,9 +102,11 @@ func rowsOf(keys *idempotency.Store) operation.Rows[Payout] {
 // without one is refused.
 func insert(ctx context.Context, tx pgx.Tx, p Payout) (Payout, error) {
 	rows, err := tx.Query(ctx, `
-		INSERT INTO payouts (id, tenant_id, idempotency_key, amount, currency, description, status, provider_account, provider_idempotency_key)
-		SELECT $1, $2, $3, $4, $5, nullif($6, ''), $7, stripe_account, $8 FROM tenants WHERE id = $2 AND stripe_account IS NOT NULL
-		RETURNING `+table.Columns, p.ID, p.TenantID, p.IdempotencyKey, p.Amount, p.Currency, p.Description, p.Status, p.ProviderIdempotencyKey)
+		INSERT INTO payouts (id, tenant_id, idempotency_key, amount, currency, description, status, provider_account,
+			provider_idempotency_key, oncepay_ref)
+		SELECT $1, $2, $3, $4, $5, nullif($6, ''), $7, stripe_account, $8, $9 FROM tenants WHERE id = $2 AND stripe_account IS NOT NULL
+		RETURNING `+table.Columns, p.ID, p.TenantID, p.IdempotencyKey, p.Amount, p.Currency, p.Description, p.Status,
+		p.ProviderIdempotencyKey, p.Ref)
 	if p, err = operation.CollectOne[Payout](rows, err, "insert payout", ErrNotFound); errors.Is(err, ErrNotFound) {
 		return p, errNoAccount
 	}

@@ -1,101 +1,59 @@
 package payouts_test
 
 import (
-	"context"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
-	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncepay/oncepay/internal/id"
-	"github.com/oncepay/oncepay/internal/kinds"
 	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/operation"
-	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payouts"
 	"github.com/oncepay/oncepay/internal/provider"
 	"github.com/oncepay/oncepay/internal/tenant"
 	"github.com/oncepay/oncepay/internal/testkit/apitest"
-	"github.com/oncepay/oncepay/internal/testkit/pgtest"
-	"github.com/oncepay/oncepay/internal/testkit/workertest"
-	"github.com/oncepay/oncepay/internal/webhooks"
+	"github.com/oncepay/oncepay/internal/testkit/stacktest"
 	"github.com/oncepay/oncepay/tools/stripesim"
 )
 
-// bundle is the service around payouts: the API (as a tenant on a
-// connected account of its own), the simulator delivering its events to
-// it, and a worker running every registered kind with short timers.
-type bundle struct {
-	ctx     context.Context
-	api     *apitest.Server
-	sim     stripesim.AdminClient
-	account string
-	client  *outbox.Client
-	env     operation.Env
-}
+// bundle is the service around payouts: the whole stack, the tenant on a
+// connected account of its own.
+type bundle struct{ *stacktest.Stack }
 
 // setup starts the bundle; a payout moves on at the provider after
 // transit, then is paid as long after.
 func setup(t *testing.T, transit time.Duration) *bundle {
 	t.Helper()
-	ctx := context.Background()
-	pool, _ := pgtest.NewPool(t)
-	logger := slog.New(slog.DiscardHandler)
-	account := "acct_" + id.New("a")[2:18]
-	created, err := tenant.CreateOnAccount(ctx, pool, t.Name(), account, kinds.All().AccountUses)
-	require.NoError(t, err)
-	api := apitest.StartAs(t, pool, created)
-	sim := stripesim.New(stripesim.Config{Logger: logger, MaxHold: 5 * time.Second, SearchIndexDelay: -1,
-		WebhookURL: api.URL + "/v1/webhooks/stripe", WebhookSecret: apitest.WebhookSecret, WebhookRetryBase: 50 * time.Millisecond,
-		PayoutTransitDelay: transit, PayoutPaidDelay: transit})
-	simSrv := httptest.NewServer(sim)
-	t.Cleanup(simSrv.Close)
-	t.Cleanup(sim.Close)
-
-	pc := provider.New(provider.Config{SecretKey: "sk_test_payouts", APIBase: simSrv.URL})
-	env := operation.Env{Pool: pool, Keys: api.Keys, Provider: pc, Logger: logger,
-		Worker:    operation.WorkerConfig{JobTimeout: 2 * time.Second, PollInterval: 50 * time.Millisecond, RecordTimeout: time.Second},
-		Reconcile: operation.ReconcileConfig{Settle: 100 * time.Millisecond, RetryBase: 100 * time.Millisecond, RetryMax: 500 * time.Millisecond, RunBudget: 5 * time.Second},
-		Sweep:     operation.SweepConfig{Grace: time.Second}}
-	workers := river.NewWorkers()
-	periodic := workertest.Start(t, workers, env, 200*time.Millisecond, kinds.All()...)
-	river.AddWorker(workers, &webhooks.ProcessWorker{Processor: webhooks.NewProcessor(pool, api.Keys, pc, logger,
-		webhooks.ProcessorConfig{Kinds: kinds.All()})})
-	client, err := outbox.NewWorkerClient(pool, outbox.WorkerConfig{
-		Workers: workers, PeriodicJobs: periodic, JobTimeout: env.Worker.MaxAttemptDuration(), RescueStuckJobsAfter: time.Minute,
-		Retry: outbox.RetryPolicy{Base: 20 * time.Millisecond, Max: 100 * time.Millisecond}, FetchPollInterval: 50 * time.Millisecond, Logger: logger,
-	})
-	require.NoError(t, err)
-	require.NoError(t, client.Start(ctx))
-	t.Cleanup(func() {
-		stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = client.StopAndCancel(stopCtx)
-	})
-	return &bundle{ctx: ctx, api: api, sim: stripesim.AdminClient{BaseURL: simSrv.URL}, account: account, client: client, env: env}
+	return &bundle{stacktest.Start(t, transit)}
 }
 
 // fund charges amount on the tenant's account: its balance at the provider.
 func (b *bundle) fund(t *testing.T, amount string) {
 	t.Helper()
-	paid := b.api.Post(t, "/v1/payments", id.New("key"), `{"amount": `+amount+`, "currency": "usd", "payment_method": "pm_card_visa"}`,
+	paid := b.API.Post(t, "/v1/payments", id.New("key"), `{"amount": `+amount+`, "currency": "usd", "payment_method": "pm_card_visa"}`,
 		"Prefer", "wait=10")
 	require.Equal(t, http.StatusCreated, paid.Status, paid.Raw)
 }
 
+// refOf is the payout's ref, from which its provider keys derive.
+func (b *bundle) refOf(t *testing.T, payoutID string) string {
+	t.Helper()
+	var ref string
+	require.NoError(t, b.Pool.QueryRow(b.Ctx, `SELECT oncepay_ref FROM payouts WHERE id = $1`, payoutID).Scan(&ref))
+	return ref
+}
+
 func (b *bundle) payOut(t *testing.T, key, body string) apitest.Response {
 	t.Helper()
-	return b.api.Post(t, "/v1/payouts", key, body, "Prefer", "wait=10")
+	return b.API.Post(t, "/v1/payouts", key, body, "Prefer", "wait=10")
 }
 
 // providerPayouts are the simulator's payouts made for a payout of ours.
 func (b *bundle) providerPayouts(t *testing.T, payoutID string) []stripesim.LedgerObject {
 	t.Helper()
-	l, err := b.sim.Ledger(b.ctx)
+	l, err := b.Sim.Ledger(b.Ctx)
 	require.NoError(t, err)
 	var found []stripesim.LedgerObject
 	for _, o := range l.Objects {
@@ -110,7 +68,7 @@ func (b *bundle) waitStatus(t *testing.T, payoutID string, want payouts.Status) 
 	t.Helper()
 	var got apitest.Response
 	require.Eventually(t, func() bool {
-		got = b.api.Get(t, "/v1/payouts/"+payoutID)
+		got = b.API.Get(t, "/v1/payouts/"+payoutID)
 		return got.Body["status"] == string(want)
 	}, 15*time.Second, 20*time.Millisecond, "payout %s never became %s", payoutID, want)
 	return got
@@ -138,13 +96,13 @@ func TestPayoutIsMadeOnceAndSettlesThroughItsEvents(t *testing.T) {
 
 	found := b.providerPayouts(t, payoutID)
 	require.Len(t, found, 1)
-	require.Equal(t, b.account, found[0].Account)
+	require.Equal(t, b.Account, found[0].Account)
 	require.Equal(t, int64(3000), found[0].Amount)
-	require.Equal(t, operation.ProviderKey("payout", b.api.Tenant.TenantID, key, payoutID, 1), found[0].IdempotencyKey)
+	require.Equal(t, operation.RefKey(b.refOf(t, payoutID), 1), found[0].IdempotencyKey)
 
 	paid := b.waitStatus(t, payoutID, payouts.StatusPaid)
 	require.Equal(t, found[0].ID, paid.Body["provider_payout_id"])
-	list := b.api.Get(t, "/v1/payouts?limit=1")
+	list := b.API.Get(t, "/v1/payouts?limit=1")
 	require.Equal(t, http.StatusOK, list.Status, list.Raw)
 	require.Len(t, list.Body["data"], 1)
 
@@ -158,9 +116,9 @@ func TestPayoutIsMadeOnceAndSettlesThroughItsEvents(t *testing.T) {
 func TestPayoutNeedsAConnectedAccount(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 300*time.Millisecond)
-	other, err := tenant.Create(b.ctx, b.api.Pool, t.Name()+" platform")
+	other, err := tenant.Create(b.Ctx, b.API.Pool, t.Name()+" platform")
 	require.NoError(t, err)
-	platform := b.api.As(other)
+	platform := b.API.As(other)
 	key := id.New("key")
 	for range 2 {
 		refused := platform.Post(t, "/v1/payouts", key, `{"amount": 100, "currency": "usd"}`)
@@ -168,7 +126,7 @@ func TestPayoutNeedsAConnectedAccount(t *testing.T) {
 		require.Equal(t, "/docs/problems/payouts-need-account", refused.Body["type"])
 	}
 	var n int
-	require.NoError(t, b.api.Pool.QueryRow(b.ctx, `SELECT count(*) FROM payouts WHERE tenant_id = $1`, other.TenantID).Scan(&n))
+	require.NoError(t, b.API.Pool.QueryRow(b.Ctx, `SELECT count(*) FROM payouts WHERE tenant_id = $1`, other.TenantID).Scan(&n))
 	require.Zero(t, n)
 }
 
@@ -213,18 +171,18 @@ func TestPayoutWhoseAnswerIsLostIsReconciled(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 300*time.Millisecond)
 	b.fund(t, "4000")
-	require.NoError(t, b.sim.InjectFault(b.ctx, stripesim.Fault{Mode: stripesim.FaultErrorAfter, Path: "POST /v1/payouts", Count: 1}))
+	require.NoError(t, b.Sim.InjectFault(b.Ctx, stripesim.Fault{Mode: stripesim.FaultErrorAfter, Path: "POST /v1/payouts", Count: 1}))
 	key := id.New("key")
-	accepted := b.api.Post(t, "/v1/payouts", key, `{"amount": 4000, "currency": "usd"}`)
+	accepted := b.API.Post(t, "/v1/payouts", key, `{"amount": 4000, "currency": "usd"}`)
 	require.Equal(t, http.StatusAccepted, accepted.Status, accepted.Raw)
 	payoutID := accepted.Body["id"].(string)
 	b.waitStatus(t, payoutID, payouts.StatusPaid)
 	require.Len(t, b.providerPayouts(t, payoutID), 1)
 	// The provider stored its 500 under the key: the worker learned nothing
 	// from retrying, and the reconciler found the payout by its metadata.
-	l, err := b.sim.Ledger(b.ctx)
+	l, err := b.Sim.Ledger(b.Ctx)
 	require.NoError(t, err)
-	stats, ok := l.Key(operation.ProviderKey("payout", b.api.Tenant.TenantID, key, payoutID, 1))
+	stats, ok := l.Key(operation.RefKey(b.refOf(t, payoutID), 1))
 	require.True(t, ok)
 	require.Equal(t, http.StatusInternalServerError, stats.Status)
 	require.Equal(t, 1, stats.Executions)
@@ -242,11 +200,11 @@ func TestPendingPayoutCancels(t *testing.T) {
 	made := b.payOut(t, id.New("key"), `{"amount": 3000, "currency": "usd"}`)
 	require.Equal(t, http.StatusCreated, made.Status, made.Raw)
 	payoutID := made.Body["id"].(string)
-	canceled := b.api.Post(t, "/v1/payouts/"+payoutID+"/cancel", id.New("key"), `{}`)
+	canceled := b.API.Post(t, "/v1/payouts/"+payoutID+"/cancel", id.New("key"), `{}`)
 	require.Equal(t, http.StatusAccepted, canceled.Status, canceled.Raw)
 	b.waitStatus(t, payoutID, payouts.StatusCanceled)
 
-	refused := b.api.Post(t, "/v1/payouts/"+payoutID+"/cancel", id.New("key"), `{}`)
+	refused := b.API.Post(t, "/v1/payouts/"+payoutID+"/cancel", id.New("key"), `{}`)
 	require.Equal(t, http.StatusConflict, refused.Status, refused.Raw)
 	require.Equal(t, "canceled", refused.Body["payout_status"])
 	require.Equal(t, "/docs/problems/payout-not-cancelable", refused.Body["type"])
@@ -276,15 +234,15 @@ func TestPayoutCancelWithoutAnAnswerSettles(t *testing.T) {
 			made := b.payOut(t, key, `{"amount": 3000, "currency": "usd"}`)
 			require.Equal(t, http.StatusCreated, made.Status, made.Raw)
 			payoutID := made.Body["id"].(string)
-			require.NoError(t, b.sim.InjectWebhookFault(b.ctx, stripesim.WebhookFault{Mode: stripesim.WebhookDrop, Type: "payout.*"}))
-			require.NoError(t, b.sim.InjectFault(b.ctx, tc.fault))
+			require.NoError(t, b.Sim.InjectWebhookFault(b.Ctx, stripesim.WebhookFault{Mode: stripesim.WebhookDrop, Type: "payout.*"}))
+			require.NoError(t, b.Sim.InjectFault(b.Ctx, tc.fault))
 
-			canceled := b.api.Post(t, "/v1/payouts/"+payoutID+"/cancel", id.New("key"), `{}`)
+			canceled := b.API.Post(t, "/v1/payouts/"+payoutID+"/cancel", id.New("key"), `{}`)
 			require.Equal(t, http.StatusAccepted, canceled.Status, canceled.Raw)
 			b.waitStatus(t, payoutID, payouts.StatusCanceled)
-			l, err := b.sim.Ledger(b.ctx)
+			l, err := b.Sim.Ledger(b.Ctx)
 			require.NoError(t, err)
-			stats, ok := l.Key(operation.ProviderKey("payout_cancel", b.api.Tenant.TenantID, key, payoutID, 1))
+			stats, ok := l.Key(operation.RefKey(b.refOf(t, payoutID), 1) + "-cancel")
 			require.True(t, ok)
 			require.Equal(t, tc.executions, stats.Executions, "the provider canceled once")
 			if tc.fault.Mode == stripesim.FaultErrorAfter {
@@ -305,15 +263,15 @@ func TestPayoutLedgerCheck(t *testing.T) {
 	b.fund(t, "9000")
 	made := b.payOut(t, id.New("key"), `{"amount": 1000, "currency": "usd"}`)
 	require.Equal(t, http.StatusCreated, made.Status, made.Raw)
-	pc := b.env.Provider.For(b.account)
-	own := pc.CreatePayout(b.ctx, provider.PayoutRequest{IdempotencyKey: id.New("k"), Amount: 500, Currency: "usd"})
+	pc := b.Env.Provider.For(b.Account)
+	own := pc.CreatePayout(b.Ctx, provider.PayoutRequest{IdempotencyKey: id.New("k"), Amount: 500, Currency: "usd"})
 	require.Equal(t, provider.Succeeded, own.Kind, own.Err)
-	stranger := pc.CreatePayout(b.ctx, provider.PayoutRequest{IdempotencyKey: id.New("k"), Amount: 700, Currency: "usd",
-		Metadata: map[string]string{"payout_id": "pyo_01JD3W9ZC6M7X4Q2V8N5R0T1YB", "tenant_id": b.api.Tenant.TenantID}})
+	stranger := pc.CreatePayout(b.Ctx, provider.PayoutRequest{IdempotencyKey: id.New("k"), Amount: 700, Currency: "usd",
+		Metadata: map[string]string{"payout_id": "pyo_01JD3W9ZC6M7X4Q2V8N5R0T1YB", "tenant_id": b.API.Tenant.TenantID}})
 	require.Equal(t, provider.Succeeded, stranger.Kind, stranger.Err)
 
 	check := func() []string {
-		res, err := payouts.Kind().Ledger(b.env).Check(b.ctx, time.Now().Add(-time.Hour), time.Now())
+		res, err := payouts.Kind().Ledger(b.Env).Check(b.Ctx, time.Now().Add(-time.Hour), time.Now())
 		require.NoError(t, err)
 		require.Zero(t, res.Unchecked)
 		var found []string
@@ -328,7 +286,7 @@ func TestPayoutLedgerCheck(t *testing.T) {
 	// again over the one this test breaks.
 	payoutID := made.Body["id"].(string)
 	b.waitStatus(t, payoutID, payouts.StatusPaid)
-	_, err := b.api.Pool.Exec(b.ctx, `UPDATE payouts SET provider_payout_id = 'po_gone' WHERE id = $1`, payoutID)
+	_, err := b.API.Pool.Exec(b.Ctx, `UPDATE payouts SET provider_payout_id = 'po_gone' WHERE id = $1`, payoutID)
 	require.NoError(t, err)
 	require.ElementsMatch(t, []string{"unknown_payout pyo_01JD3W9ZC6M7X4Q2V8N5R0T1YB " + stranger.PayoutID(),
 		"payout_mismatch " + payoutID + " " + made.Body["provider_payout_id"].(string),
@@ -350,25 +308,25 @@ func TestASecondProviderPayoutIsAFinding(t *testing.T) {
 	b.waitStatus(t, payoutID, payouts.StatusPaid)
 	metadata := b.providerPayouts(t, payoutID)[0].Metadata
 
-	pc := b.env.Provider.For(b.account)
-	second := pc.CreatePayout(b.ctx, provider.PayoutRequest{IdempotencyKey: id.New("k"), Amount: 1000, Currency: "usd", Metadata: metadata})
+	pc := b.Env.Provider.For(b.Account)
+	second := pc.CreatePayout(b.Ctx, provider.PayoutRequest{IdempotencyKey: id.New("k"), Amount: 1000, Currency: "usd", Metadata: metadata})
 	require.Equal(t, provider.Succeeded, second.Kind, second.Err)
-	canceled := pc.CancelPayout(b.ctx, second.PayoutID(), id.New("k"))
+	canceled := pc.CancelPayout(b.Ctx, second.PayoutID(), id.New("k"))
 	require.NotNil(t, canceled.Payout, canceled.Err)
 	require.EqualValues(t, payouts.StatusCanceled, canceled.Payout.Status)
 
 	var result string
 	require.Eventually(t, func() bool {
-		err := b.api.Pool.QueryRow(b.ctx, `SELECT coalesce(result, '') FROM webhook_events
+		err := b.API.Pool.QueryRow(b.Ctx, `SELECT coalesce(result, '') FROM webhook_events
 			WHERE object_id = $1 AND type = 'payout.canceled' AND processed_at IS NOT NULL`, second.PayoutID()).Scan(&result)
 		return err == nil
 	}, 15*time.Second, 20*time.Millisecond, "the second payout's cancel event is answered")
-	got := b.api.Get(t, "/v1/payouts/"+payoutID)
+	got := b.API.Get(t, "/v1/payouts/"+payoutID)
 	require.Equal(t, "paid", got.Body["status"], "the money left: a second payout's cancel does not bring it back")
 	require.Equal(t, ownPayout, got.Body["provider_payout_id"])
 	require.Equal(t, operation.FiledFinding, result)
 	var findings int
-	require.NoError(t, b.api.Pool.QueryRow(b.ctx, `SELECT count(*) FROM ledger_findings
+	require.NoError(t, b.API.Pool.QueryRow(b.Ctx, `SELECT count(*) FROM ledger_findings
 		WHERE kind = $1 AND operation_id = $2 AND provider_object_id = $3 AND resolved_at IS NULL`,
 		ledger.KindDuplicateObject, payoutID, second.PayoutID()).Scan(&findings))
 	require.Equal(t, 1, findings, "the second payout is filed once")

@@ -50,7 +50,7 @@ func (s service) create(ctx context.Context, tx pgx.Tx, attempt idempotency.Atte
 	tenantID, rs := attempt.Request.TenantID, rowsOf(s.Keys)
 	p, resumed, err := rs.Resumed(ctx, tx, attempt, nil)
 	if !resumed {
-		p, err = insert(ctx, tx, Payout{Lifecycle: operation.NewLifecycle(table, IDPrefix, tenantID, attempt.Request.Key, nil),
+		p, err = insert(ctx, tx, Payout{Lifecycle: operation.NewLifecycle(table, IDPrefix, attempt.Request, nil),
 			Money: money.Money{Amount: req.Amount, Currency: req.Currency}, Description: &req.Description, Status: StatusProcessing})
 	}
 	if err != nil {

@@ -104,7 +104,8 @@ func lookUp(env operation.Env) operation.LookUp[claim, provider.RefundOutcome] {
 			return provider.RefundOutcome{Kind: provider.Ambiguous}, operation.Look{Note: "the refund's payment has no payment intent"}
 		default:
 			re, look := operation.FindOne(func(page func([]*provider.Refund) error) error {
-				found, err := pc.ListRefunds(ctx, *c.IntentID, table.MetadataID(), c.ID, 0)
+				key, value := table.FoundBy(c.Entry())
+				found, err := pc.ListRefunds(ctx, *c.IntentID, key, value, 0)
 				if err == nil && !found.Complete {
 					err = errors.New("the list of the intent's refunds was not complete")
 				}

@@ -118,10 +118,10 @@ func GetRefund(ctx context.Context, db operation.Querier, tenantID, refundID str
 func insert(ctx context.Context, tx pgx.Tx, r Refund) (Refund, error) {
 	rows, err := tx.Query(ctx, `
 		INSERT INTO refunds (id, tenant_id, payment_id, idempotency_key, amount, currency, reason, status,
-			provider_idempotency_key, provider_account)
-		VALUES ($1, $2, $3, $4, $5, $6, nullif($7, ''), $8, $9, $10)
+			provider_idempotency_key, provider_account, oncepay_ref)
+		VALUES ($1, $2, $3, $4, $5, $6, nullif($7, ''), $8, $9, $10, $11)
 		RETURNING `+table.Columns, r.ID, r.TenantID, r.PaymentID, r.IdempotencyKey, r.Amount, r.Currency, r.Reason, r.Status,
-		r.ProviderIdempotencyKey, r.ProviderAccount)
+		r.ProviderIdempotencyKey, r.ProviderAccount, r.Ref)
 	return operation.CollectOne[Refund](rows, err, "insert refund", ErrNotFound)
 }
 

@@ -58,7 +58,7 @@ func ValidateCreate(obj jsonbody.Object) (CreateRequest, error) {
 // error, so nothing is stored under the key: each depends on state that
 // may change, and a retry with the same key must then work.
 func (s service) create(ctx context.Context, tx pgx.Tx, attempt idempotency.Attempt, req CreateRequest) (idempotency.Outcome, error) {
-	tenantID, key, rs := attempt.Request.TenantID, attempt.Request.Key, rowsOf(s.Keys)
+	tenantID, rs := attempt.Request.TenantID, rowsOf(s.Keys)
 	r, except := Refund{}, ""
 	if attempt.ResourceID != "" {
 		// Its payment is locked already (LockResource): this is the refund's.
@@ -85,7 +85,7 @@ func (s service) create(ctx context.Context, tx pgx.Tx, attempt idempotency.Atte
 	if except != "" {
 		r, err = rs.Resume(ctx, tx, r)
 	} else {
-		r, err = insert(ctx, tx, Refund{Lifecycle: operation.NewLifecycle(table, IDPrefix, tenantID, key, p.ProviderAccount),
+		r, err = insert(ctx, tx, Refund{Lifecycle: operation.NewLifecycle(table, IDPrefix, attempt.Request, p.ProviderAccount),
 			PaymentID: p.ID, Money: money.Money{Amount: amount, Currency: p.Currency}, Reason: &req.Reason, Status: StatusPending})
 	}
 	if err != nil {

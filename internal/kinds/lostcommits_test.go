@@ -1,0 +1,190 @@
+package kinds_test
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncepay/oncepay/internal/id"
+	"github.com/oncepay/oncepay/internal/ledger"
+	"github.com/oncepay/oncepay/internal/operation"
+	"github.com/oncepay/oncepay/internal/payments"
+	"github.com/oncepay/oncepay/internal/provider"
+	"github.com/oncepay/oncepay/internal/testkit/apitest"
+	"github.com/oncepay/oncepay/internal/testkit/stacktest"
+)
+
+// TestLostCommitsMoveNoMoneyTwice: an operation is accepted, made at the
+// provider and recorded; then the database loses those commits, as a
+// restore from backup or a failover to a standby that missed them does
+// (here: every row the tenant's requests wrote since a moment is deleted,
+// and what they updated is put back). The client retries its key with the
+// same request: the API sees a new key and makes a new operation, whose
+// provider key is the lost one's (both derive from the request), so the
+// provider holds one object for the key, the one the retry adopts and
+// answers with. For payments, refunds and payouts.
+func TestLostCommitsMoveNoMoneyTwice(t *testing.T) {
+	t.Parallel()
+	s := stacktest.Start(t, 300*time.Millisecond)
+	tenantID := s.API.Tenant.TenantID
+
+	// since is the database's now: what a restore to it keeps.
+	since := func(t *testing.T) time.Time {
+		var now time.Time
+		require.NoError(t, s.Pool.QueryRow(s.Ctx, `SELECT clock_timestamp()`).Scan(&now))
+		return now
+	}
+	// lose deletes every row the tenant's requests wrote at or after from:
+	// their operations, their keys, their jobs and the findings about them.
+	lose := func(t *testing.T, from time.Time) {
+		t.Helper()
+		for _, stmt := range []string{
+			`DELETE FROM ledger_findings WHERE $1::text <> '' AND created_at >= $2`,
+			`DELETE FROM refunds WHERE tenant_id = $1 AND created_at >= $2`,
+			`DELETE FROM payment_actions WHERE tenant_id = $1 AND created_at >= $2`,
+			`DELETE FROM payments WHERE tenant_id = $1 AND created_at >= $2`,
+			`DELETE FROM payouts WHERE tenant_id = $1 AND created_at >= $2`,
+			`DELETE FROM idempotency_keys WHERE tenant_id = $1 AND created_at >= $2`,
+			`DELETE FROM river_job WHERE args->>'tenant_id' = $1 AND created_at >= $2`,
+		} {
+			_, err := s.Pool.Exec(s.Ctx, stmt, tenantID, from)
+			require.NoError(t, err, stmt)
+		}
+	}
+	wait := func(t *testing.T, path, status string) apitest.Response {
+		t.Helper()
+		var got apitest.Response
+		require.Eventually(t, func() bool {
+			got = s.API.Get(t, path)
+			return got.Body["status"] == status
+		}, 20*time.Second, 20*time.Millisecond, "%s never became %s", path, status)
+		return got
+	}
+	refOf := func(t *testing.T, table, opID string) string {
+		var ref string
+		require.NoError(t, s.Pool.QueryRow(s.Ctx, `SELECT oncepay_ref FROM `+table+` WHERE id = $1`, opID).Scan(&ref))
+		return ref
+	}
+	// retried is the operation a retry whose rows were lost made: it may be
+	// answered at once, or, while it adopts the lost one's provider object
+	// (the provider refused a second request under the key), with 409
+	// outcome-unknown, as a lost answer is.
+	retried := func(t *testing.T, table, ref string, answer apitest.Response) string {
+		t.Helper()
+		if answer.Status == http.StatusConflict {
+			require.Equal(t, "/docs/problems/idempotency-outcome-unknown", answer.Body["type"], answer.Raw)
+		} else {
+			require.Contains(t, []int{http.StatusCreated, http.StatusAccepted}, answer.Status, answer.Raw)
+		}
+		var opID string
+		require.NoError(t, s.Pool.QueryRow(s.Ctx, `SELECT id FROM `+table+` WHERE oncepay_ref = $1`, ref).Scan(&opID))
+		return opID
+	}
+	pay := func(t *testing.T, key, amount string) apitest.Response {
+		return s.API.Post(t, "/v1/payments", key, `{"amount": `+amount+`, "currency": "usd", "payment_method": "pm_card_visa"}`, "Prefer", "wait=10")
+	}
+
+	t.Run("Payment", func(t *testing.T) {
+		from := since(t)
+		key := id.New("key")
+		first := pay(t, key, "1234")
+		require.Equal(t, http.StatusCreated, first.Status, first.Raw)
+		lostID, intent, ref := first.PaymentID(), first.Body["provider_payment_intent_id"], refOf(t, "payments", first.PaymentID())
+		lose(t, from)
+
+		newID := retried(t, "payments", ref, pay(t, key, "1234"))
+		require.NotEqual(t, lostID, newID, "the lost payment's rows are gone: the retry is a new payment")
+		got := wait(t, "/v1/payments/"+newID, "succeeded")
+		require.Equal(t, intent, got.Body["provider_payment_intent_id"], "the retry adopted the lost payment's intent")
+		require.Len(t, s.ProviderObjects(t, "payment_intent", map[string]string{operation.MetadataRef: ref}), 1, "one intent for the key")
+		charged := 0
+		for _, in := range s.ProviderObjects(t, "payment_intent", nil) {
+			if in.Amount == 1234 && in.Status == "succeeded" {
+				charged++
+			}
+		}
+		require.Equal(t, 1, charged, "the card was charged once")
+		replay := pay(t, key, "1234")
+		require.Equal(t, http.StatusCreated, replay.Status, replay.Raw)
+		require.Equal(t, newID, replay.PaymentID(), "the key now answers with the payment that adopted the intent")
+		require.Equal(t, intent, replay.Body["provider_payment_intent_id"])
+
+		// The ledger check matches the adopted intent, which names the lost
+		// payment's id, to the payment that adopted it: no finding. A second
+		// intent made for the same request is named a duplicate, with both
+		// intents and the request's ref.
+		check := func() []ledger.Disagreement {
+			res, err := payments.NewLedgerChecker(s.Pool, s.Env.Provider, s.Env.Logger, payments.LedgerCheckConfig{}).
+				Check(s.Ctx, from.Add(-time.Minute), time.Now().Add(time.Minute))
+			require.NoError(t, err)
+			return res.Disagreements
+		}
+		require.Empty(t, check())
+		second := s.Env.Provider.For(s.Account).CreateIntent(s.Ctx, provider.Charge{IdempotencyKey: id.New("key"), Amount: 1234, Currency: "usd",
+			PaymentMethod: "pm_card_visa", Metadata: map[string]string{operation.MetadataRef: ref, "payment_id": lostID, "tenant_id": tenantID}})
+		require.Equal(t, provider.Succeeded, second.Kind, "%v", second.Err)
+		found := check()
+		require.Len(t, found, 1)
+		require.Equal(t, ledger.KindDuplicateObject, found[0].Kind)
+		require.Equal(t, newID, found[0].PaymentID)
+		require.Equal(t, second.IntentID(), found[0].ProviderObjectID)
+		require.Contains(t, found[0].Reason, intent.(string))
+		require.Contains(t, found[0].Reason, ref)
+	})
+
+	t.Run("Refund", func(t *testing.T) {
+		paid := pay(t, id.New("key"), "5000")
+		require.Equal(t, http.StatusCreated, paid.Status, paid.Raw)
+		paymentID := paid.PaymentID()
+		from := since(t)
+		key := id.New("key")
+		refund := func() apitest.Response {
+			return s.API.Refund(t, paymentID, key, `{"amount": 1500}`, "Prefer", "wait=10")
+		}
+		first := refund()
+		require.Equal(t, http.StatusCreated, first.Status, first.Raw)
+		lostID, providerRefund := first.Body["id"].(string), first.Body["provider_refund_id"]
+		ref := refOf(t, "refunds", lostID)
+		lose(t, from)
+		// The payment was made before: the restore keeps it, as it was then.
+		_, err := s.Pool.Exec(s.Ctx, `UPDATE payments SET amount_refunded = 0 WHERE id = $1`, paymentID)
+		require.NoError(t, err)
+
+		newID := retried(t, "refunds", ref, refund())
+		require.NotEqual(t, lostID, newID)
+		got := wait(t, "/v1/refunds/"+newID, "succeeded")
+		require.Equal(t, providerRefund, got.Body["provider_refund_id"], "the retry adopted the lost refund's provider refund")
+		require.Len(t, s.ProviderObjects(t, "refund", map[string]string{operation.MetadataRef: ref}), 1, "one provider refund for the key")
+		require.Len(t, s.ProviderObjects(t, "refund", map[string]string{"payment_id": paymentID}), 1, "the money went back once")
+		require.Equal(t, float64(1500), s.API.Get(t, "/v1/payments/"+paymentID).Body["amount_refunded"])
+	})
+
+	t.Run("Payout", func(t *testing.T) {
+		require.Equal(t, http.StatusCreated, pay(t, id.New("key"), "9000").Status)
+		from := since(t)
+		key := id.New("key")
+		payOut := func() apitest.Response {
+			return s.API.Post(t, "/v1/payouts", key, `{"amount": 2500, "currency": "usd"}`, "Prefer", "wait=10")
+		}
+		first := payOut()
+		require.Equal(t, http.StatusCreated, first.Status, first.Raw)
+		lostID, providerPayout := first.Body["id"].(string), first.Body["provider_payout_id"]
+		ref := refOf(t, "payouts", lostID)
+		lose(t, from)
+
+		newID := retried(t, "payouts", ref, payOut())
+		require.NotEqual(t, lostID, newID)
+		got := wait(t, "/v1/payouts/"+newID, "paid")
+		require.Equal(t, providerPayout, got.Body["provider_payout_id"], "the retry adopted the lost payout's provider payout")
+		require.Len(t, s.ProviderObjects(t, "payout", map[string]string{operation.MetadataRef: ref}), 1, "one provider payout for the key")
+		payouts := 0
+		for _, po := range s.ProviderObjects(t, "payout", nil) {
+			if po.Amount == 2500 {
+				payouts++
+			}
+		}
+		require.Equal(t, 1, payouts, "paid out once")
+	})
+}
