@@ -47,11 +47,19 @@ type Stack struct {
 func Start(t *testing.T, transit time.Duration) *Stack {
 	t.Helper()
 	pool, _ := pgtest.NewPool(t)
-	return StartOn(t, pool, transit)
+	return start(t, pool, transit, 200*time.Millisecond)
 }
 
-// StartOn is Start on pool's database, migrated already.
+// StartOn is Start on pool's database, migrated already, with the
+// periodic passes scheduled every second as cmd/worker schedules them: for
+// a test whose database goes back in time under the running service (a
+// restore leaves the passes that were running then "running").
 func StartOn(t *testing.T, pool *pgxpool.Pool, transit time.Duration) *Stack {
+	t.Helper()
+	return start(t, pool, transit, time.Second)
+}
+
+func start(t *testing.T, pool *pgxpool.Pool, transit, every time.Duration) *Stack {
 	t.Helper()
 	ctx := context.Background()
 	logger := slog.New(slog.DiscardHandler)
@@ -72,7 +80,7 @@ func StartOn(t *testing.T, pool *pgxpool.Pool, transit time.Duration) *Stack {
 		Reconcile: operation.ReconcileConfig{Settle: 100 * time.Millisecond, RetryBase: 100 * time.Millisecond, RetryMax: 500 * time.Millisecond, RunBudget: 5 * time.Second},
 		Sweep:     operation.SweepConfig{Grace: time.Second}}
 	workers := river.NewWorkers()
-	periodic := workertest.Start(t, workers, env, 200*time.Millisecond, kinds.All()...)
+	periodic := workertest.Start(t, workers, env, every, kinds.All()...)
 	river.AddWorker(workers, &webhooks.ProcessWorker{Processor: webhooks.NewProcessor(pool, api.Keys, pc, logger,
 		webhooks.ProcessorConfig{Kinds: kinds.All()})})
 	client, err := outbox.NewWorkerClient(pool, outbox.WorkerConfig{
