@@ -3,6 +3,7 @@ package loadgen
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -222,7 +223,12 @@ type PrimaryMove struct {
 	What             string
 	At               time.Time
 	Promoted, Synced time.Duration
-	Err              error
+	// Accepted is how long from its start until the API first accepted a
+	// new key sent after it, Settled until a payment was first recorded
+	// final after it: the writes refused meanwhile, as a client saw them.
+	// Zero when none was before the run ended.
+	Accepted, Settled time.Duration
+	Err               error
 }
 
 // failover kills the formation's primary and its keeper, as a machine
@@ -320,4 +326,35 @@ func (r *run) primaryMoves() []PrimaryMove {
 	r.movesMu.Lock()
 	defer r.movesMu.Unlock()
 	return slices.Clone(r.moves)
+}
+
+// timeRecovery gives each move made its Accepted and Settled times: the
+// first new key accepted among the answers to requests sent after the
+// move began, and the first payment the database recorded final after it.
+func (r *run) timeRecovery(ctx context.Context, moves []PrimaryMove) error {
+	answers := r.record.snapshot()
+	for i := range moves {
+		m := &moves[i]
+		if m.Err != nil {
+			continue
+		}
+		var accepted time.Time
+		for _, a := range answers {
+			if a.Op == OpCreate && !a.Replayed && (a.Status == http.StatusCreated || a.Status == http.StatusAccepted) &&
+				!a.At.Before(m.At) && (accepted.IsZero() || a.end().Before(accepted)) {
+				accepted = a.end()
+			}
+		}
+		if !accepted.IsZero() {
+			m.Accepted = accepted.Sub(m.At)
+		}
+		var settled *time.Time
+		if err := r.pool.QueryRow(ctx, `SELECT min(finalized_at) FROM payments WHERE finalized_at >= $1`, m.At).Scan(&settled); err != nil {
+			return fmt.Errorf("time the recovery from the %s at %s: %w", m.What, m.At.Format(time.TimeOnly), err)
+		}
+		if settled != nil {
+			m.Settled = settled.Sub(m.At)
+		}
+	}
+	return nil
 }

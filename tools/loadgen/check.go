@@ -673,9 +673,28 @@ func (r *Report) printMoves(w io.Writer) {
 			d[len(d)/2].Round(100*time.Millisecond), d[len(d)-1].Round(100*time.Millisecond)))
 	}
 	fmt.Fprintf(w, "  primary moves: %s\n", strings.Join(parts, ", "))
+	for _, what := range []string{"failover", "switchover"} {
+		var accepted, settled []time.Duration
+		for _, m := range r.Moves {
+			if m.What == what && m.Err == nil && m.Accepted > 0 && m.Settled > 0 {
+				accepted, settled = append(accepted, m.Accepted), append(settled, m.Settled)
+			}
+		}
+		if len(accepted) > 0 {
+			fmt.Fprintf(w, "    after a %s, a new key accepted after %s, a payment settled after %s\n", what,
+				percentiles(accepted), percentiles(settled))
+		}
+	}
 	for _, m := range r.Moves {
 		if m.Err != nil {
 			fmt.Fprintf(w, "    FAIL %s at %s: %v\n", m.What, m.At.Format(time.TimeOnly), m.Err)
 		}
 	}
+}
+
+// percentiles are the median and the 99th percentile of d, as printed.
+func percentiles(d []time.Duration) string {
+	slices.Sort(d)
+	at := func(q float64) time.Duration { return d[min(len(d)-1, int(q*float64(len(d))))] }
+	return fmt.Sprintf("%s median, %s p99", at(0.5).Round(100*time.Millisecond), at(0.99).Round(100*time.Millisecond))
 }

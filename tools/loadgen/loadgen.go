@@ -340,6 +340,9 @@ func (r *run) drive(ctx context.Context) (*Report, error) {
 	report.Kills.Workers, report.Kills.APIs = int(r.kills.workers.Load()), int(r.kills.apis.Load())
 	report.Network = r.proxies.Faults()
 	report.Moves = r.primaryMoves()
+	if err := r.timeRecovery(ctx, report.Moves); err != nil {
+		fmt.Fprintf(r.cfg.Out, "\n%v\n", err) // the figures are missing; the invariants are not
+	}
 	report.Print(r.cfg.Out)
 	return report, nil
 }
