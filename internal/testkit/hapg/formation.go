@@ -876,7 +876,11 @@ func (f *Formation) initCluster(ctx context.Context, data string) error {
 	if err != nil {
 		return err
 	}
-	settings := fmt.Sprintf("\nunix_socket_directories = '%s'\n", f.sockets)
+	// A killed primary whose rewind fails (pg_autoctl can race its own
+	// server for the data directory) rejoins by pg_basebackup, which waits
+	// for a checkpoint spread over the primary's checkpoint_timeout: 30 s
+	// bounds that wait, which the default 5 min puts beyond every rejoin's.
+	settings := fmt.Sprintf("\nunix_socket_directories = '%s'\ncheckpoint_timeout = '30s'\n", f.sockets)
 	if !f.opts.Durable {
 		settings += "fsync = off\n"
 	}

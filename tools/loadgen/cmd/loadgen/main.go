@@ -19,6 +19,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -111,7 +112,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return errors.New("-db ha runs on a formation of its own: -database is for -db single")
 	case db == "ha":
 		fmt.Fprintln(stdout, "starting a pg_auto_failover formation: a monitor, a primary and a synchronous standby")
-		f, err := hapg.StartFormation(ctx, hapg.Options{})
+		// In the run's state directory, replaced each run: the servers' and
+		// keepers' logs outlive it, for a move that could not be made.
+		dir, err := filepath.Abs(filepath.Join(cfg.StateDir, "formation"))
+		if err == nil {
+			err = os.RemoveAll(dir)
+		}
+		if err != nil {
+			return err
+		}
+		f, err := hapg.StartFormation(ctx, hapg.Options{Dir: dir})
 		if err != nil {
 			return err
 		}
