@@ -51,10 +51,17 @@ func NewLifecycle(t Table, prefix string, req idempotency.Request, account *stri
 		ProviderIdempotencyKey: RefKey(ref, 1), ProviderAccount: account, Ref: &ref}
 }
 
-// NextProviderKey is the provider key of generation of the operation id
+// NextProviderKey is the provider key of generation of the operation e
 // (its client key, tenant and ref as e has them): from its ref, or as keys
-// were derived before refs for a row made then.
+// were derived before refs for a row made then. A generation none of whose
+// requests was ever sent (its attempt clock, committed before any, is
+// unset) hands its key on: the provider never saw it, so it has no answer
+// to replay, and a retry whose rows a restore lost, which starts again at
+// the first generation, then reaches the object the later one made.
 func (t Table) NextProviderKey(e Entry, generation int) string {
+	if e.FirstAttemptAt == nil && e.ProviderKey != "" {
+		return e.ProviderKey
+	}
 	if e.Ref != "" {
 		return RefKey(e.Ref, generation)
 	}
@@ -82,7 +89,7 @@ func (l Lifecycle) Account() string { return Deref(l.ProviderAccount) }
 func (l Lifecycle) EntryIn(status string, providerID *string, logAttrs ...any) Entry {
 	return Entry{TenantID: l.TenantID, ID: l.ID, IdempotencyKey: l.IdempotencyKey, Status: status, Generation: l.ProviderKeyGeneration,
 		FirstAttemptAt: l.FirstProviderAttemptAt, LastAttemptAt: l.LastProviderAttemptAt, ReconcileAttempts: l.ReconcileAttempts,
-		Account: l.Account(), ProviderID: providerID, Ref: Deref(l.Ref),
+		Account: l.Account(), ProviderID: providerID, Ref: Deref(l.Ref), ProviderKey: l.ProviderIdempotencyKey,
 		LogAttrs: append(logAttrs, slog.String("provider_idempotency_key", l.ProviderIdempotencyKey))}
 }
 

@@ -3,6 +3,7 @@ package operation_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -63,6 +64,20 @@ func TestOldRowsKeepTheirDerivation(t *testing.T) {
 	made := old
 	made.Ref = operation.RequestRef("payment", "ten_1", "client-key-0000001", [32]byte{1})
 	require.Equal(t, operation.RefKey(made.Ref, 2), table.NextProviderKey(made, 2))
+}
+
+// TestAKeyNeverSentIsKept: a generation whose attempt clock was never
+// stamped sent nothing, and the next generation keeps its key; one that
+// started an attempt hands on a new key, which no stored answer can reach.
+func TestAKeyNeverSentIsKept(t *testing.T) {
+	t.Parallel()
+	table := operation.Table{Operation: "payment"}
+	ref := operation.RequestRef("payment", "ten_1", "client-key-0000001", [32]byte{1})
+	e := operation.Entry{TenantID: "ten_1", ID: "pay_1", IdempotencyKey: "client-key-0000001", Generation: 1, Ref: ref, ProviderKey: operation.RefKey(ref, 1)}
+	require.Equal(t, operation.RefKey(ref, 1), table.NextProviderKey(e, 2), "never sent: kept")
+	sent := time.Now()
+	e.FirstAttemptAt = &sent
+	require.Equal(t, operation.RefKey(ref, 2), table.NextProviderKey(e, 2), "sent: a new key")
 }
 
 // TestEarlierObjects: an object made for the same request by an operation

@@ -134,6 +134,8 @@ type Entry struct {
 	// Ref is the operation's identity at the provider that survives the
 	// loss of its rows (RequestRef); "" for an operation made before refs were.
 	Ref string
+	// ProviderKey is the provider key of its current generation.
+	ProviderKey string
 }
 
 // Under is e with parentID as its parent.

@@ -489,6 +489,63 @@ func TestChargeGivesUpToReconciliation(t *testing.T) {
 		require.Equal(t, idempotency.StatusCompleted, b.keyRecord(key).Status)
 	})
 
+	t.Run("NeverSentThenLostAdoptsTheLaterGeneration", func(t *testing.T) {
+		t.Parallel()
+		// A payment whose first generation sent nothing (its job lost before
+		// it ran) is proven never charged, resumed, and charged under its
+		// second generation, which keeps the first's key; then a restore
+		// loses its rows. The retry starts again at generation 1: the same
+		// key, so the provider's earlier request is found and adopted, and
+		// the card is charged once.
+		b := setupCharge(t, chargeOptions{deferWorker: true, reconcile: true})
+		key := id.New("key")
+		paymentID := b.pay(key, "pm_card_visa").PaymentID()
+		for _, stmt := range []string{
+			`UPDATE payments SET status = 'requires_reconciliation', reconcile_after = now() WHERE id = $1`,
+			`UPDATE idempotency_keys SET status = 'unknown' WHERE resource_id = $1`,
+			`UPDATE river_job SET state = 'completed', finalized_at = now() WHERE args->>'payment_id' = $1`,
+		} {
+			_, err := b.pool.Exec(b.ctx, stmt, paymentID)
+			require.NoError(t, err)
+		}
+		res, err := b.reconciler(payments.ReconcileConfig{}).ReconcileNow(b.ctx, b.tenant.TenantID, paymentID)
+		require.NoError(t, err)
+		require.Equal(t, "not_reached", res.Verdict())
+		firstKey := b.waitStatus(paymentID, payments.StatusFailed).ProviderIdempotencyKey
+
+		b.startWorker()
+		r := b.pay(key, "pm_card_visa", "Prefer", "wait=10")
+		require.Equal(t, http.StatusCreated, r.Status, "body: %s", r.Raw)
+		p := b.waitStatus(paymentID, payments.StatusSucceeded)
+		require.Equal(t, 2, p.ProviderKeyGeneration)
+		require.Equal(t, firstKey, p.ProviderIdempotencyKey, "a key never sent is kept")
+		intent := *p.ProviderPaymentIntentID
+
+		for _, stmt := range []string{
+			`DELETE FROM river_job WHERE args->>'payment_id' = $1`,
+			`DELETE FROM idempotency_keys WHERE resource_id = $1`,
+			`DELETE FROM payments WHERE id = $1`,
+		} {
+			_, err := b.pool.Exec(b.ctx, stmt, paymentID)
+			require.NoError(t, err)
+		}
+		retried := b.pay(key, "pm_card_visa", "Prefer", "wait=10")
+		require.Contains(t, []int{http.StatusCreated, http.StatusAccepted, http.StatusConflict}, retried.Status, retried.Raw)
+		var newID string
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT id FROM payments WHERE oncepay_ref = $1`, *p.Ref).Scan(&newID))
+		adopted := b.waitStatus(newID, payments.StatusSucceeded)
+		require.Equal(t, intent, *adopted.ProviderPaymentIntentID, "the retry adopted the second generation's intent")
+		l, err := b.sim.Ledger(b.ctx)
+		require.NoError(t, err)
+		made := 0
+		for _, o := range l.Objects {
+			if o.Object == "payment_intent" && o.Metadata[operation.MetadataRef] == *p.Ref {
+				made++
+			}
+		}
+		require.Equal(t, 1, made, "one intent for the request")
+	})
+
 	t.Run("LastAttemptTimesOut", func(t *testing.T) {
 		t.Parallel()
 		// The provider hangs past the job's deadline on the last attempt:

@@ -24,7 +24,7 @@ import (
 )
 
 // Phases are the measurements, in the order they run.
-var Phases = []string{"newkey", "replay", "settled", "latency", "slowprovider", "scale", "rss", "seams", "peers", "network"}
+var Phases = []string{"newkey", "replay", "settled", "latency", "slowprovider", "scale", "rss", "seams", "peers", "network", "standby"}
 
 // Config is one bench run.
 type Config struct {
@@ -250,6 +250,7 @@ func Run(ctx context.Context, cfg Config) (_ *Results, path string, err error) {
 		{"latency", r.settleLatency}, {"slowprovider", r.slowProvider}, {"scale", r.scale}, {"rss", r.rss}, {"seams", r.seams},
 		{"peers", r.peers},
 		{"network", r.network},
+		{"standby", r.standby},
 	} {
 		if len(cfg.Only) > 0 && !slices.Contains(cfg.Only, phase.name) {
 			continue

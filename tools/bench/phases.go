@@ -312,37 +312,10 @@ func (r *run) settled(ctx context.Context) (*PhaseResult, error) {
 	pr := &PhaseResult{}
 	var rounds []SettledRound
 	for i := range r.cfg.Rounds {
-		if err := r.awaitSettled(ctx, 5*time.Minute); err != nil {
-			return nil, err
-		}
-		var rd SettledRound
-		cpuBefore := r.sampleCPU("api", "worker", "postgres")
-		start := time.Now()
-		rd.Load = closedLoop(ctx, r.client, r.cfg.Clients, r.cfg.Round, 0, req)
-		end := time.Now()
-		if err := checkErrors("new-key POST", rd.Load); err != nil {
-			return nil, err
-		}
-		secs := end.Sub(start).Seconds()
-		rd.AcceptedPerSec = float64(rd.Load.Statuses["202"]) / secs
-		counts, err := r.settledBetween(ctx, start, end)
+		rd, err := r.settledRound(ctx, req)
 		if err != nil {
 			return nil, err
 		}
-		rd.SettledPerSec, rd.Backlog = float64(counts.settled)/secs, counts.backlog
-		if rd.AcceptedPerSec > 0 {
-			rd.BacklogGrowthSeconds = (counts.pendingSecondHalf - counts.pendingFirstHalf) / rd.AcceptedPerSec
-		}
-		drainStart := time.Now()
-		if err := r.awaitSettled(ctx, 5*time.Minute); err != nil {
-			return nil, err
-		}
-		rd.DrainSeconds = time.Since(drainStart).Seconds()
-		cpuAfter, accepted := r.sampleCPU("api", "worker", "postgres"), rd.Load.Statuses["202"]
-		rd.CPU = SettledCPU{API: num(cpuAfter.perThousandSince(cpuBefore, "api", accepted)),
-			Worker:   num(cpuAfter.perThousandSince(cpuBefore, "worker", accepted)),
-			Postgres: num(cpuAfter.perThousandSince(cpuBefore, "postgres", accepted))}
-		rd.CeilingPerSec = coresCeiling(rd.CPU.API, rd.CPU.Worker, rd.CPU.Postgres)
 		if rd.Pgbench, err = r.pgbench.run(ctx, r.cfg.Clients, r.cfg.Round, "golden.sql", "complete.sql"); err != nil {
 			return nil, err
 		}
@@ -369,6 +342,44 @@ func (r *run) settled(ctx context.Context) (*PhaseResult, error) {
 		compared("settled/s vs the cores' ceiling", "/s", rounds, func(rd SettledRound) (float64, float64) { return rd.SettledPerSec, rd.CeilingPerSec }, nil),
 	}
 	return pr, nil
+}
+
+// settledRound runs one closed loop of new keys with the worker running,
+// once every earlier payment is final, and measures what settled in it,
+// how long the rest took to drain and what it cost in CPU.
+func (r *run) settledRound(ctx context.Context, req request) (SettledRound, error) {
+	if err := r.awaitSettled(ctx, 5*time.Minute); err != nil {
+		return SettledRound{}, err
+	}
+	var rd SettledRound
+	cpuBefore := r.sampleCPU("api", "worker", "postgres")
+	start := time.Now()
+	rd.Load = closedLoop(ctx, r.client, r.cfg.Clients, r.cfg.Round, 0, req)
+	end := time.Now()
+	if err := checkErrors("new-key POST", rd.Load); err != nil {
+		return rd, err
+	}
+	secs := end.Sub(start).Seconds()
+	rd.AcceptedPerSec = float64(rd.Load.Statuses["202"]) / secs
+	counts, err := r.settledBetween(ctx, start, end)
+	if err != nil {
+		return rd, err
+	}
+	rd.SettledPerSec, rd.Backlog = float64(counts.settled)/secs, counts.backlog
+	if rd.AcceptedPerSec > 0 {
+		rd.BacklogGrowthSeconds = (counts.pendingSecondHalf - counts.pendingFirstHalf) / rd.AcceptedPerSec
+	}
+	drainStart := time.Now()
+	if err := r.awaitSettled(ctx, 5*time.Minute); err != nil {
+		return rd, err
+	}
+	rd.DrainSeconds = time.Since(drainStart).Seconds()
+	cpuAfter, accepted := r.sampleCPU("api", "worker", "postgres"), rd.Load.Statuses["202"]
+	rd.CPU = SettledCPU{API: num(cpuAfter.perThousandSince(cpuBefore, "api", accepted)),
+		Worker:   num(cpuAfter.perThousandSince(cpuBefore, "worker", accepted)),
+		Postgres: num(cpuAfter.perThousandSince(cpuBefore, "postgres", accepted))}
+	rd.CeilingPerSec = coresCeiling(rd.CPU.API, rd.CPU.Worker, rd.CPU.Postgres)
+	return rd, nil
 }
 
 // settledCounts are settledBetween's counts.
