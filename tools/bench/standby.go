@@ -58,10 +58,11 @@ func (r *run) standby(ctx context.Context) (_ *PhaseResult, err error) {
 		return nil, err
 	}
 	// The formation's data goes with it: the bench leaves nothing behind.
+	formationDir := stack.FormationDir // Stop forgets it
 	defer func() {
 		if stopErr := stack.Stop(context.WithoutCancel(ctx)); stopErr != nil {
 			r.cfg.Logger.WarnContext(ctx, "stop the standby's stack", slog.Any("error", stopErr))
-		} else if rmErr := os.RemoveAll(stack.FormationDir); rmErr != nil {
+		} else if rmErr := os.RemoveAll(formationDir); rmErr != nil {
 			r.cfg.Logger.WarnContext(ctx, "remove the formation", slog.Any("error", rmErr))
 		}
 	}()
