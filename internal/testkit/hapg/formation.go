@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -460,6 +461,15 @@ func (f *Formation) Rejoin(ctx context.Context) (*Node, error) {
 	if n == nil {
 		return nil, errors.New("rejoin with no node killed")
 	}
+	// The killed server's lock file names a process that is gone, as after
+	// a machine's reboot, but not a pid that is free: on a busy machine
+	// (pid_max 32768, a backend forked per connection) another process may
+	// hold it by now, and PostgreSQL then refuses to start, taking it for a
+	// live server, while pg_autoctl waits for it forever. The group was
+	// waited gone (kill): nothing of the old server holds the directory.
+	if err := removeStaleLock(n.data); err != nil {
+		return nil, err
+	}
 	var err error
 	if n.keeper, err = f.spawn(n.home, "run", "--pgdata", n.data); err != nil {
 		return nil, err
@@ -474,6 +484,25 @@ func (f *Formation) Rejoin(ctx context.Context) (*Node, error) {
 		return nil, fmt.Errorf("%s rejoining: %w", n.Name, err)
 	}
 	return n, nil
+}
+
+// removeStaleLock removes the lock file of a server of data that is not
+// running, refusing if the process it names is that server after all.
+func removeStaleLock(data string) error {
+	lock := filepath.Join(data, "postmaster.pid")
+	content, err := os.ReadFile(lock)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	pid, _, _ := strings.Cut(string(content), "\n")
+	if cmdline, err := os.ReadFile(filepath.Join("/proc", strings.TrimSpace(pid), "cmdline")); err == nil &&
+		strings.Contains(string(cmdline), data) {
+		return fmt.Errorf("the server of %s still runs (pid %s)", data, strings.TrimSpace(pid))
+	}
+	return os.Remove(lock)
 }
 
 // Switchover has the manager hand the primary's role to the standby, as an
