@@ -518,8 +518,23 @@ func (f *Formation) Switchover(ctx context.Context) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := f.run(ctx, f.monitorHome, "perform", "switchover", "--pgdata", f.monitorData, "--formation", "default"); err != nil {
-		return nil, err
+	switchover := func() error {
+		return f.run(ctx, f.monitorHome, "perform", "switchover", "--pgdata", f.monitorData, "--formation", "default")
+	}
+	if err := switchover(); err != nil {
+		// pg_autoctl can fail in its wait for the monitor's notifications
+		// once the switchover is asked ("invalid input syntax for type
+		// integer", seen in a chaos run): the formation says whether it
+		// moved, and it is asked once more if it did not.
+		if waitErr := f.waitSynced(ctx); waitErr != nil {
+			return nil, errors.Join(err, waitErr)
+		}
+		if now, primaryErr := f.Primary(ctx); primaryErr != nil || now == before {
+			f.opts.Logf("hapg: the switchover failed (%v); asking again", err)
+			if err := switchover(); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if err := f.waitSynced(ctx); err != nil {
 		return nil, fmt.Errorf("after the switchover: %w", err)
