@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"golang.org/x/sys/unix"
 
 	"github.com/oncepay/oncepay/internal/testkit/localpg"
 )
@@ -692,7 +691,7 @@ func (f *Formation) Stop() error {
 		// A server killed (and never restarted) leaves its shared memory
 		// segment behind; nothing else would ever remove it.
 		for _, home := range f.homes() {
-			removeSharedMemory(filepath.Join(home, "data"))
+			localpg.RemoveSharedMemory(filepath.Join(home, "data"))
 		}
 		if f.temp {
 			if err := os.RemoveAll(f.root); err != nil {
@@ -827,27 +826,6 @@ func (f *Formation) adopt(name string, pid int) *process {
 		return nil
 	}
 	return &process{name: name, pid: pid}
-}
-
-// removeSharedMemory removes the System V segment named in data's
-// postmaster.pid, left there by a server that did not shut down.
-func removeSharedMemory(data string) {
-	b, err := os.ReadFile(filepath.Join(data, "postmaster.pid"))
-	if err != nil {
-		return
-	}
-	lines := strings.Split(string(b), "\n")
-	// The seventh line is the segment's key and id.
-	if len(lines) < 7 {
-		return
-	}
-	fields := strings.Fields(lines[6])
-	if len(fields) != 2 {
-		return
-	}
-	if id, err := strconv.Atoi(fields[1]); err == nil {
-		_, _ = unix.SysvShmCtl(id, unix.IPC_RMID, nil)
-	}
 }
 
 // binaries finds pg_autoctl and the server binaries whose PostgreSQL has

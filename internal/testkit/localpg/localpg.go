@@ -13,10 +13,12 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"golang.org/x/sys/unix"
 )
 
 // Options tune a cluster for its use.
@@ -178,4 +180,25 @@ func Ping(ctx context.Context, dbURL string) error {
 	}
 	defer conn.Close(ctx)
 	return conn.Ping(ctx)
+}
+
+// RemoveSharedMemory removes the System V segment named in data's
+// postmaster.pid, left there by a server that did not shut down.
+func RemoveSharedMemory(data string) {
+	b, err := os.ReadFile(filepath.Join(data, "postmaster.pid"))
+	if err != nil {
+		return
+	}
+	lines := strings.Split(string(b), "\n")
+	// The seventh line is the segment's key and id.
+	if len(lines) < 7 {
+		return
+	}
+	fields := strings.Fields(lines[6])
+	if len(fields) != 2 {
+		return
+	}
+	if id, err := strconv.Atoi(fields[1]); err == nil {
+		_, _ = unix.SysvShmCtl(id, unix.IPC_RMID, nil)
+	}
 }

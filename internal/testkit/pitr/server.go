@@ -5,12 +5,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/oncepay/oncepay/internal/testkit/localpg"
 )
 
 // server is a running postmaster, started by this program rather than by
@@ -68,7 +66,7 @@ func (c *Cluster) stopServer() error {
 		<-s.exited
 		// A postmaster killed leaves its shared memory segment behind;
 		// nothing else would ever remove it.
-		removeSharedMemory(c.data())
+		localpg.RemoveSharedMemory(c.data())
 	}
 	// The postmaster waits for its children in an immediate shutdown, but
 	// a child it lost track of would still hold the data directory.
@@ -91,25 +89,4 @@ func groupGone(pgid int, timeout time.Duration) bool {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return true
-}
-
-// removeSharedMemory removes the System V segment named in data's
-// postmaster.pid.
-func removeSharedMemory(data string) {
-	b, err := os.ReadFile(filepath.Join(data, "postmaster.pid"))
-	if err != nil {
-		return
-	}
-	lines := strings.Split(string(b), "\n")
-	// The seventh line is the segment's key and id.
-	if len(lines) < 7 {
-		return
-	}
-	fields := strings.Fields(lines[6])
-	if len(fields) != 2 {
-		return
-	}
-	if id, err := strconv.Atoi(fields[1]); err == nil {
-		_, _ = unix.SysvShmCtl(id, unix.IPC_RMID, nil)
-	}
 }
