@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -201,4 +202,15 @@ func RemoveSharedMemory(data string) {
 	if id, err := strconv.Atoi(fields[1]); err == nil {
 		_, _ = unix.SysvShmCtl(id, unix.IPC_RMID, nil)
 	}
+}
+
+// FreePort is a loopback port free when asked, for a server about to
+// listen on it.
+func FreePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/oncepay/oncepay/internal/testkit/bintest"
+	"github.com/oncepay/oncepay/internal/testkit/localpg"
 	"github.com/oncepay/oncepay/internal/testkit/pgtest"
 )
 
@@ -107,7 +108,7 @@ func start(tb testing.TB, bin string, server *url.URL) (*Bouncer, error) {
 		return nil, err
 	}
 	tb.Cleanup(func() { _ = os.RemoveAll(dir) })
-	port, err := freePort()
+	port, err := localpg.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -276,12 +277,3 @@ func unprivileged(dir string) (*syscall.Credential, error) {
 
 // quote quotes s for an auth file, where a quote inside is doubled.
 func quote(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
-
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}

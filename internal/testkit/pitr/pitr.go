@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -165,7 +164,7 @@ fsync = off
 	// A port found free may be taken before the server binds it: try
 	// another.
 	for attempt := 1; ; attempt++ {
-		port, err := freePort()
+		port, err := localpg.FreePort()
 		if err != nil {
 			return err
 		}
@@ -466,13 +465,4 @@ func appendFile(path, text string) error {
 	}
 	_, err = f.WriteString(text)
 	return errors.Join(err, f.Close())
-}
-
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
