@@ -294,11 +294,7 @@ func (t Table) duplicateFor(obj ProviderObject, op Entry) (Finding, bool) {
 	d := ledger.Disagreement{Kind: ledger.KindDuplicateObject, OperationID: op.ID, ProviderObjectID: objectID,
 		Reason: fmt.Sprintf("provider %ss %s and %s were both made for one request (ref %s): %s %s records %s",
 			t.Operation, objectID, *op.ProviderID, op.Ref, t.Operation, op.ID, *op.ProviderID)}
-	if t.Parent != nil && t.Parent.Table == "payments" {
-		d.PaymentID = op.ParentID
-	} else if t.Name == "payments" {
-		d.PaymentID = op.ID
-	}
+	d.PaymentID = t.paymentOf(op)
 	return Finding{Disagreement: d, Evidence: map[string]any{"provider_object": obj, t.ProviderIDColumn: *op.ProviderID,
 		MetadataRef: op.Ref, t.Operation: map[string]any{"id": op.ID, "status": op.Status, "generation": op.Generation}}}, true
 }

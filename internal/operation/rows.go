@@ -295,14 +295,25 @@ func (t Table) fileDuplicate(ctx context.Context, tx pgx.Tx, e Entry, obj Provid
 	d := ledger.Disagreement{Kind: ledger.KindDuplicateObject, OperationID: e.ID, ProviderObjectID: objectID,
 		Reason: fmt.Sprintf("provider %s %s names %s %s (generation %d), which is %s and records provider %s %s",
 			t.Operation, objectID, t.Operation, e.ID, e.Generation, e.Status, t.Operation, *e.ProviderID)}
-	if t.Parent != nil && t.Parent.Table == "payments" {
-		d.PaymentID = e.ParentID
-	}
+	d.PaymentID = t.paymentOf(e)
 	d, err := ledger.File(ctx, tx, "provider_object", d, map[string]any{
 		"account": e.Account, "provider_object": obj, t.ProviderIDColumn: *e.ProviderID,
 		t.Operation: map[string]any{"id": e.ID, "status": e.Status, "generation": e.Generation},
 	})
 	return &d, err
+}
+
+// paymentOf is the payment a finding about op is filed under: op itself
+// for a payment, its parent for a kind whose parent is a payment (a
+// refund), none otherwise (ledger_findings.payment_id names a payment).
+func (t Table) paymentOf(op Entry) string {
+	switch {
+	case t.Name == "payments":
+		return op.ID
+	case t.Parent != nil && t.Parent.Table == "payments":
+		return op.ParentID
+	}
+	return ""
 }
 
 // Claimed is a kind's claim: its operation as the reconciler claims it,
