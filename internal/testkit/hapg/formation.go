@@ -364,10 +364,21 @@ func (f *Formation) tuneMonitor(ctx context.Context) error {
 	return nil
 }
 
-// tuneKeeper writes n's timeouts; the running keeper reloads them.
+// tuneKeeper writes n's timeouts; the running keeper reloads them. The
+// keeper rewrites its configuration file in place, so a set that read it
+// half written ("Failed to find section pg_autoctl") is tried again.
 func (f *Formation) tuneKeeper(ctx context.Context, n *Node) error {
 	for _, s := range keeperSettings {
-		if err := f.run(ctx, n.home, "config", "set", "--pgdata", n.data, s.name, s.value); err != nil {
+		err := f.run(ctx, n.home, "config", "set", "--pgdata", n.data, s.name, s.value)
+		for try := 1; err != nil && try < 5; try++ {
+			select {
+			case <-ctx.Done():
+				return errors.Join(err, ctx.Err())
+			case <-time.After(200 * time.Millisecond):
+			}
+			err = f.run(ctx, n.home, "config", "set", "--pgdata", n.data, s.name, s.value)
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -704,6 +715,47 @@ func (f *Formation) Stop() error {
 		}
 	})
 	return f.stopErr
+}
+
+// KeepLogsOnly removes a stopped formation's data (the servers' data
+// directories, their WAL and base backups: gigabytes after a long run) and
+// keeps every log: each keeper's and each server's, for a move to be
+// explained after the run. The formation cannot be started again.
+func (f *Formation) KeepLogsOnly() error {
+	var errs []error
+	for _, home := range f.homes() {
+		entries, err := os.ReadDir(home)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, e := range entries {
+			path := filepath.Join(home, e.Name())
+			switch e.Name() {
+			case "log": // the keeper's
+			case "data":
+				errs = append(errs, keepServerLogs(path))
+			default:
+				errs = append(errs, os.RemoveAll(path))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// keepServerLogs empties a data directory but for the server's logs.
+func keepServerLogs(data string) error {
+	entries, err := os.ReadDir(data)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		if e.Name() != "log" && e.Name() != "startup.log" {
+			errs = append(errs, os.RemoveAll(filepath.Join(data, e.Name())))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // LogTails are the end of each process's log, for a failed start or test.

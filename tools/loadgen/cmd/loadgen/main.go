@@ -113,7 +113,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	case db == "ha":
 		fmt.Fprintln(stdout, "starting a pg_auto_failover formation: a monitor, a primary and a synchronous standby")
 		// In the run's state directory, replaced each run: the servers' and
-		// keepers' logs outlive it, for a move that could not be made.
+		// keepers' logs outlive it, for a move that could not be made; the
+		// data does not (a long run's WAL and rejoins fill gigabytes).
 		dir, err := filepath.Abs(filepath.Join(cfg.StateDir, "formation"))
 		if err == nil {
 			err = os.RemoveAll(dir)
@@ -125,7 +126,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		if err != nil {
 			return err
 		}
-		defer func() { _ = f.Stop() }()
+		defer func() {
+			if err := errors.Join(f.Stop(), f.KeepLogsOnly()); err != nil {
+				fmt.Fprintf(stdout, "stopping the formation: %v\n", err)
+			}
+		}()
 		cfg.Formation = f
 	case db != "single":
 		return fmt.Errorf("-db %q: want single or ha", db)
