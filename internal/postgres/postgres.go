@@ -105,6 +105,18 @@ func configure(ccfg *pgx.ConnConfig, cfg PoolConfig) error {
 	case cfg.Watch != nil:
 		ccfg.AfterConnect = identify(false, cfg.Watch)
 	}
+	// Never a cancel request (cancel.go).
+	ccfg.AfterNetConnect = holdConfig
+	afterConnect := ccfg.AfterConnect
+	ccfg.AfterConnect = func(ctx context.Context, pgConn *pgconn.PgConn) error {
+		if afterConnect != nil {
+			if err := afterConnect(ctx, pgConn); err != nil {
+				return err
+			}
+		}
+		withholdCancelRequests(pgConn)
+		return nil
+	}
 	ccfg.Tracer = readOnlyGuard{next: cfg.Tracer}
 	switch cfg.Mode {
 	case "", SessionPooling:
