@@ -15,6 +15,7 @@ import (
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/ledger"
+	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/tenant"
 	"github.com/oncepay/oncepay/internal/testkit/pgtest"
 )
@@ -217,7 +218,13 @@ func TestPaymentsListAndShow(t *testing.T) {
 	require.ErrorContains(t, err, "api payments list")
 	_, err = b.cli("payments", "list", "--status", "lost")
 	require.ErrorContains(t, err, "not a payment state")
+	require.ErrorContains(t, err, "requires_capture", "the error names the states")
 	require.ErrorContains(t, err, "usage")
+	// Every state the API answers filters, a manual payment's included.
+	for _, state := range payments.Statuses() {
+		_, err = b.cli("payments", "list", "--status", string(state))
+		require.NoError(t, err, state)
+	}
 }
 
 func TestFindingsListAndResolve(t *testing.T) {

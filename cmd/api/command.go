@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/oncepay/oncepay/internal/envconfig"
+	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/tenant"
 )
 
@@ -165,15 +166,13 @@ key changes nothing.`, flags: jsonFlag},
 	{name: "payments list", summary: "list payments of every tenant, newest first", help: `Lists payments of every tenant, newest first, with their state, amount,
 failure code and reconciliation schedule.`, flags: func(fs *flag.FlagSet, o *options) {
 		jsonFlag(fs, o)
-		fs.StringVar(&o.status, "status", "", "only payments in this state: processing, requires_action, succeeded, failed, requires_reconciliation")
+		fs.StringVar(&o.status, "status", "", "only payments in this state: "+paymentStates())
 		fs.StringVar(&o.tenant, "tenant", "", "only this tenant's payments (its id or its name)")
 		fs.Func("since", "only payments created since then: a duration back from now (26h) or a time (2006-01-02, RFC 3339)", timeFlag(&o.since))
 		fs.IntVar(&o.limit, "limit", 50, "at most this many payments (1 to 1000)")
 	}, check: func(o *options) error {
-		switch o.status {
-		case "", "processing", "requires_action", "succeeded", "failed", "requires_reconciliation":
-		default:
-			return fmt.Errorf("--status %q is not a payment state", o.status)
+		if o.status != "" && !payments.Status(o.status).Valid() {
+			return fmt.Errorf("--status %q is not a payment state; the states are %s", o.status, paymentStates())
 		}
 		if o.limit < 1 || o.limit > 1000 {
 			return errors.New("--limit must be 1 to 1000")
@@ -475,4 +474,13 @@ func parseCommand(args []string) (command, error) {
 		cmd.tenant = positional[0]
 	}
 	return cmd, nil
+}
+
+// paymentStates names every payment state, as the API answers them.
+func paymentStates() string {
+	names := make([]string, 0, len(payments.Statuses()))
+	for _, s := range payments.Statuses() {
+		names = append(names, string(s))
+	}
+	return strings.Join(names, ", ")
 }
