@@ -11,7 +11,7 @@ STATICCHECK_VERSION ?= v0.8.2
 # PORTS=auto (make run, make up) listens on free loopback ports, printed once the stack is up.
 PORTS ?=
 # DB=ha (make run, make up) runs the stack on a pg_auto_failover formation of its own under .run/ha (a monitor, a
-# primary and a synchronous standby) instead of DATABASE_URL's server; bin/stack failover|switchover moves its primary.
+# primary and two synchronous standbys) instead of DATABASE_URL's server; bin/stack failover|switchover moves its primary.
 # make chaos DB=ha runs on a formation of the run's own, failing it over and switching it over under the load.
 DB ?=
 

@@ -45,7 +45,10 @@ func (r *run) standby(ctx context.Context) (_ *PhaseResult, err error) {
 	}
 	r.printf("starting a pg_auto_failover formation (a monitor, a primary and a synchronous standby) and a stack on it (logs in %s/logs)", stateDir)
 	stack, err := devstack.Start(ctx, devstack.Config{
-		BinDir: r.cfg.BinDir, StateDir: stateDir, HA: true,
+		// One standby: the price of a commit waiting for a standby, which
+		// two (each commit waiting for either) do not change but would
+		// share this machine's cores with a third server.
+		BinDir: r.cfg.BinDir, StateDir: stateDir, HA: true, Standbys: 1,
 		StripeSecretKey: benchSecretKey, StripeAPIBase: "http://" + addrs[0],
 		APIAddr: addrs[1], WorkerAdminAddr: addrs[2], Env: stackEnv(),
 	})

@@ -52,11 +52,16 @@ type Config struct {
 	// started in its place, unless DatabaseURLChosen.
 	DatabaseURL string
 	// HA runs the stack on a pg_auto_failover formation of its own instead
-	// of DatabaseURL's server (make up DB=ha): a monitor, a primary and a
-	// synchronous standby on free loopback ports, under StateDir/ha, started
-	// again as they were by a later stack. The processes get its multi-host
-	// URL.
+	// of DatabaseURL's server (make up DB=ha): a monitor, a primary and
+	// Standbys synchronous standbys on free loopback ports, under
+	// StateDir/ha, started again as they were by a later stack. The
+	// processes get its multi-host URL.
 	HA bool
+	// Standbys is the formation's standbys with HA. Defaults to two, each
+	// commit waiting for one of them, as docs/operations.md asks of
+	// pg_auto_failover: with one, its version 2.0 can lose acknowledged
+	// commits in a switchover (hapg.Options.Standbys).
+	Standbys int
 	// DatabaseURLChosen says the URL is the user's own choice (DATABASE_URL
 	// was set): a server that does not answer there is an error that names
 	// it, never a silent fall back to a private cluster.
@@ -360,7 +365,8 @@ func (s *Stack) startFormation(ctx context.Context) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	addrs, err := FreeAddrs(3)
+	standbys := cmp.Or(s.cfg.Standbys, 2)
+	addrs, err := FreeAddrs(2 + standbys)
 	if err != nil {
 		return err
 	}
@@ -369,7 +375,7 @@ func (s *Stack) startFormation(ctx context.Context) error {
 		_, port, _ := net.SplitHostPort(addr)
 		ports[i], _ = strconv.Atoi(port)
 	}
-	f, err := hapg.StartFormation(ctx, hapg.Options{Dir: dir, Ports: ports, Durable: true, Detached: s.cfg.Detached,
+	f, err := hapg.StartFormation(ctx, hapg.Options{Dir: dir, Standbys: standbys, Ports: ports, Durable: true, Detached: s.cfg.Detached,
 		Logf: func(format string, args ...any) { s.progress(format, args...) }})
 	if err != nil {
 		return fmt.Errorf("the pg_auto_failover formation: %w", err)
@@ -379,7 +385,7 @@ func (s *Stack) startFormation(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.progress("formation ready: %s primary on port %d, its synchronous standby on the other", primary.Name, primary.Port)
+	s.progress("formation ready: %s primary on port %d, its synchronous standbys on the others", primary.Name, primary.Port)
 	return nil
 }
 

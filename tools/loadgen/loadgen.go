@@ -104,10 +104,10 @@ type Config struct {
 	// Ignored when Formation is set.
 	DatabaseURL string
 	// Formation, if set, is the database instead: a pg_auto_failover
-	// primary and synchronous standby, each reached through a proxy of its
-	// own, the processes given both in one multi-host URL. The caller owns
-	// it. FailoverEvery kills its primary (the standby is promoted, the
-	// killed node rejoins as the standby) and SwitchoverEvery hands the
+	// primary and its synchronous standbys, each reached through a proxy of
+	// its own, the processes given all in one multi-host URL. The caller
+	// owns it. FailoverEvery kills its primary (a standby is promoted, the
+	// killed node rejoins as a standby) and SwitchoverEvery hands the
 	// primary's role over, that often (chaos only; zero disables).
 	Formation                      *hapg.Formation
 	FailoverEvery, SwitchoverEvery time.Duration

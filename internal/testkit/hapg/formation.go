@@ -43,8 +43,17 @@ type Options struct {
 	// again as it was, on its ports (make down, then make up). Empty: a new
 	// temporary directory, which Stop removes.
 	Dir string
-	// Ports are the monitor's and the two nodes' loopback ports, for a new
-	// formation. Defaults to free ones.
+	// Standbys is how many standbys follow the primary: 1 (the default) or
+	// more. With two or more, a commit waits for one of them
+	// (number_sync_standbys = 1) and keeps waiting while one is lost, so the
+	// primary never acknowledges a commit held by itself alone. With one,
+	// the manager stops waiting for a lost standby (wait_primary), and
+	// pg_auto_failover 2.0 (Debian 12's) can do so in a switchover while the
+	// former primary still takes writes, which are then lost (upstream issue
+	// 774, fixed after 2.2; seen in a chaos run).
+	Standbys int
+	// Ports are the monitor's and then each node's loopback ports, for a
+	// new formation. Defaults to free ones.
 	Ports []int
 	// Durable servers sync what they write, as a local stack that keeps its
 	// data must. The tests' do not: they kill processes, never the
@@ -232,15 +241,17 @@ func (f *Formation) layout(monitorPort int, nodePorts []int) {
 }
 
 func (f *Formation) create(ctx context.Context) error {
+	standbys := max(f.opts.Standbys, 1)
 	ports := f.opts.Ports
 	if len(ports) == 0 {
 		var err error
-		if ports, err = freePorts(3); err != nil {
+		if ports, err = freePorts(2 + standbys); err != nil {
 			return err
 		}
 	}
-	if len(ports) != 3 {
-		return fmt.Errorf("a formation needs 3 ports (the monitor's, then each node's), not %v", ports)
+	if len(ports) != 2+standbys {
+		return fmt.Errorf("a formation of %d standbys needs %d ports (the monitor's, then each node's), not %v",
+			standbys, 2+standbys, ports)
 	}
 	f.layout(ports[0], ports[1:])
 	dirs := []string{f.sockets, filepath.Join(f.monitorHome, "run")}
@@ -255,8 +266,8 @@ func (f *Formation) create(ctx context.Context) error {
 	if err := f.runAsServerUser(true); err != nil {
 		return err
 	}
-	f.opts.Logf("starting a pg_auto_failover formation in %s: monitor on port %d, nodes on %d and %d",
-		f.root, f.monitorPort, f.nodes[0].Port, f.nodes[1].Port)
+	f.opts.Logf("starting a pg_auto_failover formation in %s: monitor on port %d, nodes on %v",
+		f.root, f.monitorPort, ports[1:])
 
 	ctx, cancel := context.WithTimeout(ctx, setupTimeout)
 	defer cancel()
@@ -303,16 +314,29 @@ func (f *Formation) create(ctx context.Context) error {
 	if err := f.tuneKeeper(ctx, first); err != nil {
 		return err
 	}
-	second := f.nodes[1]
-	if second.keeper, err = f.spawn(second.home, f.createArgs(second)...); err != nil {
-		return err
+	// One standby at a time: each one's base backup then finds the
+	// primary quiet.
+	for i, standby := range f.nodes[1:] {
+		if standby.keeper, err = f.spawn(standby.home, f.createArgs(standby)...); err != nil {
+			return err
+		}
+		if err := f.waitForStandbys(ctx, i+1); err != nil {
+			return err
+		}
+		// Only now: a keeper passes the reload's SIGHUP on to a base backup
+		// still running, which dies of it.
+		if err := f.tuneKeeper(ctx, standby); err != nil {
+			return err
+		}
 	}
-	if err := f.waitSynced(ctx); err != nil {
-		return err
+	if len(f.nodes) > 2 {
+		// At the monitor: pg_autoctl 2.0's own command reads a stale errno
+		// and refuses every value.
+		if err := execSQL(ctx, f.monitorURL(), "SELECT pgautofailover.set_formation_number_sync_standbys('default', 1)"); err != nil {
+			return fmt.Errorf("number_sync_standbys: %w", err)
+		}
 	}
-	// Only now: a keeper passes the reload's SIGHUP on to a base backup
-	// still running, which dies of it.
-	return f.tuneKeeper(ctx, second)
+	return f.waitSynced(ctx)
 }
 
 // createArgs registers n with the monitor and runs its keeper: the first
@@ -568,10 +592,16 @@ func (f *Formation) WaitSynced(ctx context.Context) error {
 	return f.waitSynced(ctx)
 }
 
-// waitSynced waits until one node is primary and the other its secondary,
-// and the primary waits for the standby's flush before acknowledging a
-// commit.
+// waitSynced waits until one node is primary and every other its
+// secondary, and the primary waits for a standby's flush before
+// acknowledging a commit.
 func (f *Formation) waitSynced(ctx context.Context) error {
+	return f.waitForStandbys(ctx, len(f.nodes)-1)
+}
+
+// waitForStandbys waits until one node is primary with standbys
+// secondaries, each a candidate for acknowledging its commits.
+func (f *Formation) waitForStandbys(ctx context.Context, standbys int) error {
 	return f.waitFor(ctx, "a primary with a synchronous standby", func(ctx context.Context) error {
 		states, err := f.states(ctx)
 		if err != nil {
@@ -589,8 +619,8 @@ func (f *Formation) waitSynced(ctx context.Context) error {
 				primary = n
 			}
 		}
-		if primary == nil || roles["primary"] != 1 || roles["secondary"] != 1 {
-			return fmt.Errorf("not one primary and one secondary: %v", states)
+		if primary == nil || roles["primary"] != 1 || roles["secondary"] != standbys {
+			return fmt.Errorf("not one primary and %d secondaries: %v", standbys, states)
 		}
 		var synced int
 		err = queryRow(ctx, primary.URL(), `SELECT count(*) FROM pg_stat_replication
@@ -600,8 +630,8 @@ func (f *Formation) waitSynced(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if synced != 1 {
-			return fmt.Errorf("%s has no synchronous standby yet", primary.Name)
+		if synced != standbys {
+			return fmt.Errorf("%s has %d synchronous standbys of %d yet", primary.Name, synced, standbys)
 		}
 		return nil
 	})

@@ -4,15 +4,15 @@
 //	stack run    start everything, wait for Ctrl-C or SIGTERM, stop everything
 //	stack up     start everything in the background and return once it is ready
 //	stack down   stop what `stack up` started
-//	stack failover    kill -9 the primary of the DB=ha formation; wait for its standby's promotion and its rejoin
-//	stack switchover  have the DB=ha formation's manager hand the primary's role to its standby
+//	stack failover    kill -9 the primary of the DB=ha formation; wait for a standby's promotion and its rejoin
+//	stack switchover  have the DB=ha formation's manager hand the primary's role to a standby
 //
 // It creates the database DATABASE_URL names if missing and migrates it.
 // When DATABASE_URL is unset and no server answers at its default address,
 // it starts a local cluster from the installed PostgreSQL binaries under
 // .run/postgres; a DATABASE_URL that was set and fails is an error. With
 // DB=ha it runs on a pg_auto_failover formation of its own instead (a
-// monitor, a primary and a synchronous standby under .run/ha).
+// monitor, a primary and two synchronous standbys under .run/ha).
 // Logs go to .run/logs/, one file per process.
 package main
 
@@ -46,8 +46,8 @@ const usage = `usage: stack run | up | down | failover | switchover
   up          start them in the background; return once every one answers /readyz
   down        stop what "stack up" started
   failover    (DB=ha) kill -9 the primary and its keeper, as a machine dying would; wait until
-              the manager has promoted the standby, then bring the killed node back as the standby
-  switchover  (DB=ha) have the manager hand the primary's role to the standby, as before maintenance
+              the manager has promoted a standby, then bring the killed node back as a standby
+  switchover  (DB=ha) have the manager hand the primary's role to a standby, as before maintenance
 
 Environment: DATABASE_URL (default postgres://postgres@127.0.0.1:5432/oncepay?sslmode=disable;
 only when it is unset and nothing answers there is a local cluster started in .run/postgres),
@@ -58,7 +58,7 @@ default 127.0.0.1:8080), METRICS_ADDR (the API's /metrics, default 127.0.0.1:908
 WORKER_ADMIN_ADDR (the worker's /readyz and /metrics, default 127.0.0.1:8081);
 PORTS=auto picks a free loopback port for each of these and the simulator,
 and prints them. DB=ha runs the stack on a pg_auto_failover formation of its own
-(a monitor, a primary and a synchronous standby on free loopback ports, under
+(a monitor, a primary and two synchronous standbys on free loopback ports, under
 .run/ha, kept by "down" and removed by make clean-db) with its multi-host
 DATABASE_URL, in place of DATABASE_URL's server.
 Logs: .run/logs/api.log, worker.log, stripesim.log; the formation's .run/ha/*/log.`
@@ -199,8 +199,8 @@ func formation(stdout io.Writer) (*hapg.Formation, error) {
 }
 
 // failover kills the primary as a machine dying would, and says how long
-// the manager took to promote the standby and to bring the killed node
-// back as the new primary's standby.
+// the manager took to promote a standby and to bring the killed node
+// back as a standby of the new primary.
 func failover(ctx context.Context, stdout io.Writer) error {
 	f, err := formation(stdout)
 	if err != nil {
@@ -223,11 +223,11 @@ func failover(ctx context.Context, stdout io.Writer) error {
 	if _, err := f.Rejoin(ctx); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "%s is back as its synchronous standby, %s later\n", killed.Name, time.Since(rejoinedAt).Round(100*time.Millisecond))
+	fmt.Fprintf(stdout, "%s is back as a synchronous standby, %s later\n", killed.Name, time.Since(rejoinedAt).Round(100*time.Millisecond))
 	return nil
 }
 
-// switchover hands the primary's role to the standby through the manager.
+// switchover hands the primary's role to a standby through the manager.
 func switchover(ctx context.Context, stdout io.Writer) error {
 	f, err := formation(stdout)
 	if err != nil {
@@ -238,7 +238,7 @@ func switchover(ctx context.Context, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "%s (port %d) is the primary, its former primary back as its synchronous standby, in %s\n",
+	fmt.Fprintf(stdout, "%s (port %d) is the primary, its former primary back as a synchronous standby, in %s\n",
 		primary.Name, primary.Port, time.Since(began).Round(100*time.Millisecond))
 	return nil
 }

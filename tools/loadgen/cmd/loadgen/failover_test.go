@@ -13,9 +13,9 @@ import (
 )
 
 // TestShortChaosRunWithFailovers is the same on a pg_auto_failover
-// formation of the run's own, a primary and a synchronous standby: the
-// primary killed (its standby promoted, the killed node back as the
-// standby) and switched over under the load and the process kills, every
+// formation of the run's own, a primary and two synchronous standbys: the
+// primary killed (a standby promoted, the killed node back as a standby)
+// and switched over under the load and the process kills, every
 // invariant checked after.
 //
 // It is built with the tag hachaos only, outside make test: on 2 cores

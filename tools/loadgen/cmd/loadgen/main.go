@@ -47,6 +47,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		scenario string
 		dbURL    string
 		db       string
+		standbys int
 	)
 	flags.StringVar(&scenario, "scenario", "chaos", "steady (new keys), replay (retries of finished keys), mixed, or chaos (mixed under fire)")
 	flags.DurationVar(&cfg.Duration, "duration", 2*time.Minute, "how long the clients send")
@@ -79,7 +80,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	flags.StringVar(&cfg.BinDir, "bin", "bin", "where the api, worker and stripesim binaries are")
 	flags.StringVar(&cfg.StateDir, "state", ".run/loadgen", "where the processes' logs go")
 	flags.StringVar(&dbURL, "database", "", "the database to run on, which must be empty (default: oncepay_loadgen on DATABASE_URL's server, recreated)")
-	flags.StringVar(&db, "db", "single", "single (one server: -database) or ha (a pg_auto_failover primary and synchronous standby of the run's own)")
+	flags.IntVar(&standbys, "standbys", 2, "with -db ha: the formation's standbys (with 2, every commit waits for one of them even while the other is lost)")
+	flags.StringVar(&db, "db", "single", "single (one server: -database) or ha (a pg_auto_failover primary and its synchronous standbys, of the run's own)")
 	flags.DurationVar(&cfg.FailoverEvery, "failover-every", 40*time.Second,
 		"chaos with -db ha: kill the primary this often; the standby is promoted and the killed node rejoins as the standby (0: never)")
 	flags.DurationVar(&cfg.SwitchoverEvery, "switchover-every", 65*time.Second, "chaos with -db ha: hand the primary's role over this often (0: never)")
@@ -111,7 +113,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	case db == "ha" && dbURL != "":
 		return errors.New("-db ha runs on a formation of its own: -database is for -db single")
 	case db == "ha":
-		fmt.Fprintln(stdout, "starting a pg_auto_failover formation: a monitor, a primary and a synchronous standby")
+		fmt.Fprintf(stdout, "starting a pg_auto_failover formation: a monitor, a primary and %d synchronous standbys\n", max(standbys, 1))
 		// In the run's state directory, replaced each run: the servers' and
 		// keepers' logs outlive it, for a move that could not be made; the
 		// data does not (a long run's WAL and rejoins fill gigabytes).
@@ -122,7 +124,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		if err != nil {
 			return err
 		}
-		f, err := hapg.StartFormation(ctx, hapg.Options{Dir: dir})
+		f, err := hapg.StartFormation(ctx, hapg.Options{Dir: dir, Standbys: standbys})
 		if err != nil {
 			return err
 		}
