@@ -254,6 +254,12 @@ func (f *Formation) create(ctx context.Context) error {
 			standbys, 2+standbys, ports)
 	}
 	f.layout(ports[0], ports[1:])
+	// The root and any folder made above it open to the servers' user,
+	// who must pass through them (a fresh clone's .run/loadgen); what is
+	// under the root is theirs alone.
+	if err := os.MkdirAll(f.root, 0o755); err != nil {
+		return err
+	}
 	dirs := []string{f.sockets, filepath.Join(f.monitorHome, "run")}
 	for _, n := range f.nodes {
 		dirs = append(dirs, filepath.Join(n.home, "run"))
