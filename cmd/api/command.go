@@ -6,11 +6,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/oncepay/oncepay/internal/envconfig"
+	"github.com/oncepay/oncepay/internal/kinds"
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/tenant"
 )
@@ -199,23 +202,25 @@ payment (for a kind that has one), their key and why they failed.`, flags: func(
 	{name: "operations show", args: []string{"ID"}, summary: "one operation of any kind: its state, its key, its jobs", help: `Shows one operation of any kind by its id (pay_…, rfd_…, cap_…, ccl_…, pyo_…):
 its state as an operator sees it, its idempotency key and the key's state, and
 its River jobs with the errors of their attempts. It only reads.`, flags: jsonFlag},
-	{name: "reconcile", reads: readsProvider, args: []string{"ID"}, summary: "look a payment, refund, capture or cancel up at the provider now and settle it", help: `Looks payment ID up at the provider now and settles it with the reconciler's
-own code; it never charges. A refund's id (rfd_…), a capture's (cap_…) or a
-cancel's (ccl_…) awaiting reconciliation is looked up the same way by its own
-reconciler (a refund among the intent's refunds; a capture or a cancel by
-reading the payment's intent); it never sends anything. Any other refund,
-capture or cancel is left as it is (verdict "unchanged", exit 0, as a payment
-that needs nothing). A payment in requires_reconciliation is reconciled
-as the reconciler's next run would, whatever its schedule (also one left to an
-operator). Any other payment with a known intent has the intent read: a
-waiting payment becomes final, and a final one the provider contradicts is left
-as it is, with a ledger finding.
+	{name: "reconcile", reads: readsProvider, args: []string{"ID"}, summary: "look an operation of any kind (" + strings.Join(kinds.All().Names(), ", ") + ") up at the provider now and settle it", help: `Looks payment ID up at the provider now and settles it with the reconciler's
+own code; it never charges. An operation of another kind awaiting
+reconciliation is looked up the same way by its own reconciler (a refund among
+the intent's refunds, a capture or a cancel by reading the payment's intent, a
+payout by reading it); it never sends anything. Any other is left as it is
+(verdict "unchanged", exit 0, as a payment that needs nothing). The kinds, by
+their ids: ` + kinds.All().Described() + `.
+
+A payment in requires_reconciliation is reconciled as the reconciler's next
+run would, whatever its schedule (also one left to an operator). Any other
+payment with a known intent has the intent read: a waiting payment becomes
+final, and a final one the provider contradicts is left as it is, with a
+ledger finding.
 
 Needs STRIPE_SECRET_KEY and STRIPE_API_BASE as the worker has them, and reads
 RECONCILE_SETTLE like it: "never charged" is proven only once no charge
 request can still be in flight, by the deadline the worker stamped on the row
 with each attempt.`, flags: jsonFlag},
-	{name: "keys release", reads: readsProvider, args: []string{"TENANT", "KEY"}, summary: "release a key stuck unknown, once the provider proves nothing was charged", help: `Releases idempotency key KEY of TENANT (its id or its name), stuck "unknown".
+	{name: "keys release", reads: readsProvider, args: []string{"TENANT", "KEY"}, summary: "release a key stuck unknown, once the provider proves nothing was made", help: `Releases idempotency key KEY of TENANT (its id or its name), stuck "unknown".
 Your word alone never releases a key: a charge can exist at the provider that
 we never heard of, and a released key lets the client's retry charge again.
 So the payment's charge is first looked up at the provider with the
@@ -230,16 +235,17 @@ reconciler's own lookup:
   - the charge is still pending, or the provider cannot be asked or cannot
     tell yet: refused, saying why; nothing changes.
 
-The key may be a payment's, a refund's, a capture's or a cancel's: each is
-looked up at the provider the same way, by its own reconciler. Refused for a key in any
-other state. Needs the provider's settings as for "api reconcile".`, flags: func(fs *flag.FlagSet, o *options) {
+The key may be of an operation of any kind (` + strings.Join(kinds.All().Names(), ", ") + `):
+each is looked up at the provider the same way, by its own reconciler. Refused
+for a key in any other state. Needs the provider's settings as for "api reconcile".`, flags: func(fs *flag.FlagSet, o *options) {
 		jsonFlag(fs, o)
 		fs.StringVar(&o.reason, "reason", "", "why, with what you checked (required)")
 		fs.StringVar(&o.operator, "operator", "", "who releases it (required)")
 	}, check: requireFlags("reason", "operator")},
-	{name: "ledger check", reads: readsProvider, summary: "compare the provider's intents and refunds with ours", help: `Lists the provider's payment intents and refunds created in a window and
-compares them with our payments and refunds; every disagreement is recorded as
-a ledger finding (one open finding per disagreement) and printed. It only
+	{name: "ledger check", reads: readsProvider, summary: "compare the provider's objects with ours: " + withLedgerCheck(), help: `Lists the provider's objects created in a window, of every kind that has a
+ledger check (` + withLedgerCheck() + `), and compares them with ours; every
+disagreement is recorded as a ledger finding (one open finding per
+disagreement) and printed. It only
 reads at the provider: it never charges, refunds or cancels. The worker runs
 the same check every LEDGER_CHECK_INTERVAL over LEDGER_CHECK_WINDOW.
 
@@ -481,6 +487,19 @@ func paymentStates() string {
 	names := make([]string, 0, len(payments.Statuses()))
 	for _, s := range payments.Statuses() {
 		names = append(names, string(s))
+	}
+	return strings.Join(names, ", ")
+}
+
+// withLedgerCheck names the kinds that have a ledger check, from the
+// registry.
+func withLedgerCheck() string {
+	env := operation.Env{Logger: slog.New(slog.DiscardHandler)}
+	var names []string
+	for _, k := range kinds.All() {
+		if k.Ledger(env) != nil {
+			names = append(names, k.Name()+"s")
+		}
 	}
 	return strings.Join(names, ", ")
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"strings"
 	"testing"
 
@@ -12,6 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncepay/oncepay/internal/id"
+	"github.com/oncepay/oncepay/internal/kinds"
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/tenant"
 	"github.com/oncepay/oncepay/internal/testkit/pgtest"
 )
@@ -154,6 +157,32 @@ func TestEachCommandReadsWhatItsHelpLists(t *testing.T) {
 		}
 		for name := range read {
 			require.True(t, listed[name], "%s reads %s, which its --help does not list", s.name, name)
+		}
+	}
+}
+
+// TestHelpNamesEveryKind: the commands that reach an operation of any kind
+// say so by the registry's names, so a kind a clone adds is in their help
+// (and in the overview's one line each) without an edit there.
+func TestHelpNamesEveryKind(t *testing.T) {
+	t.Parallel()
+	help := func(args ...string) string {
+		var out bytes.Buffer
+		require.NoError(t, run(context.Background(), append([]string{"api"}, args...), env(nil), &out))
+		return out.String()
+	}
+	overview, reconcile, release, check := help("--help"), help("reconcile", "--help"), help("keys", "release", "--help"),
+		help("ledger", "check", "--help")
+	ledgerEnv := operation.Env{Logger: slog.New(slog.DiscardHandler)}
+	for _, k := range kinds.All() {
+		for _, text := range []string{overview, reconcile, release} {
+			require.Contains(t, text, k.Name(), "a help that leaves out %s:\n%s", k.Name(), text)
+		}
+		for _, prefix := range k.IDPrefixes() {
+			require.Contains(t, reconcile, prefix+"_", "reconcile's help names no id of %s", k.Name())
+		}
+		if k.Ledger(ledgerEnv) != nil {
+			require.Contains(t, check, k.Name()+"s", "ledger check's help leaves out %s", k.Name())
 		}
 	}
 }

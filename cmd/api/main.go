@@ -11,7 +11,7 @@
 //	api payments list | show ID
 //	api reconcile ID         look a payment up at the provider now, never charging
 //	api keys release TENANT KEY --reason … --operator …
-//	api ledger check         compare the provider's intents and refunds with ours (exit 3: findings)
+//	api ledger check         compare the provider's payments, refunds and payouts with ours (exit 3: findings)
 //	api findings list | resolve ID
 //
 // "api --help" and "api COMMAND --help" describe each command.

@@ -129,8 +129,8 @@ type config struct {
 	// call, and the event settles its payment. Defaults to 3s.
 	WebhookAwaitLimit time.Duration
 	// LedgerCheckInterval (LEDGER_CHECK_INTERVAL) is how often the
-	// provider's intents and refunds are compared with our payments and
-	// refunds. Defaults to 1h.
+	// provider's objects (intents, refunds, payouts) are compared with our
+	// operations. Defaults to 1h.
 	LedgerCheckInterval time.Duration
 	// LedgerCheckWindow (LEDGER_CHECK_WINDOW) is how far back each ledger
 	// check looks. Defaults to 26h: a day, with margin for a late run.

@@ -35,6 +35,9 @@ type Kind interface {
 	// Owns reports whether id is one of the kind's operations (by its
 	// prefix), so that an operator's command reaches it by id alone.
 	Owns(id string) bool
+	// IDPrefixes start its operations' ids ("rfd"), for what an operator
+	// reads: help, errors.
+	IDPrefixes() []string
 	// ProviderPrefixes start the ids of the provider objects the kind
 	// acts on ("re"), which the metrics fold out of the provider's paths.
 	ProviderPrefixes() []string
@@ -136,6 +139,20 @@ func (ks Kinds) Names() []string {
 		names[i] = k.Name()
 	}
 	return names
+}
+
+// Described names each kind with the start of its ids, in order, for an
+// operator's help: "payment (pay_…), refund (rfd_…)".
+func (ks Kinds) Described() string {
+	described := make([]string, len(ks))
+	for i, k := range ks {
+		ids := make([]string, len(k.IDPrefixes()))
+		for j, p := range k.IDPrefixes() {
+			ids[j] = p + "_…"
+		}
+		described[i] = k.Name() + " (" + strings.Join(ids, ", ") + ")"
+	}
+	return strings.Join(described, ", ")
 }
 
 // ProviderPrefixes start the ids of the provider objects any of the
@@ -379,6 +396,9 @@ func (s Spec[K, A, Op, O, C]) Name() string {
 
 // Table is where the kind's operations live.
 func (s Spec[K, A, Op, O, C]) Table() Table { return s.Where }
+
+// IDPrefixes start the kind's operation ids.
+func (s Spec[K, A, Op, O, C]) IDPrefixes() []string { return slices.Clone(s.Prefixes) }
 
 // Owns reports whether id starts with one of the kind's prefixes.
 func (s Spec[K, A, Op, O, C]) Owns(id string) bool {
