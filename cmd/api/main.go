@@ -55,13 +55,18 @@ func main() {
 	defer stop()
 	if err := run(ctx, os.Args, os.Getenv, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "api:", err)
-		code := 1
-		var exit *exitError
-		if errors.As(err, &exit) {
-			code = exit.code
-		}
-		os.Exit(code)
+		os.Exit(exitCode(err))
 	}
+}
+
+// exitCode is the exit status after err: a command's own (exitError),
+// serve.ExitUsage for a command or flags it does not take, otherwise 1.
+func exitCode(err error) int {
+	var exit *exitError
+	if errors.As(err, &exit) {
+		return exit.code
+	}
+	return serve.ExitCode(err)
 }
 
 // exitFindings is the exit status of "ledger check" when it found
@@ -82,7 +87,7 @@ func (e *exitError) Unwrap() error { return e.err }
 func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
 	cmd, err := parseCommand(args)
 	if err != nil {
-		return err
+		return serve.UsageError{Err: err}
 	}
 	if cmd.name == "help" {
 		_, err := fmt.Fprintf(stdout, "%s\n\nEnvironment variables read (docs/configuration.md describes each):\n  %s\n",

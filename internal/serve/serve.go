@@ -128,18 +128,42 @@ func Readyz(db Pinger) http.HandlerFunc {
 
 // ParseNoArgs reads the arguments of a binary configured only by its
 // environment (args holds the program name first): none, or a request for
-// help. Anything else is an error naming it, so a typo in a deployment's
-// command fails at start instead of being ignored.
+// help. Anything else is a UsageError naming it, so a typo in a
+// deployment's command fails at start instead of being ignored.
 func ParseNoArgs(args []string) (help bool, err error) {
 	for _, a := range args[min(1, len(args)):] {
 		switch a {
 		case "-h", "-help", "--help", "help":
 			return true, nil
 		default:
-			return false, fmt.Errorf("unexpected argument %q: this program takes none (it is configured by environment variables; --help lists them)", a)
+			return false, UsageError{fmt.Errorf("unexpected argument %q: this program takes none (it is configured by environment variables; --help lists them)", a)}
 		}
 	}
 	return false, nil
+}
+
+// ExitUsage is the exit status of a command given arguments it does not
+// take, as the shell's own commands use: a script can tell a mistake in
+// its call (2) from a failure of the command (1).
+const ExitUsage = 2
+
+// UsageError is a command's refusal of its arguments: it exits ExitUsage.
+type UsageError struct{ Err error }
+
+func (e UsageError) Error() string { return e.Err.Error() }
+func (e UsageError) Unwrap() error { return e.Err }
+
+// ExitCode is the exit status a command ends with after err: ExitUsage
+// for a UsageError, 1 for any other, 0 for none.
+func ExitCode(err error) int {
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, new(UsageError)):
+		return ExitUsage
+	default:
+		return 1
+	}
 }
 
 // HealthcheckTimeout bounds the healthcheck commands' one request: well

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -154,6 +155,9 @@ func TestParseNoArgs(t *testing.T) {
 	}
 	_, err := serve.ParseNoArgs([]string{"worker", "--port=1"})
 	require.ErrorContains(t, err, `"--port=1"`)
+	require.Equal(t, serve.ExitUsage, serve.ExitCode(fmt.Errorf("healthcheck: %w", err)), "a wrong argument exits 2, wrapped or not")
+	require.Equal(t, 1, serve.ExitCode(errors.New("the database is down")))
+	require.Zero(t, serve.ExitCode(nil))
 }
 
 // TestHealthcheck: 200 from /readyz is healthy; another status, or nothing

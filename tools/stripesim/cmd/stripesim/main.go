@@ -33,7 +33,7 @@ func main() {
 	defer stop()
 	if err := run(ctx, os.Args, os.Getenv, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "stripesim:", err)
-		os.Exit(1)
+		os.Exit(serve.ExitCode(err))
 	}
 }
 
