@@ -272,9 +272,20 @@ An API key of the tenant %q, made for this stack (shown once; the ones printed b
 A payment, answered once it is final:
   curl -s %s/v1/payments -H "Authorization: Bearer $ONCEPAY_API_KEY" -H 'Content-Type: application/json' -H "Idempotency-Key: first-payment-$(date +%%s%%N)" -H 'Prefer: wait=10' -d '{"amount": 2000, "currency": "usd", "payment_method": "pm_card_visa"}'
 The operator's commands (bin/api …, docs/operations.md) against this stack:
-  export DATABASE_URL='%s' STRIPE_API_BASE='%s' STRIPE_SECRET_KEY='%s'
+  export DATABASE_URL='%s' STRIPE_API_BASE='%s' STRIPE_SECRET_KEY='%s' LISTEN_ADDR='%s' WORKER_ADMIN_ADDR='%s'
   bin/api payments list
-`, localTenant, created.APIKey, s.APIURL, s.DatabaseURL, cfg.StripeAPIBase, cfg.StripeSecretKey)
+  bin/api healthcheck && bin/worker healthcheck && echo healthy
+`, localTenant, created.APIKey, s.APIURL, s.DatabaseURL, cfg.StripeAPIBase, cfg.StripeSecretKey, hostOf(s.APIURL), hostOf(s.ConsoleURL))
+}
+
+// hostOf is the host and port of one of the stack's URLs: where its
+// process listens, for the health checks.
+func hostOf(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return ""
+	}
+	return u.Host
 }
 
 // localTenant is the tenant made for a local stack.

@@ -75,7 +75,7 @@ func TestStackDiesWithItsParent(t *testing.T) {
 			pasted = append(pasted, l)
 		}
 	}
-	require.Len(t, pasted, 4, output())
+	require.Len(t, pasted, 5, output())
 	paste := func(lines ...string) string {
 		sh := exec.Command("sh", "-ec", strings.Join(lines, "\n"))
 		sh.Dir = workDir
@@ -87,6 +87,7 @@ func TestStackDiesWithItsParent(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(paste(pasted[0], pasted[1])), &paid))
 	require.Equal(t, "succeeded", paid.Status, "the payment, settled within its wait")
 	require.Contains(t, paste(pasted[2], pasted[3]), paid.ID, "the operator's list shows it")
+	require.Contains(t, paste(pasted[2], pasted[4]), "healthy", "the health checks reach this stack's API and worker")
 
 	// The console's address is printed on a line of its own; the payment's
 	// page there shows its provider call and, webhooks being on, the
