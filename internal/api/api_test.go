@@ -678,6 +678,15 @@ func TestDocsAndHealth(t *testing.T) {
 			require.Contains(t, string(landing.body), `href="`+link+`"`, path)
 		}
 	}
+	// The problem types' index answers at the prefix of every type's URI,
+	// with its slash, as well as without it, and links every type.
+	for _, path := range []string{problem.DocsPath, problem.DocsPath + "/"} {
+		index := b.do(http.MethodGet, path, "", nil, "")
+		require.Equal(t, http.StatusOK, index.status, path)
+		for _, t2 := range problem.Catalog() {
+			require.Contains(t, string(index.body), `href="`+t2.URI()+`"`, path)
+		}
+	}
 	// The reference is the OpenAPI document's every route, with its
 	// parameters, its body's members and its answers.
 	ref := string(b.do(http.MethodGet, api.ReferencePath, "", nil, "").body)

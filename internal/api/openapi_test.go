@@ -10,6 +10,8 @@ import (
 	"maps"
 	"net/http"
 	"net/url"
+	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -21,6 +23,7 @@ import (
 	"github.com/getkin/kin-openapi/routers/legacy"
 	"github.com/go-chi/chi/v5"
 	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
 
 	apispec "github.com/oncepay/oncepay/api"
 	"github.com/oncepay/oncepay/internal/api"
@@ -421,4 +424,29 @@ func pathExample(template, v string) string {
 		b.WriteString("/" + part)
 	}
 	return b.String()
+}
+
+// TestAPIDocNamesEveryRoute: docs/api.md, the API's page for a reader,
+// names every route the OpenAPI document declares, each with its method
+// as it is written there ("`GET /v1/payouts?limit=…`"); path parameters
+// may be named otherwise.
+func TestAPIDocNamesEveryRoute(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../../docs/api.md")
+	require.NoError(t, err)
+	param := regexp.MustCompile(`\{[^}]*\}`)
+	text := param.ReplaceAllString(string(doc), "{}")
+	var spec struct {
+		Paths map[string]map[string]any
+	}
+	require.NoError(t, yaml.Unmarshal(apispec.OpenAPI(), &spec))
+	for path, methods := range spec.Paths {
+		for method := range methods {
+			if method == "parameters" {
+				continue
+			}
+			route := strings.ToUpper(method) + " " + param.ReplaceAllString(path, "{}")
+			require.Regexp(t, "`"+regexp.QuoteMeta(route)+"[`?]", text, "docs/api.md does not name %s %s", strings.ToUpper(method), path)
+		}
+	}
 }

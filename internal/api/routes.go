@@ -76,6 +76,9 @@ func NewHandler(d Deps) http.Handler {
 	r.Get("/readyz", serve.Readyz(d.Pool))
 	r.Get("/docs/idempotency", handleIdempotencyDoc(d.Keys.Config()))
 	r.Get(problem.DocsPath, handleProblemIndex)
+	// Every type's URI starts with it, slash included: the prefix a reader
+	// trims a type to is the index too.
+	r.Get(problem.DocsPath+"/", handleProblemIndex)
 	r.Get(problem.DocsPath+"/{slug}", handleProblemDoc)
 	r.Get(OpenAPIPath, handleOpenAPI(apispec.OpenAPI()))
 	r.Get("/", handleLanding)
