@@ -869,7 +869,7 @@ func (a admin) operationsShow(ctx context.Context) error {
 	case !errors.Is(err, idempotency.ErrKeyNotFound):
 		return err
 	}
-	jobs, err := operation.JobsOf(ctx, a.pool, op.Job)
+	jobs, err := operation.JobsOf(ctx, a.pool, op.AllJobs()...)
 	if err != nil {
 		return err
 	}

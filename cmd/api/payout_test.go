@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net/http"
 	"strings"
 	"testing"
 
@@ -88,6 +89,30 @@ func TestPayoutOperatorCommands(t *testing.T) {
 	b.cliJSON(&shown, "operations", "show", made)
 	require.Equal(t, "payout", shown.Kind)
 	require.Equal(t, "completed", shown.Key.Status)
+
+	// Its cancel's job is the payout's too: a cancel that fails shows
+	// there, beside the payout's own job.
+	req, err := http.NewRequest(http.MethodPost, b.base+"/v1/payouts/"+made+"/cancel", strings.NewReader(`{}`))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+b.tenant.APIKey)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", id.New("key"))
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusAccepted, resp.StatusCode)
+	var withJobs struct {
+		Jobs []operation.Job `json:"jobs"`
+	}
+	b.cliJSON(&withJobs, "operations", "show", made)
+	var jobKinds []string
+	for _, j := range withJobs.Jobs {
+		jobKinds = append(jobKinds, j.Kind)
+	}
+	require.Contains(t, jobKinds, "cancel_payout")
+	out, err = b.cli("operations", "show", made)
+	require.NoError(t, err)
+	require.Contains(t, out, "cancel_payout")
 	_, err = b.cli("operations", "list", "transfer")
 	require.ErrorContains(t, err, "no kind \"transfer\"")
 }

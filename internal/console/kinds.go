@@ -65,7 +65,7 @@ func (c *server) operation(w http.ResponseWriter, r *http.Request) {
 	var jobs []operation.Job
 	var events []webhooks.Stored
 	if err == nil {
-		jobs, err = operation.JobsOf(r.Context(), c.cfg.Pool, op.Job)
+		jobs, err = operation.JobsOf(r.Context(), c.cfg.Pool, op.AllJobs()...)
 	}
 	if err == nil && op.ProviderID != nil {
 		events, err = webhooks.About(r.Context(), c.cfg.Pool, *op.ProviderID)

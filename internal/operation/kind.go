@@ -233,15 +233,20 @@ type Operator interface {
 type Shown struct {
 	View                                              any
 	ID, ParentID, Status, FailureCode, FailureMessage string
-	// TenantID and IdempotencyKey name the operation's key; Job its jobs;
-	// ProviderID is the provider's object, once known.
+	// TenantID and IdempotencyKey name the operation's key; Job its jobs,
+	// FollowUps those of the jobs that act on it after (a payout's
+	// cancel); ProviderID is the provider's object, once known.
 	TenantID, IdempotencyKey string
 	Job                      river.JobArgs
+	FollowUps                []river.JobArgs
 	ProviderID               *string
 	Amount                   int64
 	Generation               int
 	CreatedAt, UpdatedAt     time.Time
 }
+
+// AllJobs names every job of the operation: its own, then its follow-ups'.
+func (s Shown) AllJobs() []river.JobArgs { return append([]river.JobArgs{s.Job}, s.FollowUps...) }
 
 // summary is the operation on a timeline.
 func (s Shown) summary(operation string) Summary {

@@ -96,11 +96,14 @@ func (l Lifecycle) EntryIn(status string, providerID *string, logAttrs ...any) E
 // Show is an operation as an operator sees it: the API's view with the
 // bookkeeping it hides (Inside), the lifecycle's facts, and what only its
 // kind knows: its status and amount, its provider object, its parent's id
-// ("" for none) and its job.
-func (l Lifecycle) Show(view any, status string, amount int64, providerID *string, parentID string, job river.JobArgs) Shown {
+// ("" for none), its job and the jobs that act on it after (a payout's
+// cancel).
+func (l Lifecycle) Show(view any, status string, amount int64, providerID *string, parentID string, job river.JobArgs,
+	followUps ...river.JobArgs,
+) Shown {
 	code, message := l.Failure()
 	return Shown{View: Inside{View: view, Lifecycle: l}, ID: l.ID, ParentID: parentID, Status: status, FailureCode: code, FailureMessage: message,
-		TenantID: l.TenantID, IdempotencyKey: l.IdempotencyKey, Job: job, ProviderID: providerID, Amount: amount,
+		TenantID: l.TenantID, IdempotencyKey: l.IdempotencyKey, Job: job, FollowUps: followUps, ProviderID: providerID, Amount: amount,
 		Generation: l.ProviderKeyGeneration, CreatedAt: l.CreatedAt, UpdatedAt: l.UpdatedAt}
 }
 

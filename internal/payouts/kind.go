@@ -44,7 +44,8 @@ func Kind() operation.Kind {
 			return operation.ByLookUp[claim](env, attempts(env), lookUp(env))
 		},
 		Show: func(p Payout) operation.Shown {
-			return p.Lifecycle.Show(p, string(p.Status), p.Amount, p.ProviderPayoutID, "", args{TenantID: p.TenantID, ID: p.ID})
+			return p.Lifecycle.Show(p, string(p.Status), p.Amount, p.ProviderPayoutID, "", args{TenantID: p.TenantID, ID: p.ID},
+				operation.Args[cancelling]{TenantID: p.TenantID, ID: p.ID})
 		},
 		LedgerCheck: newLedgerChecker,
 		MoreWorkers: func(workers *river.Workers, env operation.Env) ([]operation.Periodic, error) {
