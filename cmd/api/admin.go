@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -389,6 +390,20 @@ type shownKey struct {
 	ExpiresAt      time.Time          `json:"expires_at"`
 }
 
+// showKey is a key's row as the operator's JSON shows it (nil for none:
+// reaped): its answer's status, not its stored bytes.
+func showKey(rec *idempotency.Record) *shownKey {
+	if rec == nil {
+		return nil
+	}
+	k := &shownKey{Key: rec.Key, Status: rec.Status, ResourceID: rec.ResourceID,
+		CreatedAt: rec.CreatedAt.UTC(), UpdatedAt: rec.UpdatedAt.UTC(), ExpiresAt: rec.ExpiresAt.UTC()}
+	if rec.Response != nil {
+		k.ResponseStatus = &rec.Response.StatusCode
+	}
+	return k
+}
+
 type shownPayment struct {
 	Payment operatorPayment `json:"payment"`
 	// Operations are the payment's provider operations in order: its
@@ -418,13 +433,7 @@ func (a admin) paymentsShow(ctx context.Context) error {
 	}
 	shown := shownPayment{Payment: operatorView(d.Payment), Operations: ops, Releases: d.Releases, Jobs: d.Jobs, Events: d.Events,
 		Findings: d.Findings}
-	if d.Key != nil {
-		shown.Key = &shownKey{Key: d.Key.Key, Status: d.Key.Status, ResourceID: d.Key.ResourceID,
-			CreatedAt: d.Key.CreatedAt.UTC(), UpdatedAt: d.Key.UpdatedAt.UTC(), ExpiresAt: d.Key.ExpiresAt.UTC()}
-		if d.Key.Response != nil {
-			shown.Key.ResponseStatus = &d.Key.Response.StatusCode
-		}
-	}
+	shown.Key = showKey(d.Key)
 	if a.cmd.opts.json {
 		return a.writeJSON(shown)
 	}
@@ -852,7 +861,7 @@ func (a admin) operationsShow(ctx context.Context) error {
 	id := a.cmd.args[0]
 	kind, ok := kinds.All().Of(id)
 	if !ok {
-		return fmt.Errorf("%q is no operation's id: ids start with a kind's prefix (pay_, rfd_, cap_, ccl_, pyo_)", id)
+		return fmt.Errorf("%q is no operation's id: ids start with a kind's prefix: %s", id, kinds.All().Described())
 	}
 	op, err := kind.Operator(operation.Env{Pool: a.pool, Keys: a.keys(), Logger: slog.New(slog.DiscardHandler)}).Find(ctx, id)
 	if errors.Is(err, kind.Table().NotFound) {
@@ -874,14 +883,21 @@ func (a admin) operationsShow(ctx context.Context) error {
 		return err
 	}
 	if a.cmd.opts.json {
-		return a.writeJSON(map[string]any{"kind": kind.Name(), kind.Name(): op.View, "key": key, "jobs": jobs})
+		return a.writeJSON(map[string]any{"kind": kind.Name(), kind.Name(): op.View, "key": showKey(key), "jobs": jobs})
 	}
 	keyState := "reaped"
 	if key != nil {
 		keyState = string(key.Status)
 	}
-	if err := a.fields(kind.Name(), op.ID, "status", op.Status, "payment", orDash(op.ParentID), "tenant", op.TenantID,
-		"key", fmt.Sprintf("%s is %s", op.IdempotencyKey, keyState), "failure", orDash(op.FailureCode)); err != nil {
+	account := op.Account
+	if account == "" {
+		account = "the platform's"
+	}
+	if err := a.fields(kind.Name(), op.ID, "status", op.Status, "amount", strconv.FormatInt(op.Amount, 10),
+		"payment", orDash(op.ParentID), "tenant", op.TenantID, "account", account,
+		"provider object", orDash(operation.Deref(op.ProviderID)), "generation", strconv.Itoa(op.Generation),
+		"key", fmt.Sprintf("%s is %s", op.IdempotencyKey, keyState), "failure", orDash(op.FailureCode),
+		"created", ts(op.CreatedAt), "updated", ts(op.UpdatedAt)); err != nil {
 		return err
 	}
 	for _, j := range jobs {

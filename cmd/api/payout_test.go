@@ -113,6 +113,16 @@ func TestPayoutOperatorCommands(t *testing.T) {
 	out, err = b.cli("operations", "show", made)
 	require.NoError(t, err)
 	require.Contains(t, out, "cancel_payout")
+	// What an operator needs of a payout: its amount, its account, its
+	// provider object; its key in the JSON as the other commands show one.
+	for _, want := range []string{"3000", account, po.ID, "generation"} {
+		require.Contains(t, out, want)
+	}
+	raw, err := b.cli("operations", "show", made, "--json")
+	require.NoError(t, err)
+	require.Contains(t, raw, `"idempotency_key": "`+madeKey+`"`)
+	require.NotContains(t, raw, "TenantID")
+	require.NotContains(t, raw, `"Body"`)
 	_, err = b.cli("operations", "list", "transfer")
 	require.ErrorContains(t, err, "no kind \"transfer\"")
 }

@@ -240,9 +240,11 @@ type Shown struct {
 	Job                      river.JobArgs
 	FollowUps                []river.JobArgs
 	ProviderID               *string
-	Amount                   int64
-	Generation               int
-	CreatedAt, UpdatedAt     time.Time
+	// Account is the connected account it acts on; "" the platform's.
+	Account              string
+	Amount               int64
+	Generation           int
+	CreatedAt, UpdatedAt time.Time
 }
 
 // AllJobs names every job of the operation: its own, then its follow-ups'.

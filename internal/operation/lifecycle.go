@@ -103,7 +103,7 @@ func (l Lifecycle) Show(view any, status string, amount int64, providerID *strin
 ) Shown {
 	code, message := l.Failure()
 	return Shown{View: Inside{View: view, Lifecycle: l}, ID: l.ID, ParentID: parentID, Status: status, FailureCode: code, FailureMessage: message,
-		TenantID: l.TenantID, IdempotencyKey: l.IdempotencyKey, Job: job, FollowUps: followUps, ProviderID: providerID, Amount: amount,
+		TenantID: l.TenantID, IdempotencyKey: l.IdempotencyKey, Job: job, FollowUps: followUps, ProviderID: providerID, Account: l.Account(), Amount: amount,
 		Generation: l.ProviderKeyGeneration, CreatedAt: l.CreatedAt, UpdatedAt: l.UpdatedAt}
 }
 
