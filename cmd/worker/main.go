@@ -193,11 +193,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	go func() { _ = admin.Serve(ln) }()
 	defer admin.Close()
 
-	// River keeps retrying its own connection problems, so the worker
-	// starts even while the database is down and catches up when it is back.
-	// It gets a context that the signal does not cancel: cancelling Start's
-	// context would cancel running jobs at once, before the grace period.
-	if err := client.Start(context.WithoutCancel(ctx)); err != nil {
+	// The worker starts even while no database answers (a failover, a
+	// database starting): River starts once one does, and keeps retrying its
+	// own connection problems after.
+	if err := outbox.Start(ctx, client, postgres.IsUnavailable, logger); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return fmt.Errorf("start river: %w", err)
 	}
 	logger.InfoContext(ctx, "worker started", slog.String("admin_addr", ln.Addr().String()),

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,6 +29,7 @@ import (
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/serve"
 	"github.com/oncepay/oncepay/internal/testkit/apitest"
+	"github.com/oncepay/oncepay/internal/testkit/faultproxy"
 	"github.com/oncepay/oncepay/internal/testkit/pgtest"
 	"github.com/oncepay/oncepay/tools/stripesim"
 )
@@ -396,6 +398,31 @@ func TestWorkerEndToEnd(t *testing.T) {
 	require.Equal(t, http.StatusPaymentRequired, replay.Status)
 	require.Equal(t, declined.Raw, replay.Raw)
 	require.Equal(t, "true", replay.Header.Get(idempotency.ReplayedHeader))
+}
+
+// TestWorkerStartsBeforeItsDatabase: a worker started while no database
+// answers (a failover under way, a database still starting) waits for it,
+// saying so, instead of exiting, and charges once it answers.
+func TestWorkerStartsBeforeItsDatabase(t *testing.T) {
+	t.Parallel()
+	p := newPipeline(t)
+	u, err := url.Parse(p.url)
+	require.NoError(t, err)
+	proxy, err := faultproxy.Start(u.Host)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = proxy.Close() })
+	proxy.Cut()
+	u.Host = proxy.Addr()
+	behindProxy := *p
+	behindProxy.url = u.String()
+	go func() {
+		time.Sleep(3 * time.Second)
+		proxy.Restore()
+	}()
+	w := behindProxy.startWorker()
+	require.True(t, w.out.contains("the database does not answer; River starts once it does"), w.out.String())
+	r := p.api.Pay(t, id.New("key"), "pm_card_visa", "Prefer", "wait=5")
+	require.Equal(t, http.StatusCreated, r.Status, "body: %s", r.Raw)
 }
 
 // TestWorkerGracefulShutdown: on SIGTERM the worker lets a charge that is

@@ -137,3 +137,29 @@ func (p RetryPolicy) NextRetry(job *rivertype.JobRow) time.Time {
 	jitter := time.Duration((rand.Float64()*0.2 - 0.1) * float64(delay))
 	return time.Now().Add(delay + jitter)
 }
+
+// Start starts client's job fetching and working. A worker may be started
+// while no database answers (during a failover, before the database's
+// first start): River then refuses to start, and Start tries again, every
+// second and then less often, until the database answers or ctx ends.
+// unavailable tells an error of the database from one of configuration,
+// which is returned at once. The client runs under a context the caller's
+// cancellation does not reach: cancelling it would cancel running jobs at
+// once, before the shutdown's grace period.
+func Start(ctx context.Context, client *Client, unavailable func(error) bool, logger *slog.Logger) error {
+	wait := time.Second
+	for {
+		err := client.Start(context.WithoutCancel(ctx))
+		if err == nil || !unavailable(err) {
+			return err
+		}
+		logger.WarnContext(ctx, "the database does not answer; River starts once it does", slog.Any("error", err),
+			slog.Duration("retry_in", wait))
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the database never answered before the worker was stopped: %w", err)
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 10*time.Second)
+	}
+}
