@@ -815,7 +815,7 @@ func TestLandingCurlRunsAsPasted(t *testing.T) {
 	end := strings.Index(landing[start:], "</code></pre>")
 	command := html.UnescapeString(landing[start+len("<pre><code>") : start+end])
 	require.NotContains(t, command, "uuidgen", "not on a stock machine")
-	command = strings.ReplaceAll(command, "localhost:8080", strings.TrimPrefix(b.server.URL, "http://"))
+	require.Contains(t, command, strings.TrimPrefix(b.server.URL, "http://"), "the curl names the address the page was asked for")
 	cmd := exec.Command("bash", "-c", command)
 	cmd.Env = append(os.Environ(), "ONCEPAY_API_KEY="+b.tenant.APIKey)
 	out, err := cmd.Output()

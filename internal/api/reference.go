@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"fmt"
 	"html/template"
 	"net/http"
@@ -20,7 +21,10 @@ import (
 // ReferencePath is the API reference, rendered from the OpenAPI document.
 const ReferencePath = "/docs/api"
 
-func handleLanding(w http.ResponseWriter, _ *http.Request) {
+func handleLanding(w http.ResponseWriter, r *http.Request) {
+	// The curl names the address this page was asked for: the API's own,
+	// wherever it listens (PORTS=auto, a container's published port).
+	host := cmp.Or(r.Host, "localhost:8080")
 	body := `<p>oncepay takes payments that can be retried safely. A client sends <code>POST /v1/payments</code> with an
 <code>Idempotency-Key</code>; however often it retries (a timeout, a crash, a lost answer), the card is charged at most once
 and every retry gets the same answer. The key, the payment and the job that charges it are written in one transaction; a
@@ -34,7 +38,7 @@ replay, and looks up at the provider whatever stayed unknown.</p>
 <li><a href="/readyz">/readyz</a>: whether this instance reaches its database</li>
 </ul>
 <p>A first payment, with your API key (<code>api tenants create NAME</code> prints one; <code>make up</code> prints an <code>export ONCEPAY_API_KEY=…</code> line):</p>
-<pre><code>curl -s localhost:8080/v1/payments -H "Authorization: Bearer $ONCEPAY_API_KEY" -H 'Content-Type: application/json' \
+<pre><code>curl -s ` + template.HTMLEscapeString(host) + `/v1/payments -H "Authorization: Bearer $ONCEPAY_API_KEY" -H 'Content-Type: application/json' \
   -H "Idempotency-Key: first-payment-$(date +%s%N)" -H 'Prefer: wait=10' \
   -d '{"amount": 2000, "currency": "usd", "payment_method": "pm_card_visa"}'</code></pre>
 <p>Operators look at the books in the console, on the worker's admin listener (<code>/console/</code>), never on this port.</p>`
