@@ -518,13 +518,19 @@ func (f *Formation) Rejoin(ctx context.Context) (*Node, error) {
 	if err := f.save(); err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, setupTimeout)
+	ctx, cancel := context.WithTimeout(ctx, rejoinTimeout)
 	defer cancel()
 	if err := f.waitSynced(ctx); err != nil {
 		return nil, fmt.Errorf("%s rejoining: %w", n.Name, err)
 	}
 	return n, nil
 }
+
+// rejoinTimeout bounds a rejoin, longer than the other waits: pg_rewind
+// copies every WAL file the promoted node holds, and under an hour's load
+// (a chaos run's, with seventy timelines' files kept) one copied 3 GB and
+// took a minute and a half before its server started.
+const rejoinTimeout = 4 * time.Minute
 
 // removeStaleLock removes the lock file of a server of data that is not
 // running, refusing if the process it names is that server after all.
