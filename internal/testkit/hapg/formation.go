@@ -997,7 +997,15 @@ func (f *Formation) initCluster(ctx context.Context, data string) error {
 	// for a checkpoint spread over checkpoint_completion_target of the
 	// primary's checkpoint_timeout: 4.5 min by default, beyond every
 	// rejoin's wait; 3 s here.
-	settings := fmt.Sprintf("\nunix_socket_directories = '%s'\ncheckpoint_timeout = '30s'\ncheckpoint_completion_target = 0.1\n", f.sockets)
+	//
+	// pg_auto_failover keeps 8 GB of WAL (its wal_keep_size), for a standby
+	// to catch up by streaming; pg_rewind copies every WAL file the
+	// promoted node keeps, which in an hour's chaos run made 3 GB and a
+	// rewind of 90 s. The nodes' replication slots keep what a standby
+	// needs; 512 MB is a margin. (pg_auto_failover's own file is included at
+	// the top of postgresql.conf: what is written after it wins.)
+	settings := fmt.Sprintf("\nunix_socket_directories = '%s'\ncheckpoint_timeout = '30s'\ncheckpoint_completion_target = 0.1\n"+
+		"wal_keep_size = '512MB'\n", f.sockets)
 	if !f.opts.Durable {
 		settings += "fsync = off\n"
 	}

@@ -65,6 +65,11 @@ func TestFailover(t *testing.T) {
 	var inRecovery bool
 	require.NoError(t, conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&inRecovery))
 	require.True(t, inRecovery, "the former primary is a standby")
+	// Its WAL kept is the harness's, not the manager's 8 GB, which a
+	// rewind would copy whole; rejoined by pg_rewind, it still holds it.
+	var keep string
+	require.NoError(t, conn.QueryRow(ctx, "SHOW wal_keep_size").Scan(&keep))
+	require.Equal(t, "512MB", keep)
 	_, err = conn.Exec(ctx, "INSERT INTO acknowledged (id) VALUES (-1)")
 	var pgErr *pgconn.PgError
 	require.ErrorAs(t, err, &pgErr)
