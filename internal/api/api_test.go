@@ -240,14 +240,19 @@ func TestCreatePayment(t *testing.T) {
 		t.Parallel()
 		b := setup(t, options{})
 		key := newKey()
-		require.Equal(t, http.StatusAccepted, b.pay(key, visa2000).status)
+		accepted := b.pay(key, visa2000)
+		require.Equal(t, http.StatusAccepted, accepted.status)
 		require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
 			return b.keys.MarkUnknown(b.ctx, tx, b.tenant.TenantID, key)
 		}))
 		r := b.pay(key, visa2000)
-		requireProblem(t, r, problem.IdempotencyOutcomeUnknown)
+		body := requireProblem(t, r, problem.IdempotencyOutcomeUnknown)
 		require.Equal(t, "60", r.header.Get("Retry-After"))
 		require.Equal(t, 1, b.paymentsForKey(key))
+		// It names the payment and where to read it meanwhile.
+		require.Equal(t, accepted.json(t)["id"], body["resource_id"])
+		require.Equal(t, accepted.header.Get("Location"), r.header.Get("Location"))
+		require.NotEmpty(t, r.header.Get("Location"))
 	})
 
 	t.Run("FailedRetryableKeyReenqueuesSamePayment", func(t *testing.T) {

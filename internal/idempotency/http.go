@@ -101,7 +101,7 @@ func (e *Endpoint[T]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				"A key names one operation: send this request with a new key, or resend the first request unchanged to get its answer.",
 			res.Record.Method, res.Record.Path))
 	case Unresolved:
-		e.writeUnresolved(w, r)
+		e.writeUnresolved(w, r, res.Record)
 	case Expired:
 		e.writeExpired(w, r, res.Record)
 	}
@@ -178,12 +178,22 @@ func (e *Endpoint[T]) writeExpired(w http.ResponseWriter, r *http.Request, rec R
 	respond.Problem(w, r, e.Logger, pe)
 }
 
-func (e *Endpoint[T]) writeUnresolved(w http.ResponseWriter, r *http.Request) {
-	respond.Problem(w, r, e.Logger, &problem.Error{
+// writeUnresolved answers a key whose outcome is being reconciled, naming
+// what its request created and where to read it (the accepted answer's
+// Location), so that a client can follow it meanwhile.
+func (e *Endpoint[T]) writeUnresolved(w http.ResponseWriter, r *http.Request, rec Record) {
+	pe := &problem.Error{
 		Type:       problem.IdempotencyOutcomeUnknown,
 		Detail:     "The outcome of the operation started with this Idempotency-Key is being reconciled with the provider.",
 		RetryAfter: e.Store.cfg.UnknownRetryAfter,
-	})
+	}
+	if rec.ResourceID != "" {
+		pe.Extensions = map[string]any{"resource_id": rec.ResourceID}
+	}
+	if rec.Response != nil && rec.Response.Header["Location"] != "" {
+		w.Header().Set("Location", rec.Response.Header["Location"])
+	}
+	respond.Problem(w, r, e.Logger, pe)
 }
 
 // answer writes the stored response, after waiting for the operation to
@@ -200,7 +210,7 @@ func (e *Endpoint[T]) answer(w http.ResponseWriter, r *http.Request, res Result,
 			// acceptance into an error. Answer what was stored.
 			e.Logger.WarnContext(r.Context(), "waiting for operation failed", slog.String("tenant_id", rec.TenantID), slog.Any("error", err))
 		case waited.Status == StatusUnknown:
-			e.writeUnresolved(w, r)
+			e.writeUnresolved(w, r, waited)
 			return
 		case waited.Status == StatusFailedRetryable:
 			// The stored 202 no longer holds: the operation stopped without
