@@ -18,7 +18,8 @@ var (
 			"request again: it will then be answered with the original outcome."}
 	IdempotencyOutcomeUnknown = Type{"idempotency-outcome-unknown", "The outcome of this operation is being reconciled", http.StatusConflict,
 		"The operation reached the payment provider but its outcome could not be confirmed. It is being reconciled with the provider; " +
-			"do not create a new operation. Retry with the same key after Retry-After to get the final outcome."}
+			"do not create a new operation. Retry with the same key after Retry-After to get the final outcome; meanwhile " +
+			"resource_id names what the request created, and the Location header where to read it."}
 	IdempotencyKeyExpired = Type{"idempotency-key-expired", "This Idempotency-Key expired long ago", http.StatusUnprocessableEntity,
 		"The key was used for an operation whose stored response has passed its retention period. The key is remembered (as a " +
 			"tombstone) so that a very late retry can never run the operation a second time; nothing was done for this request. " +
