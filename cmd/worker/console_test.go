@@ -108,6 +108,8 @@ func TestConsole(t *testing.T) {
 	_, alerts := w.get(t, "/console/alerts")
 	require.Regexp(t, `(?s)OncepayLedgerFindings</td>.*?<strong>holds</strong>: 1`, alerts)
 	require.Regexp(t, `(?s)OncepayDatabaseUnreadable</td>.*?clear`, alerts)
+	// A rule over rates names its runbook too.
+	require.Regexp(t, `(?s)OncepayProviderFailing</td>.*?docs/operations.md#the-provider-is-failing`, alerts)
 
 	status, _ = w.get(t, "/console/nowhere")
 	require.Equal(t, http.StatusNotFound, status)

@@ -61,8 +61,17 @@ var checks = []check{
 		Runbook: "docs/operations.md#webhooks-are-not-processed"},
 }
 
-// rateRules are the rules only Prometheus can evaluate.
-var rateRules = []string{"OncepayProviderFailing", "OncepayAPIServerErrors", "OncepayJobsLostBySweeper", "OncepayGroupsFallingBack"}
+// rateRule is a rule only Prometheus can evaluate, with its runbook
+// annotation.
+type rateRule struct{ Alert, Runbook string }
+
+// rateRules are the rules over rates, listed with their runbooks.
+var rateRules = []rateRule{
+	{"OncepayProviderFailing", "docs/operations.md#the-provider-is-failing"},
+	{"OncepayAPIServerErrors", "docs/operations.md#the-api-answers-5xx"},
+	{"OncepayJobsLostBySweeper", "docs/operations.md#the-sweeper-handed-operations-to-reconciliation"},
+	{"OncepayGroupsFallingBack", "docs/operations.md#answers-recorded-alone-not-in-their-group"},
+}
 
 // Alert is one rule as the alerts page shows it.
 type Alert struct {
@@ -104,8 +113,8 @@ func evaluate(families []*dto.MetricFamily) []Alert {
 		}
 		out = append(out, a)
 	}
-	for _, name := range rateRules {
-		out = append(out, Alert{Name: name, Prometheus: true})
+	for _, r := range rateRules {
+		out = append(out, Alert{Name: r.Alert, Runbook: r.Runbook, Prometheus: true})
 	}
 	return out
 }
