@@ -528,8 +528,9 @@ func (f *Formation) Rejoin(ctx context.Context) (*Node, error) {
 
 // rejoinTimeout bounds a rejoin, longer than the other waits: pg_rewind
 // copies every WAL file the promoted node holds, and under an hour's load
-// (a chaos run's, with seventy timelines' files kept) one copied 3 GB and
-// took a minute and a half before its server started.
+// (a chaos run's, before the formation kept less WAL than the manager's
+// 8 GB) one copied 3 GB and took a minute and a half before its server
+// started.
 const rejoinTimeout = 4 * time.Minute
 
 // removeStaleLock removes the lock file of a server of data that is not

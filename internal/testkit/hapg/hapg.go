@@ -1,5 +1,5 @@
 // Package hapg runs a real failover manager: a pg_auto_failover monitor, a
-// primary and a synchronous standby, each a PostgreSQL of its own on a
+// primary and its synchronous standbys, each a PostgreSQL of its own on a
 // loopback port, so that tests prove what oncepay does when its primary
 // dies, is switched over, or comes back as a standby, against the manager a
 // deployment runs rather than a stand-in. Start(tb) is the tests' helper;
@@ -10,11 +10,12 @@
 // pg-auto-failover-cli; .ci/run installs them). Without it a test fails when
 // CI=true and is skipped otherwise, saying how to install it.
 //
-// Replication is synchronous while both nodes are healthy (the manager sets
-// synchronous_standby_names to the standby, and Start waits for it), so a
-// commit acknowledged before a failover is on the node promoted. While one
-// node is down the manager keeps the other writable alone (wait_primary):
-// commits made then exist once until Rejoin, as they would in production.
+// Replication is synchronous (the manager sets synchronous_standby_names to
+// the standbys, and Start waits for it), so a commit acknowledged before a
+// failover is on the node promoted. With one standby (Options.Standbys),
+// while a node is down the manager keeps the other writable alone
+// (wait_primary): commits made then exist once until Rejoin; with two, a
+// commit waits for the standby left.
 package hapg
 
 import (
@@ -40,13 +41,15 @@ type Cluster struct {
 	tb testing.TB
 }
 
-// Start brings up a monitor, a primary and a synchronous standby, tuned to
-// replace a dead primary in seconds, and returns once the standby is in sync.
-// Everything it started is stopped, and its directories removed, when the
-// test ends.
+// Start brings up a monitor, a primary and two synchronous standbys, each
+// commit waiting for one of them (the topology docs/operations.md asks for:
+// with one standby the manager can turn a switchover's primary
+// asynchronous, Options.Standbys), tuned to replace a dead primary in
+// seconds, and returns once both standbys are in sync. Everything it
+// started is stopped, and its directories removed, when the test ends.
 func Start(tb testing.TB) *Cluster {
 	tb.Helper()
-	f, err := StartFormation(context.Background(), Options{Logf: tb.Logf})
+	f, err := StartFormation(context.Background(), Options{Standbys: 2, Logf: tb.Logf})
 	if errors.Is(err, ErrNotInstalled) {
 		if os.Getenv("CI") == "true" {
 			tb.Fatalf("hapg: %v", err)
