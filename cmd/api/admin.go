@@ -24,6 +24,7 @@ import (
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/provider"
+	"github.com/oncepay/oncepay/internal/serve"
 	"github.com/oncepay/oncepay/internal/tenant"
 )
 
@@ -728,7 +729,7 @@ func (a admin) ledgerCheck(ctx context.Context) error {
 		return err
 	}
 	if len(all) > 0 {
-		return &exitError{code: exitFindings, err: fmt.Errorf("%d disagreements with the provider", len(all))}
+		return &serve.ExitError{Code: exitFindings, Err: fmt.Errorf("%d disagreements with the provider", len(all))}
 	}
 	return nil
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/refunds"
+	"github.com/oncepay/oncepay/internal/serve"
 	"github.com/oncepay/oncepay/tools/stripesim"
 )
 
@@ -263,7 +264,7 @@ func TestLedgerCheck(t *testing.T) {
 	require.Contains(t, out, "0 intents listed, 0 succeeded payments looked for, 0 disagreements")
 	require.Contains(t, out, "0 provider refunds listed, 0 succeeded refunds looked for, 0 disagreements")
 	out, err = b.cli("ledger", "check")
-	require.Equal(t, exitFindings, exitStatus(err), "%v: %s", err, out)
+	require.Equal(t, exitFindings, serve.ExitCode(err), "%v: %s", err, out)
 	require.Contains(t, out, "already open")
 	require.Contains(t, out, ledger.KindMissingIntent)
 }
@@ -274,19 +275,7 @@ func (b *opsBundle) ledgerCheckJSON(v any, args ...string) int {
 	b.t.Helper()
 	out, err := b.cli(append(append([]string{"ledger", "check"}, args...), "--json")...)
 	require.NoError(b.t, json.Unmarshal([]byte(out), v), "%v: %s", err, out)
-	return exitStatus(err)
-}
-
-// exitStatus is the status main exits with for run's error.
-func exitStatus(err error) int {
-	var exit *exitError
-	switch {
-	case err == nil:
-		return 0
-	case errors.As(err, &exit):
-		return exit.code
-	}
-	return 1
+	return serve.ExitCode(err)
 }
 
 // refundRow stores a refund of paymentID as a refund worker would have

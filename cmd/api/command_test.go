@@ -16,6 +16,7 @@ import (
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/kinds"
 	"github.com/oncepay/oncepay/internal/operation"
+	"github.com/oncepay/oncepay/internal/serve"
 	"github.com/oncepay/oncepay/internal/tenant"
 	"github.com/oncepay/oncepay/internal/testkit/pgtest"
 )
@@ -51,16 +52,16 @@ func TestUnknownCommandsAndFlagsAreRefused(t *testing.T) {
 		err := run(context.Background(), append([]string{"api"}, strings.Fields(args)...), env(map[string]string{}), io.Discard)
 		require.Error(t, err, args)
 		require.Contains(t, err.Error(), "usage", args)
-		require.Equal(t, 2, exitCode(err), "a usage error exits 2: %s", args)
+		require.Equal(t, 2, serve.ExitCode(err), "a usage error exits 2: %s", args)
 	}
 	// A flag's value the command refuses is a usage error too; a command
 	// that ran and failed is not.
 	err := run(context.Background(), []string{"api", "payments", "list", "--status", "lost"}, env(map[string]string{}), io.Discard)
-	require.Equal(t, 2, exitCode(err))
+	require.Equal(t, 2, serve.ExitCode(err))
 	err = run(context.Background(), []string{"api", "payments", "list"}, env(map[string]string{"DATABASE_URL": "postgres://nobody@127.0.0.1:1/none?connect_timeout=1"}), io.Discard)
 	require.Error(t, err)
-	require.Equal(t, 1, exitCode(err))
-	require.Equal(t, exitFindings, exitCode(&exitError{code: exitFindings, err: errors.New("2 disagreements")}))
+	require.Equal(t, 1, serve.ExitCode(err))
+	require.Equal(t, exitFindings, serve.ExitCode(&serve.ExitError{Code: exitFindings, Err: errors.New("2 disagreements")}))
 }
 
 // TestAGroupAloneListsItsCommands: "api keys" names no command, but says

@@ -55,18 +55,8 @@ func main() {
 	defer stop()
 	if err := run(ctx, os.Args, os.Getenv, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "api:", err)
-		os.Exit(exitCode(err))
+		os.Exit(serve.ExitCode(err))
 	}
-}
-
-// exitCode is the exit status after err: a command's own (exitError),
-// serve.ExitUsage for a command or flags it does not take, otherwise 1.
-func exitCode(err error) int {
-	var exit *exitError
-	if errors.As(err, &exit) {
-		return exit.code
-	}
-	return serve.ExitCode(err)
 }
 
 // exitFindings is the exit status of "ledger check" when it found
@@ -75,19 +65,10 @@ func exitCode(err error) int {
 // failure (1).
 const exitFindings = 3
 
-// exitError is an error that asks main for an exit status other than 1.
-type exitError struct {
-	code int
-	err  error
-}
-
-func (e *exitError) Error() string { return e.err.Error() }
-func (e *exitError) Unwrap() error { return e.err }
-
 func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
 	cmd, err := parseCommand(args)
 	if err != nil {
-		return serve.UsageError{Err: err}
+		return serve.Usage(err)
 	}
 	if cmd.name == "help" {
 		_, err := fmt.Fprintf(stdout, "%s\n\nEnvironment variables read (docs/configuration.md describes each):\n  %s\n",

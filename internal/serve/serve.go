@@ -128,7 +128,7 @@ func Readyz(db Pinger) http.HandlerFunc {
 
 // ParseNoArgs reads the arguments of a binary configured only by its
 // environment (args holds the program name first): none, or a request for
-// help. Anything else is a UsageError naming it, so a typo in a
+// help. Anything else is a usage error naming it, so a typo in a
 // deployment's command fails at start instead of being ignored.
 func ParseNoArgs(args []string) (help bool, err error) {
 	for _, a := range args[min(1, len(args)):] {
@@ -136,7 +136,7 @@ func ParseNoArgs(args []string) (help bool, err error) {
 		case "-h", "-help", "--help", "help":
 			return true, nil
 		default:
-			return false, UsageError{fmt.Errorf("unexpected argument %q: this program takes none (it is configured by environment variables; --help lists them)", a)}
+			return false, Usage(fmt.Errorf("unexpected argument %q: this program takes none (it is configured by environment variables; --help lists them)", a))
 		}
 	}
 	return false, nil
@@ -147,20 +147,28 @@ func ParseNoArgs(args []string) (help bool, err error) {
 // its call (2) from a failure of the command (1).
 const ExitUsage = 2
 
-// UsageError is a command's refusal of its arguments: it exits ExitUsage.
-type UsageError struct{ Err error }
+// ExitError is an error that asks for an exit status other than 1: a
+// command's own (ledger check's findings), or ExitUsage (Usage).
+type ExitError struct {
+	Code int
+	Err  error
+}
 
-func (e UsageError) Error() string { return e.Err.Error() }
-func (e UsageError) Unwrap() error { return e.Err }
+func (e *ExitError) Error() string { return e.Err.Error() }
+func (e *ExitError) Unwrap() error { return e.Err }
 
-// ExitCode is the exit status a command ends with after err: ExitUsage
-// for a UsageError, 1 for any other, 0 for none.
+// Usage is err, a command's refusal of its arguments: it exits ExitUsage.
+func Usage(err error) error { return &ExitError{Code: ExitUsage, Err: err} }
+
+// ExitCode is the exit status a command ends with after err: an
+// ExitError's code, 1 for any other error, 0 for none.
 func ExitCode(err error) int {
+	var exit *ExitError
 	switch {
 	case err == nil:
 		return 0
-	case errors.As(err, new(UsageError)):
-		return ExitUsage
+	case errors.As(err, &exit):
+		return exit.Code
 	default:
 		return 1
 	}
