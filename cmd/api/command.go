@@ -187,8 +187,8 @@ release of it), what we know of its provider calls (intent, provider key,
 generation, attempt times, reconciliation schedule), its River jobs with the
 errors of their attempts, the provider's events about it and its ledger
 findings. It only reads.`, flags: jsonFlag},
-	{name: "operations list", args: []string{"KIND"}, summary: "list one kind's operations of every tenant, newest first", help: `Lists the operations of KIND (payment, refund, capture, cancel, payout: every
-registered kind) of every tenant, newest first, with their state, their
+	{name: "operations list", args: []string{"KIND"}, summary: "list one kind's operations of every tenant, newest first", help: `Lists the operations of KIND (every registered kind: ` + strings.Join(kinds.All().Names(), ", ") + `)
+of every tenant, newest first, with their state, their
 payment (for a kind that has one), their key and why they failed.`, flags: func(fs *flag.FlagSet, o *options) {
 		jsonFlag(fs, o)
 		fs.StringVar(&o.status, "status", "", "only operations in this state")
@@ -199,7 +199,7 @@ payment (for a kind that has one), their key and why they failed.`, flags: func(
 		}
 		return nil
 	}},
-	{name: "operations show", args: []string{"ID"}, summary: "one operation of any kind: its state, its key, its jobs", help: `Shows one operation of any kind by its id (pay_…, rfd_…, cap_…, ccl_…, pyo_…):
+	{name: "operations show", args: []string{"ID"}, summary: "one operation of any kind: its state, its key, its jobs", help: `Shows one operation of any kind by its id (` + kinds.All().Described() + `):
 its state as an operator sees it, its idempotency key and the key's state, and
 its River jobs with the errors of their attempts. It only reads.`, flags: jsonFlag},
 	{name: "reconcile", reads: readsProvider, args: []string{"ID"}, summary: "look an operation of any kind (" + strings.Join(kinds.All().Names(), ", ") + ") up at the provider now and settle it", help: `Looks payment ID up at the provider now and settles it with the reconciler's

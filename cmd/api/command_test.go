@@ -184,13 +184,15 @@ func TestHelpNamesEveryKind(t *testing.T) {
 	}
 	overview, reconcile, release, check := help("--help"), help("reconcile", "--help"), help("keys", "release", "--help"),
 		help("ledger", "check", "--help")
+	list, show := help("operations", "list", "--help"), help("operations", "show", "--help")
 	ledgerEnv := operation.Env{Logger: slog.New(slog.DiscardHandler)}
 	for _, k := range kinds.All() {
-		for _, text := range []string{overview, reconcile, release} {
+		for _, text := range []string{overview, reconcile, release, list, show} {
 			require.Contains(t, text, k.Name(), "a help that leaves out %s:\n%s", k.Name(), text)
 		}
 		for _, prefix := range k.IDPrefixes() {
 			require.Contains(t, reconcile, prefix+"_", "reconcile's help names no id of %s", k.Name())
+			require.Contains(t, show, prefix+"_", "operations show's help names no id of %s", k.Name())
 		}
 		if k.Ledger(ledgerEnv) != nil {
 			require.Contains(t, check, k.Name()+"s", "ledger check's help leaves out %s", k.Name())
