@@ -43,7 +43,15 @@ func TestAnAbandonedCommitStillWaitsForItsStandby(t *testing.T) {
 	}
 	exec(`CREATE TABLE payments (id text PRIMARY KEY)`)
 	exec(`ALTER SYSTEM SET synchronous_standby_names = 'absent_standby'`)
-	exec(`SELECT pg_reload_conf()`)
+	// Started again rather than reloaded: a reload reaches the sessions
+	// and the server's own flag each in its own time, and a commit between
+	// the two would not wait.
+	require.NoError(t, admin.Close(ctx))
+	require.NoError(t, localpg.Stop(ctx, dir))
+	_, err = localpg.Start(ctx, dir, port, localpg.Options{})
+	require.NoError(t, err)
+	admin, err = pgx.Connect(ctx, adminURL)
+	require.NoError(t, err)
 	exec(`SET synchronous_commit = local`) // the admin's own reads and writes do not wait
 
 	pool, err := postgres.Open(ctx, postgres.PoolConfig{URL: adminURL})

@@ -411,6 +411,15 @@ func (f *Formation) tuneKeeper(ctx context.Context, n *Node) error {
 		if err != nil {
 			return err
 		}
+		// Each set has the keeper reload its file; the next set rewrites
+		// it in place, and a keeper reading it half written (no port:
+		// "Failed to connect to local database") restarted its service
+		// until it gave up, under a busy make test. One reload at a time.
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(300 * time.Millisecond):
+		}
 	}
 	return nil
 }
