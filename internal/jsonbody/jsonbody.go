@@ -5,6 +5,7 @@
 package jsonbody
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -28,11 +29,25 @@ type Object struct {
 	Members map[string]json.RawMessage
 }
 
-// ReadOptional is Read for a body that may be left out: an empty body
-// (Content-Length: 0) is the empty object.
+// ReadOptional is Read for a body that may be left out: an empty body is
+// the empty object, whether it says so (Content-Length: 0) or is found
+// empty (a chunked body of no chunks).
 func ReadOptional(w http.ResponseWriter, r *http.Request) (Object, error) {
+	empty := Object{Members: map[string]json.RawMessage{}}
 	if r.ContentLength == 0 {
-		return Object{Members: map[string]json.RawMessage{}}, nil
+		return empty, nil
+	}
+	if r.ContentLength < 0 {
+		body := bufio.NewReaderSize(r.Body, 16)
+		if _, err := body.Peek(1); errors.Is(err, io.EOF) {
+			return empty, nil
+		}
+		withBody := *r
+		withBody.Body = struct {
+			io.Reader
+			io.Closer
+		}{body, r.Body}
+		r = &withBody
 	}
 	return Read(w, r)
 }

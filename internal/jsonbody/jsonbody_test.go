@@ -84,6 +84,36 @@ func TestRead(t *testing.T) {
 	require.Equal(t, problem.InvalidRequest, problemType(err))
 }
 
+// TestReadOptional: a body left out is the empty object, however its
+// emptiness is told (Content-Length: 0, or a chunked body of no chunks);
+// a body of unknown length is read whole.
+func TestReadOptional(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name    string
+		body    string
+		chunked bool
+		members int
+	}{
+		{"no body", "", false, 0},
+		{"an empty chunked body", "", true, 0},
+		{"a chunked object", `{"a":1,"b":2}`, true, 2},
+		{"an object", `{"a":1}`, false, 1},
+	} {
+		r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(c.body))
+		if c.chunked {
+			r.ContentLength = -1
+		}
+		obj, err := jsonbody.ReadOptional(httptest.NewRecorder(), r)
+		require.NoError(t, err, c.name)
+		require.Len(t, obj.Members, c.members, c.name)
+	}
+	r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(" "))
+	r.ContentLength = -1
+	_, err := jsonbody.ReadOptional(httptest.NewRecorder(), r)
+	require.Error(t, err, "a body of blanks is not left out")
+}
+
 func TestValidator(t *testing.T) {
 	t.Parallel()
 	obj, err := jsonbody.Parse([]byte(`{"n": 2e3, "f": 1.5, "s": 7, "m": {"k": "v", "bad": 1}, "extra": true, "nul": null}`))
