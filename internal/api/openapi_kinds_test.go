@@ -15,6 +15,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/jsonbody"
 	"github.com/oncepay/oncepay/internal/problem"
 	"github.com/oncepay/oncepay/internal/tenant"
 	"github.com/oncepay/oncepay/internal/testkit/apitest"
@@ -156,6 +157,11 @@ func TestOpenAPIResponsesOfRefundsPayoutsAndEvents(t *testing.T) {
 	require.True(t, stored.Duplicate)
 	requireSpecProblem(t, deliver(true, http.StatusBadRequest, "t=1,v1=00"), problem.InvalidRequest)
 
+	// Every resource shows its members in one order: the document's.
+	requireMembersInOrder(t, s, "Payment", c.send(true, http.StatusOK, http.MethodGet, "/v1/payments/"+paid, "").body)
+	requireMembersInOrder(t, s, "Refund", c.send(true, http.StatusOK, http.MethodGet, "/v1/refunds/"+refundID, "").body)
+	requireMembersInOrder(t, s, "Payout", c.send(true, http.StatusOK, http.MethodGet, "/v1/payouts/"+payoutID, "").body)
+
 	covered := requireEveryStatusExercised(t, s, chk, pathsOfRefundsPayoutsAndEvents,
 		[]string{"201", "202", "200", "400", "404", "409", "422"})
 	t.Logf("%d operations and statuses exercised here", covered)
@@ -214,4 +220,18 @@ func requireEveryStatusExercised(t *testing.T, s *spec, chk *checker, paths, sta
 	slices.Sort(missed)
 	require.Empty(t, missed, "declared by api/openapi.yaml, never answered here")
 	return covered
+}
+
+// requireMembersInOrder requires body's members in the order the
+// document's schema lists them as required: id and object first, the
+// failure and the times last, in every kind.
+func requireMembersInOrder(t *testing.T, s *spec, schema string, body []byte) {
+	t.Helper()
+	obj, err := jsonbody.Parse(body)
+	require.NoError(t, err)
+	required := s.doc.Components.Schemas[schema].Value.Required
+	shown := slices.DeleteFunc(slices.Clone(obj.Names), func(name string) bool { return !slices.Contains(required, name) })
+	require.Equal(t, required, shown, "%s: %s", schema, body)
+	require.Equal(t, []string{"id", "object"}, obj.Names[:2], schema)
+	require.Equal(t, []string{"created_at", "updated_at"}, obj.Names[len(obj.Names)-2:], schema)
 }

@@ -1,6 +1,7 @@
 package operation
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/respond"
 )
 
 // Lifecycle is the shape of the columns every kind's table has for the
@@ -72,6 +74,43 @@ func (t Table) NextProviderKey(e Entry, generation int) string {
 func (l Lifecycle) InUTC() Lifecycle {
 	l.CreatedAt, l.UpdatedAt = l.CreatedAt.UTC(), l.UpdatedAt.UTC()
 	return l
+}
+
+// MarshalView marshals view, a kind's struct that embeds l first, with
+// its members in the order every kind shows them, a payment's included:
+// the id, then the kind's own members, the failure and the times last.
+// (Embedded first, l's members would all lead.)
+func (l Lifecycle) MarshalView(view any) ([]byte, error) {
+	all, err := respond.Marshal(view)
+	if err != nil {
+		return nil, err
+	}
+	lead, err := respond.Marshal(struct {
+		ID             string    `json:"id"`
+		FailureCode    *string   `json:"failure_code"`
+		FailureMessage *string   `json:"failure_message"`
+		CreatedAt      time.Time `json:"created_at"`
+		UpdatedAt      time.Time `json:"updated_at"`
+	}{l.ID, l.FailureCode, l.FailureMessage, l.CreatedAt, l.UpdatedAt})
+	if err != nil {
+		return nil, err
+	}
+	id, err := respond.Marshal(l.ID)
+	if err != nil {
+		return nil, err
+	}
+	lead = lead[:len(lead)-1] // {"id":…,"updated_at":…
+	if !bytes.HasPrefix(all, lead) {
+		return nil, fmt.Errorf("show %s: its lifecycle's members do not lead %s", l.ID, all)
+	}
+	idMember := len(`{"id":`) + len(id)
+	own := all[len(lead) : len(all)-1] // ,"object":… or nothing
+	out := make([]byte, 0, len(all))
+	out = append(out, lead[:idMember]...)
+	out = append(out, own...)
+	out = append(out, ',')
+	out = append(out, lead[idMember+1:]...)
+	return append(out, '}'), nil
 }
 
 // LifecycleColumns are Lifecycle's columns, for a kind's SELECT lists.

@@ -78,10 +78,19 @@ type Payment struct {
 	Status                  Status            `json:"status" db:"status"`
 	ProviderIdempotencyKey  string            `json:"-" db:"provider_idempotency_key"`
 	ProviderPaymentIntentID *string           `json:"provider_payment_intent_id" db:"provider_payment_intent_id"`
-	FailureCode             *string           `json:"failure_code" db:"failure_code"`
-	DeclineCode             *string           `json:"decline_code" db:"decline_code"`
-	FailureMessage          *string           `json:"failure_message" db:"failure_message"`
-	ProviderKeyGeneration   int               `json:"-" db:"provider_key_generation"`
+	// AmountRefunded is what succeeded refunds gave back; pending ones are
+	// not counted until the provider confirms them.
+	AmountRefunded int64 `json:"amount_refunded" db:"amount_refunded"`
+	// CaptureMethod is automatic or manual. AmountCapturable is what an
+	// authorization holds while requires_capture; AmountCaptured what the
+	// provider took (refunds give back at most that).
+	CaptureMethod         string  `json:"capture_method" db:"capture_method"`
+	AmountCapturable      int64   `json:"amount_capturable" db:"amount_capturable"`
+	AmountCaptured        int64   `json:"amount_captured" db:"amount_captured"`
+	FailureCode           *string `json:"failure_code" db:"failure_code"`
+	DeclineCode           *string `json:"decline_code" db:"decline_code"`
+	FailureMessage        *string `json:"failure_message" db:"failure_message"`
+	ProviderKeyGeneration int     `json:"-" db:"provider_key_generation"`
 	// ProviderAccount is the tenant's connected account when the payment
 	// was made: every provider call about the payment acts on it. Nil is
 	// the platform's own account.
@@ -105,16 +114,6 @@ type Payment struct {
 	NextAction        *NextAction `json:"next_action,omitempty" db:"provider_next_action"`
 	CreatedAt         time.Time   `json:"created_at" db:"created_at"`
 	UpdatedAt         time.Time   `json:"updated_at" db:"updated_at"`
-
-	// AmountRefunded is what succeeded refunds gave back; pending ones are
-	// not counted until the provider confirms them.
-	AmountRefunded int64 `json:"amount_refunded" db:"amount_refunded"`
-	// CaptureMethod is automatic or manual. AmountCapturable is what an
-	// authorization holds while requires_capture; AmountCaptured what the
-	// provider took (refunds give back at most that).
-	CaptureMethod    string `json:"capture_method" db:"capture_method"`
-	AmountCapturable int64  `json:"amount_capturable" db:"amount_capturable"`
-	AmountCaptured   int64  `json:"amount_captured" db:"amount_captured"`
 }
 
 // NextAction is what the customer must do for a payment in

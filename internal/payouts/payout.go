@@ -18,7 +18,6 @@ import (
 	"github.com/oncepay/oncepay/internal/money"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/provider"
-	"github.com/oncepay/oncepay/internal/respond"
 )
 
 // IDPrefix starts every payout id ("pyo_01J…"), distinct from the
@@ -59,11 +58,12 @@ type Payout struct {
 	ProviderPayoutID *string `json:"provider_payout_id" db:"provider_payout_id"`
 }
 
-// MarshalJSON shows a payout as the API does: object "payout", times in UTC.
+// MarshalJSON shows a payout as the API does: object "payout", times in UTC,
+// members in the order every kind shows.
 func (p Payout) MarshalJSON() ([]byte, error) {
 	type shown Payout
 	p.Object, p.Lifecycle = "payout", p.InUTC()
-	return respond.Marshal(shown(p))
+	return p.MarshalView(shown(p))
 }
 
 // Entry is what the engine reads of a payout.

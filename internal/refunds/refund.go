@@ -32,7 +32,6 @@ import (
 	"github.com/oncepay/oncepay/internal/money"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/provider"
-	"github.com/oncepay/oncepay/internal/respond"
 )
 
 // IDPrefix starts every refund id ("rfd_01J…"), distinct from the
@@ -71,11 +70,12 @@ type Refund struct {
 	ProviderRefundID *string `json:"provider_refund_id" db:"provider_refund_id"`
 }
 
-// MarshalJSON shows a refund as the API does: object "refund", times in UTC.
+// MarshalJSON shows a refund as the API does: object "refund", times in UTC,
+// members in the order every kind shows.
 func (r Refund) MarshalJSON() ([]byte, error) {
 	type shown Refund
 	r.Object, r.Lifecycle = "refund", r.InUTC()
-	return respond.Marshal(shown(r))
+	return r.MarshalView(shown(r))
 }
 
 // Entry is what the engine reads of a refund.
