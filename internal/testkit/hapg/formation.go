@@ -184,6 +184,10 @@ func (f *Formation) resume(ctx context.Context) error {
 	if err := f.waitFor(ctx, "the monitor", func(ctx context.Context) error { _, err := f.states(ctx); return err }); err != nil {
 		return err
 	}
+	// A formation made by an earlier version gets today's settings.
+	if err := f.tuneMonitor(ctx); err != nil {
+		return err
+	}
 	for _, n := range f.nodes {
 		if n.keeper, err = f.spawn(n.home, "run", "--pgdata", n.data); err != nil {
 			return err
@@ -366,8 +370,12 @@ var monitorSettings = []struct{ name, value string }{
 	{"pgautofailover.health_check_max_retries", "1"},             // defaults to 2
 	{"pgautofailover.health_check_retry_delay", "500"},           // ms; defaults to 2000
 	{"pgautofailover.node_considered_unhealthy_timeout", "2000"}, // ms; defaults to 20000
-	{"pgautofailover.startup_grace_period", "1000"},              // ms; defaults to 10000
-	{"pgautofailover.primary_demote_timeout", "3000"},            // ms; defaults to 30000
+	// A monitor started again waits this long for every node to report
+	// before it judges one: a formation started again as a whole (make
+	// down, make up) would otherwise fail over to whichever standby
+	// reported first, and its primary, stopped hard, could not follow it.
+	{"pgautofailover.startup_grace_period", "15000"},  // ms; defaults to 10000
+	{"pgautofailover.primary_demote_timeout", "3000"}, // ms; defaults to 30000
 }
 
 var keeperSettings = []struct{ name, value string }{
