@@ -190,6 +190,10 @@ type Result struct {
 	// RetryAfter is the final answer's Retry-After: for a 202, when the
 	// operation is worth looking at again.
 	RetryAfter time.Duration
+	// OperationID is the capture's or cancel's own id (cap_…, ccl_…;
+	// Operation-Id) that the answer, the payment, does not show: what an
+	// operator's commands take.
+	OperationID string
 }
 
 // request is one API operation. Each method of Client describes its own and
@@ -230,11 +234,12 @@ func call[T any](ctx context.Context, c *Client, req request, opts ...CallOption
 	for {
 		res.Attempts++
 		ans := c.send(ctx, req, body, res.IdempotencyKey, cfg.wait)
-		res.StatusCode, res.Replayed, res.PreferenceApplied, res.RetryAfter = ans.status, false, "", 0
+		res.StatusCode, res.Replayed, res.PreferenceApplied, res.RetryAfter, res.OperationID = ans.status, false, "", 0, ""
 		if ans.header != nil {
 			res.Replayed = strings.EqualFold(ans.header.Get("Idempotent-Replayed"), "true")
 			res.PreferenceApplied = ans.header.Get("Preference-Applied")
 			res.RetryAfter = parseRetryAfter(ans.header.Get("Retry-After"), c.now())
+			res.OperationID = ans.header.Get("Operation-Id")
 		}
 		if ans.err == nil && ans.status >= 200 && ans.status < 300 {
 			out := new(T)

@@ -327,7 +327,15 @@ func TestOpenAPIResponses(t *testing.T) {
 		idempotency.HeaderName, captureKey, "Prefer", "wait=10").json(t)
 	require.Equal(t, "succeeded", captured["status"])
 	require.EqualValues(t, 1500, captured["amount_captured"])
-	c.send(true, http.StatusOK, http.MethodPost, capturePath, `{"amount_to_capture": 1500}`, idempotency.HeaderName, captureKey)
+	recaptured := c.send(true, http.StatusOK, http.MethodPost, capturePath, `{"amount_to_capture": 1500}`, idempotency.HeaderName, captureKey)
+	// The capture's own id, for the operator's commands, on its answer
+	// and on every replay.
+	captureID := recaptured.header.Get(authorizations.OperationIDHeader)
+	require.True(t, id.Valid("cap", captureID), captureID)
+	var captureRows int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM payment_actions WHERE id = $1 AND payment_id = $2`,
+		captureID, authorized["id"]).Scan(&captureRows))
+	require.Equal(t, 1, captureRows)
 	requireSpecProblem(t, c.send(true, http.StatusConflict, http.MethodPost, capturePath, `{}`, idempotency.HeaderName, newKey()),
 		problem.PaymentNotCapturable)
 	held := c.pay(true, http.StatusCreated, newKey(), manual, "Prefer", "wait=10").json(t)["id"].(string)
@@ -343,8 +351,9 @@ func TestOpenAPIResponses(t *testing.T) {
 		idempotency.HeaderName, newKey()).json(t)["status"])
 
 	cancelKey := newKey()
-	c.send(true, http.StatusAccepted, http.MethodPost, "/v1/payments/"+held+"/cancel", `{"cancellation_reason": "abandoned"}`,
-		idempotency.HeaderName, cancelKey)
+	cancelID := c.send(true, http.StatusAccepted, http.MethodPost, "/v1/payments/"+held+"/cancel", `{"cancellation_reason": "abandoned"}`,
+		idempotency.HeaderName, cancelKey).header.Get(authorizations.OperationIDHeader)
+	require.True(t, id.Valid("ccl", cancelID), cancelID)
 	require.Eventually(t, func() bool {
 		p, err := payments.GetPayment(ctx, pool, srv.Tenant.TenantID, held)
 		return err == nil && p.Status == payments.StatusCanceled

@@ -23,6 +23,12 @@ const (
 	Cancel  Kind = "cancel"
 )
 
+// OperationIDHeader names the capture or cancel a request made (cap_…,
+// ccl_…) on every answer stored under its key: the answer's body is the
+// payment, and the operator's commands (api operations show, api
+// reconcile) take the action's own id.
+const OperationIDHeader = "Operation-Id"
+
 // idPrefix starts an action's id: cap_… for a capture, ccl_… for a cancel,
 // so an operator's command knows the kind from the id alone.
 func (k Kind) idPrefix() string {

@@ -65,7 +65,11 @@ func (s service) act(ctx context.Context, tx pgx.Tx, attempt idempotency.Attempt
 	if err != nil {
 		return idempotency.Outcome{}, err
 	}
-	return s.Accept(ctx, tx, a, string(a.Kind), args{TenantID: tenantID, ID: a.ID}, p, "/v1/payments/"+p.ID, resumed)
+	out, err := s.Accept(ctx, tx, a, string(a.Kind), args{TenantID: tenantID, ID: a.ID}, p, "/v1/payments/"+p.ID, resumed)
+	if err == nil {
+		out.Response.Header[OperationIDHeader] = a.ID
+	}
+	return out, err
 }
 
 func (s service) insert(ctx context.Context, tx pgx.Tx, p payments.Payment, key idempotency.Request, req Request) (Action, error) {

@@ -53,13 +53,20 @@ func record(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, sent Action
 // longer held.
 func finalResponse(a Action, p payments.Payment) (idempotency.Response, error) {
 	location := "/v1/payments/" + p.ID
+	var resp idempotency.Response
 	if a.Status == StatusSucceeded {
-		return operation.Done(p, location)
+		var err error
+		if resp, err = operation.Done(p, location); err != nil {
+			return resp, err
+		}
+	} else {
+		pe := refusal(a.Kind, p)
+		pe.Detail = fmt.Sprintf("The payment provider refused to %s payment %s's authorization (%s); the payment is %s.",
+			a.Kind, p.ID, operation.Deref(a.FailureCode), p.Status)
+		resp = operation.Refused(pe, location)
 	}
-	pe := refusal(a.Kind, p)
-	pe.Detail = fmt.Sprintf("The payment provider refused to %s payment %s's authorization (%s); the payment is %s.",
-		a.Kind, p.ID, operation.Deref(a.FailureCode), p.Status)
-	return operation.Refused(pe, location), nil
+	resp.Header[OperationIDHeader] = a.ID
+	return resp, nil
 }
 
 // refusal is the kind's problem for a payment it cannot act on.

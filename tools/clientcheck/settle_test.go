@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -120,6 +121,7 @@ func TestCaptureAndCancel(t *testing.T) {
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	require.Equal(t, client.PaymentSucceeded, captured.Status)
 	require.EqualValues(t, 1500, captured.AmountCaptured)
+	require.True(t, strings.HasPrefix(res.OperationID, "cap_"), "the capture's own id: %q", res.OperationID)
 
 	_, res, err = b.client.CapturePayment(b.ctx, p.ID, client.CaptureParams{})
 	var pe *client.ProblemError
@@ -129,9 +131,10 @@ func TestCaptureAndCancel(t *testing.T) {
 
 	other, _, err := b.client.CreatePayment(b.ctx, manual, client.WithWait(10*time.Second))
 	require.NoError(t, err)
-	canceled, _, err := b.client.CancelPayment(b.ctx, other.ID, client.CancelParams{CancellationReason: "abandoned"}, client.WithWait(10*time.Second))
+	canceled, res, err := b.client.CancelPayment(b.ctx, other.ID, client.CancelParams{CancellationReason: "abandoned"}, client.WithWait(10*time.Second))
 	require.NoError(t, err)
 	require.Equal(t, client.PaymentCanceled, canceled.Status)
+	require.True(t, strings.HasPrefix(res.OperationID, "ccl_"), "the cancel's own id: %q", res.OperationID)
 }
 
 // TestRefund: a succeeded payment is refunded in part, answered succeeded
