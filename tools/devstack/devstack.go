@@ -23,6 +23,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -659,8 +660,13 @@ func (s *Stack) SetAccount(name, account string) error {
 // and ends every key the tenant had before at once: a stack started again
 // and again (make up) leaves one valid key, the one it printed last.
 func (s *Stack) OnlyKey(name string) (tenant.Created, error) {
-	if _, err := s.Tenant(name); err != nil {
+	var tenants []tenant.Tenant
+	if err := s.apiJSON(&tenants, "tenants", "list", "--json"); err != nil {
 		return tenant.Created{}, err
+	}
+	if !slices.ContainsFunc(tenants, func(t tenant.Tenant) bool { return t.Name == name }) {
+		// Made now, with its one key: no other key to end.
+		return s.Tenant(name)
 	}
 	var rotated tenant.Rotated
 	if err := s.apiJSON(&rotated, "tenants", "rotate-key", name, "--grace", "0s", "--json"); err != nil {

@@ -125,7 +125,8 @@ func TestAChosenDatabaseURLNeverFallsBack(t *testing.T) {
 // never expire.
 func TestOnlyKeyEndsTheKeysBefore(t *testing.T) {
 	t.Parallel()
-	s, err := devstack.Start(context.Background(), localConfig(t, pgtest.NewDatabase(t)))
+	dbURL := pgtest.NewDatabase(t)
+	s, err := devstack.Start(context.Background(), localConfig(t, dbURL))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Stop(context.Background()) })
 	status := func(key string) int {
@@ -140,6 +141,14 @@ func TestOnlyKeyEndsTheKeysBefore(t *testing.T) {
 	first, err := s.OnlyKey("local")
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, status(first.APIKey))
+	// A tenant made for the stack has the one key printed: none made and
+	// ended unseen (api tenants list would show it "expired").
+	conn, err := pgx.Connect(context.Background(), dbURL)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	var keys int
+	require.NoError(t, conn.QueryRow(context.Background(), `SELECT count(*) FROM api_keys WHERE tenant_id = $1`, first.TenantID).Scan(&keys))
+	require.Equal(t, 1, keys)
 	second, err := s.OnlyKey("local")
 	require.NoError(t, err)
 	require.Equal(t, first.TenantID, second.TenantID)

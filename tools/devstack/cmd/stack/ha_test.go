@@ -28,35 +28,7 @@ func TestHAStackRidesAFailover(t *testing.T) {
 		t.Skipf("%v; with CI=true this fails", err)
 	}
 	began := time.Now()
-	// A folder of its own, reachable by the user the servers run as when
-	// the tests run as root, with the stack's binaries in bin/: linked, not
-	// a link to the folder, since the stack knows its processes by the path
-	// of their binary.
-	dir, err := os.MkdirTemp("", "oncepay-stack-ha-")
-	require.NoError(t, err)
-	require.NoError(t, os.Chmod(dir, 0o755))
-	require.NoError(t, os.Mkdir(filepath.Join(dir, "bin"), 0o755))
-	binaries, err := os.ReadDir(filepath.Join(workDir, "bin"))
-	require.NoError(t, err)
-	for _, b := range binaries {
-		require.NoError(t, os.Link(filepath.Join(workDir, "bin", b.Name()), filepath.Join(dir, "bin", b.Name())))
-	}
-	t.Cleanup(func() {
-		// Should the test fail half-way, stop what it started.
-		if _, err := os.Stat(filepath.Join(dir, ".run", "stack.json")); err == nil {
-			_ = exec.Command(filepath.Join(dir, "bin", "stack"), "down").Run()
-		}
-		require.NoError(t, os.RemoveAll(dir))
-	})
-	env := append(os.Environ(), "DB=ha", "PORTS=auto")
-	stack := func(args ...string) string {
-		t.Helper()
-		cmd := exec.Command(filepath.Join("bin", "stack"), args...)
-		cmd.Dir, cmd.Env = dir, env
-		out, err := cmd.CombinedOutput()
-		require.NoError(t, err, "bin/stack %s:\n%s", strings.Join(args, " "), out)
-		return string(out)
-	}
+	dir, stack := stackIn(t, "DB=ha", "PORTS=auto")
 	// pay pastes the printed key and payment, as a newcomer would, until a
 	// payment succeeds: right after a failover the API may answer 503
 	// with Retry-After, and a client tries again.

@@ -95,12 +95,16 @@ func run(ctx context.Context, args []string, lookup func(string) (string, bool),
 	default:
 		return fmt.Errorf("DB=%q: the one value is ha (a pg_auto_failover formation of the stack's own)", db)
 	}
-	if ports, _ := lookup("PORTS"); ports == "auto" {
-		if err := freePorts(&cfg); err != nil {
+	ports, _ := lookup("PORTS")
+	if ports != "" && ports != "auto" {
+		return fmt.Errorf("PORTS=%q: the one value is auto (free loopback ports for the API, its metrics, the worker and the simulator)", ports)
+	}
+	// Only a stack about to start picks its ports: one asked to stop
+	// would find its own taken and forget them.
+	if ports == "auto" && (args[1] == "run" || args[1] == "up") {
+		if err := freePorts(&cfg, keptFile); err != nil {
 			return err
 		}
-	} else if ports != "" {
-		return fmt.Errorf("PORTS=%q: the one value is auto (free loopback ports for the API, its metrics, the worker and the simulator)", ports)
 	}
 	switch args[1] {
 	case "-h", "--help", "help":
@@ -123,12 +127,21 @@ func run(ctx context.Context, args []string, lookup func(string) (string, bool),
 
 // freePorts gives every address the stack listens on a free loopback port
 // (PORTS=auto): a second stack beside a running one, with no port to pick
-// by hand. A simulator elsewhere than loopback (Stripe itself) is left as
-// it is.
-func freePorts(cfg *devstack.Config) error {
-	addrs, err := devstack.FreeAddrs(4)
-	if err != nil {
-		return err
+// by hand. The ports picked at the last start are picked again while they
+// are free, so what was printed then stays true. A simulator elsewhere
+// than loopback (Stripe itself) is left as it is.
+func freePorts(cfg *devstack.Config, keptPath string) error {
+	k := loadKept(keptPath)
+	addrs := k.keptAddrs(4)
+	if addrs == nil {
+		var err error
+		if addrs, err = devstack.FreeAddrs(4); err != nil {
+			return err
+		}
+		k.Addrs = addrs
+		if err := k.save(); err != nil {
+			return err
+		}
 	}
 	cfg.APIAddr, cfg.WorkerAdminAddr, cfg.APIMetricsAddr = addrs[0], addrs[1], addrs[2]
 	if u, err := url.Parse(cfg.StripeAPIBase); err == nil && (u.Hostname() == "127.0.0.1" || u.Hostname() == "localhost") {
@@ -145,7 +158,7 @@ func runForeground(ctx context.Context, cfg devstack.Config, parent int, stdout 
 	if err != nil {
 		return err
 	}
-	printReady(stdout, s, cfg)
+	printReady(ctx, stdout, s, cfg)
 	fmt.Fprintln(stdout, "Ctrl-C stops everything.")
 	select {
 	case <-ctx.Done():
@@ -169,7 +182,7 @@ func up(ctx context.Context, cfg devstack.Config, stdout io.Writer) error {
 	if err := s.Save(); err != nil {
 		return errors.Join(err, s.Stop(context.WithoutCancel(ctx)))
 	}
-	printReady(stdout, s, cfg)
+	printReady(ctx, stdout, s, cfg)
 	fmt.Fprintln(stdout, "`make down` stops everything.")
 	return nil
 }
@@ -247,7 +260,7 @@ func switchover(ctx context.Context, stdout io.Writer) error {
 // tenant made for this stack, a payment to paste, and the operator's
 // commands pointed at this stack's database and provider (the simulator:
 // never Stripe by accident).
-func printReady(w io.Writer, s *devstack.Stack, cfg devstack.Config) {
+func printReady(ctx context.Context, w io.Writer, s *devstack.Stack, cfg devstack.Config) {
 	fmt.Fprintf(w, "\noncepay is up: API %s", s.APIURL)
 	if s.SimURL != "" {
 		fmt.Fprintf(w, ", Stripe simulator %s", s.SimURL)
@@ -261,13 +274,17 @@ func printReady(w io.Writer, s *devstack.Stack, cfg devstack.Config) {
 		fmt.Fprintf(w, "pg_auto_failover formation: %s (monitor %s); bin/stack failover or bin/stack switchover moves its primary\n",
 			s.FormationDir, s.MonitorURL)
 	}
-	created, err := s.OnlyKey(localTenant)
+	created, again, err := stackKey(ctx, s, keptFile)
 	if err != nil {
 		fmt.Fprintf(w, "\ncould not make the tenant %q: %v\n", localTenant, err)
 		return
 	}
+	whose := "made for this stack (kept in .run/local.json for its next starts; any printed before has ended)"
+	if again {
+		whose = "the one printed at this stack's last start (kept in .run/local.json)"
+	}
 	fmt.Fprintf(w, `
-An API key of the tenant %q, made for this stack (shown once; the ones printed before have ended):
+An API key of the tenant %q, %s:
   export ONCEPAY_API_KEY=%s
 A payment, answered once it is final:
   curl -s %s/v1/payments -H "Authorization: Bearer $ONCEPAY_API_KEY" -H 'Content-Type: application/json' -H "Idempotency-Key: first-payment-$(date +%%s%%N)" -H 'Prefer: wait=10' -d '{"amount": 2000, "currency": "usd", "payment_method": "pm_card_visa"}'
@@ -275,7 +292,7 @@ The operator's commands (bin/api …, docs/operations.md) against this stack:
   export DATABASE_URL='%s' STRIPE_API_BASE='%s' STRIPE_SECRET_KEY='%s' LISTEN_ADDR='%s' WORKER_ADMIN_ADDR='%s'
   bin/api payments list
   bin/api healthcheck && bin/worker healthcheck && echo healthy
-`, localTenant, created.APIKey, s.APIURL, s.DatabaseURL, cfg.StripeAPIBase, cfg.StripeSecretKey, hostOf(s.APIURL), hostOf(s.ConsoleURL))
+`, localTenant, whose, created.APIKey, s.APIURL, s.DatabaseURL, cfg.StripeAPIBase, cfg.StripeSecretKey, hostOf(s.APIURL), hostOf(s.ConsoleURL))
 }
 
 // hostOf is the host and port of one of the stack's URLs: where its

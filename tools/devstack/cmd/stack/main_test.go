@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -170,7 +171,8 @@ func fetch(url string) string {
 // left where it is; any other PORTS value is refused, naming auto.
 func TestPortsAuto(t *testing.T) {
 	cfg := devstack.Config{StripeAPIBase: "http://127.0.0.1:12111", APIAddr: "127.0.0.1:8080", APIMetricsAddr: "127.0.0.1:9080"}
-	require.NoError(t, freePorts(&cfg))
+	kept := filepath.Join(t.TempDir(), "local.json")
+	require.NoError(t, freePorts(&cfg, kept))
 	addrs := []string{cfg.APIAddr, cfg.WorkerAdminAddr, cfg.APIMetricsAddr, strings.TrimPrefix(cfg.StripeAPIBase, "http://")}
 	seen := map[string]bool{}
 	for _, addr := range addrs {
@@ -179,8 +181,20 @@ func TestPortsAuto(t *testing.T) {
 		require.False(t, seen[addr], "each its own port")
 		seen[addr] = true
 	}
+	// The next start picks the same ports while they are free, and new
+	// ones once one is taken.
+	again := devstack.Config{StripeAPIBase: "http://127.0.0.1:12111"}
+	require.NoError(t, freePorts(&again, kept))
+	require.Equal(t, addrs, []string{again.APIAddr, again.WorkerAdminAddr, again.APIMetricsAddr, strings.TrimPrefix(again.StripeAPIBase, "http://")})
+	taken, err := net.Listen("tcp", cfg.APIAddr)
+	require.NoError(t, err)
+	defer taken.Close()
+	moved := devstack.Config{StripeAPIBase: "http://127.0.0.1:12111"}
+	require.NoError(t, freePorts(&moved, kept))
+	require.NotEqual(t, cfg.APIAddr, moved.APIAddr)
+
 	stripe := devstack.Config{StripeAPIBase: "https://api.stripe.com"}
-	require.NoError(t, freePorts(&stripe))
+	require.NoError(t, freePorts(&stripe, kept))
 	require.Equal(t, "https://api.stripe.com", stripe.StripeAPIBase)
 
 	lookup := func(name string) (string, bool) {
@@ -190,4 +204,87 @@ func TestPortsAuto(t *testing.T) {
 		return "", false
 	}
 	require.ErrorContains(t, run(t.Context(), []string{"stack", "up"}, lookup, io.Discard), "the one value is auto")
+}
+
+// stackIn makes a folder of the test's own for `bin/stack` to run in, with
+// env added to its environment, and returns it and a runner of bin/stack
+// there. The folder is reachable by the user the DB=ha servers run as when
+// the tests run as root, and has the stack's binaries in bin/: linked, not
+// a link to the folder, since the stack knows its processes by the path of
+// their binary. A stack left up is brought down at the end.
+func stackIn(t *testing.T, env ...string) (string, func(args ...string) string) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "oncepay-stack-")
+	require.NoError(t, err)
+	require.NoError(t, os.Chmod(dir, 0o755))
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "bin"), 0o755))
+	binaries, err := os.ReadDir(filepath.Join(workDir, "bin"))
+	require.NoError(t, err)
+	for _, b := range binaries {
+		require.NoError(t, os.Link(filepath.Join(workDir, "bin", b.Name()), filepath.Join(dir, "bin", b.Name())))
+	}
+	t.Cleanup(func() {
+		// Should the test fail half-way, stop what it started.
+		if _, err := os.Stat(filepath.Join(dir, ".run", "stack.json")); err == nil {
+			down := exec.Command(filepath.Join("bin", "stack"), "down")
+			down.Dir = dir
+			_ = down.Run()
+		}
+		require.NoError(t, os.RemoveAll(dir))
+	})
+	env = append(os.Environ(), env...)
+	return dir, func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(filepath.Join("bin", "stack"), args...)
+		cmd.Dir, cmd.Env = dir, env
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "bin/stack %s:\n%s", strings.Join(args, " "), out)
+		return string(out)
+	}
+}
+
+// TestStackKeepsWhatItPrinted: a stack started again (make down, make up;
+// or make run stopped and run again) prints the key and, with PORTS=auto,
+// the ports it printed before, so what was exported and pasted still
+// works; the key file is the user's alone. A key that no longer works
+// (its database dropped, here its tenant's keys ended) is replaced.
+func TestStackKeepsWhatItPrinted(t *testing.T) {
+	dbURL := pgtest.NewDatabase(t)
+	dir, stack := stackIn(t, "PORTS=auto", "DATABASE_URL="+dbURL)
+	printed := func(out, prefix string) string {
+		t.Helper()
+		for _, line := range strings.Split(out, "\n") {
+			if l := strings.TrimSpace(line); strings.HasPrefix(l, prefix) {
+				return l
+			}
+		}
+		t.Fatalf("no line starting %q:\n%s", prefix, out)
+		return ""
+	}
+	first := stack("up")
+	stack("down")
+	again := stack("up")
+	require.Contains(t, again, "the one printed at this stack's last start")
+	for _, prefix := range []string{"export ONCEPAY_API_KEY=", "curl ", "export DATABASE_URL=", "oncepay is up: "} {
+		require.Equal(t, printed(first, prefix), printed(again, prefix))
+	}
+	paste := exec.Command("sh", "-ec", printed(again, "export ONCEPAY_API_KEY=")+"\n"+printed(again, "curl "))
+	paste.Dir = dir
+	paid, err := paste.CombinedOutput()
+	require.NoError(t, err, "%s", paid)
+	require.Contains(t, string(paid), `"status":"succeeded"`)
+	info, err := os.Stat(filepath.Join(dir, ".run", "local.json"))
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), info.Mode().Perm())
+
+	// Its keys ended by an operator: the next start prints a new one.
+	stack("down")
+	end := exec.Command(filepath.Join("bin", "api"), "tenants", "rotate-key", "local", "--grace", "0s")
+	end.Dir, end.Env = dir, append(os.Environ(), "DATABASE_URL="+dbURL)
+	out, err := end.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	third := stack("up")
+	require.Contains(t, third, "made for this stack")
+	require.NotEqual(t, printed(first, "export ONCEPAY_API_KEY="), printed(third, "export ONCEPAY_API_KEY="))
+	stack("down")
 }
