@@ -38,6 +38,7 @@ const (
 	ProblemPaymentNotCancelable       = "payment-not-cancelable"
 	ProblemPaymentBusy                = "payment-busy"
 	ProblemRateLimited                = "rate-limited"
+	ProblemAuthenticationLocked       = "authentication-locked"
 	ProblemTooManyPending             = "too-many-pending"
 	ProblemServiceUnavailable         = "service-unavailable"
 	ProblemInternal                   = "internal-error"

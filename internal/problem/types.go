@@ -90,6 +90,11 @@ var (
 		"Your account started more new operations (requests with a new Idempotency-Key) than its limit allows; nothing was done " +
 			"and the key was not used. Send the same request, with the same key, after Retry-After. Retries of keys already used " +
 			"never count against the limit, so a retry is always answered."}
+	AuthenticationLocked = Type{"authentication-locked", "Too many failed authentications", http.StatusTooManyRequests,
+		"Requests from your address presented an API key that is not valid (wrong, revoked or ended by a rotation) too often " +
+			"within a short window, so every request from it is refused until Retry-After, a valid key's too: the key was not " +
+			"looked at and nothing was done. Find the client still sending the bad key and give it the current one; then send " +
+			"the request again, with the same Idempotency-Key, after Retry-After."}
 	TooManyPending = Type{"too-many-pending", "Too many operations in flight", http.StatusTooManyRequests,
 		"Your account has as many operations still processing as it may have at once; nothing was done and the key was not used. " +
 			"Wait for some to finish (retry them, or read them, to learn their outcome), then send this request again with the same key " +
@@ -111,7 +116,7 @@ func Catalog() []Type {
 		InvalidRequest, RequestTooLarge, UnsupportedMediaType, UnsupportedContentEncoding, Unauthorized, NotFound, MethodNotAllowed,
 		CardDeclined, ProviderRejected, CustomerForbidden, PaymentNotRefundable, RefundExceedsRemaining, RefundFailed, PaymentNotCapturable,
 		PaymentNotCancelable, PaymentBusy, PayoutsNeedAccount, PayoutFailed, PayoutNotCancelable,
-		RateLimited, TooManyPending, ServiceUnavailable, Internal,
+		RateLimited, AuthenticationLocked, TooManyPending, ServiceUnavailable, Internal,
 	}
 }
 

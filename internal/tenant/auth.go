@@ -154,7 +154,7 @@ func (a *Authenticator) Middleware(logger *slog.Logger) func(http.Handler) http.
 				if a.onLimited != nil {
 					a.onLimited()
 				}
-				respond.Problem(w, r, logger, &problem.Error{Type: problem.RateLimited, RetryAfter: a.failures.Window(),
+				respond.Problem(w, r, logger, &problem.Error{Type: problem.AuthenticationLocked, RetryAfter: a.failures.Window(),
 					Detail: "Too many requests from your address failed to authenticate; wait before trying again."})
 				return
 			}

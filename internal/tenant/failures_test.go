@@ -41,7 +41,7 @@ func TestFailedAuthenticationIsLimited(t *testing.T) {
 	blocked := send("192.0.2.1", acme.APIKey)
 	require.Equal(t, http.StatusTooManyRequests, blocked.Code, "past its failures, even a valid key waits")
 	require.NotEmpty(t, blocked.Header().Get("Retry-After"))
-	require.Contains(t, blocked.Body.String(), "/docs/problems/rate-limited")
+	require.Contains(t, blocked.Body.String(), "/docs/problems/authentication-locked")
 	require.EqualValues(t, 1, limited.Load())
 	require.Equal(t, http.StatusNoContent, send("192.0.2.2", acme.APIKey).Code, "another address is not limited")
 	require.Eventually(t, func() bool { return send("192.0.2.1", acme.APIKey).Code == http.StatusNoContent },
