@@ -108,6 +108,7 @@ fuzz:
 	go test -run '^$$' -fuzz '^FuzzParseMachineStat$$' -fuzztime $(FUZZTIME) ./tools/bench
 	go test -run '^$$' -fuzz '^FuzzParseDelays$$' -fuzztime $(FUZZTIME) ./tools/bench
 	go test -run '^$$' -fuzz '^FuzzFirstMessage$$' -fuzztime $(FUZZTIME) ./tools/bench/netdelay
+	go test -run '^$$' -fuzz '^FuzzMarkdown$$' -fuzztime $(FUZZTIME) ./internal/api
 
 ## lint: gofmt, go vet and staticcheck
 lint:

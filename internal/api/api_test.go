@@ -709,6 +709,14 @@ func TestDocsAndHealth(t *testing.T) {
 	for _, s := range []string{"<code>Idempotency-Key</code>", "<code>amount</code>", "<code>capture_method</code>", "<code>422</code>"} {
 		require.Contains(t, ref, s)
 	}
+	// A parameter or answer the document shares is shown as itself (a
+	// POST's key is required, with its rules), and its markdown is
+	// rendered, never shown raw.
+	require.Regexp(t, `<tr><td><code>Idempotency-Key</code></td><td>header</td><td>yes</td><td>Names the operation`, ref)
+	require.NotContains(t, ref, "**")
+	require.NotContains(t, ref, "`")
+	require.NotContains(t, ref, "see Unauthorized")
+	require.Contains(t, ref, "<strong>202</strong>")
 	requireProblem(t, b.do(http.MethodDelete, "/v1/payments", b.tenant.APIKey, nil, ""), problem.MethodNotAllowed)
 }
 

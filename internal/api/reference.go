@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"html/template"
 	"net/http"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -52,26 +53,122 @@ type reference struct {
 	}
 	Paths      map[string]map[string]refOperation
 	Components struct {
-		Schemas map[string]refSchema
+		Schemas    map[string]refSchema
+		Parameters map[string]refParameter
+		Responses  map[string]refResponse
 	}
 }
 
 type refOperation struct {
 	Summary, Description string
-	Parameters           []struct {
-		Name, In, Description string
-		Required              bool
-		Ref                   string `yaml:"$ref"`
-	}
-	RequestBody *struct {
+	Parameters           []refParameter
+	RequestBody          *struct {
 		Content map[string]struct {
 			Schema refSchema
 		}
 	} `yaml:"requestBody"`
-	Responses map[string]struct {
-		Description string
-		Ref         string `yaml:"$ref"`
+	Responses map[string]refResponse
+}
+
+type refParameter struct {
+	Name, In, Description string
+	Required              bool
+	Ref                   string `yaml:"$ref"`
+}
+
+type refResponse struct {
+	Description string
+	Ref         string `yaml:"$ref"`
+}
+
+// refName is the name a $ref points to (#/components/parameters/Prefer:
+// Prefer).
+func refName(ref string) string { return ref[strings.LastIndex(ref, "/")+1:] }
+
+// parameter is p, or the component it refers to.
+func (r reference) parameter(p refParameter) refParameter {
+	if c, ok := r.Components.Parameters[refName(p.Ref)]; ok && p.Ref != "" {
+		return c
 	}
+	return p
+}
+
+// response is rs, or the component it refers to.
+func (r reference) response(rs refResponse) refResponse {
+	if c, ok := r.Components.Responses[refName(rs.Ref)]; ok && rs.Ref != "" {
+		return c
+	}
+	return rs
+}
+
+// The document's descriptions are CommonMark; the reference renders what
+// they use: paragraphs, list items, `code`, **strong** and [links](…).
+var (
+	inlineCode   = regexp.MustCompile("`([^`]+)`")
+	inlineStrong = regexp.MustCompile(`\*\*([^*]+)\*\*`)
+	inlineLink   = regexp.MustCompile(`\[([^\]]+)\]\(([^)\s]+)\)`)
+)
+
+// markdown renders a description as HTML, escaping everything else.
+func markdown(text string) string {
+	var b strings.Builder
+	inList := false
+	for _, para := range strings.Split(strings.TrimSpace(text), "\n\n") {
+		lines := strings.Split(para, "\n")
+		item := strings.HasPrefix(strings.TrimSpace(lines[0]), "- ")
+		if item && !inList {
+			b.WriteString("<ul>")
+		}
+		if !item && inList {
+			b.WriteString("</ul>")
+		}
+		inList = item
+		if !item {
+			b.WriteString("<p>" + markdownInline(strings.Join(lines, " ")) + "</p>")
+			continue
+		}
+		var items []string
+		for _, l := range lines {
+			if l = strings.TrimSpace(l); strings.HasPrefix(l, "- ") || len(items) == 0 {
+				items = append(items, strings.TrimPrefix(l, "- "))
+			} else {
+				items[len(items)-1] += " " + l
+			}
+		}
+		for _, it := range items {
+			b.WriteString("<li>" + markdownInline(it) + "</li>")
+		}
+	}
+	if inList {
+		b.WriteString("</ul>")
+	}
+	return b.String()
+}
+
+func markdownInline(text string) string {
+	// Code spans first, kept aside, so nothing inside them is read as
+	// markup. Their placeholders use a control character the escaping
+	// keeps and a description never holds.
+	text = strings.ReplaceAll(text, "\x01", "")
+	var spans []string
+	text = inlineCode.ReplaceAllStringFunc(text, func(m string) string {
+		spans = append(spans, "<code>"+template.HTMLEscapeString(m[1:len(m)-1])+"</code>")
+		return fmt.Sprintf("\x01%d\x01", len(spans)-1)
+	})
+	text = template.HTMLEscapeString(text)
+	text = inlineStrong.ReplaceAllString(text, "<strong>$1</strong>")
+	text = inlineLink.ReplaceAllStringFunc(text, func(m string) string {
+		parts := inlineLink.FindStringSubmatch(m)
+		href := parts[2]
+		if !strings.HasPrefix(href, "/") && !strings.HasPrefix(href, "https://") {
+			return m // only the service's own pages and https links
+		}
+		return `<a href="` + href + `">` + parts[1] + "</a>"
+	})
+	for i, span := range spans {
+		text = strings.Replace(text, fmt.Sprintf("\x01%d\x01", i), span, 1)
+	}
+	return text
 }
 
 type refSchema struct {
@@ -93,7 +190,7 @@ func renderReference(doc []byte) (template.HTML, error) {
 	}
 	var b strings.Builder
 	esc := template.HTMLEscapeString
-	b.WriteString("<p>" + esc(ref.Info.Summary) + " Rendered from <a href=\"" + OpenAPIPath + "\">openapi.yaml</a>, which is the contract.</p>")
+	b.WriteString("<p>" + markdownInline(ref.Info.Summary) + " Rendered from <a href=\"" + OpenAPIPath + "\">openapi.yaml</a>, which is the contract.</p>")
 	b.WriteString(`<p>Every <code>/v1</code> route takes <code>Authorization: Bearer &lt;api key&gt;</code>; every POST that changes state takes an
 <code>Idempotency-Key</code> (<a href="/docs/idempotency">how it works</a>); errors are <a href="` + problem.DocsPath + `">problem documents</a>.</p>`)
 	paths := make([]string, 0, len(ref.Paths))
@@ -115,18 +212,20 @@ func renderReference(doc []byte) (template.HTML, error) {
 				continue
 			}
 			anchor := method + strings.NewReplacer("/", "-", "{", "", "}", "", ".", "-").Replace(path)
-			fmt.Fprintf(&b, `<h2 id="%s"><code>%s %s</code></h2><p><strong>%s</strong></p>`, esc(anchor), strings.ToUpper(method), esc(path), esc(op.Summary))
+			fmt.Fprintf(&b, `<h2 id="%s"><code>%s %s</code></h2><p><strong>%s</strong></p>`, esc(anchor), strings.ToUpper(method), esc(path), markdownInline(op.Summary))
 			if op.Description != "" {
-				b.WriteString("<p>" + esc(op.Description) + "</p>")
+				b.WriteString(markdown(op.Description))
 			}
 			if len(op.Parameters) > 0 {
 				b.WriteString("<table><tr><th>parameter</th><th>in</th><th>required</th><th>description</th></tr>")
 				for _, p := range op.Parameters {
-					name := p.Name
-					if p.Ref != "" {
-						name = p.Ref[strings.LastIndex(p.Ref, "/")+1:]
+					p = ref.parameter(p)
+					required := "no"
+					if p.Required {
+						required = "yes"
 					}
-					fmt.Fprintf(&b, "<tr><td><code>%s</code></td><td>%s</td><td>%v</td><td>%s</td></tr>", esc(name), esc(p.In), p.Required, esc(p.Description))
+					fmt.Fprintf(&b, "<tr><td><code>%s</code></td><td>%s</td><td>%s</td><td>%s</td></tr>", esc(p.Name), esc(p.In), required,
+						markdownInline(p.Description))
 				}
 				b.WriteString("</table>")
 			}
@@ -142,12 +241,8 @@ func renderReference(doc []byte) (template.HTML, error) {
 			slices.Sort(codes)
 			b.WriteString("<table><tr><th>answer</th><th></th></tr>")
 			for _, code := range codes {
-				r := op.Responses[code]
-				what := r.Description
-				if r.Ref != "" {
-					what = "see " + r.Ref[strings.LastIndex(r.Ref, "/")+1:]
-				}
-				fmt.Fprintf(&b, "<tr><td><code>%s</code></td><td>%s</td></tr>", esc(code), esc(what))
+				r := ref.response(op.Responses[code])
+				fmt.Fprintf(&b, "<tr><td><code>%s</code></td><td>%s</td></tr>", esc(code), markdownInline(strings.TrimSpace(r.Description)))
 			}
 			b.WriteString("</table>")
 		}
@@ -159,7 +254,7 @@ func renderReference(doc []byte) (template.HTML, error) {
 func writeSchema(b *strings.Builder, ref reference, s refSchema) {
 	name := "body"
 	if s.Ref != "" {
-		name = s.Ref[strings.LastIndex(s.Ref, "/")+1:]
+		name = refName(s.Ref)
 		s = ref.Components.Schemas[name]
 	}
 	if len(s.Properties) == 0 {
@@ -173,7 +268,11 @@ func writeSchema(b *strings.Builder, ref reference, s refSchema) {
 	slices.Sort(members)
 	b.WriteString("<p>Body (<code>application/json</code>, " + esc(name) + "):</p><table><tr><th>member</th><th>required</th><th>description</th></tr>")
 	for _, m := range members {
-		fmt.Fprintf(b, "<tr><td><code>%s</code></td><td>%v</td><td>%s</td></tr>", esc(m), slices.Contains(s.Required, m), esc(s.Properties[m].Description))
+		required := "no"
+		if slices.Contains(s.Required, m) {
+			required = "yes"
+		}
+		fmt.Fprintf(b, "<tr><td><code>%s</code></td><td>%s</td><td>%s</td></tr>", esc(m), required, markdownInline(s.Properties[m].Description))
 	}
 	b.WriteString("</table>")
 }
