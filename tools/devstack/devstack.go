@@ -95,6 +95,10 @@ type Config struct {
 	// with a fresh database each run (the demo, the bench, the chaos
 	// driver) start the simulator fresh too.
 	KeepProviderState bool
+	// PayoutDelay is how long the simulator keeps a payout pending, then
+	// in transit: long enough, for a person trying the stack, to cancel
+	// one. Zero leaves the simulator's own (1s, 2s).
+	PayoutDelay time.Duration
 	// DropDatabase makes Stop drop the stack's database once its processes
 	// are gone: for a throwaway stack (the demo), which must leave nothing
 	// behind on the server.
@@ -239,6 +243,9 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 				return nil, err
 			}
 			simEnv = append(simEnv, "STRIPESIM_STATE_FILE="+state)
+		}
+		if cfg.PayoutDelay > 0 {
+			simEnv = append(simEnv, "STRIPESIM_PAYOUT_TRANSIT_DELAY="+cfg.PayoutDelay.String(), "STRIPESIM_PAYOUT_PAID_DELAY="+cfg.PayoutDelay.String())
 		}
 		// The endpoint is enabled for the event types the API acts on, as a
 		// Stripe endpoint should be (docs/operations.md).
@@ -646,6 +653,19 @@ func (s *Stack) Tenant(name string) (tenant.Created, error) {
 	var created tenant.Created
 	err := s.apiJSON(&created, "tenants", "ensure", name)
 	return created, err
+}
+
+// EnsureAccount gives the tenant named name the connected account
+// account, unless it has one.
+func (s *Stack) EnsureAccount(name, account string) error {
+	var tenants []tenant.Tenant
+	if err := s.apiJSON(&tenants, "tenants", "list", "--json"); err != nil {
+		return err
+	}
+	if i := slices.IndexFunc(tenants, func(t tenant.Tenant) bool { return t.Name == name }); i >= 0 && tenants[i].StripeAccount != nil {
+		return nil
+	}
+	return s.SetAccount(name, account)
 }
 
 // SetAccount gives the tenant named name its connected account.

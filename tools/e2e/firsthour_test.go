@@ -67,7 +67,7 @@ func TestFirstHour(t *testing.T) {
 		switch l := strings.TrimSpace(line); {
 		case strings.HasPrefix(l, "export ONCEPAY_API_KEY="):
 			key = l
-		case strings.HasPrefix(l, "curl "):
+		case strings.HasPrefix(l, "curl ") && payment == "": // the payment; the payout's follows
 			payment = l
 		}
 	}

@@ -39,7 +39,7 @@ func TestHAStackRidesAFailover(t *testing.T) {
 			switch l := strings.TrimSpace(line); {
 			case strings.HasPrefix(l, "export ONCEPAY_API_KEY="):
 				key = l
-			case strings.HasPrefix(l, "curl "):
+			case strings.HasPrefix(l, "curl ") && curl == "": // the payment; the payout's follows
 				curl = l
 			}
 		}

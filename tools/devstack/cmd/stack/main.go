@@ -81,6 +81,7 @@ func run(ctx context.Context, args []string, lookup func(string) (string, bool),
 		DatabaseURL:       getenv("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/oncepay?sslmode=disable"),
 		DatabaseURLChosen: chosen,
 		KeepProviderState: true,
+		PayoutDelay:       localPayoutDelay,
 		StripeSecretKey:   getenv("STRIPE_SECRET_KEY", "sk_test_oncepay_local"),
 		StripeAPIBase:     getenv("STRIPE_API_BASE", "http://127.0.0.1:12111"),
 		APIAddr:           getenv("LISTEN_ADDR", ""),
@@ -275,6 +276,9 @@ func printReady(ctx context.Context, w io.Writer, s *devstack.Stack, cfg devstac
 			s.FormationDir, s.MonitorURL)
 	}
 	created, again, err := stackKey(ctx, s, keptFile)
+	if err == nil && s.SimURL != "" {
+		err = s.EnsureAccount(localTenant, localAccount)
+	}
 	if err != nil {
 		fmt.Fprintf(w, "\ncould not make the tenant %q: %v\n", localTenant, err)
 		return
@@ -288,11 +292,13 @@ An API key of the tenant %q, %s:
   export ONCEPAY_API_KEY=%s
 A payment, answered once it is final:
   curl -s %s/v1/payments -H "Authorization: Bearer $ONCEPAY_API_KEY" -H 'Content-Type: application/json' -H "Idempotency-Key: first-payment-$(date +%%s%%N)" -H 'Prefer: wait=10' -d '{"amount": 2000, "currency": "usd", "payment_method": "pm_card_visa"}'
+A payout of part of what payments put in the tenant's balance (on its connected account, %s), pending for %s:
+  curl -s %s/v1/payouts -H "Authorization: Bearer $ONCEPAY_API_KEY" -H 'Content-Type: application/json' -H "Idempotency-Key: first-payout-$(date +%%s%%N)" -H 'Prefer: wait=10' -d '{"amount": 500, "currency": "usd"}'
 The operator's commands (bin/api …, docs/operations.md) against this stack:
   export DATABASE_URL='%s' STRIPE_API_BASE='%s' STRIPE_SECRET_KEY='%s' LISTEN_ADDR='%s' WORKER_ADMIN_ADDR='%s'
   bin/api payments list
   bin/api healthcheck && bin/worker healthcheck && echo healthy
-`, localTenant, whose, created.APIKey, s.APIURL, s.DatabaseURL, cfg.StripeAPIBase, cfg.StripeSecretKey, hostOf(s.APIURL), hostOf(s.ConsoleURL))
+`, localTenant, whose, created.APIKey, s.APIURL, localAccount, localPayoutDelay, s.APIURL, s.DatabaseURL, cfg.StripeAPIBase, cfg.StripeSecretKey, hostOf(s.APIURL), hostOf(s.ConsoleURL))
 }
 
 // hostOf is the host and port of one of the stack's URLs: where its
@@ -305,8 +311,17 @@ func hostOf(rawURL string) string {
 	return u.Host
 }
 
-// localTenant is the tenant made for a local stack.
-const localTenant = "local"
+// localTenant is the tenant made for a local stack, on the connected
+// account localAccount (the simulator takes any acct_ id): its payments
+// fill that account's balance, which its payouts pay out.
+const (
+	localTenant  = "local"
+	localAccount = "acct_oncepaylocal"
+)
+
+// localPayoutDelay keeps a local stack's payouts pending, then in transit,
+// this long each: time to try a cancel by hand.
+const localPayoutDelay = 30 * time.Second
 
 // parentGone fires when the process that started this one exits: `make
 // run &` followed by `kill $!` kills make, not its children, and the stack

@@ -76,7 +76,7 @@ func TestStackDiesWithItsParent(t *testing.T) {
 			pasted = append(pasted, l)
 		}
 	}
-	require.Len(t, pasted, 5, output())
+	require.Len(t, pasted, 6, output())
 	paste := func(lines ...string) string {
 		sh := exec.Command("sh", "-ec", strings.Join(lines, "\n"))
 		sh.Dir = workDir
@@ -87,8 +87,13 @@ func TestStackDiesWithItsParent(t *testing.T) {
 	var paid struct{ ID, Status string }
 	require.NoError(t, json.Unmarshal([]byte(paste(pasted[0], pasted[1])), &paid))
 	require.Equal(t, "succeeded", paid.Status, "the payment, settled within its wait")
-	require.Contains(t, paste(pasted[2], pasted[3]), paid.ID, "the operator's list shows it")
-	require.Contains(t, paste(pasted[2], pasted[4]), "healthy", "the health checks reach this stack's API and worker")
+	// The payout, from the balance the payment filled, is made and stays
+	// pending: it can still be canceled.
+	var paidOut struct{ ID, Status string }
+	require.NoError(t, json.Unmarshal([]byte(paste(pasted[0], pasted[2])), &paidOut))
+	require.Equal(t, "pending", paidOut.Status, "the payout, made within its wait")
+	require.Contains(t, paste(pasted[3], pasted[4]), paid.ID, "the operator's list shows it")
+	require.Contains(t, paste(pasted[3], pasted[5]), "healthy", "the health checks reach this stack's API and worker")
 
 	// The console's address is printed on a line of its own; the payment's
 	// page there shows its provider call and, webhooks being on, the

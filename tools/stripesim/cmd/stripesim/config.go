@@ -23,6 +23,11 @@ type config struct {
 	// creation an intent appears in search results, like Stripe's lagging
 	// search index. 0 makes search immediate. Defaults to 2s.
 	SearchIndexDelay time.Duration
+	// PayoutTransitDelay (STRIPESIM_PAYOUT_TRANSIT_DELAY) is how long a
+	// payout stays pending, cancelable, before it is in transit; then
+	// PayoutPaidDelay (STRIPESIM_PAYOUT_PAID_DELAY) later it is paid.
+	// Default to 1s and 2s.
+	PayoutTransitDelay, PayoutPaidDelay time.Duration
 	// Seed (STRIPESIM_SEED) seeds the source behind probabilistic faults, for
 	// reproducible runs. Defaults to random.
 	Seed uint64
@@ -61,6 +66,8 @@ func loadConfig(getenv func(string) string) (config, error) {
 		ProcessingRetrievals: env.Int("STRIPESIM_PROCESSING_RETRIEVALS", 2, 1, 1000),
 		SearchIndexDelay:     env.Duration("STRIPESIM_SEARCH_INDEX_DELAY", 2*time.Second, 0, 10*time.Minute),
 		ShutdownTimeout:      env.Duration("STRIPESIM_SHUTDOWN_TIMEOUT", 5*time.Second, time.Millisecond, time.Hour),
+		PayoutTransitDelay:   env.Duration("STRIPESIM_PAYOUT_TRANSIT_DELAY", time.Second, time.Millisecond, 24*time.Hour),
+		PayoutPaidDelay:      env.Duration("STRIPESIM_PAYOUT_PAID_DELAY", 2*time.Second, time.Millisecond, 24*time.Hour),
 		WebhookURL:           env.URL("STRIPESIM_WEBHOOK_URL"),
 		WebhookSecret:        env.String("STRIPESIM_WEBHOOK_SECRET", ""),
 		WebhookEvents:        eventTypes(getenv("STRIPESIM_WEBHOOK_EVENTS")),

@@ -62,6 +62,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		WebhookSecret:        cfg.WebhookSecret,
 		WebhookEvents:        cfg.WebhookEvents,
 		WebhookRetryBase:     cfg.WebhookRetryBase,
+		PayoutTransitDelay:   cfg.PayoutTransitDelay,
+		PayoutPaidDelay:      cfg.PayoutPaidDelay,
 	}
 	if cfg.SearchIndexDelay == 0 {
 		simCfg.SearchIndexDelay = -1 // the library's zero means its default
