@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -830,7 +831,39 @@ func (f *Formation) LogTails() []string {
 		lines = lines[max(0, len(lines)-40):]
 		tails = append(tails, fmt.Sprintf("the end of %s:\n%s", log, strings.Join(lines, "\n")))
 	}
+	for _, home := range f.homes() {
+		if why := serverExits(filepath.Join(home, "data")); why != "" {
+			tails = append(tails, why)
+		}
+	}
 	return tails
+}
+
+// serverExits are the lines of a server's newest log that say why one of
+// its processes ended abnormally (which one, by what signal or code): a
+// server in a crash loop says it only there.
+func serverExits(data string) string {
+	logs, _ := filepath.Glob(filepath.Join(data, "log", "*.log"))
+	if len(logs) == 0 {
+		return ""
+	}
+	slices.Sort(logs)
+	b, err := os.ReadFile(logs[len(logs)-1])
+	if err != nil {
+		return ""
+	}
+	var exits []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, "terminated by signal") || strings.Contains(line, "exited with exit code") ||
+			strings.Contains(line, "PANIC") || strings.Contains(line, "TRAP") {
+			exits = append(exits, line)
+		}
+	}
+	if len(exits) == 0 {
+		return ""
+	}
+	exits = exits[max(0, len(exits)-20):]
+	return fmt.Sprintf("processes of %s that ended abnormally:\n%s", logs[len(logs)-1], strings.Join(exits, "\n"))
 }
 
 func (f *Formation) logTails() {
