@@ -403,21 +403,6 @@ func bearerAuth(_ context.Context, in *openapi3filter.AuthenticationInput) error
 	return nil
 }
 
-// documentedResponses lists "METHOD path status" for every response the
-// document describes.
-func (s *spec) documentedResponses() []string {
-	var out []string
-	for path, item := range s.doc.Paths.Map() {
-		for method, op := range item.Operations() {
-			for code := range op.Responses.Map() {
-				out = append(out, fmt.Sprintf("%s %s %s", method, path, code))
-			}
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
 // pathExample fills a path template's parameters with v.
 func pathExample(template, v string) string {
 	var b strings.Builder
