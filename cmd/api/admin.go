@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -836,7 +837,10 @@ func (a admin) operationsList(ctx context.Context) error {
 		}
 	}
 	if kind == nil {
-		return fmt.Errorf("no kind %q; the kinds are %s", a.cmd.args[0], strings.Join(kinds.All().Names(), ", "))
+		return serve.Usage(fmt.Errorf("no kind %q; the kinds are %s", a.cmd.args[0], strings.Join(kinds.All().Names(), ", ")))
+	}
+	if s := a.cmd.opts.status; s != "" && !slices.Contains(kind.Statuses(), s) {
+		return serve.Usage(fmt.Errorf("--status %q is not a %s state; the states are %s", s, kind.Name(), strings.Join(kind.Statuses(), ", ")))
 	}
 	list, err := kind.Operator(operation.Env{Pool: a.pool, Keys: a.keys(), Logger: slog.New(slog.DiscardHandler)}).
 		List(ctx, a.cmd.opts.status, a.cmd.opts.limit)

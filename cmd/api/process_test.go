@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncepay/oncepay/internal/id"
+	"github.com/oncepay/oncepay/internal/kinds"
 	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/provider"
 	"github.com/oncepay/oncepay/internal/testkit/bintest"
@@ -138,4 +140,26 @@ func TestLedgerCheckExitStatus(t *testing.T) {
 	out, code = runBinary(t, nil, "ledger", "check", "--help")
 	require.Equal(t, 0, code, out)
 	require.Contains(t, out, "3 when it found disagreements")
+}
+
+// TestOperationsListStates runs the real "api operations list": every
+// registered kind takes each of its own states, and a state or a kind it
+// does not have is a usage error (exit 2) that names the ones there are,
+// never an empty table.
+func TestOperationsListStates(t *testing.T) {
+	t.Parallel()
+	vars := map[string]string{"DATABASE_URL": pgtest.NewDatabase(t)}
+	for _, k := range kinds.All() {
+		require.NotEmpty(t, k.Statuses(), k.Name())
+		for _, state := range k.Statuses() {
+			out, code := runBinary(t, vars, "operations", "list", k.Name(), "--status", state)
+			require.Equal(t, 0, code, "%s %s: %s", k.Name(), state, out)
+		}
+		out, code := runBinary(t, vars, "operations", "list", k.Name(), "--status", "bogus")
+		require.Equal(t, 2, code, out)
+		require.Contains(t, out, `--status "bogus" is not a `+k.Name()+" state; the states are "+strings.Join(k.Statuses(), ", "))
+	}
+	out, code := runBinary(t, vars, "operations", "list", "bogus")
+	require.Equal(t, 2, code, out)
+	require.Contains(t, out, "the kinds are "+strings.Join(kinds.All().Names(), ", "))
 }

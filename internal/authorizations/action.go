@@ -51,6 +51,9 @@ const (
 	StatusRequiresReconciliation Status = "requires_reconciliation"
 )
 
+// statuses are an action's states, in the order one meets them.
+var statuses = []Status{StatusPending, StatusSucceeded, StatusFailed, StatusRequiresReconciliation}
+
 // CancellationReasons are the reasons the provider takes for a cancel.
 var CancellationReasons = []string{"duplicate", "fraudulent", "requested_by_customer", "abandoned"}
 

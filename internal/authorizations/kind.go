@@ -42,7 +42,7 @@ func CancelKind() operation.Kind { return spec[cancel](Cancel, true) }
 
 func spec[K operation.Named](kind Kind, sharesJob bool) operation.Spec[K, args, Action, provider.Outcome, claim] {
 	return operation.Spec[K, args, Action, provider.Outcome, claim]{
-		Where: tableOf(kind), Action: "payment action", Prefixes: []string{kind.idPrefix()}, ProviderObjects: []string{provider.IntentPrefix},
+		Where: tableOf(kind), Action: "payment action", Prefixes: []string{kind.idPrefix()}, States: operation.StatusNames(statuses...), ProviderObjects: []string{provider.IntentPrefix},
 		Stranded:  "no job was left to send this " + string(kind),
 		SharesJob: sharesJob, JobWhere: actionsTable,
 		// Everything about the key is the Endpoint's; a re-acquired key

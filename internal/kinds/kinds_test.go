@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"slices"
 	"testing"
 
@@ -81,6 +82,27 @@ func TestEveryKindsTableHasTheLifecycle(t *testing.T) {
 		}
 		_, err := pool.Exec(ctx, `SELECT `+table.ClaimColumns(operation.SettledColumn(1))+` FROM `+table.Name+` LIMIT 0`, int64(0))
 		require.NoError(t, err, "%s: its claim does not read", k.Name())
+	}
+}
+
+// TestEveryKindsStatesAreItsTables: the states a kind declares (what the
+// operator's commands filter by) are exactly those its table's status
+// column allows.
+func TestEveryKindsStatesAreItsTables(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.NewPool(t)
+	quoted := regexp.MustCompile(`'([a-z_]+)'`)
+	for _, k := range kinds.All() {
+		var check string
+		require.NoError(t, pool.QueryRow(context.Background(), `
+			SELECT pg_get_constraintdef(oid) FROM pg_constraint
+			WHERE conrelid = $1::regclass AND contype = 'c' AND pg_get_constraintdef(oid) LIKE '%(status %'`,
+			k.Table().Name).Scan(&check), k.Name())
+		var allowed []string
+		for _, m := range quoted.FindAllStringSubmatch(check, -1) {
+			allowed = append(allowed, m[1])
+		}
+		require.ElementsMatch(t, allowed, k.Statuses(), "%s: its table allows %s", k.Name(), check)
 	}
 }
 

@@ -38,6 +38,9 @@ type Kind interface {
 	// IDPrefixes start its operations' ids ("rfd"), for what an operator
 	// reads: help, errors.
 	IDPrefixes() []string
+	// Statuses are the states its operations take, as its table's status
+	// column holds them and the operator's commands filter by them.
+	Statuses() []string
 	// ProviderPrefixes start the ids of the provider objects the kind
 	// acts on ("re"), which the metrics fold out of the provider's paths.
 	ProviderPrefixes() []string
@@ -320,6 +323,9 @@ type Spec[K Named, A JobOf, Op Operation, O Answer, C any] struct {
 	Action string
 	// Prefixes are the prefixes of the kind's ids ("rfd").
 	Prefixes []string
+	// States are the states its operations take, in the order one meets
+	// them (its table's status column allows exactly these).
+	States []string
 	// ProviderObjects are the prefixes of the ids of the provider objects
 	// the kind acts on (provider.RefundPrefix).
 	ProviderObjects []string
@@ -406,6 +412,18 @@ func (s Spec[K, A, Op, O, C]) Table() Table { return s.Where }
 
 // IDPrefixes start the kind's operation ids.
 func (s Spec[K, A, Op, O, C]) IDPrefixes() []string { return slices.Clone(s.Prefixes) }
+
+// StatusNames are a kind's states as Spec.States takes them.
+func StatusNames[S ~string](states ...S) []string {
+	names := make([]string, len(states))
+	for i, st := range states {
+		names[i] = string(st)
+	}
+	return names
+}
+
+// Statuses are the states the kind's operations take.
+func (s Spec[K, A, Op, O, C]) Statuses() []string { return slices.Clone(s.States) }
 
 // Owns reports whether id starts with one of the kind's prefixes.
 func (s Spec[K, A, Op, O, C]) Owns(id string) bool {

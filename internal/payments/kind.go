@@ -25,7 +25,7 @@ type SweepConfig = operation.SweepConfig
 // payment's operations.
 func Kind() operation.Kind {
 	return operation.Spec[payment, ChargePaymentArgs, Payment, provider.Outcome, claim]{
-		Where: paymentsTable, Action: "charge", Prefixes: []string{"pay"}, ProviderObjects: []string{provider.IntentPrefix},
+		Where: paymentsTable, Action: "charge", Prefixes: []string{"pay"}, States: operation.StatusNames(Statuses()...), ProviderObjects: []string{provider.IntentPrefix},
 		JobArg: "payment_id", Stranded: "no charge job was left to finish this payment",
 		Mount: func(r chi.Router, d operation.Deps) {
 			s := &Service{Deps: d}

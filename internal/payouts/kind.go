@@ -31,7 +31,7 @@ func (cancelling) Name() string { return "cancel_payout" }
 // Kind declares payouts to the engine: the one value the registry lists.
 func Kind() operation.Kind {
 	return operation.Spec[payout, args, Payout, provider.PayoutOutcome, claim]{
-		Where: table, Prefixes: []string{IDPrefix}, Stranded: "no job was left to send this payout",
+		Where: table, Prefixes: []string{IDPrefix}, States: operation.StatusNames(statuses...), Stranded: "no job was left to send this payout",
 		ProviderObjects: []string{provider.PayoutPrefix},
 		Mount: func(r chi.Router, d operation.Deps) {
 			s := service{d}

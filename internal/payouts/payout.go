@@ -42,6 +42,10 @@ const (
 	StatusRequiresReconciliation Status = "requires_reconciliation"
 )
 
+// statuses are a payout's states, in the order one meets them.
+var statuses = []Status{StatusProcessing, StatusPending, StatusInTransit, StatusPaid, StatusFailed, StatusCanceled,
+	StatusRequiresReconciliation}
+
 // stage orders the provider's statuses: a payout only moves forward, so an
 // event delivered late never undoes a later one.
 func stage(s Status) int {

@@ -31,7 +31,7 @@ type args = operation.Args[refund]
 // Kind declares refunds to the engine, for the registry.
 func Kind() operation.Kind {
 	return operation.Spec[refund, args, Refund, provider.RefundOutcome, claim]{
-		Where: table, Prefixes: []string{IDPrefix}, Stranded: "no refund job was left to finish this refund",
+		Where: table, Prefixes: []string{IDPrefix}, States: operation.StatusNames(statuses...), Stranded: "no refund job was left to finish this refund",
 		ProviderObjects: []string{provider.RefundPrefix},
 		// POST and GET /v1/payments/{id}/refunds, GET /v1/refunds/{id}; a
 		// re-acquired key resumes its refund, its payment locked first.

@@ -52,6 +52,9 @@ const (
 	StatusRequiresReconciliation Status = "requires_reconciliation"
 )
 
+// statuses are a refund's states, in the order one meets them.
+var statuses = []Status{StatusPending, StatusSucceeded, StatusFailed, StatusCanceled, StatusRequiresReconciliation}
+
 // liveStatuses are the states whose amount may have gone back, or may
 // still: they count against what remains to be refunded.
 var liveStatuses = []string{string(StatusPending), string(StatusSucceeded), string(StatusRequiresReconciliation)}
