@@ -96,9 +96,20 @@ func operationTimeline(op operation.Shown, key *idempotency.Record, jobs []opera
 	add(op.CreatedAt, "operation", "Accepted", "its job queued in the same transaction")
 	addJobs(jobs, op.CreatedAt, add)
 	for _, e := range events {
-		add(e.ReceivedAt, "webhook", "Webhook "+e.Type+" received", fmt.Sprintf("event %s by %s, result %s", e.ID, e.Source, formatString(e.Result)))
+		what := "Webhook " + e.Type + " received"
+		if e.ObjectStatus != nil {
+			what += ": " + *e.ObjectStatus + " at the provider"
+		}
+		add(e.ReceivedAt, "webhook", what, fmt.Sprintf("event %s by %s, result %s", e.ID, e.Source, formatString(e.Result)))
 	}
-	add(op.UpdatedAt, "provider", "Now "+op.Status, "provider object "+formatString(op.ProviderID)+", failure "+op.FailureCode)
+	now := "provider object " + formatString(op.ProviderID)
+	if op.FailureCode != "" {
+		now += ", failure " + op.FailureCode
+		if op.FailureMessage != "" {
+			now += ": " + op.FailureMessage
+		}
+	}
+	add(op.UpdatedAt, "provider", "Now "+op.Status, now)
 	slices.SortStableFunc(out, func(a, b Entry) int { return a.At.Compare(b.At) })
 	return out
 }

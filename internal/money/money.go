@@ -15,6 +15,10 @@ type Money struct {
 	Currency string `json:"currency" db:"currency"`
 }
 
+// AsMoney is m: what an operation that embeds it answers to whoever shows
+// its amount.
+func (m Money) AsMoney() Money { return m }
+
 // The amounts accepted, in a currency's minor unit: within what the
 // provider takes for every currency.
 const (

@@ -246,6 +246,7 @@ type Shown struct {
 	// Account is the connected account it acts on; "" the platform's.
 	Account              string
 	Amount               int64
+	Currency             string
 	Generation           int
 	CreatedAt, UpdatedAt time.Time
 }

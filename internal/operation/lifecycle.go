@@ -14,6 +14,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/money"
 	"github.com/oncepay/oncepay/internal/problem"
 	"github.com/oncepay/oncepay/internal/respond"
 )
@@ -141,9 +142,13 @@ func (l Lifecycle) Show(view any, status string, amount int64, providerID *strin
 	followUps ...river.JobArgs,
 ) Shown {
 	code, message := l.Failure()
-	return Shown{View: Inside{View: view, Lifecycle: l}, ID: l.ID, ParentID: parentID, Status: status, FailureCode: code, FailureMessage: message,
+	shown := Shown{View: Inside{View: view, Lifecycle: l}, ID: l.ID, ParentID: parentID, Status: status, FailureCode: code, FailureMessage: message,
 		TenantID: l.TenantID, IdempotencyKey: l.IdempotencyKey, Job: job, FollowUps: followUps, ProviderID: providerID, Account: l.Account(), Amount: amount,
 		Generation: l.ProviderKeyGeneration, CreatedAt: l.CreatedAt, UpdatedAt: l.UpdatedAt}
+	if m, ok := view.(interface{ AsMoney() money.Money }); ok {
+		shown.Currency = m.AsMoney().Currency
+	}
+	return shown
 }
 
 // Inside is an operation as an operator's JSON shows it: View, what the

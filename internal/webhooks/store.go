@@ -260,11 +260,15 @@ type Stored struct {
 	ReceivedAt  time.Time  `db:"received_at" json:"received_at"`
 	ProcessedAt *time.Time `db:"processed_at" json:"processed_at"`
 	Result      *string    `db:"result" json:"result"`
+	// ObjectStatus is the status the event's object had when it was sent
+	// (a payout's pending, in_transit, paid), if it has one.
+	ObjectStatus *string `db:"object_status" json:"object_status"`
 }
 
 // About reads the stored events about a provider object, oldest first.
 func About(ctx context.Context, db operation.Querier, objectID string) ([]Stored, error) {
-	rows, err := db.Query(ctx, `SELECT id, type, source, created, received_at, processed_at, result
+	rows, err := db.Query(ctx, `SELECT id, type, source, created, received_at, processed_at, result,
+			payload->'data'->'object'->>'status' AS object_status
 		FROM webhook_events WHERE object_id = $1 ORDER BY created, id`, objectID)
 	return operation.CollectAll[Stored](rows, err, "read the events about "+objectID)
 }
