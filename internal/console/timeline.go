@@ -88,7 +88,14 @@ func timeline(d payments.Detail, ops []Operation) []Entry {
 	}
 	for _, op := range ops[1:] {
 		add(op.CreatedAt, "operation", fmt.Sprintf("%s %s requested", op.Operation, op.ID),
-			fmt.Sprintf("key %s, amount %d", op.IdempotencyKey, op.Amount))
+			fmt.Sprintf("Idempotency-Key %s, amount %d", op.IdempotencyKey, op.Amount))
+		opCall := fmt.Sprintf("%s %s, with provider key %s (generation %d)", op.Operation, op.ID, op.ProviderKey, op.Generation)
+		if op.FirstAttemptAt != nil {
+			add(*op.FirstAttemptAt, "provider", "Provider call: "+op.Operation+" sent", opCall)
+		}
+		if op.LastAttemptAt != nil && op.FirstAttemptAt != nil && !op.LastAttemptAt.Equal(*op.FirstAttemptAt) {
+			add(*op.LastAttemptAt, "provider", "Provider call: "+op.Operation+" sent again, same key", opCall)
+		}
 		if op.Status != "pending" {
 			add(op.UpdatedAt, "operation", fmt.Sprintf("%s %s %s", op.Operation, op.ID, op.Status),
 				"provider object "+formatString(op.ProviderObjectID))

@@ -248,6 +248,10 @@ type Shown struct {
 	Amount               int64
 	Currency             string
 	Generation           int
+	// ProviderKey is the key its provider call carries; FirstAttemptAt
+	// and LastAttemptAt when the call was first and last sent (nil: never).
+	ProviderKey                   string
+	FirstAttemptAt, LastAttemptAt *time.Time
 	CreatedAt, UpdatedAt time.Time
 }
 
@@ -257,7 +261,8 @@ func (s Shown) AllJobs() []river.JobArgs { return append([]river.JobArgs{s.Job},
 // summary is the operation on a timeline.
 func (s Shown) summary(operation string) Summary {
 	return Summary{Operation: operation, ID: s.ID, Status: s.Status, Amount: s.Amount, IdempotencyKey: s.IdempotencyKey,
-		ProviderObjectID: s.ProviderID, Generation: s.Generation, CreatedAt: s.CreatedAt.UTC(), UpdatedAt: s.UpdatedAt.UTC(), Job: s.Job}
+		ProviderObjectID: s.ProviderID, Generation: s.Generation, CreatedAt: s.CreatedAt.UTC(), UpdatedAt: s.UpdatedAt.UTC(), Job: s.Job,
+		ProviderKey: s.ProviderKey, FirstAttemptAt: s.FirstAttemptAt, LastAttemptAt: s.LastAttemptAt}
 }
 
 // Summary is one operation on a timeline: a payment's charge, refund,
@@ -272,6 +277,11 @@ type Summary struct {
 	Generation       int       `json:"generation"`
 	CreatedAt        time.Time `json:"created_at"`
 	UpdatedAt        time.Time `json:"updated_at"`
+	// ProviderKey is the key its provider call carries; FirstAttemptAt
+	// and LastAttemptAt when that call was first and last sent.
+	ProviderKey    string     `json:"provider_key"`
+	FirstAttemptAt *time.Time `json:"first_attempt_at"`
+	LastAttemptAt  *time.Time `json:"last_attempt_at"`
 	// Job names the operation's jobs: its kind's job arguments.
 	Job river.JobArgs `json:"-"`
 }

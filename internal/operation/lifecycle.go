@@ -144,7 +144,8 @@ func (l Lifecycle) Show(view any, status string, amount int64, providerID *strin
 	code, message := l.Failure()
 	shown := Shown{View: Inside{View: view, Lifecycle: l}, ID: l.ID, ParentID: parentID, Status: status, FailureCode: code, FailureMessage: message,
 		TenantID: l.TenantID, IdempotencyKey: l.IdempotencyKey, Job: job, FollowUps: followUps, ProviderID: providerID, Account: l.Account(), Amount: amount,
-		Generation: l.ProviderKeyGeneration, CreatedAt: l.CreatedAt, UpdatedAt: l.UpdatedAt}
+		Generation: l.ProviderKeyGeneration, CreatedAt: l.CreatedAt, UpdatedAt: l.UpdatedAt,
+		ProviderKey: l.ProviderIdempotencyKey, FirstAttemptAt: l.FirstProviderAttemptAt, LastAttemptAt: l.LastProviderAttemptAt}
 	if m, ok := view.(interface{ AsMoney() money.Money }); ok {
 		shown.Currency = m.AsMoney().Currency
 	}

@@ -1,0 +1,65 @@
+package console_test
+
+import (
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncepay/oncepay/internal/console"
+	"github.com/oncepay/oncepay/internal/id"
+	"github.com/oncepay/oncepay/internal/testkit/stacktest"
+)
+
+// TestPaymentTimelineShowsEachOperationsProviderCall: a payment's page
+// shows each of its operations (a refund, a capture) as requested under
+// its client's key and as sent to the provider under its own provider
+// key, as it shows the charge.
+func TestPaymentTimelineShowsEachOperationsProviderCall(t *testing.T) {
+	t.Parallel()
+	s := stacktest.Start(t, time.Second)
+	srv := httptest.NewServer(console.Handler(console.Config{Pool: s.Pool, Keys: s.API.Keys, Logger: slog.New(slog.DiscardHandler)}))
+	defer srv.Close()
+	page := func(paymentID string) string {
+		t.Helper()
+		resp, err := http.Get(srv.URL + console.Path + "payments/" + paymentID)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
+		return string(body)
+	}
+	providerKey := func(table, id string) string {
+		t.Helper()
+		var key string
+		require.NoError(t, s.Pool.QueryRow(s.Ctx, `SELECT provider_idempotency_key FROM `+table+` WHERE id = $1`, id).Scan(&key))
+		return key
+	}
+
+	paid := s.API.Post(t, "/v1/payments", id.New("key"), `{"amount": 2000, "currency": "usd", "payment_method": "pm_card_visa"}`, "Prefer", "wait=10")
+	require.Equal(t, http.StatusCreated, paid.Status, paid.Raw)
+	refundKey := id.New("key")
+	refunded := s.API.Post(t, "/v1/payments/"+paid.PaymentID()+"/refunds", refundKey, `{"amount": 500}`, "Prefer", "wait=10")
+	require.Equal(t, http.StatusCreated, refunded.Status, refunded.Raw)
+	refundID := refunded.Body["id"].(string)
+	timeline := page(paid.PaymentID())
+	require.Contains(t, timeline, "refund "+refundID+" requested")
+	require.Contains(t, timeline, "Idempotency-Key "+refundKey)
+	require.Contains(t, timeline, "Provider call: refund sent")
+	require.Contains(t, timeline, providerKey("refunds", refundID))
+
+	manual := s.API.Post(t, "/v1/payments", id.New("key"), `{"amount": 2000, "currency": "usd", "payment_method": "pm_card_visa", "capture_method": "manual"}`,
+		"Prefer", "wait=10")
+	require.Equal(t, http.StatusCreated, manual.Status, manual.Raw)
+	captured := s.API.Post(t, "/v1/payments/"+manual.PaymentID()+"/capture", id.New("key"), `{}`, "Prefer", "wait=10")
+	require.Equal(t, http.StatusOK, captured.Status, captured.Raw)
+	captureID := captured.Header.Get("Operation-Id")
+	timeline = page(manual.PaymentID())
+	require.Contains(t, timeline, "Provider call: capture sent")
+	require.Contains(t, timeline, providerKey("payment_actions", captureID))
+}
