@@ -244,15 +244,15 @@ type Shown struct {
 	FollowUps                []river.JobArgs
 	ProviderID               *string
 	// Account is the connected account it acts on; "" the platform's.
-	Account              string
-	Amount               int64
-	Currency             string
-	Generation           int
+	Account    string
+	Amount     int64
+	Currency   string
+	Generation int
 	// ProviderKey is the key its provider call carries; FirstAttemptAt
 	// and LastAttemptAt when the call was first and last sent (nil: never).
 	ProviderKey                   string
 	FirstAttemptAt, LastAttemptAt *time.Time
-	CreatedAt, UpdatedAt time.Time
+	CreatedAt, UpdatedAt          time.Time
 }
 
 // AllJobs names every job of the operation: its own, then its follow-ups'.
