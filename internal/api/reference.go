@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"html/template"
 	"net/http"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
 
+	"github.com/yuin/goldmark"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/oncepay/oncepay/internal/problem"
@@ -101,74 +101,29 @@ func (r reference) response(rs refResponse) refResponse {
 	return rs
 }
 
-// The document's descriptions are CommonMark; the reference renders what
-// they use: paragraphs, list items, `code`, **strong** and [links](…).
-var (
-	inlineCode   = regexp.MustCompile("`([^`]+)`")
-	inlineStrong = regexp.MustCompile(`\*\*([^*]+)\*\*`)
-	inlineLink   = regexp.MustCompile(`\[([^\]]+)\]\(([^)\s]+)\)`)
-)
+// The document's descriptions are CommonMark. Rendered as the runbook is,
+// without the source's raw HTML (goldmark leaves it out unless told).
+var commonMark = goldmark.New()
 
-// markdown renders a description as HTML, escaping everything else.
+// markdown renders a description as HTML.
 func markdown(text string) string {
 	var b strings.Builder
-	inList := false
-	for _, para := range strings.Split(strings.TrimSpace(text), "\n\n") {
-		lines := strings.Split(para, "\n")
-		item := strings.HasPrefix(strings.TrimSpace(lines[0]), "- ")
-		if item && !inList {
-			b.WriteString("<ul>")
-		}
-		if !item && inList {
-			b.WriteString("</ul>")
-		}
-		inList = item
-		if !item {
-			b.WriteString("<p>" + markdownInline(strings.Join(lines, " ")) + "</p>")
-			continue
-		}
-		var items []string
-		for _, l := range lines {
-			if l = strings.TrimSpace(l); strings.HasPrefix(l, "- ") || len(items) == 0 {
-				items = append(items, strings.TrimPrefix(l, "- "))
-			} else {
-				items[len(items)-1] += " " + l
-			}
-		}
-		for _, it := range items {
-			b.WriteString("<li>" + markdownInline(it) + "</li>")
-		}
+	if err := commonMark.Convert([]byte(text), &b); err != nil {
+		// goldmark fails only on its writer's errors, which a Builder
+		// has none of; the text itself, escaped, still says it.
+		return "<p>" + template.HTMLEscapeString(text) + "</p>"
 	}
-	if inList {
-		b.WriteString("</ul>")
-	}
-	return b.String()
+	return strings.TrimSpace(b.String())
 }
 
+// markdownInline renders a description for a table cell: one paragraph's
+// content, without the paragraph.
 func markdownInline(text string) string {
-	// Code spans first, kept aside, so nothing inside them is read as
-	// markup. Their placeholders use a control character the escaping
-	// keeps and a description never holds.
-	text = strings.ReplaceAll(text, "\x01", "")
-	var spans []string
-	text = inlineCode.ReplaceAllStringFunc(text, func(m string) string {
-		spans = append(spans, "<code>"+template.HTMLEscapeString(m[1:len(m)-1])+"</code>")
-		return fmt.Sprintf("\x01%d\x01", len(spans)-1)
-	})
-	text = template.HTMLEscapeString(text)
-	text = inlineStrong.ReplaceAllString(text, "<strong>$1</strong>")
-	text = inlineLink.ReplaceAllStringFunc(text, func(m string) string {
-		parts := inlineLink.FindStringSubmatch(m)
-		href := parts[2]
-		if !strings.HasPrefix(href, "/") && !strings.HasPrefix(href, "https://") {
-			return m // only the service's own pages and https links
-		}
-		return `<a href="` + href + `">` + parts[1] + "</a>"
-	})
-	for i, span := range spans {
-		text = strings.Replace(text, fmt.Sprintf("\x01%d\x01", i), span, 1)
+	html := markdown(strings.TrimSpace(text))
+	if inner, ok := strings.CutPrefix(html, "<p>"); ok && strings.HasSuffix(inner, "</p>") && !strings.Contains(inner, "<p>") {
+		return strings.TrimSuffix(inner, "</p>")
 	}
-	return text
+	return html
 }
 
 type refSchema struct {

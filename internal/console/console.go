@@ -48,15 +48,17 @@ type Config struct {
 var templateFiles embed.FS
 
 var pages = template.Must(template.New("").Funcs(template.FuncMap{
-	"ts":     formatTime,
-	"tsp":    formatTimePtr,
-	"str":    formatString,
-	"amount": formatAmount,
+	"ts":      formatTime,
+	"tsp":     formatTimePtr,
+	"str":     formatString,
+	"amount":  formatAmount,
+	"runbook": runbookLink,
 }).ParseFS(templateFiles, "templates/*.html"))
 
 // Handler serves the console under Path.
 func Handler(cfg Config) http.Handler {
 	c := &server{cfg: cfg}
+	c.runbookHTML, c.runbookErr = renderRunbook()
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+Path+"{$}", c.payments)
 	mux.HandleFunc("GET "+Path+"payments/{id}", c.payment)
@@ -64,11 +66,15 @@ func Handler(cfg Config) http.Handler {
 	mux.HandleFunc("GET "+Path+"operations/{id}", c.operation)
 	mux.HandleFunc("GET "+Path+"findings", c.findings)
 	mux.HandleFunc("GET "+Path+"alerts", c.alerts)
+	mux.HandleFunc("GET "+Path+"runbook", c.runbook)
 	return mux
 }
 
 type server struct {
 	cfg Config
+	// runbookHTML is docs/operations.md, rendered once.
+	runbookHTML template.HTML
+	runbookErr  error
 }
 
 // render writes a page with the shared layout; a template error after the
