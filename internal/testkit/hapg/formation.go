@@ -508,7 +508,59 @@ func (f *Formation) KillPrimary(ctx context.Context) (*Node, error) {
 	n.keeper.kill()
 	n.keeper = nil
 	f.killed = n
+	// A server's processes that outlived the group's kill (backends that
+	// were not in it) die too, as on a machine that died: until they are
+	// gone its shared memory is in use, and the rejoin's start of the
+	// server for pg_rewind fails ("pre-existing shared memory block is
+	// still in use") while pg_autoctl 2.0 waits for it forever.
+	if err := killWorkingIn(n.data, 30*time.Second); err != nil {
+		return n, errors.Join(err, f.save())
+	}
 	return n, f.save()
+}
+
+// killWorkingIn SIGKILLs every process whose working directory is dir or
+// under it (a PostgreSQL server's processes work in its data directory)
+// and waits until none is left.
+func killWorkingIn(dir string, timeout time.Duration) error {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		pids := workingIn(dir)
+		if len(pids) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("processes %v still work in %s after %s", pids, dir, timeout)
+		}
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// workingIn are the processes whose working directory is dir or under it.
+func workingIn(dir string) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cwd, err := os.Readlink(filepath.Join("/proc", e.Name(), "cwd"))
+		if err == nil && (cwd == dir || strings.HasPrefix(cwd, dir+"/")) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
 
 // Rejoin restarts the killed node's keeper, which brings it back as the
@@ -525,6 +577,9 @@ func (f *Formation) Rejoin(ctx context.Context) (*Node, error) {
 	// hold it by now, and PostgreSQL then refuses to start, taking it for a
 	// live server, while pg_autoctl waits for it forever. The group was
 	// waited gone (kill): nothing of the old server holds the directory.
+	if err := killWorkingIn(n.data, 30*time.Second); err != nil {
+		return nil, err
+	}
 	if err := removeStaleLock(n.data); err != nil {
 		return nil, err
 	}
@@ -761,8 +816,13 @@ func (f *Formation) Stop() error {
 			n.keeper = nil
 		}
 		// A server killed (and never restarted) leaves its shared memory
-		// segment behind; nothing else would ever remove it.
+		// segment behind; nothing else would ever remove it. Whatever of a
+		// server outlived its keeper's group (backends outside it) goes
+		// first: a segment still attached is removed only once they are.
 		for _, home := range f.homes() {
+			if err := killWorkingIn(filepath.Join(home, "data"), 15*time.Second); err != nil && f.opts.Logf != nil {
+				f.opts.Logf("hapg: %v", err)
+			}
 			localpg.RemoveSharedMemory(filepath.Join(home, "data"))
 		}
 		if f.temp {
