@@ -1,16 +1,12 @@
 package console_test
 
 import (
-	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/oncepay/oncepay/internal/console"
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/testkit/stacktest"
 )
@@ -22,18 +18,7 @@ import (
 func TestPaymentTimelineShowsEachOperationsProviderCall(t *testing.T) {
 	t.Parallel()
 	s := stacktest.Start(t, time.Second)
-	srv := httptest.NewServer(console.Handler(console.Config{Pool: s.Pool, Keys: s.API.Keys, Logger: slog.New(slog.DiscardHandler)}))
-	defer srv.Close()
-	page := func(paymentID string) string {
-		t.Helper()
-		resp, err := http.Get(srv.URL + console.Path + "payments/" + paymentID)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		require.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
-		return string(body)
-	}
+	page := s.Console(t)
 	providerKey := func(table, id string) string {
 		t.Helper()
 		var key string
@@ -47,7 +32,7 @@ func TestPaymentTimelineShowsEachOperationsProviderCall(t *testing.T) {
 	refunded := s.API.Post(t, "/v1/payments/"+paid.PaymentID()+"/refunds", refundKey, `{"amount": 500}`, "Prefer", "wait=10")
 	require.Equal(t, http.StatusCreated, refunded.Status, refunded.Raw)
 	refundID := refunded.Body["id"].(string)
-	timeline := page(paid.PaymentID())
+	timeline := page("payments/" + paid.PaymentID())
 	require.Contains(t, timeline, "refund "+refundID+" requested")
 	require.Contains(t, timeline, "Idempotency-Key "+refundKey)
 	require.Contains(t, timeline, "Provider call: refund sent")
@@ -59,7 +44,7 @@ func TestPaymentTimelineShowsEachOperationsProviderCall(t *testing.T) {
 	captured := s.API.Post(t, "/v1/payments/"+manual.PaymentID()+"/capture", id.New("key"), `{}`, "Prefer", "wait=10")
 	require.Equal(t, http.StatusOK, captured.Status, captured.Raw)
 	captureID := captured.Header.Get("Operation-Id")
-	timeline = page(manual.PaymentID())
+	timeline = page("payments/" + manual.PaymentID())
 	require.Contains(t, timeline, "Provider call: capture sent")
 	require.Contains(t, timeline, providerKey("payment_actions", captureID))
 }

@@ -1,17 +1,13 @@
 package payouts_test
 
 import (
-	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/oncepay/oncepay/internal/console"
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/operation"
@@ -110,20 +106,9 @@ func TestPayoutIsMadeOnceAndSettlesThroughItsEvents(t *testing.T) {
 
 	// The console shows what it is (its amount, its account), each state
 	// the provider's events told on the way, and where it stands.
-	console := httptest.NewServer(console.Handler(console.Config{Pool: b.Pool, Keys: b.API.Keys, Logger: slog.New(slog.DiscardHandler)}))
-	defer console.Close()
-	get := func(path string) string {
-		t.Helper()
-		resp, err := http.Get(console.URL + path)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		require.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
-		return string(body)
-	}
+	page := b.Console(t)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		page := get("/console/operations/" + payoutID)
+		page := page("operations/" + payoutID)
 		assert.Contains(c, page, "3000 usd")
 		assert.Contains(c, page, b.Account)
 		assert.Contains(c, page, "in_transit at the provider")
@@ -131,7 +116,7 @@ func TestPayoutIsMadeOnceAndSettlesThroughItsEvents(t *testing.T) {
 		assert.Contains(c, page, "Now paid")
 		assert.NotContains(c, page, "failure")
 	}, 10*time.Second, 50*time.Millisecond, "the console's payout page")
-	require.Contains(t, get("/console/operations?kind=payout"), "3000 usd")
+	require.Contains(t, page("operations?kind=payout"), "3000 usd")
 
 	list := b.API.Get(t, "/v1/payouts?limit=1")
 	require.Equal(t, http.StatusOK, list.Status, list.Raw)

@@ -8,15 +8,19 @@ package stacktest
 
 import (
 	"context"
+	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncepay/oncepay/internal/console"
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/kinds"
 	"github.com/oncepay/oncepay/internal/operation"
@@ -117,4 +121,24 @@ func (s *Stack) ProviderObjects(t *testing.T, object string, match map[string]st
 		}
 	}
 	return found
+}
+
+// Console serves the operator's console over the stack's database until
+// the test ends, and returns a reader of its pages (path under
+// console.Path) that requires each to answer 200.
+func (s *Stack) Console(t *testing.T) func(path string) string {
+	t.Helper()
+	srv := httptest.NewServer(console.Handler(console.Config{Pool: s.Pool, Keys: s.API.Keys, Metrics: prometheus.NewRegistry(),
+		Logger: slog.New(slog.DiscardHandler)}))
+	t.Cleanup(srv.Close)
+	return func(path string) string {
+		t.Helper()
+		resp, err := http.Get(srv.URL + console.Path + path)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode, "%s%s: %s", console.Path, path, body)
+		return string(body)
+	}
 }
