@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,4 +48,16 @@ func TestPaymentTimelineShowsEachOperationsProviderCall(t *testing.T) {
 	timeline = page("payments/" + manual.PaymentID())
 	require.Contains(t, timeline, "Provider call: capture sent")
 	require.Contains(t, timeline, providerKey("payment_actions", captureID))
+
+	// A decline's intent, left confirmable by the provider, is closed
+	// under a key of its own before the failure is recorded.
+	declined := s.API.Post(t, "/v1/payments", id.New("key"),
+		`{"amount": 2000, "currency": "usd", "payment_method": "pm_card_visa_chargeDeclinedInsufficientFunds"}`, "Prefer", "wait=10")
+	require.Equal(t, http.StatusPaymentRequired, declined.Status, declined.Raw)
+	declinedID := declined.Body["payment_id"].(string)
+	timeline = page("payments/" + declinedID)
+	closed := strings.Index(timeline, "Provider call: the declined intent closed")
+	require.Greater(t, closed, 0, timeline)
+	require.Contains(t, timeline, providerKey("payments", declinedID)+"-cancel")
+	require.Less(t, closed, strings.Index(timeline, "Provider outcome recorded: failed"), "closed before the failure is recorded")
 }

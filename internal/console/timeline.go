@@ -68,6 +68,13 @@ func timeline(d payments.Detail, ops []Operation) []Entry {
 			add(*p.AuthorizedAt, "provider", "Provider outcome recorded: authorized (requires_capture)",
 				fmt.Sprintf("intent %s, %s held", *p.ProviderPaymentIntentID, formatAmount(p.Amount, p.Currency)))
 		}
+		if p.Status == payments.StatusFailed && p.FinalizedAt != nil {
+			// A declined intent stays confirmable: the worker cancels it
+			// before it records the failure (unless the provider had).
+			add(*p.FinalizedAt, "provider", "Provider call: the declined intent closed",
+				fmt.Sprintf("intent %s canceled with provider key %s, unless the provider had; it can take no money", *p.ProviderPaymentIntentID,
+					p.IntentCancelKey()))
+		}
 		switch {
 		case p.FinalizedAt != nil:
 			add(*p.FinalizedAt, "provider", "Provider outcome recorded: "+string(p.Status), detail)

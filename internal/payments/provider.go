@@ -44,6 +44,11 @@ func chargeOf(p Payment) provider.Charge {
 // from the charge's, so a retried cancel is the same cancel.
 func cancelKey(p Payment) string { return p.ProviderIdempotencyKey + "-cancel" }
 
+// IntentCancelKey is the provider key under which p's intent is canceled
+// when a decline (or an abandoned next action) leaves it open: for an
+// operator following the payment's provider calls.
+func (p Payment) IntentCancelKey() string { return cancelKey(p) }
+
 // belongsTo reports whether an intent found by metadata was created for p's
 // current generation (intents from before generations carry none: 1), or
 // for p's request by a payment whose rows were since lost, which p adopts
