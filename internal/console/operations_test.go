@@ -10,6 +10,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/testkit/stacktest"
+	"github.com/oncepay/oncepay/tools/stripesim"
 )
 
 // TestPaymentTimelineShowsEachOperationsProviderCall: a payment's page
@@ -60,4 +61,33 @@ func TestPaymentTimelineShowsEachOperationsProviderCall(t *testing.T) {
 	require.Greater(t, closed, 0, timeline)
 	require.Contains(t, timeline, providerKey("payments", declinedID)+"-cancel")
 	require.Less(t, closed, strings.Index(timeline, "Provider outcome recorded: failed"), "closed before the failure is recorded")
+}
+
+// TestTimelineOfAStored500: a charge the provider made and answered 500
+// (a 500 it then replays to the same key) is told in the order it
+// happened: the job's first attempt, which failed with that 500 (River
+// dates it by its start), the charge it sent, the charge sent again under
+// the same key, the outcome recorded.
+func TestTimelineOfAStored500(t *testing.T) {
+	t.Parallel()
+	s := stacktest.Start(t, time.Second)
+	page := s.Console(t)
+	require.NoError(t, s.Sim.InjectFault(s.Ctx, stripesim.Fault{Mode: stripesim.FaultErrorAfter, Status: http.StatusInternalServerError,
+		Count: 1, Path: "POST /v1/payment_intents"}))
+	paid := s.API.Post(t, "/v1/payments", id.New("key"), `{"amount": 2000, "currency": "usd", "payment_method": "pm_card_visa"}`)
+	require.Equal(t, http.StatusAccepted, paid.Status, paid.Raw)
+	var timeline string
+	require.Eventually(t, func() bool {
+		timeline = page("payments/" + paid.PaymentID())
+		return strings.Contains(timeline, "Provider outcome recorded: succeeded")
+	}, 20*time.Second, 50*time.Millisecond)
+	var at []int
+	for _, step := range []string{"(charge_payment) attempt 1 started, and failed", "Provider call: charge sent<",
+		"Provider call: charge sent again, same key", "Provider outcome recorded: succeeded"} {
+		i := strings.Index(timeline, step)
+		require.GreaterOrEqual(t, i, 0, "no %q:\n%s", step, timeline)
+		at = append(at, i)
+	}
+	require.IsIncreasing(t, at, timeline)
+	require.Contains(t, timeline, "HTTP 500")
 }

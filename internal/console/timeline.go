@@ -137,10 +137,15 @@ func addJobs(jobs []operation.Job, created time.Time, add func(at time.Time, kin
 		if j.CreatedAt.Sub(created).Abs() > time.Second {
 			add(j.CreatedAt, "job", name+" queued", "")
 		}
+		// River dates an attempt's error by the attempt's start, not its
+		// end: the entry stands where the attempt began, before the
+		// provider calls it made.
+		failed := map[int]bool{}
 		for _, e := range j.Errors {
-			add(e.At, "job", fmt.Sprintf("%s attempt %d failed", name, e.Attempt), e.Error)
+			failed[e.Attempt] = true
+			add(e.At, "job", fmt.Sprintf("%s attempt %d started, and failed", name, e.Attempt), e.Error)
 		}
-		if j.AttemptedAt != nil {
+		if j.AttemptedAt != nil && !failed[j.Attempt] {
 			add(*j.AttemptedAt, "job", fmt.Sprintf("%s attempt %d started", name, j.Attempt), "")
 		}
 		if j.FinalizedAt != nil {
