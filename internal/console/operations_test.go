@@ -91,3 +91,27 @@ func TestTimelineOfAStored500(t *testing.T) {
 	require.IsIncreasing(t, at, timeline)
 	require.Contains(t, timeline, "HTTP 500")
 }
+
+// TestTimelineOfAHandOff: a charge whose every attempt got a 500 (the
+// provider charging each time under the same key) is handed to
+// reconciliation after the last attempt, and the reconciler's lookup
+// settles it: the timeline tells the hand-off, and the outcome recorded
+// after it as reconciliation's.
+func TestTimelineOfAHandOff(t *testing.T) {
+	t.Parallel()
+	s := stacktest.Start(t, time.Second)
+	page := s.Console(t)
+	require.NoError(t, s.Sim.InjectFault(s.Ctx, stripesim.Fault{Mode: stripesim.FaultErrorAfter, Status: http.StatusInternalServerError,
+		Path: "POST /v1/payment_intents"}))
+	paid := s.API.Post(t, "/v1/payments", id.New("key"), `{"amount": 2000, "currency": "usd", "payment_method": "pm_card_visa"}`)
+	require.Equal(t, http.StatusAccepted, paid.Status, paid.Raw)
+	var timeline string
+	require.Eventually(t, func() bool {
+		timeline = page("payments/" + paid.PaymentID())
+		return strings.Contains(timeline, "Provider outcome recorded: succeeded")
+	}, 60*time.Second, 100*time.Millisecond, "never settled")
+	handed := strings.Index(timeline, "Handed to reconciliation")
+	require.Greater(t, handed, 0, timeline)
+	require.Less(t, handed, strings.Index(timeline, "Provider outcome recorded: succeeded"), timeline)
+	require.Contains(t, timeline, "after its hand-off to reconciliation")
+}

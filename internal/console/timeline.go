@@ -75,6 +75,9 @@ func timeline(d payments.Detail, ops []Operation) []Entry {
 				fmt.Sprintf("intent %s canceled with provider key %s, unless the provider had; it can take no money", *p.ProviderPaymentIntentID,
 					p.IntentCancelKey()))
 		}
+		if p.HandedOverAt != nil && p.FinalizedAt != nil && p.FinalizedAt.After(*p.HandedOverAt) {
+			detail += "; after its hand-off to reconciliation, which looked it up at the provider"
+		}
 		switch {
 		case p.FinalizedAt != nil:
 			add(*p.FinalizedAt, "provider", "Provider outcome recorded: "+string(p.Status), detail)
@@ -107,6 +110,10 @@ func timeline(d payments.Detail, ops []Operation) []Entry {
 			add(op.UpdatedAt, "operation", fmt.Sprintf("%s %s %s", op.Operation, op.ID, op.Status),
 				"provider object "+formatString(op.ProviderObjectID))
 		}
+	}
+	if p.HandedOverAt != nil {
+		add(*p.HandedOverAt, "reconciliation", "Handed to reconciliation",
+			"the worker could not learn the outcome; the reconciler looks it up at the provider and never sends it again")
 	}
 	if p.Status == payments.StatusRequiresReconciliation {
 		next := "left to an operator: api reconcile " + p.ID

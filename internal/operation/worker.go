@@ -315,7 +315,7 @@ func CompleteJob[T river.JobArgs](ctx context.Context, tx pgx.Tx, job *river.Job
 func (t Table) HandOver(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, e Entry, reason string) error {
 	tag, err := tx.Exec(ctx, `
 		UPDATE `+t.Name+` SET status = 'requires_reconciliation', failure_message = $4,
-			reconcile_after = now(), reconcile_attempts = 0, updated_at = now()
+			reconcile_after = now(), reconcile_attempts = 0, handed_over_at = now(), updated_at = now()
 		WHERE tenant_id = $1 AND id = $2 AND provider_key_generation = $3 AND status = ANY($5)`,
 		e.TenantID, e.ID, e.Generation, reason, t.InFlight)
 	if err != nil {

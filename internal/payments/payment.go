@@ -107,13 +107,16 @@ type Payment struct {
 	// AuthorizedAt and FinalizedAt are when the provider's authorization
 	// (requires_capture) and the final state were recorded; nil before
 	// then, and for payments recorded before they were kept.
-	AuthorizedAt      *time.Time  `json:"-" db:"authorized_at"`
-	FinalizedAt       *time.Time  `json:"-" db:"finalized_at"`
-	ReconcileAfter    *time.Time  `json:"-" db:"reconcile_after"`
-	ReconcileAttempts int         `json:"-" db:"reconcile_attempts"`
-	NextAction        *NextAction `json:"next_action,omitempty" db:"provider_next_action"`
-	CreatedAt         time.Time   `json:"created_at" db:"created_at"`
-	UpdatedAt         time.Time   `json:"updated_at" db:"updated_at"`
+	AuthorizedAt      *time.Time `json:"-" db:"authorized_at"`
+	FinalizedAt       *time.Time `json:"-" db:"finalized_at"`
+	ReconcileAfter    *time.Time `json:"-" db:"reconcile_after"`
+	ReconcileAttempts int        `json:"-" db:"reconcile_attempts"`
+	// HandedOverAt is when its outcome, unknown to the worker, was last
+	// handed to reconciliation; nil if never (or before it was kept).
+	HandedOverAt *time.Time  `json:"-" db:"handed_over_at"`
+	NextAction   *NextAction `json:"next_action,omitempty" db:"provider_next_action"`
+	CreatedAt    time.Time   `json:"created_at" db:"created_at"`
+	UpdatedAt    time.Time   `json:"updated_at" db:"updated_at"`
 }
 
 // NextAction is what the customer must do for a payment in
