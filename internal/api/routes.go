@@ -2,6 +2,8 @@ package api
 
 import (
 	"cmp"
+	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"runtime/debug"
@@ -48,8 +50,13 @@ type Deps struct {
 	MoreV1Routes func(r chi.Router, d Deps)
 }
 
-// NewHandler returns the API's handler.
+// NewHandler returns the API's handler. Two kinds (or a kind and the
+// service's own routes) that mount the same method and path panic here, at
+// start: chi would let the second silently replace the first.
 func NewHandler(d Deps) http.Handler {
+	if err := distinctRoutes(d); err != nil {
+		panic(err)
+	}
 	r := chi.NewRouter()
 	// GetHead answers HEAD with the GET handler wherever no HEAD route is
 	// defined (RFC 9110 §9.3.2: a GET resource supports HEAD), so that
@@ -206,4 +213,30 @@ func accessLog(logger *slog.Logger, m *metrics.Metrics) func(http.Handler) http.
 			}
 		})
 	}
+}
+
+// distinctRoutes mounts each kind's routes, and the service's own, on a
+// router of their own and refuses a method and path mounted twice.
+func distinctRoutes(d Deps) error {
+	owners := map[string]string{}
+	var errs []error
+	claim := func(owner string, mount func(chi.Router)) {
+		probe := chi.NewRouter()
+		mount(probe)
+		_ = chi.Walk(probe, func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
+			key := method + " /v1" + route
+			if first, ok := owners[key]; ok {
+				errs = append(errs, fmt.Errorf("%s is mounted by %s and by %s: give one another path", key, first, owner))
+			}
+			owners[key] = owner
+			return nil
+		})
+	}
+	for i, kind := range d.Kinds {
+		claim(fmt.Sprintf("the %s kind (registry entry %d)", kind.Name(), i+1), func(r chi.Router) { kind.Routes(r, d.Operations) })
+	}
+	if d.MoreV1Routes != nil {
+		claim("the service's own routes (MoreV1Routes)", func(r chi.Router) { d.MoreV1Routes(r, d) })
+	}
+	return errors.Join(errs...)
 }
