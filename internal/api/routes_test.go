@@ -20,7 +20,9 @@ import (
 func TestARouteMountedTwiceIsRefusedAtStart(t *testing.T) {
 	t.Parallel()
 	logger := slog.New(slog.DiscardHandler)
-	require.NotPanics(t, func() { api.NewHandler(api.Deps{Kinds: kinds.All(), Logger: logger, Keys: idempotency.NewStore(idempotency.Config{})}) })
+	require.NotPanics(t, func() {
+		api.NewHandler(api.Deps{Kinds: kinds.All(), Logger: logger, Keys: idempotency.NewStore(idempotency.Config{})})
+	})
 
 	twice := append(kinds.All(), payouts.Kind())
 	require.ErrorContains(t, panicked(func() { api.NewHandler(api.Deps{Kinds: twice, Logger: logger}) }),
