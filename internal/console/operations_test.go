@@ -70,17 +70,7 @@ func TestPaymentTimelineShowsEachOperationsProviderCall(t *testing.T) {
 // the same key, the outcome recorded.
 func TestTimelineOfAStored500(t *testing.T) {
 	t.Parallel()
-	s := stacktest.Start(t, time.Second)
-	page := s.Console(t)
-	require.NoError(t, s.Sim.InjectFault(s.Ctx, stripesim.Fault{Mode: stripesim.FaultErrorAfter, Status: http.StatusInternalServerError,
-		Count: 1, Path: "POST /v1/payment_intents"}))
-	paid := s.API.Post(t, "/v1/payments", id.New("key"), `{"amount": 2000, "currency": "usd", "payment_method": "pm_card_visa"}`)
-	require.Equal(t, http.StatusAccepted, paid.Status, paid.Raw)
-	var timeline string
-	require.Eventually(t, func() bool {
-		timeline = page("payments/" + paid.PaymentID())
-		return strings.Contains(timeline, "Provider outcome recorded: succeeded")
-	}, 20*time.Second, 50*time.Millisecond)
+	timeline := chargedThrough500s(t, 1)
 	var at []int
 	for _, step := range []string{"(charge_payment) attempt 1 started, and failed", "Provider call: charge sent<",
 		"Provider call: charge sent again, same key", "Provider outcome recorded: succeeded"} {
@@ -99,10 +89,22 @@ func TestTimelineOfAStored500(t *testing.T) {
 // after it as reconciliation's.
 func TestTimelineOfAHandOff(t *testing.T) {
 	t.Parallel()
+	timeline := chargedThrough500s(t, 0)
+	handed := strings.Index(timeline, "Handed to reconciliation")
+	require.Greater(t, handed, 0, timeline)
+	require.Less(t, handed, strings.Index(timeline, "Provider outcome recorded: succeeded"), timeline)
+	require.Contains(t, timeline, "after its hand-off to reconciliation")
+}
+
+// chargedThrough500s makes a payment whose charge the provider makes and
+// answers 500 to, times times (0: every time), and returns its timeline
+// once its success is recorded.
+func chargedThrough500s(t *testing.T, times int) string {
+	t.Helper()
 	s := stacktest.Start(t, time.Second)
 	page := s.Console(t)
 	require.NoError(t, s.Sim.InjectFault(s.Ctx, stripesim.Fault{Mode: stripesim.FaultErrorAfter, Status: http.StatusInternalServerError,
-		Path: "POST /v1/payment_intents"}))
+		Count: times, Path: "POST /v1/payment_intents"}))
 	paid := s.API.Post(t, "/v1/payments", id.New("key"), `{"amount": 2000, "currency": "usd", "payment_method": "pm_card_visa"}`)
 	require.Equal(t, http.StatusAccepted, paid.Status, paid.Raw)
 	var timeline string
@@ -110,8 +112,5 @@ func TestTimelineOfAHandOff(t *testing.T) {
 		timeline = page("payments/" + paid.PaymentID())
 		return strings.Contains(timeline, "Provider outcome recorded: succeeded")
 	}, 60*time.Second, 100*time.Millisecond, "never settled")
-	handed := strings.Index(timeline, "Handed to reconciliation")
-	require.Greater(t, handed, 0, timeline)
-	require.Less(t, handed, strings.Index(timeline, "Provider outcome recorded: succeeded"), timeline)
-	require.Contains(t, timeline, "after its hand-off to reconciliation")
+	return timeline
 }
