@@ -189,13 +189,66 @@ func (f *Formation) resume(ctx context.Context) error {
 	if err := f.tuneMonitor(ctx); err != nil {
 		return err
 	}
-	for _, n := range f.nodes {
+	// The primary's keeper first, alone until it reports its server
+	// running: a keeper started reports "not running" until its server is
+	// up (after a stop's crash recovery, seconds on a busy machine), and a
+	// monitor that hears so of the primary while a standby reports fails
+	// over at once, grace period or not; the old primary then cannot
+	// follow. The standbys, started after, find it up.
+	primary, err := f.lastPrimary(ctx)
+	if err != nil {
+		return err
+	}
+	order := slices.Clone(f.nodes)
+	if primary != nil {
+		order = append([]*Node{primary}, slices.DeleteFunc(order, func(n *Node) bool { return n == primary })...)
+	}
+	for i, n := range order {
 		if n.keeper, err = f.spawn(n.home, "run", "--pgdata", n.data); err != nil {
 			return err
+		}
+		if i == 0 && primary != nil {
+			if err := f.waitFor(ctx, primary.Name+" running as the primary", f.primaryRunning(primary)); err != nil {
+				return err
+			}
 		}
 	}
 	f.killed = nil
 	return f.waitSynced(ctx)
+}
+
+// lastPrimary is the node the monitor last assigned the primary's role,
+// nil if none holds it (a formation stopped in the middle of a failover).
+func (f *Formation) lastPrimary(ctx context.Context) (*Node, error) {
+	states, err := f.states(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range f.nodes {
+		if s := states[n.Name]; s.goal == "primary" && s.reported == "primary" {
+			return n, nil
+		}
+	}
+	return nil, nil
+}
+
+// primaryRunning checks that n's keeper has reported to the monitor, since
+// it started, that its server runs as the primary.
+func (f *Formation) primaryRunning(n *Node) func(context.Context) error {
+	started := time.Now()
+	return func(ctx context.Context) error {
+		var running bool
+		var reportedAt time.Time
+		err := queryRow(ctx, f.monitorURL(), `SELECT reportedpgisrunning, reporttime FROM pgautofailover.node
+			WHERE nodename = '`+n.Name+`' AND reportedstate = 'primary'`, &running, &reportedAt)
+		if err != nil {
+			return err
+		}
+		if !running || reportedAt.Before(started) {
+			return fmt.Errorf("%s has not reported its server running since it started", n.Name)
+		}
+		return nil
+	}
 }
 
 // portTaken says whether a server of the formation could not bind its
@@ -805,8 +858,18 @@ func (f *Formation) processes() []*process {
 // to Start stays, to be started again.
 func (f *Formation) Stop() error {
 	f.stopOnce.Do(func() {
+		// The monitor first: a monitor that outlives a node's stop judges
+		// the node dead and starts a failover that the stop cuts short,
+		// and the formation started again resumes it half done (two
+		// standbys promoted at once, the old primary unable to follow).
+		if f.monitor != nil {
+			f.monitor.stop()
+		}
 		var wg sync.WaitGroup
 		for _, p := range f.processes() {
+			if p == f.monitor {
+				continue
+			}
 			wg.Add(1)
 			go func() { defer wg.Done(); p.stop() }()
 		}
@@ -896,7 +959,37 @@ func (f *Formation) LogTails() []string {
 			tails = append(tails, why)
 		}
 	}
+	if events := f.monitorEvents(); events != "" {
+		tails = append(tails, events)
+	}
 	return tails
+}
+
+// monitorEvents are the monitor's last decisions, oldest first, each with
+// the reason it gives: where a move began, which the logs' tails may have
+// scrolled past. Empty if the monitor does not answer.
+func (f *Formation) monitorEvents() string {
+	if f.monitorHome == "" {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, f.monitorURL())
+	if err != nil {
+		return ""
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT to_char(eventtime, 'HH24:MI:SS.MS') || ' ' || nodename || ' ' ||
+			reportedstate || '/' || goalstate || ' ' || reportedlsn || ': ' || coalesce(description, '')
+		FROM (SELECT * FROM pgautofailover.event ORDER BY eventid DESC LIMIT 40) AS last ORDER BY eventid`)
+	if err != nil {
+		return ""
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(lines) == 0 {
+		return ""
+	}
+	return "the monitor's last events:\n" + strings.Join(lines, "\n")
 }
 
 // serverExits are the lines of a server's newest log that say why one of
@@ -913,10 +1006,15 @@ func serverExits(data string) string {
 		return ""
 	}
 	var exits []string
-	for _, line := range strings.Split(string(b), "\n") {
+	lines := strings.Split(string(b), "\n")
+	for i, line := range lines {
 		if strings.Contains(line, "terminated by signal") || strings.Contains(line, "exited with exit code") ||
 			strings.Contains(line, "PANIC") || strings.Contains(line, "TRAP") {
 			exits = append(exits, line)
+			// The server names what the process was running on the next line.
+			if i+1 < len(lines) && strings.Contains(lines[i+1], "Failed process was running") {
+				exits = append(exits, lines[i+1])
+			}
 		}
 	}
 	if len(exits) == 0 {
