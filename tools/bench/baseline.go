@@ -107,7 +107,7 @@ func (r *run) sampleCPU(names ...string) cpuSample {
 		var err error
 		switch {
 		case name == "postgres":
-			cpu, err = serverCPU()
+			cpu, err = serverCPU(r.postmaster)
 		case r.helpers[name] != nil:
 			cpu, err = processCPU(r.helpers[name].pid())
 		default:

@@ -149,6 +149,9 @@ type run struct {
 	sustainedRate float64
 	// maxConnections is the server's max_connections.
 	maxConnections int
+	// postmaster is the server's process, whose CPU the phases measure; 0
+	// when the server is on another machine.
+	postmaster int
 	// helpers are the programs started beside the stack, by name: the bare
 	// new-key server ("baseline"), the peer being measured.
 	helpers map[string]*helperProcess
@@ -231,6 +234,9 @@ func Run(ctx context.Context, cfg Config) (_ *Results, path string, err error) {
 		pgbench:        pgbench{path: pgbenchPath, dbURL: dbURL, scriptDir: cfg.ScriptDir},
 		client:         newHTTPClient(cfg.Clients),
 		maxConnections: res.Postgres.MaxConnections,
+	}
+	if r.postmaster, err = postmasterOf(ctx, pool); err != nil {
+		cfg.Logger.WarnContext(ctx, "the server's CPU is left out", slog.Any("error", err))
 	}
 	if err := r.setup(ctx); err != nil {
 		return nil, "", err

@@ -70,34 +70,49 @@ func processCPU(pid int) (time.Duration, error) {
 	return st.CPU, nil
 }
 
-// serverCPU is the CPU time the PostgreSQL servers of this machine have
-// used so far: every postgres process's own, and, through the postmaster's
-// children's time, that of the backends that have exited (pgbench's, at
-// the end of each of its runs).
-func serverCPU() (time.Duration, error) {
+// postmasterOf is the process id of the server q is connected to, found
+// as the parent of q's backend: only a server on this machine has one.
+func postmasterOf(ctx context.Context, q interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}) (int, error) {
+	var backend int32
+	if err := q.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&backend); err != nil {
+		return 0, fmt.Errorf("the server's backend: %w", err)
+	}
+	st, err := readStat(int(backend))
+	if err != nil || st.Command != "postgres" {
+		return 0, errors.New("the server is not on this machine: its CPU cannot be measured")
+	}
+	return st.Parent, nil
+}
+
+// serverCPU is the CPU time the server whose postmaster is postmaster has
+// used so far: the postmaster's own, its live children's, and, through its
+// children's time, that of the backends that have exited (pgbench's, at the
+// end of each of its runs). Other servers on the machine (the tests' own
+// clusters, started and stopped meanwhile) are not counted: one that
+// stopped between two samples would take its time out of the sum.
+func serverCPU(postmaster int) (time.Duration, error) {
+	if postmaster == 0 {
+		return 0, errors.New("no server on this machine to measure")
+	}
+	root, err := readStat(postmaster)
+	if err != nil || root.Command != "postgres" {
+		return 0, fmt.Errorf("the server's postmaster (process %d) is gone", postmaster)
+	}
+	total := root.CPU + root.Children
 	dirs, err := filepath.Glob("/proc/[0-9]*")
 	if err != nil {
 		return 0, err
 	}
-	var total time.Duration
-	found := false
 	for _, dir := range dirs {
 		pid, err := strconv.Atoi(filepath.Base(dir))
-		if err != nil {
+		if err != nil || pid == postmaster {
 			continue
 		}
-		st, err := readStat(pid)
-		if err != nil || st.Command != "postgres" {
-			continue // gone meanwhile, or not a server's
+		if st, err := readStat(pid); err == nil && st.Parent == postmaster {
+			total += st.CPU // else gone meanwhile, or another's
 		}
-		found = true
-		total += st.CPU
-		if parent, err := readStat(st.Parent); err != nil || parent.Command != "postgres" {
-			total += st.Children // a postmaster: its backends that exited
-		}
-	}
-	if !found {
-		return 0, errors.New("no postgres process on this machine (a server elsewhere cannot be measured)")
 	}
 	return total, nil
 }

@@ -1,11 +1,15 @@
 package bench
 
 import (
+	"context"
 	"os"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+
+	"github.com/oncepay/oncepay/internal/testkit/pgtest"
 )
 
 func TestParseStat(t *testing.T) {
@@ -80,4 +84,27 @@ func TestBackendsCPUSince(t *testing.T) {
 	// 12 exited, 13 started in between.
 	after := map[int]time.Duration{10: 3 * time.Second, 11: 2 * time.Second, 13: 500 * time.Millisecond}
 	require.Equal(t, 2500*time.Millisecond, backendsCPUSince(before, after))
+}
+
+// TestServerCPUCountsOneServer reads the CPU of the server the tests use,
+// found through a connection, and sees it grow with the work asked of it.
+func TestServerCPUCountsOneServer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, pgtest.AdminURL(t))
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	postmaster, err := postmasterOf(ctx, conn)
+	require.NoError(t, err)
+	before, err := serverCPU(postmaster)
+	require.NoError(t, err)
+	// About a second of one backend's CPU: above /proc's 10 ms tick.
+	_, err = conn.Exec(ctx, "SELECT sum(sqrt(i)) FROM generate_series(1, 20000000) AS i")
+	require.NoError(t, err)
+	after, err := serverCPU(postmaster)
+	require.NoError(t, err)
+	require.Greater(t, after, before, "the backend's work is the server's")
+
+	_, err = serverCPU(0)
+	require.Error(t, err)
 }

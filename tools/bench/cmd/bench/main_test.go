@@ -70,8 +70,10 @@ func TestTinyRun(t *testing.T) {
 		t.Log("not root: the network phase is left out")
 	}
 	args = append(args, "-only", strings.Join(phases, ","))
+	// The bench's output is logged last, after a failure's message: a CI
+	// log cut short in the middle still shows what failed.
+	t.Cleanup(func() { t.Log(stdout.String()) })
 	err := run(context.Background(), args, getenv, &stdout)
-	t.Log(stdout.String())
 	require.NoError(t, err)
 
 	files, err := filepath.Glob(filepath.Join(out, "*.json"))
