@@ -1,6 +1,7 @@
 package kinds_test
 
 import (
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/oncepay/oncepay/internal/provider"
 	"github.com/oncepay/oncepay/internal/testkit/apitest"
 	"github.com/oncepay/oncepay/internal/testkit/stacktest"
+	"github.com/oncepay/oncepay/tools/stripesim"
 )
 
 // TestLostCommitsMoveNoMoneyTwice: an operation is accepted, made at the
@@ -133,6 +135,56 @@ func TestLostCommitsMoveNoMoneyTwice(t *testing.T) {
 		require.Contains(t, found[0].Reason, intent.(string))
 		require.Contains(t, found[0].Reason, ref)
 	})
+
+	// A payment whose first generation the provider never charged, proven
+	// so, is charged under its second after the client's retry; then a
+	// restore loses its rows, and the client retries again from generation
+	// 1. fault is what the provider did with generation 1's requests.
+	//   - error_before: it stored nothing (it never began one). The key is
+	//     handed on, so generation 2 charged under it, and the retry meets
+	//     that charge.
+	//   - error_during: it stored a 500 without making anything. Generation
+	//     2 charged under a key of its own; the retry gets the stored 500
+	//     back, and the look-up by the request's ref finds generation 2's
+	//     intent.
+	// Either way the retry adopts the one intent: the card is charged once.
+	for _, fault := range []stripesim.Fault{
+		{Mode: stripesim.FaultErrorBefore, Status: http.StatusServiceUnavailable, Path: "POST /v1/payment_intents"},
+		{Mode: stripesim.FaultErrorDuring, Status: http.StatusInternalServerError, Path: "POST /v1/payment_intents"},
+	} {
+		t.Run("PaymentCharged"+"AfterAFirstGenerationThatFailedWith_"+string(fault.Mode), func(t *testing.T) {
+			from := since(t)
+			key := id.New("key")
+			amount := map[stripesim.FaultMode]int64{stripesim.FaultErrorBefore: 2345, stripesim.FaultErrorDuring: 3456}[fault.Mode]
+			body := fmt.Sprintf(`{"amount": %d, "currency": "usd", "payment_method": "pm_card_visa"}`, amount)
+			require.NoError(t, s.Sim.InjectFault(s.Ctx, fault))
+			accepted := s.API.Post(t, "/v1/payments", key, body)
+			require.Equal(t, http.StatusAccepted, accepted.Status, accepted.Raw)
+			lostID := accepted.PaymentID()
+			failed := wait(t, "/v1/payments/"+lostID, "failed")
+			require.Equal(t, operation.FailureProviderNotReached, failed.Body["failure_code"], failed.Raw)
+			require.NoError(t, s.Sim.ClearFaults(s.Ctx))
+
+			charged := s.API.Post(t, "/v1/payments", key, body, "Prefer", "wait=10")
+			require.Equal(t, http.StatusCreated, charged.Status, charged.Raw)
+			require.Equal(t, lostID, charged.PaymentID())
+			require.Equal(t, "succeeded", charged.Body["status"])
+			intent, ref := charged.Body["provider_payment_intent_id"], refOf(t, "payments", lostID)
+			lose(t, from)
+
+			newID := retried(t, "payments", ref, s.API.Post(t, "/v1/payments", key, body, "Prefer", "wait=10"))
+			got := wait(t, "/v1/payments/"+newID, "succeeded")
+			require.Equal(t, intent, got.Body["provider_payment_intent_id"], "the retry adopted generation 2's intent")
+			require.Len(t, s.ProviderObjects(t, "payment_intent", map[string]string{operation.MetadataRef: ref}), 1, "one intent for the key")
+			n := 0
+			for _, in := range s.ProviderObjects(t, "payment_intent", nil) {
+				if in.Amount == amount && in.Status == "succeeded" {
+					n++
+				}
+			}
+			require.Equal(t, 1, n, "the card was charged once")
+		})
+	}
 
 	t.Run("Refund", func(t *testing.T) {
 		paid := pay(t, id.New("key"), "5000")

@@ -33,6 +33,10 @@ type Lifecycle struct {
 	LastProviderAttemptAt  *time.Time `json:"-" db:"last_provider_attempt_at"`
 	ReconcileAfter         *time.Time `json:"-" db:"reconcile_after"`
 	ReconcileAttempts      int        `json:"-" db:"reconcile_attempts"`
+	// ProviderKeySpentAt is when the provider was seen to hold an answer
+	// under the current provider key that no retry of it can move past
+	// (Entry.KeySpentAt); nil if none was.
+	ProviderKeySpentAt *time.Time `json:"-" db:"provider_key_spent_at"`
 	// ProviderAccount is the connected account the operation acts on at
 	// the provider (its Stripe-Account); nil for the platform's own.
 	ProviderAccount *string `json:"-" db:"provider_account"`
@@ -56,13 +60,16 @@ func NewLifecycle(t Table, prefix string, req idempotency.Request, account *stri
 
 // NextProviderKey is the provider key of generation of the operation e
 // (its client key, tenant and ref as e has them): from its ref, or as keys
-// were derived before refs for a row made then. A generation none of whose
-// requests was ever sent (its attempt clock, committed before any, is
-// unset) hands its key on: the provider never saw it, so it has no answer
-// to replay, and a retry whose rows a restore lost, which starts again at
-// the first generation, then reaches the object the later one made.
+// were derived before refs for a row made then. A generation is resumed
+// only once proven to have made nothing at the provider, and its key is
+// handed on unless the provider holds an answer under it that no retry can
+// move past (e.KeySpentAt: a stored error, a key held for other
+// parameters). A key never sent, or sent and never answered, or answered
+// with an error the provider did not store, can still make the object; and
+// a retry whose rows a restore lost, which starts again at the first
+// generation's key, then reaches whatever a later generation made under it.
 func (t Table) NextProviderKey(e Entry, generation int) string {
-	if e.FirstAttemptAt == nil && e.ProviderKey != "" {
+	if e.KeySpentAt == nil && e.ProviderKey != "" {
 		return e.ProviderKey
 	}
 	if e.Ref != "" {
@@ -116,7 +123,7 @@ func (l Lifecycle) MarshalView(view any) ([]byte, error) {
 
 // LifecycleColumns are Lifecycle's columns, for a kind's SELECT lists.
 const LifecycleColumns = `id, tenant_id, idempotency_key, provider_idempotency_key, provider_key_generation,
-	first_provider_attempt_at, last_provider_attempt_at, reconcile_after, reconcile_attempts, provider_account, oncepay_ref,
+	first_provider_attempt_at, last_provider_attempt_at, reconcile_after, reconcile_attempts, provider_key_spent_at, provider_account, oncepay_ref,
 	failure_code, failure_message, created_at, updated_at`
 
 // Account is the connected account the operation acts on; "" for the
@@ -129,7 +136,7 @@ func (l Lifecycle) Account() string { return Deref(l.ProviderAccount) }
 func (l Lifecycle) EntryIn(status string, providerID *string, logAttrs ...any) Entry {
 	return Entry{TenantID: l.TenantID, ID: l.ID, IdempotencyKey: l.IdempotencyKey, Status: status, Generation: l.ProviderKeyGeneration,
 		FirstAttemptAt: l.FirstProviderAttemptAt, LastAttemptAt: l.LastProviderAttemptAt, ReconcileAttempts: l.ReconcileAttempts,
-		Account: l.Account(), ProviderID: providerID, Ref: Deref(l.Ref), ProviderKey: l.ProviderIdempotencyKey,
+		KeySpentAt: l.ProviderKeySpentAt, Account: l.Account(), ProviderID: providerID, Ref: Deref(l.Ref), ProviderKey: l.ProviderIdempotencyKey,
 		LogAttrs: append(logAttrs, slog.String("provider_idempotency_key", l.ProviderIdempotencyKey))}
 }
 

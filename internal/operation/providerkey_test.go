@@ -66,10 +66,12 @@ func TestOldRowsKeepTheirDerivation(t *testing.T) {
 	require.Equal(t, operation.RefKey(made.Ref, 2), table.NextProviderKey(made, 2))
 }
 
-// TestAKeyNeverSentIsKept: a generation whose attempt clock was never
-// stamped sent nothing, and the next generation keeps its key; one that
-// started an attempt hands on a new key, which no stored answer can reach.
-func TestAKeyNeverSentIsKept(t *testing.T) {
+// TestAKeyIsKeptUntilSpent: a resumed generation keeps its key, sent or
+// not, as long as the provider holds no answer under it that a retry
+// cannot move past; once it does (a stored error, a key held for other
+// parameters), the next generation takes a new key, which no stored
+// answer can reach.
+func TestAKeyIsKeptUntilSpent(t *testing.T) {
 	t.Parallel()
 	table := operation.Table{Operation: "payment"}
 	ref := operation.RequestRef("payment", "ten_1", "client-key-0000001", [32]byte{1})
@@ -77,7 +79,10 @@ func TestAKeyNeverSentIsKept(t *testing.T) {
 	require.Equal(t, operation.RefKey(ref, 1), table.NextProviderKey(e, 2), "never sent: kept")
 	sent := time.Now()
 	e.FirstAttemptAt = &sent
-	require.Equal(t, operation.RefKey(ref, 2), table.NextProviderKey(e, 2), "sent: a new key")
+	require.Equal(t, operation.RefKey(ref, 1), table.NextProviderKey(e, 2), "sent, never answered for good: kept")
+	spent := sent.Add(time.Second)
+	e.KeySpentAt = &spent
+	require.Equal(t, operation.RefKey(ref, 2), table.NextProviderKey(e, 2), "spent: a new key")
 }
 
 // TestEarlierObjects: an object made for the same request by an operation

@@ -122,6 +122,11 @@ type Entry struct {
 	// LastAttemptAt is when the latest was, by the same clock.
 	LastAttemptAt     *time.Time
 	ReconcileAttempts int
+	// KeySpentAt is when the provider was seen to hold an answer under
+	// ProviderKey that no retry of it can move past: a stored error it
+	// replays, or the key held for other parameters. Until then a resumed
+	// operation keeps its key (Table.NextProviderKey).
+	KeySpentAt *time.Time
 	// LogAttrs name the operation on log lines, beside its id.
 	LogAttrs []any
 	// ParentID is the operation's parent (Table.Parent), whose row its

@@ -15,9 +15,10 @@ import (
 const Resumable = `(status = 'requires_reconciliation' OR (status = 'failed' AND failure_code = '` + FailureProviderNotReached + `'))`
 
 // Resume puts an operation whose key was re-acquired back in flight under
-// generation, with its provider key and a fresh attempt window: the
-// provider must never answer the resumed operation from an earlier
-// generation's stored answer. The caller holds the kind's locks, so the
+// generation, with its provider key (Table.NextProviderKey: a new one if
+// the provider stored an answer under the last, which it would replay to
+// the resumed operation; else the same, never spent) and a fresh attempt
+// window. The caller holds the kind's locks, so the
 // generation it read is the one written. It returns the row's columns.
 func (t Table) Resume(ctx context.Context, tx pgx.Tx, tenantID, id string, generation int, providerKey, columns string) (pgx.Rows, error) {
 	clearProviderID := t.ProviderIDColumn + " = NULL, "
@@ -26,7 +27,8 @@ func (t Table) Resume(ctx context.Context, tx pgx.Tx, tenantID, id string, gener
 	}
 	return tx.Query(ctx, `
 		UPDATE `+t.Name+` SET status = $5, provider_key_generation = $3, provider_idempotency_key = $4,
-			first_provider_attempt_at = NULL, last_provider_attempt_at = NULL, provider_attempt_deadline = NULL, `+clearProviderID+`
+			first_provider_attempt_at = NULL, last_provider_attempt_at = NULL, provider_attempt_deadline = NULL,
+			provider_key_spent_at = NULL, `+clearProviderID+`
 			failure_code = NULL, failure_message = NULL`+t.AlsoClear+`,
 			reconcile_after = NULL, reconcile_attempts = 0, updated_at = now()
 		WHERE tenant_id = $1 AND id = $2 AND `+Resumable+`

@@ -162,7 +162,7 @@ func (w *Worker[A, Op, O]) Work(ctx context.Context, job *river.Job[A]) error {
 	log := w.log.With(slog.String("tenant_id", tenantID), slog.String(w.table.Operation+"_id", id),
 		slog.Int64("job_id", job.ID), slog.Int("attempt", job.Attempt))
 	last := LastAttempt{Action: w.action, Operation: w.table.Operation, RecordTimeout: w.t.RecordTimeout,
-		HandOver: func(ctx context.Context, reason string) error { return w.handOver(ctx, job, reason) }}
+		HandOver: func(ctx context.Context, reason string) error { return w.handOver(ctx, job, reason, false) }}
 	return last.Run(ctx, job.JobRow, log, func() error { return w.attempt(ctx, job, tenantID, id, log) })
 }
 
@@ -187,7 +187,7 @@ func (w *Worker[A, Op, O]) attempt(ctx context.Context, job *river.Job[A], tenan
 	}
 	if age > w.t.KeyMargin {
 		log.WarnContext(ctx, "provider idempotency window nearly over; not calling the provider", slog.Duration("since_first_attempt", age))
-		return w.handOver(ctx, job, "the provider's idempotency window for this "+w.table.Operation+" has passed")
+		return w.handOver(ctx, job, "the provider's idempotency window for this "+w.table.Operation+" has passed", false)
 	}
 
 	callCtx, cancelCall := context.WithTimeout(ctx, w.t.CallTimeout)
@@ -196,7 +196,7 @@ func (w *Worker[A, Op, O]) attempt(ctx context.Context, job *river.Job[A], tenan
 	var handOver *HandOverError
 	if errors.As(err, &handOver) {
 		log.WarnContext(ctx, "handing the "+w.table.Operation+" to reconciliation", slog.String("reason", handOver.Reason))
-		return w.handOver(context.WithoutCancel(ctx), job, handOver.Reason)
+		return w.handOver(context.WithoutCancel(ctx), job, handOver.Reason, false)
 	}
 	if err != nil {
 		return err
@@ -240,18 +240,18 @@ func (w *Worker[A, Op, O]) record(ctx context.Context, job *river.Job[A], id str
 			}
 		}
 		log.WarnContext(ctx, w.table.Operation+" still pending at the provider; giving up polling", slog.String("provider_status", j.State))
-		return w.handOver(ctx, job, "the "+w.table.Operation+" stayed "+j.State+" at the provider")
+		return w.handOver(ctx, job, "the "+w.table.Operation+" stayed "+j.State+" at the provider", false)
 	case j.Kind == provider.KeyConflict:
 		// The key is derived from the request (RequestRef), so another
 		// request under it is this one's earlier life, whose rows a restore
 		// or a failover lost (its id, in the metadata, differed): only a
 		// look-up by the ref finds its object, which the operation adopts.
 		log.WarnContext(ctx, "the provider holds an earlier request under this "+w.table.Operation+"'s key; looking its object up to adopt it", slog.Any("error", j.Err))
-		return w.handOver(ctx, job, "the provider holds an earlier request under this "+w.table.Operation+"'s key (its rows were lost?)")
+		return w.handOver(ctx, job, "the provider holds an earlier request under this "+w.table.Operation+"'s key (its rows were lost?)", true)
 	}
 	if j.Replayed && j.HTTPStatus >= 500 {
 		log.WarnContext(ctx, "provider replays a stored error for this key; looking the "+w.table.Operation+" up instead", slog.Int("http_status", j.HTTPStatus))
-		return w.handOver(ctx, job, fmt.Sprintf("the provider answers this %s's key with a stored %d error", w.table.Operation, j.HTTPStatus))
+		return w.handOver(ctx, job, fmt.Sprintf("the provider answers this %s's key with a stored %d error", w.table.Operation, j.HTTPStatus), true)
 	}
 	return w.undetermined(ctx, id, j, log)
 }
@@ -275,8 +275,9 @@ func (w *Worker[A, Op, O]) recordFinal(ctx context.Context, job *river.Job[A], o
 }
 
 // handOver gives the job's operation (if still in flight) to the
-// reconciler, its key unknown, and completes the job, in one transaction.
-func (w *Worker[A, Op, O]) handOver(ctx context.Context, job *river.Job[A], reason string) error {
+// reconciler, its key unknown, and completes the job, in one transaction;
+// keySpent as Table.HandOver's.
+func (w *Worker[A, Op, O]) handOver(ctx context.Context, job *river.Job[A], reason string, keySpent bool) error {
 	tenantID, id := job.Args.Of()
 	return postgres.InTx(ctx, w.pool, func(tx pgx.Tx) error {
 		if err := w.kind.Lock(ctx, tx, tenantID, id); err != nil {
@@ -286,7 +287,7 @@ func (w *Worker[A, Op, O]) handOver(ctx context.Context, job *river.Job[A], reas
 		if err != nil {
 			return err
 		}
-		if err := w.table.HandOver(ctx, tx, w.keys, w.kind.Entry(op), reason); err != nil {
+		if err := w.table.HandOver(ctx, tx, w.keys, w.kind.Entry(op), reason, keySpent); err != nil {
 			return err
 		}
 		return CompleteJob(ctx, tx, job)
@@ -312,12 +313,15 @@ func CompleteJob[T river.JobArgs](ctx context.Context, tx pgx.Tx, job *river.Job
 // HandOver moves an in-flight operation to requires_reconciliation, due at
 // once, and its key to unknown; the caller holds the kind's locks. An
 // operation that already left the in-flight statuses is left as it is.
-func (t Table) HandOver(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, e Entry, reason string) error {
+// keySpent says the provider answered with what no retry of the provider
+// key can move past (Entry.KeySpentAt), so that a resume takes a new one.
+func (t Table) HandOver(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, e Entry, reason string, keySpent bool) error {
 	tag, err := tx.Exec(ctx, `
 		UPDATE `+t.Name+` SET status = 'requires_reconciliation', failure_message = $4,
-			reconcile_after = now(), reconcile_attempts = 0, handed_over_at = now(), updated_at = now()
+			reconcile_after = now(), reconcile_attempts = 0, handed_over_at = now(), updated_at = now(),
+			provider_key_spent_at = CASE WHEN $6 THEN coalesce(provider_key_spent_at, now()) ELSE provider_key_spent_at END
 		WHERE tenant_id = $1 AND id = $2 AND provider_key_generation = $3 AND status = ANY($5)`,
-		e.TenantID, e.ID, e.Generation, reason, t.InFlight)
+		e.TenantID, e.ID, e.Generation, reason, t.InFlight, keySpent)
 	if err != nil {
 		return fmt.Errorf("hand %s to reconciliation: %w", t.Operation, err)
 	}

@@ -452,7 +452,7 @@ func TestChargeGivesUpToReconciliation(t *testing.T) {
 		require.ErrorAs(t, err, &refused, "the failed payment's intent must take no money")
 	})
 
-	t.Run("NeverReachedIsRetriedUnderTheNextGeneration", func(t *testing.T) {
+	t.Run("NeverReachedIsRetriedUnderTheNextGenerationWithItsKey", func(t *testing.T) {
 		t.Parallel()
 		b := setupCharge(t, chargeOptions{deferWorker: true, reconcile: true})
 		require.NoError(t, b.sim.InjectFault(b.ctx, stripesim.Fault{Mode: stripesim.FaultErrorBefore, Status: 503, Path: "POST /v1/payment_intents"}))
@@ -473,20 +473,54 @@ func TestChargeGivesUpToReconciliation(t *testing.T) {
 		require.Equal(t, payments.FailureProviderNotReached, got.Body["failure_code"])
 
 		// The client's retry re-acquires the key; the same payment is
-		// charged under generation 2, with a provider key of its own.
+		// charged under generation 2. The provider stored nothing under the
+		// first generation's key (its 503s came before any endpoint ran), so
+		// the key is handed on: a retry whose rows a restore lost, which
+		// starts again at generation 1, reaches this charge.
+		require.Nil(t, failed.ProviderKeySpentAt)
 		require.NoError(t, b.sim.ClearFaults(b.ctx))
 		r := b.pay(key, "pm_card_visa", "Prefer", "wait=10")
 		require.Equal(t, http.StatusCreated, r.Status, "body: %s", r.Raw)
 		require.Equal(t, paymentID, r.PaymentID())
 		p := b.waitStatus(paymentID, payments.StatusSucceeded)
 		require.Equal(t, 2, p.ProviderKeyGeneration)
-		require.NotEqual(t, failed.ProviderIdempotencyKey, p.ProviderIdempotencyKey)
-		require.Equal(t, operation.RefKey(*p.Ref, 2), p.ProviderIdempotencyKey)
+		require.Equal(t, failed.ProviderIdempotencyKey, p.ProviderIdempotencyKey)
+		require.Equal(t, operation.RefKey(*p.Ref, 1), p.ProviderIdempotencyKey)
 		intents := b.executions(paymentID)
 		require.Len(t, intents, 1, "charged once")
 		require.Equal(t, "2", intents[0].Metadata[payments.MetadataGeneration])
 		require.Equal(t, p.ProviderIdempotencyKey, intents[0].IdempotencyKey)
 		require.Equal(t, idempotency.StatusCompleted, b.keyRecord(key).Status)
+	})
+
+	t.Run("AStoredErrorSpendsTheKey", func(t *testing.T) {
+		t.Parallel()
+		// The provider began the charge, failed before it made anything,
+		// and stored its 500 under the key: every retry of that key gets
+		// the 500 back. Proven never charged, the payment is resumed under
+		// generation 2 with a key of its own.
+		b := setupCharge(t, chargeOptions{deferWorker: true, reconcile: true})
+		require.NoError(t, b.sim.InjectFault(b.ctx, stripesim.Fault{Mode: stripesim.FaultErrorDuring, Status: 500, Path: "POST /v1/payment_intents"}))
+		key := id.New("key")
+		paymentID := b.pay(key, "pm_card_visa").PaymentID()
+		b.setMaxAttempts(paymentID, 3)
+		b.startWorker()
+
+		failed := b.waitStatus(paymentID, payments.StatusFailed)
+		require.Equal(t, payments.FailureProviderNotReached, *failed.FailureCode)
+		require.NotNil(t, failed.ProviderKeySpentAt, "the provider replayed its stored 500: the key can make nothing more")
+		require.Empty(t, b.executions(paymentID))
+
+		require.NoError(t, b.sim.ClearFaults(b.ctx))
+		r := b.pay(key, "pm_card_visa", "Prefer", "wait=10")
+		require.Equal(t, http.StatusCreated, r.Status, "body: %s", r.Raw)
+		p := b.waitStatus(paymentID, payments.StatusSucceeded)
+		require.Equal(t, 2, p.ProviderKeyGeneration)
+		require.Equal(t, operation.RefKey(*p.Ref, 2), p.ProviderIdempotencyKey)
+		require.Nil(t, p.ProviderKeySpentAt, "the new key is not spent")
+		intents := b.executions(paymentID)
+		require.Len(t, intents, 1, "charged once")
+		require.Equal(t, p.ProviderIdempotencyKey, intents[0].IdempotencyKey)
 	})
 
 	t.Run("NeverSentThenLostAdoptsTheLaterGeneration", func(t *testing.T) {

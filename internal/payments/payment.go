@@ -113,10 +113,12 @@ type Payment struct {
 	ReconcileAttempts int        `json:"-" db:"reconcile_attempts"`
 	// HandedOverAt is when its outcome, unknown to the worker, was last
 	// handed to reconciliation; nil if never (or before it was kept).
-	HandedOverAt *time.Time  `json:"-" db:"handed_over_at"`
-	NextAction   *NextAction `json:"next_action,omitempty" db:"provider_next_action"`
-	CreatedAt    time.Time   `json:"created_at" db:"created_at"`
-	UpdatedAt    time.Time   `json:"updated_at" db:"updated_at"`
+	HandedOverAt *time.Time `json:"-" db:"handed_over_at"`
+	// ProviderKeySpentAt: operation.Lifecycle's.
+	ProviderKeySpentAt *time.Time  `json:"-" db:"provider_key_spent_at"`
+	NextAction         *NextAction `json:"next_action,omitempty" db:"provider_next_action"`
+	CreatedAt          time.Time   `json:"created_at" db:"created_at"`
+	UpdatedAt          time.Time   `json:"updated_at" db:"updated_at"`
 }
 
 // NextAction is what the customer must do for a payment in

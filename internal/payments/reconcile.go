@@ -78,7 +78,7 @@ func (k reconcilable) Entry(c claim) operation.Entry { return c.Payment.Entry() 
 func (p Payment) Entry() operation.Entry {
 	return operation.Entry{TenantID: p.TenantID, ID: p.ID, IdempotencyKey: p.IdempotencyKey, Status: string(p.Status), Generation: p.ProviderKeyGeneration,
 		FirstAttemptAt: p.FirstProviderAttemptAt, LastAttemptAt: p.LastProviderAttemptAt, ReconcileAttempts: p.ReconcileAttempts,
-		Account: p.Account(), ProviderID: p.ProviderPaymentIntentID, Ref: deref(p.Ref), ProviderKey: p.ProviderIdempotencyKey, LogAttrs: []any{slog.String("provider_idempotency_key", p.ProviderIdempotencyKey)}}
+		KeySpentAt: p.ProviderKeySpentAt, Account: p.Account(), ProviderID: p.ProviderPaymentIntentID, Ref: deref(p.Ref), ProviderKey: p.ProviderIdempotencyKey, LogAttrs: []any{slog.String("provider_idempotency_key", p.ProviderIdempotencyKey)}}
 }
 
 func (k reconcilable) RecordFinal(ctx context.Context, c claim, out provider.Outcome) error {

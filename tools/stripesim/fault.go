@@ -34,6 +34,13 @@ const (
 	// request whose parameters fail validation executes nothing, so even
 	// under this fault its key stays free for the corrected request.
 	FaultErrorAfter FaultMode = "error_after"
+	// FaultErrorDuring models an endpoint that began executing and failed
+	// before it committed anything: no object is made, yet Stripe stores
+	// the 5xx (Status, 500 by default) under the idempotency key, as it
+	// stores any result of an endpoint that started, and replays it with
+	// Idempotent-Replayed: true to every retry with the key. The key can
+	// no longer make the object; only another key can.
+	FaultErrorDuring FaultMode = "error_during"
 	// FaultHoldAfter executes and commits the request and stores its real
 	// response under the key, then holds the response until the client
 	// gives up or Config.MaxHold passes, and closes the connection without
@@ -80,13 +87,13 @@ func (f Fault) Validate() error {
 		if f.LatencyMS <= 0 {
 			return fmt.Errorf("%w: latency_ms must be positive for mode latency", ErrInvalidFault)
 		}
-	case FaultErrorBefore, FaultErrorAfter:
+	case FaultErrorBefore, FaultErrorAfter, FaultErrorDuring:
 		if f.Status != 0 && f.Status != http.StatusTooManyRequests && (f.Status < 500 || f.Status > 599) {
 			return fmt.Errorf("%w: status %d is neither 429 nor a 5xx", ErrInvalidFault, f.Status)
 		}
 	case FaultHoldAfter, FaultCloseAfter:
 	default:
-		return fmt.Errorf("%w: unknown mode %q (want latency, error_before, error_after, hold_after or close_after)", ErrInvalidFault, f.Mode)
+		return fmt.Errorf("%w: unknown mode %q (want latency, error_before, error_during, error_after, hold_after or close_after)", ErrInvalidFault, f.Mode)
 	}
 	if f.Count < 0 {
 		return fmt.Errorf("%w: count %d is negative", ErrInvalidFault, f.Count)
@@ -108,10 +115,16 @@ func (f Fault) Validate() error {
 
 // withDefaults fills in the default status.
 func (f Fault) withDefaults() Fault {
-	if (f.Mode == FaultErrorBefore || f.Mode == FaultErrorAfter) && f.Status == 0 {
+	if f.answersError() && f.Status == 0 {
 		f.Status = http.StatusInternalServerError
 	}
 	return f
+}
+
+// answersError reports whether the fault answers an error of its own in
+// place of the endpoint's response.
+func (f Fault) answersError() bool {
+	return f.Mode == FaultErrorBefore || f.Mode == FaultErrorAfter || f.Mode == FaultErrorDuring
 }
 
 func splitFaultPath(p string) (method, path string) {

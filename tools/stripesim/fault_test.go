@@ -113,6 +113,36 @@ func TestFaults(t *testing.T) {
 		require.Equal(t, stripe.PaymentIntentStatusSucceeded, got.Status)
 	})
 
+	t.Run("ErrorDuringStoresThe500WithoutAnObject", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, stripesim.Config{})
+		require.NoError(t, b.admin.InjectFault(t.Context(), stripesim.Fault{Mode: stripesim.FaultErrorDuring, Count: 1, Path: createPath}))
+
+		_, err := b.api.PaymentIntents.New(keyed(intentParams("pm_card_visa", true), "key-ed", "pay_ed"))
+		first := stripeError(t, err)
+		require.Equal(t, http.StatusInternalServerError, first.HTTPStatusCode)
+		require.Empty(t, first.LastResponse.Header.Get("Idempotent-Replayed"))
+		require.Empty(t, ledger(t, b).IntentsWithMetadata("payment_id", "pay_ed"), "nothing was committed")
+
+		// The key is spent: its retry replays the 500, and still makes nothing.
+		_, err = b.api.PaymentIntents.New(keyed(intentParams("pm_card_visa", true), "key-ed", "pay_ed"))
+		retry := stripeError(t, err)
+		require.Equal(t, http.StatusInternalServerError, retry.HTTPStatusCode)
+		require.Equal(t, "true", retry.LastResponse.Header.Get("Idempotent-Replayed"))
+		require.Equal(t, first.RequestID, retry.LastResponse.Header.Get("Original-Request"))
+		l := ledger(t, b)
+		require.Empty(t, l.IntentsWithMetadata("payment_id", "pay_ed"))
+		stats, _ := l.Key("key-ed")
+		require.Equal(t, http.StatusInternalServerError, stats.Status)
+		require.Equal(t, 1, stats.Replays)
+
+		// Another key makes the intent.
+		pi, err := b.api.PaymentIntents.New(keyed(intentParams("pm_card_visa", true), "key-ed-2", "pay_ed"))
+		require.NoError(t, err)
+		require.Equal(t, stripe.PaymentIntentStatusSucceeded, pi.Status)
+		require.Len(t, ledger(t, b).IntentsWithMetadata("payment_id", "pay_ed"), 1)
+	})
+
 	t.Run("ErrorAfterWithoutKeyStoresNothing", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, stripesim.Config{})

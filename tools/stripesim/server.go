@@ -141,9 +141,9 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, ep endpoint) {
 
 	var (
 		out    outcome
-		failed response // what an error_before or error_after fault answers
+		failed response // what an error_before, error_during or error_after fault answers
 	)
-	if faulted && (fault.Mode == FaultErrorBefore || fault.Mode == FaultErrorAfter) {
+	if faulted && fault.answersError() {
 		failed = faultResponse(fault.Status)
 	}
 	if faulted && fault.Mode == FaultErrorBefore {
@@ -155,6 +155,9 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, ep endpoint) {
 		}
 		if faulted && fault.Mode == FaultErrorAfter && !s.cfg.ReplayCommittedOn5xx {
 			x.store = &failed
+		}
+		if faulted && fault.Mode == FaultErrorDuring {
+			x.store, x.failBeforeCommit = &failed, true
 		}
 		out = s.process(w, r, requestID, ep, x)
 	}
@@ -187,7 +190,7 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, ep endpoint) {
 		h.Set("Original-Request", out.originID)
 	}
 	switch {
-	case !faulted || fault.Mode == FaultLatency || fault.Mode == FaultErrorBefore:
+	case !faulted || fault.Mode == FaultLatency || fault.Mode == FaultErrorBefore || fault.Mode == FaultErrorDuring:
 	case fault.Mode == FaultErrorAfter:
 		attrs = append(attrs, slog.Int("committed_status", out.resp.status))
 		h.Del("Idempotent-Replayed")
@@ -214,9 +217,12 @@ type execution struct {
 	// key meanwhile.
 	latency time.Duration
 	// store, if set, is stored under the idempotency key in place of the
-	// endpoint's response: the 5xx of an error_after fault, which Stripe
-	// stores because the endpoint had started executing.
+	// endpoint's response: the 5xx of an error_after or error_during fault,
+	// which Stripe stores because the endpoint had started executing.
 	store *response
+	// failBeforeCommit answers store without running the endpoint: it
+	// failed before it committed anything (an error_during fault).
+	failBeforeCommit bool
 }
 
 // process authenticates and parses the request, applies idempotency, and
@@ -289,8 +295,13 @@ func (s *Server) process(w http.ResponseWriter, r *http.Request, requestID strin
 	req.now = s.now()
 	s.settleDuePayouts(req.now)
 	s.expireAuthorizations(req.now)
-	resp := ep(req)
-	s.dispatch(requestID, req.key)
+	var resp response
+	if x.failBeforeCommit {
+		resp = *x.store
+	} else {
+		resp = ep(req)
+		s.dispatch(requestID, req.key)
+	}
 	switch {
 	case entry == nil:
 	case resp.rejected:
