@@ -19,6 +19,9 @@
 //     under the idempotency key and replayed to every retry with that key:
 //     retrying cannot reveal that the charge was committed.
 //     Config.ReplayCommittedOn5xx restores the older, unfaithful behaviour.
+//     A 5xx from an endpoint that began and made nothing (FaultErrorDuring)
+//     is stored and replayed the same way: that key can never make the
+//     object, only another key can.
 //   - A request whose parameters fail validation (unknown, missing,
 //     malformed or contradictory parameters: a 400 before the endpoint
 //     executes) is not stored, so the corrected request with the same key
