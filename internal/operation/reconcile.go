@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -162,116 +161,6 @@ type Reconcilable[C, O any] interface {
 	Lock(ctx context.Context, tx pgx.Tx, tenantID, id string) error
 }
 
-// Table says where a kind's operations live.
-type Table struct {
-	// Operation names the kind in logs and errors ("payment", "refund").
-	Operation string
-	// Name is the table: it has tenant_id, id, status, failure_code,
-	// failure_message, provider_key_generation, reconcile_after,
-	// reconcile_attempts, last_provider_attempt_at and updated_at.
-	Name string
-	// ProviderIDColumn holds the provider's object id once known, and
-	// ProviderIDLog names it on log lines.
-	ProviderIDColumn, ProviderIDLog string
-	// FixedProviderID: the provider object is known from the start (an
-	// action on the payment's intent), so a resumed operation keeps it.
-	FixedProviderID bool
-	// Columns are what the kind's operation reads (LifecycleColumns and
-	// its own), and ClaimExtra what a claim reads besides ("… AS intent_id").
-	Columns, ClaimExtra string
-	// NotReachedMessage is what an operation proven never sent shows.
-	NotReachedMessage string
-	// AlsoClear, if set, clears more of an outcome's columns when the
-	// operation is proven never sent or resumed (", decline_code = NULL").
-	AlsoClear string
-	// Resumed is the status a resumed operation runs in again
-	// ("processing", "pending").
-	Resumed string
-	// InFlight are the statuses in which the worker still calls the
-	// provider for an operation ("processing" and "requires_action",
-	// "pending").
-	InFlight []string
-	// NotFound is the kind's error for an operation that does not exist.
-	NotFound error
-	// Parent, if set, is the row the kind's operations belong to (a
-	// refund's payment): its lock comes first in the kind's lock order.
-	Parent *Parent
-	// Made are the statuses of an operation the provider carried out, which
-	// the ledger check confirms at the provider ("succeeded", if empty);
-	// Listed names the provider's objects it lists ("provider refunds", if
-	// empty).
-	Made   []string
-	Listed string
-	// Scope, if set, narrows the table to this kind's rows where kinds
-	// share a table ("action = 'capture'"), so that each kind is claimed,
-	// counted and logged as itself.
-	Scope string
-	// Open, if set, is the SQL condition over a row that an operation the
-	// provider answered can still act on its account: a payout on its way,
-	// a payment that can still be captured or refunded. An operation still
-	// answering, or failed unsent with a key its retry may resume, is open
-	// whatever it says (AccountUses).
-	Open string
-}
-
-// Answering are the statuses of an operation still to be answered: its
-// in-flight ones and requires_reconciliation. Leaving one makes it final.
-func (t Table) Answering() []string {
-	return append(slices.Clip(t.InFlight), "requires_reconciliation")
-}
-
-// ClaimColumns are the columns a claim returns (RETURNING, over the
-// table's row); settled is the column expression SettledColumn makes of
-// the parameter number it is given.
-func (t Table) ClaimColumns(settled string) string {
-	if t.ClaimExtra != "" {
-		return t.Columns + ", " + t.ClaimExtra + ", " + settled
-	}
-	return t.Columns + ", " + settled
-}
-
-// Parent is a kind's parent relation: Column of the kind's table holds
-// the id of a row of Table (the tenant's too), which every transaction
-// that changes one of the kind's outcomes locks first. The parent is a
-// Noun, whose ids start with Prefix, served at Path ("/payments").
-type Parent struct{ Table, Column, Noun, Prefix, Path string }
-
-// LockResource locks an operation by id, its parent's row first if it has
-// one, then its own: the Endpoint's hook for a re-acquired key, whose lock
-// comes last in the kind's order.
-func (t Table) LockResource(ctx context.Context, tx pgx.Tx, id string) error {
-	if err := t.lockParent(ctx, tx, id); err != nil {
-		return err
-	}
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM `+t.Name+` WHERE id = $1 FOR UPDATE`, id); err != nil {
-		return fmt.Errorf("lock %s: %w", t.Operation, err)
-	}
-	return nil
-}
-
-// lockParent locks the row of operation id's parent, if its kind has one.
-func (t Table) lockParent(ctx context.Context, tx pgx.Tx, id string) error {
-	if p := t.Parent; p != nil {
-		if _, err := tx.Exec(ctx, `SELECT 1 FROM `+p.Table+` WHERE id = (SELECT `+p.Column+` FROM `+t.Name+` WHERE id = $1) FOR UPDATE`, id); err != nil {
-			return fmt.Errorf("lock the %s's %s: %w", t.Operation, p.Table, err)
-		}
-	}
-	return nil
-}
-
-// scoped is the table's Scope as a further condition of a WHERE clause.
-func (t Table) scoped() string {
-	if t.Scope == "" {
-		return ""
-	}
-	return " AND (" + t.Scope + ")"
-}
-
-// FailureProviderNotReached is the failure code of an operation proven
-// never to have reached the provider: nothing was done there, and the
-// client's retry with the same key runs it under the next generation.
-const FailureProviderNotReached = "provider_not_reached"
-
 // SettledColumn computes, by the database's clock (the one that stamped
 // the attempt), whether no request can still be in flight nor uncommitted
 // inside the provider: the last attempt's deadline, as the worker that made
@@ -373,7 +262,7 @@ func (r *Reconciler[C, O]) Run(ctx context.Context) (ReconcileResult, error) {
 			UPDATE `+r.table.Name+` SET reconcile_after = now() + $2 * interval '1 microsecond'
 			WHERE id IN (
 				SELECT id FROM `+r.table.Name+`
-				WHERE status = 'requires_reconciliation' AND reconcile_after <= now()`+r.table.scoped()+`
+				WHERE status = '`+inReconciliation+`' AND reconcile_after <= now()`+r.table.scoped()+`
 				ORDER BY reconcile_after
 				LIMIT $1
 				FOR UPDATE SKIP LOCKED)
@@ -403,7 +292,7 @@ func (r *Reconciler[C, O]) ReconcileNow(ctx context.Context, tenantID, id string
 	var res ReconcileResult
 	rows, err := r.pool.Query(ctx, `
 		UPDATE `+r.table.Name+` SET reconcile_after = now() + $3 * interval '1 microsecond'
-		WHERE tenant_id = $1 AND id = $2 AND status = 'requires_reconciliation'
+		WHERE tenant_id = $1 AND id = $2 AND status = '`+inReconciliation+`'
 		RETURNING `+r.table.ClaimColumns(SettledColumn(4)),
 		tenantID, id, r.cfg.Lease.Microseconds(), r.cfg.Settle.Microseconds())
 	claimed, err := r.collect(rows, err)
@@ -422,7 +311,7 @@ func (r *Reconciler[C, O]) ReconcileNow(ctx context.Context, tenantID, id string
 func (r *Reconciler[C, O]) Awaiting(ctx context.Context, tenantID, id string) (c C, ok bool, err error) {
 	rows, err := r.pool.Query(ctx, `
 		SELECT `+r.table.ClaimColumns(SettledColumn(3))+`
-		FROM `+r.table.Name+` WHERE tenant_id = $1 AND id = $2 AND status = 'requires_reconciliation'`,
+		FROM `+r.table.Name+` WHERE tenant_id = $1 AND id = $2 AND status = '`+inReconciliation+`'`,
 		tenantID, id, r.cfg.Settle.Microseconds())
 	claimed, err := r.collect(rows, err)
 	if err != nil || len(claimed) == 0 {
@@ -515,16 +404,9 @@ func (r *Reconciler[C, O]) recordNotReachedTx(ctx context.Context, tx pgx.Tx, e 
 	if err := r.kind.Lock(ctx, tx, e.TenantID, e.ID); err != nil {
 		return false, err
 	}
-	tag, err := tx.Exec(ctx, `
-		UPDATE `+r.table.Name+` SET status = 'failed', failure_code = $4, failure_message = $5`+r.table.AlsoClear+`,
-			reconcile_after = NULL, updated_at = now()
-		WHERE tenant_id = $1 AND id = $2 AND provider_key_generation = $3 AND status = 'requires_reconciliation'`,
-		e.TenantID, e.ID, e.Generation, FailureProviderNotReached, r.table.NotReachedMessage)
-	if err != nil {
-		return false, fmt.Errorf("fail %s never sent: %w", r.table.Operation, err)
-	}
-	if tag.RowsAffected() == 0 {
-		return false, nil // settled meanwhile
+	changed, err := r.table.failNotReached(ctx, tx, e)
+	if err != nil || !changed {
+		return false, err // or settled meanwhile
 	}
 	if freeKey != nil {
 		return true, freeKey(ctx, tx)
@@ -559,7 +441,7 @@ func (r *Reconciler[C, O]) reschedule(ctx context.Context, e Entry, next nextLoo
 			`+r.table.ProviderIDColumn+` = coalesce(nullif($5, ''), `+r.table.ProviderIDColumn+`),
 			failure_message = coalesce(nullif($6, ''), failure_message),
 			updated_at = now()
-		WHERE id = $1 AND provider_key_generation = $2 AND status = 'requires_reconciliation'`,
+		WHERE id = $1 AND provider_key_generation = $2 AND status = '`+inReconciliation+`'`,
 		e.ID, e.Generation, next.after.Microseconds(), counted, next.providerID, next.operatorNote)
 	if err != nil {
 		return fmt.Errorf("reschedule %s reconciliation: %w", r.table.Operation, err)

@@ -13,7 +13,6 @@ import (
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/postgres"
-	"github.com/oncepay/oncepay/internal/provider"
 )
 
 // Operation is a kind's operation as the engine reads it: a row of its
@@ -117,7 +116,7 @@ func (r Rows[Op]) OfParent(ctx context.Context, db Querier, tenantID, parentID s
 func (r Rows[Op]) Busy(ctx context.Context, tx pgx.Tx, parentID, except string) (bool, error) {
 	var busy bool
 	err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT FROM `+r.Table.Name+` WHERE `+r.parentColumn()+` = $1
-		AND (status = ANY($2) OR status = 'requires_reconciliation') AND id <> $3)`, parentID, r.Table.InFlight, except).Scan(&busy)
+		AND (status = ANY($2) OR status = '`+inReconciliation+`') AND id <> $3)`, parentID, r.Table.InFlight, except).Scan(&busy)
 	if err != nil {
 		return false, fmt.Errorf("find the %s's %ss in flight: %w", r.parentNoun(), r.Table.Operation, err)
 	}
@@ -182,25 +181,12 @@ func (r Rows[Op]) Record(ctx context.Context, tx pgx.Tx, sent Op, decide func(lo
 	return final, true, nil
 }
 
-// NotFinal is the error of a verdict asked of an answer that decides
-// nothing yet (pending, ambiguous): the worker's judgement should have
-// kept it from recording.
-func (t Table) NotFinal(id string, kind provider.Kind) error {
-	return fmt.Errorf("record %s %s: outcome %s is not final", t.Operation, id, kind)
-}
-
 // finish writes v over op, in its generation, if its status is still one
 // of v.From; changed is false when another transaction moved it first, or
 // when v names another provider object than the one op records (one
 // object a generation: Settle files the other as a finding).
 func (r Rows[Op]) finish(ctx context.Context, tx pgx.Tx, op Op, v Verdict) (Op, bool, error) {
-	e, col := op.Entry(), r.Table.ProviderIDColumn
-	rows, err := tx.Query(ctx, `
-		UPDATE `+r.Table.Name+` SET status = $4, `+col+` = coalesce(nullif($5, ''), `+col+`),
-			failure_code = nullif($6, ''), failure_message = nullif($7, ''), reconcile_after = NULL, updated_at = now()
-		WHERE tenant_id = $1 AND id = $2 AND provider_key_generation = $3 AND status = ANY($8)
-			AND (`+col+` IS NULL OR $5 = '' OR `+col+` = $5)
-		RETURNING `+r.Table.Columns, e.TenantID, e.ID, e.Generation, v.Status, v.ProviderID, v.FailureCode, v.FailureMessage, v.From)
+	rows, err := r.Table.finish(ctx, tx, op.Entry(), v)
 	final, err := CollectOne[Op](rows, err, "record "+r.Table.Operation, r.Table.NotFound)
 	if errors.Is(err, r.Table.NotFound) {
 		return op, false, nil

@@ -310,30 +310,6 @@ func CompleteJob[T river.JobArgs](ctx context.Context, tx pgx.Tx, job *river.Job
 	return nil
 }
 
-// HandOver moves an in-flight operation to requires_reconciliation, due at
-// once, and its key to unknown; the caller holds the kind's locks. An
-// operation that already left the in-flight statuses is left as it is.
-// keySpent says the provider answered with what no retry of the provider
-// key can move past (Entry.KeySpentAt), so that a resume takes a new one.
-func (t Table) HandOver(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, e Entry, reason string, keySpent bool) error {
-	tag, err := tx.Exec(ctx, `
-		UPDATE `+t.Name+` SET status = 'requires_reconciliation', failure_message = $4,
-			reconcile_after = now(), reconcile_attempts = 0, handed_over_at = now(), updated_at = now(),
-			provider_key_spent_at = CASE WHEN $6 THEN coalesce(provider_key_spent_at, now()) ELSE provider_key_spent_at END
-		WHERE tenant_id = $1 AND id = $2 AND provider_key_generation = $3 AND status = ANY($5)`,
-		e.TenantID, e.ID, e.Generation, reason, t.InFlight, keySpent)
-	if err != nil {
-		return fmt.Errorf("hand %s to reconciliation: %w", t.Operation, err)
-	}
-	if tag.RowsAffected() == 0 {
-		return nil
-	}
-	if err := keys.MarkUnknown(ctx, tx, e.TenantID, e.IdempotencyKey); err != nil {
-		return fmt.Errorf("mark idempotency key unknown: %w", err)
-	}
-	return nil
-}
-
 // EachSucceeded calls each for every operation of table the provider
 // carried out (its Made statuses) with a first provider attempt in [from,
 // to], page by page in id order (its Columns read into Op): the

@@ -1,0 +1,115 @@
+package operation
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/oncepay/oncepay/internal/idempotency"
+)
+
+// An operation's life, as the engine moves it (each kind names its own
+// in-flight and final statuses: Table.InFlight, Verdict.Status):
+//
+//	accepted ──▶ in flight ──▶ final            Rows.Record: the provider's answer
+//	                │    ▲
+//	    HandOver    ▼    │  Resume (its key re-acquired by the client's retry)
+//	     requires_reconciliation ──▶ final      the reconciler found the object
+//	                │
+//	 failNotReached ▼
+//	     failed (provider_not_reached) ──▶ in flight   Resume
+//
+// Every write of an operation's status is in this file. Each is
+// conditional on the status it leaves and the generation it was read in,
+// so two writers racing (the worker and the reconciler, two workers, an
+// operator) move an operation at most once.
+
+// inReconciliation is the status the engine gives an operation whose
+// outcome only a look-up at the provider can tell.
+const inReconciliation = "requires_reconciliation"
+
+// FailureProviderNotReached is the failure code of an operation proven
+// never to have reached the provider: nothing was done there, and the
+// client's retry with the same key runs it under the next generation.
+const FailureProviderNotReached = "provider_not_reached"
+
+// Resumable is the condition (over a kind's row) of an operation that may
+// be resumed when its key is re-acquired: proven never to have reached the
+// provider (failed with FailureProviderNotReached), or left in
+// reconciliation by an operator who proved the same and released the key.
+const Resumable = `(status = '` + inReconciliation + `' OR (status = 'failed' AND failure_code = '` + FailureProviderNotReached + `'))`
+
+// Resume puts an operation whose key was re-acquired back in flight under
+// generation, with its provider key (Table.NextProviderKey: a new one if
+// the provider stored an answer under the last, which it would replay to
+// the resumed operation; else the same, never spent) and a fresh attempt
+// window. The caller holds the kind's locks, so the generation it read is
+// the one written. It returns the row's columns.
+func (t Table) Resume(ctx context.Context, tx pgx.Tx, tenantID, id string, generation int, providerKey, columns string) (pgx.Rows, error) {
+	clearProviderID := t.ProviderIDColumn + " = NULL, "
+	if t.FixedProviderID {
+		clearProviderID = ""
+	}
+	return tx.Query(ctx, `
+		UPDATE `+t.Name+` SET status = $5, provider_key_generation = $3, provider_idempotency_key = $4,
+			first_provider_attempt_at = NULL, last_provider_attempt_at = NULL, provider_attempt_deadline = NULL,
+			provider_key_spent_at = NULL, `+clearProviderID+`
+			failure_code = NULL, failure_message = NULL`+t.AlsoClear+`,
+			reconcile_after = NULL, reconcile_attempts = 0, updated_at = now()
+		WHERE tenant_id = $1 AND id = $2 AND `+Resumable+`
+		RETURNING `+columns,
+		tenantID, id, generation, providerKey, t.Resumed)
+}
+
+// HandOver moves an in-flight operation to requires_reconciliation, due at
+// once, and its key to unknown; the caller holds the kind's locks. An
+// operation that already left the in-flight statuses is left as it is.
+// keySpent says the provider answered with what no retry of the provider
+// key can move past (Entry.KeySpentAt), so that a resume takes a new one.
+func (t Table) HandOver(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, e Entry, reason string, keySpent bool) error {
+	tag, err := tx.Exec(ctx, `
+		UPDATE `+t.Name+` SET status = '`+inReconciliation+`', failure_message = $4,
+			reconcile_after = now(), reconcile_attempts = 0, handed_over_at = now(), updated_at = now(),
+			provider_key_spent_at = CASE WHEN $6 THEN coalesce(provider_key_spent_at, now()) ELSE provider_key_spent_at END
+		WHERE tenant_id = $1 AND id = $2 AND provider_key_generation = $3 AND status = ANY($5)`,
+		e.TenantID, e.ID, e.Generation, reason, t.InFlight, keySpent)
+	if err != nil {
+		return fmt.Errorf("hand %s to reconciliation: %w", t.Operation, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return nil
+	}
+	if err := keys.MarkUnknown(ctx, tx, e.TenantID, e.IdempotencyKey); err != nil {
+		return fmt.Errorf("mark idempotency key unknown: %w", err)
+	}
+	return nil
+}
+
+// failNotReached moves an operation in reconciliation, proven never to
+// have reached the provider, to failed; the caller holds the kind's locks.
+// changed is false when it was settled meanwhile.
+func (t Table) failNotReached(ctx context.Context, tx pgx.Tx, e Entry) (changed bool, err error) {
+	tag, err := tx.Exec(ctx, `
+		UPDATE `+t.Name+` SET status = 'failed', failure_code = $4, failure_message = $5`+t.AlsoClear+`,
+			reconcile_after = NULL, updated_at = now()
+		WHERE tenant_id = $1 AND id = $2 AND provider_key_generation = $3 AND status = '`+inReconciliation+`'`,
+		e.TenantID, e.ID, e.Generation, FailureProviderNotReached, t.NotReachedMessage)
+	if err != nil {
+		return false, fmt.Errorf("fail %s never sent: %w", t.Operation, err)
+	}
+	return tag.RowsAffected() > 0, nil
+}
+
+// finish writes v over the operation e, in its generation, if its status
+// is still one of v.From and v names no other provider object than the
+// one it records; it returns the row's columns, none if it did not move.
+func (t Table) finish(ctx context.Context, tx pgx.Tx, e Entry, v Verdict) (pgx.Rows, error) {
+	col := t.ProviderIDColumn
+	return tx.Query(ctx, `
+		UPDATE `+t.Name+` SET status = $4, `+col+` = coalesce(nullif($5, ''), `+col+`),
+			failure_code = nullif($6, ''), failure_message = nullif($7, ''), reconcile_after = NULL, updated_at = now()
+		WHERE tenant_id = $1 AND id = $2 AND provider_key_generation = $3 AND status = ANY($8)
+			AND (`+col+` IS NULL OR $5 = '' OR `+col+` = $5)
+		RETURNING `+t.Columns, e.TenantID, e.ID, e.Generation, v.Status, v.ProviderID, v.FailureCode, v.FailureMessage, v.From)
+}
