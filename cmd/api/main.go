@@ -77,51 +77,36 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	// Each command reads only its own configuration, so that a variable
 	// the API server needs can never stop an operator's command.
-	if cmd.name == "healthcheck" {
+	switch cmd.name {
+	case "healthcheck":
 		hc, err := loadHealthcheckConfig(getenv)
 		if err != nil {
 			return fmt.Errorf("configuration: %w", err)
 		}
 		return serve.Healthcheck(ctx, hc.ListenAddr, serve.HealthcheckTimeout)
+	case "serve":
+		cfg, err := loadConfig(getenv)
+		if err != nil {
+			return fmt.Errorf("configuration: %w", err)
+		}
+		return serveOnDatabase(ctx, cfg, serve.NewLogger(stdout, cfg.LogLevel))
 	}
-	var cfg config
-	if cmd.name == "serve" {
-		cfg, err = loadConfig(getenv)
-	} else {
-		cfg.databaseConfig, err = loadDatabaseConfig(getenv)
-	}
+	cfg, err := loadDatabaseConfig(getenv)
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
-	logger := serve.NewLogger(stdout, cfg.LogLevel)
 	if cmd.name == "migrate" {
-		return migrate(ctx, cfg.databaseConfig, logger)
+		return migrate(ctx, cfg, serve.NewLogger(stdout, cfg.LogLevel))
 	}
-
-	// Only the server traces (an operator's command has no one to show
-	// its spans to): Tracing is the zero Config, off, for the others.
-	tracing, err := telemetry.Start(ctx, cfg.Tracing)
-	if err != nil {
-		return fmt.Errorf("configuration: %w", err)
-	}
-	defer tracing.Stop(logger)
-	poolCfg := cfg.pool()
-	poolCfg.Tracer = tracing.QueryTracer()
-	if cmd.name == "serve" {
-		// The server logs and exports the database server it is on; an
-		// operator's command prints only its answer.
-		poolCfg.Watch = postgres.NewServerWatch(logger)
-	}
-	pool, err := postgres.Open(ctx, poolCfg)
+	// An operator's command prints only its answer: it neither logs nor
+	// watches the database server it is on, nor traces (it has no one to
+	// show its spans to).
+	pool, err := postgres.Open(ctx, cfg.pool())
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-
-	switch cmd.name {
-	case "serve":
-		return serveAPI(ctx, cfg, pool, poolCfg.Watch, tracing, logger)
-	case "tenants create", "tenants ensure":
+	if cmd.name == "tenants create" || cmd.name == "tenants ensure" {
 		create := tenant.Create
 		switch {
 		case cmd.name == "tenants ensure":
@@ -136,9 +121,28 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 			return fmt.Errorf("%s: %w", cmd.name, err)
 		}
 		return json.NewEncoder(stdout).Encode(created)
-	default:
-		return runAdmin(ctx, admin{cfg: cfg.databaseConfig, pool: pool, getenv: getenv, out: stdout, cmd: cmd})
 	}
+	return runAdmin(ctx, admin{cfg: cfg, pool: pool, getenv: getenv, out: stdout, cmd: cmd})
+}
+
+// serveOnDatabase opens the pool the server runs on, traced and watched,
+// and serves on it. Only the server traces, and logs and exports the
+// database server it is on.
+func serveOnDatabase(ctx context.Context, cfg config, logger *slog.Logger) error {
+	tracing, err := telemetry.Start(ctx, cfg.Tracing)
+	if err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	defer tracing.Stop(logger)
+	poolCfg := cfg.pool()
+	poolCfg.Tracer = tracing.QueryTracer()
+	poolCfg.Watch = postgres.NewServerWatch(logger)
+	pool, err := postgres.Open(ctx, poolCfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	return serveAPI(ctx, cfg, pool, poolCfg.Watch, tracing, logger)
 }
 
 // migrate applies the migrations through a session of their own: they hold
