@@ -22,6 +22,7 @@ import (
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/operation"
+	"github.com/oncepay/oncepay/internal/operator"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/refunds"
 	"github.com/oncepay/oncepay/internal/serve"
@@ -131,8 +132,8 @@ func TestReconcileCommand(t *testing.T) {
 	b.settleRow(charged, "requires_reconciliation", "")
 	b.exec(`UPDATE idempotency_keys SET status = 'unknown' WHERE idempotency_key = $1`, chargedKey)
 	var res struct {
-		Verdict string          `json:"verdict"`
-		After   operatorPayment `json:"after"`
+		Verdict string           `json:"verdict"`
+		After   operator.Payment `json:"after"`
 	}
 	b.cliJSON(&res, "reconcile", charged)
 	require.Equal(t, "settled", res.Verdict)
@@ -233,7 +234,7 @@ func TestLedgerCheck(t *testing.T) {
 			Payments      int                     `json:"payments"`
 			Disagreements []payments.Disagreement `json:"disagreements"`
 		}
-		require.Equal(t, exitFindings, b.ledgerCheckJSON(&res, "--since", "1h"), "round %d", round)
+		require.Equal(t, operator.ExitFindings, b.ledgerCheckJSON(&res, "--since", "1h"), "round %d", round)
 		require.Equal(t, 7, res.Intents, "round %d", round)
 		require.Equal(t, 4, res.Payments, "round %d: the succeeded payments", round)
 		var got []finding
@@ -264,7 +265,7 @@ func TestLedgerCheck(t *testing.T) {
 	require.Contains(t, out, "0 intents listed, 0 succeeded payments looked for, 0 disagreements")
 	require.Contains(t, out, "0 provider refunds listed, 0 succeeded refunds looked for, 0 disagreements")
 	out, err = b.cli("ledger", "check")
-	require.Equal(t, exitFindings, serve.ExitCode(err), "%v: %s", err, out)
+	require.Equal(t, operator.ExitFindings, serve.ExitCode(err), "%v: %s", err, out)
 	require.Contains(t, out, "already open")
 	require.Contains(t, out, ledger.KindMissingIntent)
 }
@@ -359,7 +360,7 @@ func TestLedgerCheckRefunds(t *testing.T) {
 			Refunds         int                     `json:"refunds"`
 			Disagreements   []payments.Disagreement `json:"disagreements"`
 		}
-		require.Equal(t, exitFindings, b.ledgerCheckJSON(&res, "--since", "1h"), "round %d", round)
+		require.Equal(t, operator.ExitFindings, b.ledgerCheckJSON(&res, "--since", "1h"), "round %d", round)
 		require.Equal(t, 6, res.ProviderRefunds, "round %d", round)
 		require.Equal(t, 4, res.Refunds, "round %d: the succeeded refunds", round)
 		var got []finding
@@ -434,8 +435,8 @@ func TestKeysReleaseNeverChargesTwice(t *testing.T) {
 	// the payment from it; the key is completed, not released.
 	require.NoError(t, sim.ClearFaults(b.ctx))
 	var res struct {
-		Verdict string          `json:"verdict"`
-		Payment operatorPayment `json:"payment"`
+		Verdict string           `json:"verdict"`
+		Payment operator.Payment `json:"payment"`
 	}
 	b.cliJSON(&res, "keys", "release", b.name, key, "--reason", "dashboard shows nothing", "--operator", "ana")
 	require.Equal(t, "settled", res.Verdict)
@@ -577,7 +578,7 @@ func TestRefundKeysReleaseAndReconcile(t *testing.T) {
 	require.Equal(t, int64(700), moved, "the operator commands refunded nothing themselves")
 
 	// payments show lists the payment's operations in order.
-	var shown shownPayment
+	var shown operator.ShownPayment
 	b.cliJSON(&shown, "payments", "show", paymentID)
 	var got []string
 	for _, op := range shown.Operations {
@@ -659,7 +660,7 @@ func TestActionKeysReleaseAndReconcile(t *testing.T) {
 	require.Equal(t, "settled", res.Verdict)
 	require.Equal(t, authorizations.StatusSucceeded, res.After.Status)
 
-	var shown shownPayment
+	var shown operator.ShownPayment
 	b.cliJSON(&shown, "payments", "show", capturedPayment)
 	require.Len(t, shown.Operations, 2)
 	require.Equal(t, "capture "+captured+" succeeded", shown.Operations[1].Operation+" "+shown.Operations[1].ID+" "+shown.Operations[1].Status)

@@ -15,6 +15,7 @@ import (
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/ledger"
+	"github.com/oncepay/oncepay/internal/operator"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/tenant"
 	"github.com/oncepay/oncepay/internal/testkit/pgtest"
@@ -166,7 +167,7 @@ func TestPaymentsListAndShow(t *testing.T) {
 	b.exec(`UPDATE river_job SET state = 'discarded', finalized_at = now(), errors = ARRAY['{"at": "2026-01-02T03:04:05Z", "attempt": 1, "error": "provider timed out"}'::jsonb]
 		WHERE args->>'payment_id' = $1`, first)
 
-	var list []operatorPayment
+	var list []operator.Payment
 	b.cliJSON(&list, "payments", "list", "--status", "requires_reconciliation", "--tenant", b.name, "--since", "1h")
 	require.Len(t, list, 1)
 	require.Equal(t, first, list[0].ID)
@@ -189,7 +190,7 @@ func TestPaymentsListAndShow(t *testing.T) {
 		`{"data": {"object": {"metadata": {"payment_id": "`+first+`"}}}}`)
 	_, err = ledger.Record(b.ctx, b.pool, ledger.KindStatusMismatch, first, "pi_x", map[string]any{"reason": "test"})
 	require.NoError(t, err)
-	var shown shownPayment
+	var shown operator.ShownPayment
 	b.cliJSON(&shown, "payments", "show", first)
 	require.Equal(t, first, shown.Payment.ID)
 	require.NotNil(t, shown.Key)
@@ -296,12 +297,12 @@ func TestKeysRelease(t *testing.T) {
 	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT status, failure_code FROM payments WHERE id = $1`, paymentID).Scan(&status, &failure))
 	require.Equal(t, "failed", status)
 	require.Equal(t, "provider_not_reached", failure)
-	var keyStatus, operator, reason, resource string
+	var keyStatus, releasedBy, reason, resource string
 	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT status FROM idempotency_keys WHERE idempotency_key = $1`, key).Scan(&keyStatus))
 	require.Equal(t, "failed_retryable", keyStatus)
 	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT operator, reason, resource_id FROM idempotency_key_releases WHERE idempotency_key = $1`, key).
-		Scan(&operator, &reason, &resource))
-	require.Equal(t, []string{"ana", "no intent at the provider (dashboard, 2h window)", paymentID}, []string{operator, reason, resource})
+		Scan(&releasedBy, &reason, &resource))
+	require.Equal(t, []string{"ana", "no intent at the provider (dashboard, 2h window)", paymentID}, []string{releasedBy, reason, resource})
 
 	_, err = b.cli("keys", "release", b.name, key, "--reason", "again", "--operator", "ana")
 	require.ErrorContains(t, err, "the key is failed_retryable")
@@ -311,7 +312,7 @@ func TestKeysRelease(t *testing.T) {
 	code, _, body, err = post(t, http.DefaultClient, b.base, b.tenant.APIKey, key, visa)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusAccepted, code, string(body))
-	var shown shownPayment
+	var shown operator.ShownPayment
 	b.cliJSON(&shown, "payments", "show", paymentID)
 	require.Equal(t, "processing", string(shown.Payment.Status))
 	require.Equal(t, 2, shown.Payment.Provider.Generation)
@@ -333,24 +334,16 @@ func TestKeysRelease(t *testing.T) {
 }
 
 // TestOperatorHelpNeedsNothing: every operator command's --help exits 0
-// without a database, and flags interleave with arguments.
+// without a database (internal/operator tests how flags and arguments
+// are read).
 func TestOperatorHelpNeedsNothing(t *testing.T) {
 	t.Parallel()
 	getenv := env(map[string]string{"DATABASE_URL": "postgres://nobody@127.0.0.1:1/none"})
-	for _, s := range commands {
+	for _, name := range operator.Names() {
 		var out bytes.Buffer
-		args := append([]string{"api"}, strings.Fields(s.name)...)
-		require.NoError(t, run(context.Background(), append(args, "--help"), getenv, &out), s.name)
-		require.Contains(t, out.String(), "usage: api", s.name)
-	}
-	cmd, err := parseCommand([]string{"api", "keys", "release", "--reason", "r", "acme", "--operator=o", "key-0000000000000001", "--json"})
-	require.NoError(t, err)
-	require.Equal(t, []string{"acme", "key-0000000000000001"}, cmd.args)
-	require.Equal(t, options{json: true, reason: "r", operator: "o"}, cmd.opts)
-	for _, args := range []string{"payments show", "payments show a b", "reconcile", "findings resolve x --note n", "ledger check --since soon",
-		"ledger check --since 1h --until 2h", "tenants rotate-key x --grace -1h", "findings list --limit 0"} {
-		_, err := parseCommand(append([]string{"api"}, strings.Fields(args)...))
-		require.ErrorContains(t, err, "usage: api", args)
+		args := append([]string{"api"}, strings.Fields(name)...)
+		require.NoError(t, run(context.Background(), append(args, "--help"), getenv, &out), name)
+		require.Contains(t, out.String(), "usage: api", name)
 	}
 }
 

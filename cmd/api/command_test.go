@@ -16,6 +16,7 @@ import (
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/kinds"
 	"github.com/oncepay/oncepay/internal/operation"
+	"github.com/oncepay/oncepay/internal/operator"
 	"github.com/oncepay/oncepay/internal/serve"
 	"github.com/oncepay/oncepay/internal/tenant"
 	"github.com/oncepay/oncepay/internal/testkit/pgtest"
@@ -61,7 +62,7 @@ func TestUnknownCommandsAndFlagsAreRefused(t *testing.T) {
 	err = run(context.Background(), []string{"api", "payments", "list"}, env(map[string]string{"DATABASE_URL": "postgres://nobody@127.0.0.1:1/none?connect_timeout=1"}), io.Discard)
 	require.Error(t, err)
 	require.Equal(t, 1, serve.ExitCode(err))
-	require.Equal(t, exitFindings, serve.ExitCode(&serve.ExitError{Code: exitFindings, Err: errors.New("2 disagreements")}))
+	require.Equal(t, operator.ExitFindings, serve.ExitCode(&serve.ExitError{Code: operator.ExitFindings, Err: errors.New("2 disagreements")}))
 }
 
 // TestAGroupAloneListsItsCommands: "api keys" names no command, but says
@@ -136,21 +137,21 @@ func TestEachCommandReadsWhatItsHelpLists(t *testing.T) {
 		"keys release":     {"readers", "no-such-key", "--reason", "r", "--operator", "o"},
 		"findings resolve": {"fnd_nosuchfinding", "--note", "n", "--operator", "o"},
 	}
-	for _, s := range commands {
-		if s.name == "serve" || s.name == "healthcheck" {
+	for _, command := range operator.Names() {
+		if command == "serve" || command == "healthcheck" {
 			continue // they serve, or ask a server; their lists are checked by the compose tests
 		}
 		var out bytes.Buffer
-		require.NoError(t, run(context.Background(), append([]string{"api"}, append(strings.Fields(s.name), "--help")...), env(nil), &out))
+		require.NoError(t, run(context.Background(), append([]string{"api"}, append(strings.Fields(command), "--help")...), env(nil), &out))
 		listed := map[string]bool{}
 		for _, line := range strings.Split(out.String(), "\n") {
 			if name, ok := strings.CutPrefix(line, "  "); ok && name == strings.ToUpper(name) && strings.Contains(name, "_") {
 				listed[name] = true
 			}
 		}
-		require.True(t, listed["DATABASE_URL"], "%s --help lists DATABASE_URL", s.name)
+		require.True(t, listed["DATABASE_URL"], "%s --help lists DATABASE_URL", command)
 		for name := range serverOnly {
-			require.False(t, listed[name], "%s --help lists the API server's %s", s.name, name)
+			require.False(t, listed[name], "%s --help lists the API server's %s", command, name)
 		}
 
 		vars := map[string]string{"DATABASE_URL": dbURL, "STRIPE_SECRET_KEY": "sk_test_oncepay", "STRIPE_API_BASE": "http://127.0.0.1:1"}
@@ -162,12 +163,12 @@ func TestEachCommandReadsWhatItsHelpLists(t *testing.T) {
 			read[name] = true
 			return vars[name]
 		}
-		err := run(context.Background(), append([]string{"api"}, append(strings.Fields(s.name), args[s.name]...)...), getenv, io.Discard)
+		err := run(context.Background(), append([]string{"api"}, append(strings.Fields(command), args[command]...)...), getenv, io.Discard)
 		if err != nil {
-			require.NotContains(t, err.Error(), "configuration", "%s is stopped by a variable it does not read", s.name)
+			require.NotContains(t, err.Error(), "configuration", "%s is stopped by a variable it does not read", command)
 		}
 		for name := range read {
-			require.True(t, listed[name], "%s reads %s, which its --help does not list", s.name, name)
+			require.True(t, listed[name], "%s reads %s, which its --help does not list", command, name)
 		}
 	}
 }

@@ -61,7 +61,7 @@ func TestCompose(t *testing.T) {
 			require.NoError(t, err)
 			cmd, err := parseCommand(s.Command)
 			require.NoError(t, err, "service %s: command %q", service, s.Command)
-			require.Equal(t, name, cmd.name, "service %s: command %q", service, s.Command)
+			require.Equal(t, name, cmd.Name, "service %s: command %q", service, s.Command)
 		}
 	})
 
@@ -86,7 +86,7 @@ func TestCompose(t *testing.T) {
 		require.Equal(t, []string{"CMD", "api", "healthcheck"}, test)
 		cmd, err := parseCommand(test[1:])
 		require.NoError(t, err)
-		require.Equal(t, "healthcheck", cmd.name)
+		require.Equal(t, "healthcheck", cmd.Name)
 		require.NotNil(t, s.HealthCheck.Timeout)
 		require.Greater(t, time.Duration(*s.HealthCheck.Timeout), serve.HealthcheckTimeout, "compose must not kill the check before it times out itself")
 	})

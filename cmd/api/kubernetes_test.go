@@ -35,7 +35,7 @@ func TestKubernetes(t *testing.T) {
 	c := api.Spec.Template.Spec.Containers[0]
 	cmd, err := parseCommand(c.Args)
 	require.NoError(t, err)
-	require.Equal(t, "serve", cmd.name)
+	require.Equal(t, "serve", cmd.Name)
 	env := kubecheck.Env(t, c, kubeSecrets)
 	read := map[string]bool{}
 	cfg, err := loadConfig(func(name string) string { read[name] = true; return env[name] })
@@ -62,7 +62,7 @@ func TestKubernetes(t *testing.T) {
 	c = job.Spec.Template.Spec.Containers[0]
 	cmd, err = parseCommand(c.Args)
 	require.NoError(t, err)
-	require.Equal(t, "migrate", cmd.name)
+	require.Equal(t, "migrate", cmd.Name)
 	env = kubecheck.Env(t, c, kubeSecrets)
 	read = map[string]bool{}
 	_, err = loadDatabaseConfig(func(name string) string { read[name] = true; return env[name] })

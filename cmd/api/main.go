@@ -13,14 +13,16 @@
 //	api keys release TENANT KEY --reason … --operator …
 //	api ledger check         compare the provider's payments, refunds and payouts with ours (exit 3: findings)
 //	api findings list | resolve ID
+//	api operations list KIND | show ID
 //
-// "api --help" and "api COMMAND --help" describe each command.
+// "api --help" and "api COMMAND --help" describe each command. This
+// package wires them: internal/operator parses every command and runs the
+// operator's.
 package main
 
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -29,7 +31,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"strings"
 	"sync"
 	"syscall"
 
@@ -37,10 +38,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncepay/oncepay/internal/api"
+	"github.com/oncepay/oncepay/internal/envconfig"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/kinds"
 	"github.com/oncepay/oncepay/internal/metrics"
 	"github.com/oncepay/oncepay/internal/operation"
+	"github.com/oncepay/oncepay/internal/operator"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/ratelimit"
@@ -59,25 +62,16 @@ func main() {
 	}
 }
 
-// exitFindings is the exit status of "ledger check" when it found
-// disagreements with the provider: the command worked, the books do not
-// agree, and a script or a cron job must be able to tell that from a
-// failure (1).
-const exitFindings = 3
-
 func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
 	cmd, err := parseCommand(args)
 	if err != nil {
 		return serve.Usage(err)
 	}
-	if cmd.name == "help" {
-		_, err := fmt.Fprintf(stdout, "%s\n\nEnvironment variables read (docs/configuration.md describes each):\n  %s\n",
-			cmd.help, strings.Join(cmd.variables, "\n  "))
-		return err
-	}
 	// Each command reads only its own configuration, so that a variable
 	// the API server needs can never stop an operator's command.
-	switch cmd.name {
+	switch cmd.Name {
+	case "help":
+		return cmd.WriteHelp(stdout)
 	case "healthcheck":
 		hc, err := loadHealthcheckConfig(getenv)
 		if err != nil {
@@ -95,7 +89,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
-	if cmd.name == "migrate" {
+	if cmd.Name == "migrate" {
 		return migrate(ctx, cfg, serve.NewLogger(stdout, cfg.LogLevel))
 	}
 	// An operator's command prints only its answer: it neither logs nor
@@ -106,23 +100,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return err
 	}
 	defer pool.Close()
-	if cmd.name == "tenants create" || cmd.name == "tenants ensure" {
-		create := tenant.Create
-		switch {
-		case cmd.name == "tenants ensure":
-			create = tenant.Ensure
-		case cmd.opts.stripeAccount != "":
-			create = func(ctx context.Context, db tenant.Beginner, name string) (tenant.Created, error) {
-				return tenant.CreateOnAccount(ctx, db, name, cmd.opts.stripeAccount, kinds.All().AccountUses)
-			}
-		}
-		created, err := create(ctx, pool, cmd.tenant)
-		if err != nil {
-			return fmt.Errorf("%s: %w", cmd.name, err)
-		}
-		return json.NewEncoder(stdout).Encode(created)
-	}
-	return runAdmin(ctx, admin{cfg: cfg, pool: pool, getenv: getenv, out: stdout, cmd: cmd})
+	return operator.Run(ctx, cmd, operator.Deps{Pool: pool, Getenv: getenv, Stdout: stdout,
+		Idempotency: idempotency.Config{Retention: cfg.IdempotencyRetention, TombstoneRetention: cfg.IdempotencyTombstoneRetention}})
+}
+
+// parseCommand reads args with the environment variables each of the
+// binary's configurations reads, for the help to list.
+func parseCommand(args []string) (operator.Command, error) {
+	return operator.Parse(args, operator.Variables{Serve: envconfig.Names(loadConfig),
+		Healthcheck: envconfig.Names(loadHealthcheckConfig), Database: envconfig.Names(loadDatabaseConfig)})
 }
 
 // serveOnDatabase opens the pool the server runs on, traced and watched,

@@ -19,6 +19,7 @@ import (
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/kinds"
 	"github.com/oncepay/oncepay/internal/ledger"
+	"github.com/oncepay/oncepay/internal/operator"
 	"github.com/oncepay/oncepay/internal/provider"
 	"github.com/oncepay/oncepay/internal/testkit/bintest"
 	"github.com/oncepay/oncepay/internal/testkit/pgtest"
@@ -121,7 +122,7 @@ func TestLedgerCheckExitStatus(t *testing.T) {
 	require.Equal(t, provider.Succeeded, charged.Kind, "%v", charged.Err)
 	for range 2 {
 		out, code = runBinary(t, vars, "ledger", "check", "--since", "1h")
-		require.Equal(t, exitFindings, code, out)
+		require.Equal(t, operator.ExitFindings, code, out)
 		require.Contains(t, out, ledger.KindUnknownIntent)
 		require.Contains(t, out, "1 disagreements with the provider")
 	}

@@ -1,4 +1,4 @@
-package main
+package operator
 
 import (
 	"bytes"
@@ -18,12 +18,12 @@ import (
 	"github.com/oncepay/oncepay/internal/tenant"
 )
 
-// command is one invocation of the binary, parsed before anything reads
+// Command is one invocation of the binary, parsed before anything reads
 // the configuration or connects, so that help never needs a database.
-type command struct {
-	// name is the command's words ("serve", "tenants create", "payments
+type Command struct {
+	// Name is the command's words ("serve", "tenants create", "payments
 	// list", …) or "help".
-	name string
+	Name string
 	// tenant is the tenant name of "tenants create" and "tenants ensure".
 	tenant string
 	// args are the positional arguments, in the order the command's usage
@@ -79,17 +79,26 @@ const (
 	readsProvider
 )
 
-// variables lists the environment variables a command reads.
-func (r reads) variables() []string {
+// Variables are the environment variables the binary's configurations
+// read, which its help lists: the binary's own to say, but for the
+// provider's settings, which only the operator's commands read.
+type Variables struct {
+	// Serve is what "serve" reads, Healthcheck what "healthcheck" reads,
+	// and Database what every command that opens the database reads.
+	Serve, Healthcheck, Database []string
+}
+
+// of lists the environment variables a command that reads r reads.
+func (v Variables) of(r reads) []string {
 	switch r {
 	case readsServe:
-		return envconfig.Names(loadConfig)
+		return v.Serve
 	case readsHealthcheck:
-		return envconfig.Names(loadHealthcheckConfig)
+		return v.Healthcheck
 	case readsProvider:
-		return slices.Sorted(slices.Values(append(envconfig.Names(loadDatabaseConfig), envconfig.Names(loadProviderConfig)...)))
+		return slices.Sorted(slices.Values(slices.Concat(v.Database, envconfig.Names(loadProviderConfig))))
 	}
-	return envconfig.Names(loadDatabaseConfig)
+	return v.Database
 }
 
 // commands is the command table, in the order of the usage text.
@@ -410,14 +419,23 @@ func match(words []string) (spec, []string, bool) {
 	return spec{}, nil, false
 }
 
+// Names are every command's words, in the order of the usage text.
+func Names() []string {
+	names := make([]string, len(commands))
+	for i, s := range commands {
+		names[i] = s.name
+	}
+	return names
+}
+
 func isHelpFlag(w string) bool { return w == "-h" || w == "-help" || w == "--help" }
 
-// parseCommand reads args (the program name first). Flags and positional
-// arguments may be interleaved.
-func parseCommand(args []string) (command, error) {
+// Parse reads args (the program name first), its help listing vars. Flags
+// and positional arguments may be interleaved.
+func Parse(args []string, vars Variables) (Command, error) {
 	words := args[1:]
 	if len(words) == 1 && words[0] == "help" {
-		return command{name: "help", help: usage(), variables: readsServe.variables()}, nil
+		return Command{Name: "help", help: usage(), variables: vars.of(readsServe)}, nil
 	}
 	s, rest, ok := match(words)
 	group, isGroup := "", false
@@ -428,23 +446,23 @@ func parseCommand(args []string) (command, error) {
 		if isHelpFlag(w) {
 			switch {
 			case ok:
-				return command{name: "help", help: s.fullHelp(), variables: s.reads.variables()}, nil
+				return Command{Name: "help", help: s.fullHelp(), variables: vars.of(s.reads)}, nil
 			case isGroup:
-				return command{name: "help", help: group, variables: readsServe.variables()}, nil
+				return Command{Name: "help", help: group, variables: vars.of(readsServe)}, nil
 			}
-			return command{name: "help", help: usage(), variables: readsServe.variables()}, nil
+			return Command{Name: "help", help: usage(), variables: vars.of(readsServe)}, nil
 		}
 	}
 	switch {
 	case !ok && isGroup && len(words) == 1:
-		return command{}, fmt.Errorf("%s: which command?\n%s", words[0], group)
+		return Command{}, fmt.Errorf("%s: which command?\n%s", words[0], group)
 	case !ok && isGroup:
-		return command{}, fmt.Errorf("unknown command %q\n%s", strings.Join(words, " "), group)
+		return Command{}, fmt.Errorf("unknown command %q\n%s", strings.Join(words, " "), group)
 	case !ok:
-		return command{}, fmt.Errorf("unknown command %q\n%s", strings.Join(words, " "), usage())
+		return Command{}, fmt.Errorf("unknown command %q\n%s", strings.Join(words, " "), usage())
 	}
-	fail := func(format string, a ...any) (command, error) {
-		return command{}, fmt.Errorf("%s: %s\n%s", s.name, fmt.Sprintf(format, a...), s.fullHelp())
+	fail := func(format string, a ...any) (Command, error) {
+		return Command{}, fmt.Errorf("%s: %s\n%s", s.name, fmt.Sprintf(format, a...), s.fullHelp())
 	}
 	fs := flag.NewFlagSet(s.name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -475,11 +493,19 @@ func parseCommand(args []string) (command, error) {
 			return fail("%v", err)
 		}
 	}
-	cmd := command{name: s.name, args: positional, opts: opts}
+	cmd := Command{Name: s.name, args: positional, opts: opts}
 	if s.name == "tenants create" || s.name == "tenants ensure" {
 		cmd.tenant = positional[0]
 	}
 	return cmd, nil
+}
+
+// WriteHelp prints the text of a "help" command, with the environment
+// variables of the command it describes.
+func (c Command) WriteHelp(w io.Writer) error {
+	_, err := fmt.Fprintf(w, "%s\n\nEnvironment variables read (docs/configuration.md describes each):\n  %s\n",
+		c.help, strings.Join(c.variables, "\n  "))
+	return err
 }
 
 // paymentStates names every payment state, as the API answers them.
