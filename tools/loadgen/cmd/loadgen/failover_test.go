@@ -20,7 +20,7 @@ import (
 //
 // It is built with the tag hachaos only, outside make test: on 2 cores
 // beside the other packages, a rejoin once waited out its 90 s for a
-// monitor that answered nothing (docs/chaos-and-performance.md).
+// monitor that answered nothing.
 func TestShortChaosRunWithFailovers(t *testing.T) {
 	t.Parallel()
 	var out bytes.Buffer
