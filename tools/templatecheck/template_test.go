@@ -52,7 +52,7 @@ func TestMakeTemplate(t *testing.T) {
 	t.Cleanup(func() { dropDatabases(t, "payments\\_template\\_%") })
 	tested := run(dir, "go", "test", "-count=1", "-run", "TestTransferEndpointIsIdempotent|TestParseKey|TestFingerprint|TestLayout",
 		"./examples/...", "./internal/idempotency/", "./tools/layoutcheck/")
-	require.Contains(t, tested, "ok  \texample.com/acme/payments/examples/transfer")
+	require.Contains(t, tested, "ok  \texample.com/acme/payments/examples/memo")
 	require.Contains(t, tested, "ok  \texample.com/acme/payments/tools/layoutcheck")
 	if _, err := os.Stat(filepath.Join(dir, "client", "go.mod")); err == nil {
 		run(filepath.Join(dir, "client"), "go", "vet", "./...")

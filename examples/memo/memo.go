@@ -1,9 +1,10 @@
-// Package transfer is the worked example of adding an idempotent endpoint
-// (docs/template.md): POST /v1/transfers gets key reservation, replay, 409
-// and 422 from an idempotency.Endpoint declaration, with no idempotency code
-// of its own. Its test mounts it in the real API on a real database, so it
-// cannot rot.
-package transfer
+// Package memo is the worked example of adding an idempotent endpoint
+// (docs/template.md): POST /v1/memos gets key reservation, replay, 409 and
+// 422 from an idempotency.Endpoint declaration, with no idempotency code of
+// its own. A memo moves no money, so its name clashes with no kind a clone
+// adds. Its test mounts it in the real API on a real database, so it cannot
+// rot.
+package memo
 
 import (
 	"context"
@@ -21,17 +22,17 @@ import (
 )
 
 // Schema is the example's table; a real endpoint ships it as a migration.
-const Schema = `CREATE TABLE IF NOT EXISTS transfers (
+const Schema = `CREATE TABLE IF NOT EXISTS memos (
 	id text PRIMARY KEY, tenant_id text NOT NULL REFERENCES tenants (id),
-	amount bigint NOT NULL, destination text NOT NULL)`
+	subject text NOT NULL, text text NOT NULL)`
 
-// Request is a validated transfer request; the fingerprint is taken of it.
+// Request is a validated memo request; the fingerprint is taken of it.
 type Request struct {
-	Amount      int64  `json:"amount"`
-	Destination string `json:"destination"`
+	Subject string `json:"subject"`
+	Text    string `json:"text"`
 }
 
-// Handler serves POST /v1/transfers.
+// Handler serves POST /v1/memos.
 func Handler(db *pgxpool.Pool, keys *idempotency.Store, logger *slog.Logger) http.Handler {
 	return &idempotency.Endpoint[Request]{
 		Store: keys, DB: db, Logger: logger, TenantID: tenant.IDFromRequest,
@@ -43,22 +44,22 @@ func Handler(db *pgxpool.Pool, keys *idempotency.Store, logger *slog.Logger) htt
 			}
 			v := jsonbody.NewValidator(obj)
 			req := Request{
-				Amount:      v.Integer("amount", true, 1, 1_000_000_00),
-				Destination: v.String("destination", jsonbody.StringRule{Required: true, MaxLen: 64}),
+				Subject: v.String("subject", jsonbody.StringRule{Required: true, MaxLen: 120}),
+				Text:    v.String("text", jsonbody.StringRule{Required: true, MaxLen: 2000}),
 			}
 			return req, v.Err()
 		},
 		// Execute runs in the key's transaction: the row and the stored
 		// answer commit together, or neither does.
 		Execute: func(ctx context.Context, tx pgx.Tx, a idempotency.Attempt, req Request) (idempotency.Outcome, error) {
-			transferID := id.New("tr")
-			_, err := tx.Exec(ctx, `INSERT INTO transfers (id, tenant_id, amount, destination) VALUES ($1, $2, $3, $4)`,
-				transferID, a.Request.TenantID, req.Amount, req.Destination)
+			memoID := id.New("memo")
+			_, err := tx.Exec(ctx, `INSERT INTO memos (id, tenant_id, subject, text) VALUES ($1, $2, $3, $4)`,
+				memoID, a.Request.TenantID, req.Subject, req.Text)
 			if err != nil {
 				return idempotency.Outcome{}, err
 			}
-			body, err := json.Marshal(map[string]any{"id": transferID, "amount": req.Amount, "destination": req.Destination})
-			return idempotency.Outcome{Status: idempotency.StatusCompleted, ResourceID: transferID, Response: idempotency.Response{
+			body, err := json.Marshal(map[string]any{"id": memoID, "subject": req.Subject, "text": req.Text})
+			return idempotency.Outcome{Status: idempotency.StatusCompleted, ResourceID: memoID, Response: idempotency.Response{
 				StatusCode: http.StatusCreated, Header: map[string]string{"Content-Type": "application/json"}, Body: body,
 			}}, err
 		},

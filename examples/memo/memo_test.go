@@ -1,4 +1,4 @@
-package transfer_test
+package memo_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/oncepay/oncepay/examples/transfer"
+	"github.com/oncepay/oncepay/examples/memo"
 	"github.com/oncepay/oncepay/internal/api"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/testkit/apitest"
@@ -20,22 +20,22 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// TestTransferEndpointIsIdempotent: the worked example, mounted in the real
+// TestMemoEndpointIsIdempotent: the worked example, mounted in the real
 // API's /v1 group as the guide says, keeps the whole contract.
-func TestTransferEndpointIsIdempotent(t *testing.T) {
+func TestMemoEndpointIsIdempotent(t *testing.T) {
 	t.Parallel()
 	pool, _ := pgtest.NewPool(t)
 	ctx := context.Background()
-	_, err := pool.Exec(ctx, transfer.Schema)
+	_, err := pool.Exec(ctx, memo.Schema)
 	require.NoError(t, err)
 
 	// The mount below is the one the add-an-endpoint guide (docs/template.md)
 	// shows for cmd/api's api.Deps; a test in tools/doccheck keeps them equal.
 	srv := apitest.StartWithRoutes(t, pool, func(r chi.Router, d api.Deps) {
-		r.Method(http.MethodPost, "/transfers", transfer.Handler(d.Pool, d.Keys, d.Logger))
+		r.Method(http.MethodPost, "/memos", memo.Handler(d.Pool, d.Keys, d.Logger))
 	})
 	send := func(key, body string) (*http.Response, string) {
-		req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/transfers", strings.NewReader(body))
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/memos", strings.NewReader(body))
 		require.NoError(t, err)
 		req.Header.Set("Authorization", "Bearer "+srv.Tenant.APIKey)
 		req.Header.Set("Content-Type", "application/json")
@@ -49,10 +49,10 @@ func TestTransferEndpointIsIdempotent(t *testing.T) {
 		require.NoError(t, err)
 		return resp, string(data)
 	}
-	const key = "0f8e2b1a-transfer-example"
-	body := `{"amount": 500, "destination": "acct_42"}`
+	const key = "0f8e2b1a-memo-example"
+	body := `{"subject": "Invoice 42", "text": "Paid by wire on the 3rd."}`
 
-	// Twenty concurrent first requests: one transfer, one answer.
+	// Twenty concurrent first requests: one memo, one answer.
 	var wg sync.WaitGroup
 	answers := make([]string, 20)
 	for i := range answers {
@@ -73,17 +73,17 @@ func TestTransferEndpointIsIdempotent(t *testing.T) {
 		}
 	}
 	var rows int
-	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM transfers").Scan(&rows))
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM memos").Scan(&rows))
 	require.Equal(t, 1, rows)
 
-	resp, _ := send(key, `{"amount": 700, "destination": "acct_42"}`)
-	require.Equal(t, http.StatusUnprocessableEntity, resp.StatusCode, "same key, another transfer")
+	resp, _ := send(key, `{"subject": "Invoice 43", "text": "Paid by wire on the 3rd."}`)
+	require.Equal(t, http.StatusUnprocessableEntity, resp.StatusCode, "same key, another memo")
 	resp, _ = send("", body)
 	require.Equal(t, http.StatusBadRequest, resp.StatusCode, "no key")
-	resp, data := send("1c9d7e3f-transfer-example", `{"amount": -1}`)
+	resp, data := send("1c9d7e3f-memo-example", `{"subject": 7}`)
 	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
-	require.Contains(t, data, "destination")
-	require.Contains(t, data, "amount")
-	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM transfers").Scan(&rows))
+	require.Contains(t, data, "subject")
+	require.Contains(t, data, "text")
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM memos").Scan(&rows))
 	require.Equal(t, 1, rows, "nothing else was written")
 }
