@@ -230,9 +230,9 @@ func TestLedgerCheck(t *testing.T) {
 	require.NoError(t, err)
 	for round, isNew := range []bool{true, false} {
 		var res struct {
-			Intents       int                     `json:"intents"`
-			Payments      int                     `json:"payments"`
-			Disagreements []payments.Disagreement `json:"disagreements"`
+			Intents       int                   `json:"intents"`
+			Payments      int                   `json:"payments"`
+			Disagreements []ledger.Disagreement `json:"disagreements"`
 		}
 		require.Equal(t, operator.ExitFindings, b.ledgerCheckJSON(&res, "--since", "1h"), "round %d", round)
 		require.Equal(t, 7, res.Intents, "round %d", round)
@@ -356,9 +356,9 @@ func TestLedgerCheckRefunds(t *testing.T) {
 	require.NoError(t, err)
 	for round, isNew := range []bool{true, false} {
 		var res struct {
-			ProviderRefunds int                     `json:"provider_refunds"`
-			Refunds         int                     `json:"refunds"`
-			Disagreements   []payments.Disagreement `json:"disagreements"`
+			ProviderRefunds int                   `json:"provider_refunds"`
+			Refunds         int                   `json:"refunds"`
+			Disagreements   []ledger.Disagreement `json:"disagreements"`
 		}
 		require.Equal(t, operator.ExitFindings, b.ledgerCheckJSON(&res, "--since", "1h"), "round %d", round)
 		require.Equal(t, 6, res.ProviderRefunds, "round %d", round)
@@ -421,7 +421,7 @@ func TestKeysReleaseNeverChargesTwice(t *testing.T) {
 	require.NoError(t, sim.InjectFault(b.ctx, stripesim.Fault{Mode: stripesim.FaultErrorBefore, Path: "GET /v1/payment_intents*"}))
 	out, err := b.cli("keys", "release", b.name, key, "--reason", "dashboard shows nothing", "--operator", "ana")
 	require.Error(t, err, "released on an operator's word while the provider could not be asked: %s", out)
-	require.ErrorIs(t, err, payments.ErrNotReleasable)
+	require.ErrorIs(t, err, operation.ErrNotReleasable)
 	require.ErrorContains(t, err, "could not")
 	require.Equal(t, "unknown", keyStatus(), "a refused release changes nothing")
 	var releases int
@@ -478,7 +478,7 @@ func TestKeysReleaseWaitsForTheAttemptWindow(t *testing.T) {
 		return err
 	}
 	err := release()
-	require.ErrorIs(t, err, payments.ErrNotReleasable)
+	require.ErrorIs(t, err, operation.ErrNotReleasable)
 	require.ErrorContains(t, err, "may still be in flight")
 
 	// An attempt stamped before deadlines were kept is bounded by the
@@ -544,7 +544,7 @@ func TestRefundKeysReleaseAndReconcile(t *testing.T) {
 	b.providerRefund(api, intent.ID, 500, paymentID, found)
 	require.NoError(t, sim.InjectFault(b.ctx, stripesim.Fault{Mode: stripesim.FaultErrorBefore, Path: "GET /v1/refunds*"}))
 	_, err := b.cli("keys", "release", b.name, foundKey, "--reason", "dashboard shows nothing", "--operator", "ana")
-	require.ErrorIs(t, err, payments.ErrNotReleasable)
+	require.ErrorIs(t, err, operation.ErrNotReleasable)
 	require.Equal(t, "unknown", keyStatus(foundKey))
 	require.NoError(t, sim.ClearFaults(b.ctx))
 	b.cliJSON(&res, "keys", "release", b.name, foundKey, "--reason", "dashboard shows nothing", "--operator", "ana")
@@ -664,7 +664,7 @@ func TestActionKeysReleaseAndReconcile(t *testing.T) {
 	b.cliJSON(&shown, "payments", "show", capturedPayment)
 	require.Len(t, shown.Operations, 2)
 	require.Equal(t, "capture "+captured+" succeeded", shown.Operations[1].Operation+" "+shown.Operations[1].ID+" "+shown.Operations[1].Status)
-	require.True(t, slices.ContainsFunc(shown.Jobs, func(j payments.Job) bool { return j.Kind == "act_on_authorization" }),
+	require.True(t, slices.ContainsFunc(shown.Jobs, func(j operation.Job) bool { return j.Kind == "act_on_authorization" }),
 		"the capture's job shows under its payment: %+v", shown.Jobs)
 	// The table says what the capture took, and names no failure it has not.
 	out, err := b.cli("payments", "show", capturedPayment)

@@ -355,7 +355,7 @@ func TestLedgerCheckComparesWhatWasCaptured(t *testing.T) {
 	p := b.authorized()
 	require.Equal(t, http.StatusAccepted, b.api.Post(t, "/v1/payments/"+p.ID+"/capture", id.New("key"), `{"amount_to_capture": 1200}`).Status)
 	b.waitPayment(p.ID, payments.StatusSucceeded)
-	checker := payments.NewLedgerChecker(b.pool, b.provider, slog.New(slog.DiscardHandler), payments.LedgerCheckConfig{})
+	checker := payments.NewLedgerChecker(b.pool, b.provider, slog.New(slog.DiscardHandler), operation.LedgerCheckConfig{})
 	res, err := checker.Check(b.ctx, time.Now().Add(-time.Hour), time.Now().Add(time.Minute))
 	require.NoError(t, err)
 	require.Empty(t, res.Disagreements, "the books agree")

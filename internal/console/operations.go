@@ -60,6 +60,6 @@ func AddOperationJobs(ctx context.Context, db operation.Querier, d *payments.Det
 		return err
 	}
 	d.Jobs = append(d.Jobs, jobs...)
-	slices.SortFunc(d.Jobs, func(a, b payments.Job) int { return cmp.Compare(a.ID, b.ID) })
+	slices.SortFunc(d.Jobs, func(a, b operation.Job) int { return cmp.Compare(a.ID, b.ID) })
 	return nil
 }

@@ -118,7 +118,7 @@ func TestLostCommitsMoveNoMoneyTwice(t *testing.T) {
 		// intent made for the same request is named a duplicate, with both
 		// intents and the request's ref.
 		check := func() []ledger.Disagreement {
-			res, err := payments.NewLedgerChecker(s.Pool, s.Env.Provider, s.Env.Logger, payments.LedgerCheckConfig{}).
+			res, err := payments.NewLedgerChecker(s.Pool, s.Env.Provider, s.Env.Logger, operation.LedgerCheckConfig{}).
 				Check(s.Ctx, from.Add(-time.Minute), time.Now().Add(time.Minute))
 			require.NoError(t, err)
 			return res.Disagreements

@@ -9,6 +9,7 @@ import (
 	"github.com/oncepay/oncepay/internal/console"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/ledger"
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/tenant"
 )
@@ -174,7 +175,7 @@ type ShownPayment struct {
 	Operations []console.Operation   `json:"operations"`
 	Key        *ShownKey             `json:"key"`
 	Releases   []idempotency.Release `json:"key_releases"`
-	Jobs       []payments.Job        `json:"jobs"`
+	Jobs       []operation.Job       `json:"jobs"`
 	Events     []payments.Event      `json:"webhook_events"`
 	Findings   []ledger.Finding      `json:"findings"`
 }

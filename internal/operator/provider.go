@@ -45,9 +45,9 @@ func (c call) provider() (*provider.Client, providerConfig, error) {
 // the provider, and the settle time. "Never sent" is proven only once no
 // request can still be in flight, by the deadline each attempt's worker
 // stamped on the row, not by a timeout read from this shell.
-func (c call) reconcileSetup() (*provider.Client, payments.ReconcileConfig, error) {
+func (c call) reconcileSetup() (*provider.Client, operation.ReconcileConfig, error) {
 	pc, pcfg, err := c.provider()
-	return pc, payments.ReconcileConfig{Settle: pcfg.ReconcileSettle}, err
+	return pc, operation.ReconcileConfig{Settle: pcfg.ReconcileSettle}, err
 }
 
 // reconciler is the worker's payments reconciler.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/tools/stripesim"
 )
@@ -47,7 +48,7 @@ func TestManualPaymentIsAuthorized(t *testing.T) {
 	require.Equal(t, 1, b.keyStats(paymentID).Executions)
 
 	// The books agree: an authorization is what the payment says.
-	checker := payments.NewLedgerChecker(b.pool, b.provider, b.logger, payments.LedgerCheckConfig{UnsettledAfter: time.Nanosecond})
+	checker := payments.NewLedgerChecker(b.pool, b.provider, b.logger, operation.LedgerCheckConfig{UnsettledAfter: time.Nanosecond})
 	res, err := checker.Check(b.ctx, time.Now().Add(-time.Hour), time.Now().Add(time.Minute))
 	require.NoError(t, err)
 	require.Empty(t, res.Disagreements)

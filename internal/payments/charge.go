@@ -17,8 +17,8 @@ import (
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
-// ChargeWorker works charge_payment jobs on the engine's worker: it charges
-// a payment at the provider exactly once and records the outcome.
+// NewChargeWorker returns the engine's worker of charge_payment jobs: it
+// charges a payment at the provider exactly once and records the outcome.
 //
 // Exactly once rests on two facts. Every attempt for a payment sends the
 // same provider idempotency key, so however often the job runs (retries,
@@ -29,10 +29,8 @@ import (
 // and get the same answer. Where asking again cannot tell (the provider
 // replays a stored 5xx, attempts are exhausted, the key's window is ending),
 // the payment goes to the Reconciler, which looks the charge up instead.
-type ChargeWorker = operation.Worker[ChargePaymentArgs, Payment, provider.Outcome]
-
-// NewChargeWorker returns a worker.
-func NewChargeWorker(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, logger *slog.Logger, cfg operation.WorkerConfig) *ChargeWorker {
+func NewChargeWorker(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, logger *slog.Logger,
+	cfg operation.WorkerConfig) *operation.Worker[ChargePaymentArgs, Payment, provider.Outcome] {
 	env := operation.Env{Pool: pool, Keys: keys, Provider: pc, Logger: logger, Worker: cfg}
 	return operation.NewWorker[ChargePaymentArgs](env, payment{}.Name(), "charge", paymentsTable, newChargeable(pool, keys, pc))
 }

@@ -51,13 +51,13 @@ type chargeBundle struct {
 
 // reconciler returns a Reconciler for the bundle with the tests' short
 // timers where cfg leaves them zero.
-func (b *chargeBundle) reconciler(cfg payments.ReconcileConfig) *payments.Reconciler {
+func (b *chargeBundle) reconciler(cfg operation.ReconcileConfig) *payments.Reconciler {
 	return payments.NewReconciler(b.pool, b.keys, b.provider, b.logger, shortReconcile(cfg))
 }
 
 // shortReconcile is cfg with the tests' short timers where it leaves them
 // zero.
-func shortReconcile(cfg payments.ReconcileConfig) payments.ReconcileConfig {
+func shortReconcile(cfg operation.ReconcileConfig) operation.ReconcileConfig {
 	cfg.Settle = cmp.Or(cfg.Settle, 100*time.Millisecond)
 	cfg.RetryBase = cmp.Or(cfg.RetryBase, 100*time.Millisecond)
 	cfg.RetryMax = cmp.Or(cfg.RetryMax, 500*time.Millisecond)
@@ -75,8 +75,8 @@ type chargeOptions struct {
 	// reconcile runs the reconciler and the sweeper as periodic jobs on
 	// short timers (reconcileCfg and sweepCfg adjust them).
 	reconcile    bool
-	reconcileCfg payments.ReconcileConfig
-	sweepCfg     payments.SweepConfig
+	reconcileCfg operation.ReconcileConfig
+	sweepCfg     operation.SweepConfig
 }
 
 func setupCharge(t *testing.T, opts chargeOptions) *chargeBundle {
@@ -464,13 +464,13 @@ func TestChargeGivesUpToReconciliation(t *testing.T) {
 		// Reconciliation lists the attempt window at the provider, finds
 		// nothing, and once no request can still be in flight says so.
 		failed := b.waitStatus(paymentID, payments.StatusFailed)
-		require.Equal(t, payments.FailureProviderNotReached, *failed.FailureCode)
+		require.Equal(t, operation.FailureProviderNotReached, *failed.FailureCode)
 		require.Contains(t, *failed.FailureMessage, "same Idempotency-Key")
 		require.Equal(t, idempotency.StatusFailedRetryable, b.keyRecord(key).Status)
 		require.Empty(t, b.executions(paymentID))
 		got := b.api.Get(t, "/v1/payments/"+paymentID)
 		require.Equal(t, "failed", got.Body["status"])
-		require.Equal(t, payments.FailureProviderNotReached, got.Body["failure_code"])
+		require.Equal(t, operation.FailureProviderNotReached, got.Body["failure_code"])
 
 		// The client's retry re-acquires the key; the same payment is
 		// charged under generation 2. The provider stored nothing under the
@@ -507,7 +507,7 @@ func TestChargeGivesUpToReconciliation(t *testing.T) {
 		b.startWorker()
 
 		failed := b.waitStatus(paymentID, payments.StatusFailed)
-		require.Equal(t, payments.FailureProviderNotReached, *failed.FailureCode)
+		require.Equal(t, operation.FailureProviderNotReached, *failed.FailureCode)
 		require.NotNil(t, failed.ProviderKeySpentAt, "the provider replayed its stored 500: the key can make nothing more")
 		require.Empty(t, b.executions(paymentID))
 
@@ -542,7 +542,7 @@ func TestChargeGivesUpToReconciliation(t *testing.T) {
 			_, err := b.pool.Exec(b.ctx, stmt, paymentID)
 			require.NoError(t, err)
 		}
-		res, err := b.reconciler(payments.ReconcileConfig{}).ReconcileNow(b.ctx, b.tenant.TenantID, paymentID)
+		res, err := b.reconciler(operation.ReconcileConfig{}).ReconcileNow(b.ctx, b.tenant.TenantID, paymentID)
 		require.NoError(t, err)
 		require.Equal(t, "not_reached", res.Verdict())
 		firstKey := b.waitStatus(paymentID, payments.StatusFailed).ProviderIdempotencyKey

@@ -68,7 +68,7 @@ func closeIntent(ctx context.Context, pc *provider.Client, p Payment, out provid
 // as it then is. An intent of no payment of ours, of another account or of
 // another generation, and one not left open, is answered as it is: Settle
 // says what to make of it.
-func CloseIntent(ctx context.Context, db Querier, pc *provider.Client, account string, out provider.Outcome) (provider.Outcome, error) {
+func CloseIntent(ctx context.Context, db operation.Querier, pc *provider.Client, account string, out provider.Outcome) (provider.Outcome, error) {
 	if !leftOpen(out) {
 		return out, nil
 	}
@@ -88,7 +88,7 @@ func CloseIntent(ctx context.Context, db Querier, pc *provider.Client, account s
 
 // paymentNamedBy reads the payment an intent names in its metadata, or,
 // for an intent without it, the one that recorded it.
-func paymentNamedBy(ctx context.Context, db Querier, in *provider.Intent) (Payment, error) {
+func paymentNamedBy(ctx context.Context, db operation.Querier, in *provider.Intent) (Payment, error) {
 	tenantID, paymentID := in.Metadata[MetadataTenantID], in.Metadata[MetadataPaymentID]
 	if tenantID == "" || paymentID == "" {
 		return paymentOfIntent(ctx, db, in.ID)

@@ -188,7 +188,7 @@ func stillOpen(status stripe.PaymentIntentStatus) bool {
 // id order from the first after after, going round to the first of all
 // past the last. A payment proven never to have reached the provider has
 // no intent to close.
-func uncheckedDeclines(ctx context.Context, db Querier, after string, limit int) ([]Payment, error) {
+func uncheckedDeclines(ctx context.Context, db operation.Querier, after string, limit int) ([]Payment, error) {
 	next, err := uncheckedDeclinesBetween(ctx, db, after, "", limit)
 	if err != nil || len(next) == limit || after == "" {
 		return next, err
@@ -199,19 +199,19 @@ func uncheckedDeclines(ctx context.Context, db Querier, after string, limit int)
 
 // uncheckedDeclinesBetween is uncheckedDeclines over the ids after from,
 // up to and including to ("": the last).
-func uncheckedDeclinesBetween(ctx context.Context, db Querier, from, to string, limit int) ([]Payment, error) {
+func uncheckedDeclinesBetween(ctx context.Context, db operation.Querier, from, to string, limit int) ([]Payment, error) {
 	rows, err := db.Query(ctx, `
 		SELECT `+paymentColumns+` FROM payments
 		WHERE status = 'failed' AND provider_payment_intent_id IS NOT NULL AND intent_checked_at IS NULL
 			AND failure_code IS DISTINCT FROM $1 AND id > $2 AND ($3 = '' OR id <= $3)
-		ORDER BY id LIMIT $4`, FailureProviderNotReached, from, to, limit)
+		ORDER BY id LIMIT $4`, operation.FailureProviderNotReached, from, to, limit)
 	return operation.CollectAll[Payment](rows, err, "find failed payments with an unchecked intent")
 }
 
 // markIntentChecked notes that the intent of failed payment p can take no
 // more money, or that a finding says it did: no run reads it again. The
 // payment's state and updated_at are not touched: nothing changed in it.
-func markIntentChecked(ctx context.Context, db Querier, p Payment) error {
+func markIntentChecked(ctx context.Context, db operation.Querier, p Payment) error {
 	_, err := db.Exec(ctx, `
 		UPDATE payments SET intent_checked_at = now()
 		WHERE tenant_id = $1 AND id = $2 AND status = 'failed' AND provider_payment_intent_id = $3 AND intent_checked_at IS NULL`,

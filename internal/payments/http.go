@@ -27,12 +27,6 @@ func (s *Service) HandleGet() http.HandlerFunc {
 	})
 }
 
-// List page sizes (operation's, the same for every kind).
-const (
-	DefaultListLimit = operation.DefaultListLimit
-	MaxListLimit     = operation.MaxListLimit
-)
-
 // HandleList serves GET /v1/payments?limit=&starting_after=.
 func (s *Service) HandleList() http.HandlerFunc {
 	return s.resource().HandleList(func(ctx context.Context, _ *http.Request, tenantID, after string, n int) ([]Payment, error) {

@@ -17,9 +17,6 @@ type payment struct{}
 
 func (payment) Name() string { return "payment" }
 
-// SweepConfig tunes the sweepers of every operation kind.
-type SweepConfig = operation.SweepConfig
-
 // Kind declares payments to the engine, for the registry. A payment is
 // every other kind's parent: its charge heads the timeline of the
 // payment's operations.

@@ -14,28 +14,17 @@ import (
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
-// LedgerCheckConfig tunes the ledger checks. Zero values take the defaults.
-type LedgerCheckConfig = operation.LedgerCheckConfig
-
-// LedgerChecker compares the provider's intents with our payments and
-// records every disagreement as a ledger finding, for an operator. It only
-// reads at the provider (lists intents, reads one by id): it never
-// charges, refunds or cancels, and never changes a payment.
-type LedgerChecker = operation.LedgerChecker[Payment, *provider.Intent]
-
-// LedgerCheckResult is what one check saw and found: Listed intents,
-// Succeeded payments looked for at the provider.
-type LedgerCheckResult = operation.LedgerCheckResult
-
-// NewLedgerChecker returns the payments' LedgerChecker. The platform's
-// account is listed, and every connected account of a tenant or of a
-// payment of the window: each has intents of its own.
-func NewLedgerChecker(pool *pgxpool.Pool, pc *provider.Client, logger *slog.Logger, cfg LedgerCheckConfig) *LedgerChecker {
+// NewLedgerChecker returns the payments' ledger check: it compares the
+// provider's intents with our payments and records every disagreement as
+// a ledger finding, for an operator. It only reads at the provider (lists
+// intents, reads one by id): it never charges, refunds or cancels, and
+// never changes a payment. The platform's account is listed, and every
+// connected account of a tenant or of a payment of the window: each has
+// intents of its own.
+func NewLedgerChecker(pool *pgxpool.Pool, pc *provider.Client, logger *slog.Logger,
+	cfg operation.LedgerCheckConfig) *operation.LedgerChecker[Payment, *provider.Intent] {
 	return operation.NewLedgerChecker(pool, logger, cfg, paymentsTable, intentAudit{pool: pool, provider: pc})
 }
-
-// Disagreement is one mismatch a check found.
-type Disagreement = ledger.Disagreement
 
 // intentAudit is the payments' side of the ledger check: their intents.
 type intentAudit struct {
@@ -54,10 +43,10 @@ func (a intentAudit) Retrieve(ctx context.Context, p Payment, intentID string) o
 	return operation.ReadOf(out.Intent, out.Judge())
 }
 
-func (intentAudit) Compare(_ context.Context, in *provider.Intent, matched *Payment, cfg LedgerCheckConfig) ([]operation.Finding, error) {
+func (intentAudit) Compare(_ context.Context, in *provider.Intent, matched *Payment, cfg operation.LedgerCheckConfig) ([]operation.Finding, error) {
 	evidence := map[string]any{"intent": intentEvidence(in)}
 	finding := func(kind, paymentID, reason string) operation.Finding {
-		return operation.Finding{Disagreement: Disagreement{Kind: kind, PaymentID: paymentID, IntentID: in.ID, Reason: reason}, Evidence: evidence}
+		return operation.Finding{Disagreement: ledger.Disagreement{Kind: kind, PaymentID: paymentID, IntentID: in.ID, Reason: reason}, Evidence: evidence}
 	}
 	if matched == nil {
 		if !mayHaveMoved(in) {
@@ -106,7 +95,7 @@ func (intentAudit) Confirm(p Payment, read operation.Read[*provider.Intent]) []o
 	}
 	in := read.Obj
 	return []operation.Finding{{
-		Disagreement: Disagreement{Kind: ledger.KindStatusMismatch, PaymentID: p.ID, IntentID: in.ID,
+		Disagreement: ledger.Disagreement{Kind: ledger.KindStatusMismatch, PaymentID: p.ID, IntentID: in.ID,
 			Reason: fmt.Sprintf("payment %s is succeeded, but intent %s is %s", p.ID, in.ID, in.Status)},
 		Evidence: map[string]any{"payment": paymentEvidence(p), "intent": intentEvidence(in)},
 	}}
@@ -117,7 +106,7 @@ func (intentAudit) Missing(p Payment, intentID string) operation.Finding {
 	if intentID != "" {
 		reason = fmt.Sprintf("payment %s is succeeded, but its intent %s does not exist at the provider", p.ID, intentID)
 	}
-	return operation.Finding{Disagreement: Disagreement{Kind: ledger.KindMissingIntent, PaymentID: p.ID, IntentID: intentID, Reason: reason},
+	return operation.Finding{Disagreement: ledger.Disagreement{Kind: ledger.KindMissingIntent, PaymentID: p.ID, IntentID: intentID, Reason: reason},
 		Evidence: map[string]any{"payment": paymentEvidence(p)}}
 }
 

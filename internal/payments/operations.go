@@ -27,7 +27,7 @@ type ListFilter struct {
 
 // ListAll returns payments of every tenant matching f, newest first: the
 // operator's view, where the API's list is one tenant's.
-func ListAll(ctx context.Context, db Querier, f ListFilter) ([]Payment, error) {
+func ListAll(ctx context.Context, db operation.Querier, f ListFilter) ([]Payment, error) {
 	if f.Limit <= 0 {
 		f.Limit = 50
 	}
@@ -44,13 +44,10 @@ func ListAll(ctx context.Context, db Querier, f ListFilter) ([]Payment, error) {
 }
 
 // Lookup reads a payment of any tenant, for an operator who has only its id.
-func Lookup(ctx context.Context, db Querier, paymentID string) (Payment, error) {
+func Lookup(ctx context.Context, db operation.Querier, paymentID string) (Payment, error) {
 	rows, err := db.Query(ctx, `SELECT `+paymentColumns+` FROM payments WHERE id = $1`, paymentID)
 	return collectPayment(rows, err, "look up payment")
 }
-
-// Job is one River job of a payment's, as an operator sees it.
-type Job = operation.Job
 
 // Event is a provider event stored for a payment's intents.
 type Event struct {
@@ -71,7 +68,7 @@ type Detail struct {
 	Key *idempotency.Record
 	// Releases are operators' releases of the key.
 	Releases []idempotency.Release
-	Jobs     []Job
+	Jobs     []operation.Job
 	Events   []Event
 	Findings []ledger.Finding
 }

@@ -4,7 +4,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/respond"
 )
 
@@ -43,11 +42,6 @@ func Statuses() []Status {
 
 // Valid reports whether s is a payment status.
 func (s Status) Valid() bool { return slices.Contains(Statuses(), s) }
-
-// FailureProviderNotReached is the failure code of a payment proven never
-// to have reached the provider: nothing was charged, and a retry of the
-// client's request with the same key charges it under the next generation.
-const FailureProviderNotReached = operation.FailureProviderNotReached
 
 // Terminal reports whether the charge job is done with the payment: no
 // charge job will change it (the reconciler may still settle a payment

@@ -16,12 +16,6 @@ import (
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
-// ReconcileConfig tunes the reconcilers of every operation kind.
-type ReconcileConfig = operation.ReconcileConfig
-
-// ReconcileResult counts what a reconciliation run did.
-type ReconcileResult = operation.ReconcileResult
-
 // Reconciler settles payments in requires_reconciliation by looking their
 // charge up at the provider, never by charging (operation.Reconciler): by
 // intent id when one is known, else by the payment_id metadata (search,
@@ -34,7 +28,7 @@ type Reconciler struct {
 	keys     *idempotency.Store
 	provider *provider.Client
 	logger   *slog.Logger
-	cfg      ReconcileConfig
+	cfg      operation.ReconcileConfig
 }
 
 // paymentsTable is where the engine finds payments.
@@ -53,7 +47,7 @@ var paymentsTable = operation.Table{
 }
 
 // NewReconciler returns a Reconciler.
-func NewReconciler(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, logger *slog.Logger, cfg ReconcileConfig) *Reconciler {
+func NewReconciler(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, logger *slog.Logger, cfg operation.ReconcileConfig) *Reconciler {
 	r := &Reconciler{pool: pool, keys: keys, provider: pc, logger: logger, cfg: cfg.WithDefaults()}
 	r.Reconciler = operation.NewReconciler(pool, keys, logger, cfg, paymentsTable, reconcilable{paymentLocks{keys}, r})
 	return r

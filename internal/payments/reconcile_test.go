@@ -96,7 +96,7 @@ func TestStrandedPaymentIsReconciled(t *testing.T) {
 		require.NotNil(t, p.ReconcileAfter, "due for reconciliation")
 		require.Len(t, b.executions(paymentID), 1, "the provider did charge")
 
-		reconciler := b.reconciler(payments.ReconcileConfig{})
+		reconciler := b.reconciler(operation.ReconcileConfig{})
 		res, err := reconciler.Run(b.ctx)
 		require.NoError(t, err)
 		require.Equal(t, 1, res.Settled, "%+v", res)
@@ -107,7 +107,7 @@ func TestStrandedPaymentIsReconciled(t *testing.T) {
 		t.Parallel()
 		var swept atomic.Int32
 		b := setupCharge(t, chargeOptions{deferWorker: true, reconcile: true,
-			sweepCfg: payments.SweepConfig{OnSwept: func() { swept.Add(1) }}})
+			sweepCfg: operation.SweepConfig{OnSwept: func() { swept.Add(1) }}})
 		key := id.New("key")
 		paymentID := b.pay(key, "pm_card_visa").PaymentID()
 		// The charge job discarded without a word (as after a crash while
@@ -121,7 +121,7 @@ func TestStrandedPaymentIsReconciled(t *testing.T) {
 
 		// Never charged: reconciliation proves it and the retry charges it.
 		p := b.waitStatus(paymentID, payments.StatusFailed)
-		require.Equal(t, payments.FailureProviderNotReached, *p.FailureCode)
+		require.Equal(t, operation.FailureProviderNotReached, *p.FailureCode)
 		require.Equal(t, idempotency.StatusFailedRetryable, b.keyRecord(key).Status)
 		require.Empty(t, b.executions(paymentID))
 		require.Equal(t, payments.StatusSucceeded, b.waitStatus(live, payments.StatusSucceeded).Status, "a payment with a live job is left alone")
@@ -179,10 +179,10 @@ func TestReconcilerOutcomes(t *testing.T) {
 		p := b.waitStatus(paymentID, payments.StatusRequiresReconciliation)
 		require.NotNil(t, p.ProviderPaymentIntentID)
 
-		reconciler := b.reconciler(payments.ReconcileConfig{PollInterval: time.Hour})
+		reconciler := b.reconciler(operation.ReconcileConfig{PollInterval: time.Hour})
 		res, err := reconciler.Run(b.ctx)
 		require.NoError(t, err)
-		require.Equal(t, payments.ReconcileResult{Pending: 1}, res)
+		require.Equal(t, operation.ReconcileResult{Pending: 1}, res)
 		p = b.waitStatus(paymentID, payments.StatusRequiresReconciliation)
 		require.Zero(t, p.ReconcileAttempts, "a pending intent is not a failed look")
 		require.True(t, p.ReconcileAfter.After(time.Now().Add(50*time.Minute)), "next look after the poll interval")
@@ -207,7 +207,7 @@ func TestReconcilerOutcomes(t *testing.T) {
 		_, err := b.pool.Exec(b.ctx, "UPDATE payments SET first_provider_attempt_at = now() - interval '2 hours' WHERE id = $1", paymentID)
 		require.NoError(t, err)
 
-		res, err := b.reconciler(payments.ReconcileConfig{MaxActionWait: time.Hour}).Run(b.ctx)
+		res, err := b.reconciler(operation.ReconcileConfig{MaxActionWait: time.Hour}).Run(b.ctx)
 		require.NoError(t, err)
 		require.Equal(t, 1, res.Settled, "%+v", res)
 		p := b.waitStatus(paymentID, payments.StatusFailed)
@@ -229,11 +229,11 @@ func TestReconcilerOutcomes(t *testing.T) {
 		b.toReconciliation(paymentID, key, false)
 		// Every read of the intent fails: nothing can be learned.
 		require.NoError(t, b.sim.InjectFault(b.ctx, stripesim.Fault{Mode: stripesim.FaultErrorBefore, Status: 500, Path: "GET /v1/payment_intents/*"}))
-		reconciler := b.reconciler(payments.ReconcileConfig{MaxAttempts: 2, RetryBase: 10 * time.Millisecond})
+		reconciler := b.reconciler(operation.ReconcileConfig{MaxAttempts: 2, RetryBase: 10 * time.Millisecond})
 
 		res, err := reconciler.Run(b.ctx)
 		require.NoError(t, err)
-		require.Equal(t, payments.ReconcileResult{Undetermined: 1}, res)
+		require.Equal(t, operation.ReconcileResult{Undetermined: 1}, res)
 		require.Eventually(t, func() bool {
 			res, err = reconciler.Run(b.ctx)
 			return err == nil && res.LeftToOperator == 1
@@ -257,22 +257,22 @@ func TestReconcilerOutcomes(t *testing.T) {
 			b.waitStatus(paymentID, payments.StatusSucceeded)
 			b.toReconciliation(paymentID, key, true)
 		}
-		results := make(chan payments.ReconcileResult, 4)
+		results := make(chan operation.ReconcileResult, 4)
 		for range 4 {
 			go func() {
-				res, err := b.reconciler(payments.ReconcileConfig{Batch: 2}).Run(b.ctx)
+				res, err := b.reconciler(operation.ReconcileConfig{Batch: 2}).Run(b.ctx)
 				assert.NoError(t, err)
 				results <- res
 			}()
 		}
-		var total payments.ReconcileResult
+		var total operation.ReconcileResult
 		for range 4 {
 			res := <-results
 			total.Settled += res.Settled
 			total.Failed += res.Failed
 			total.Undetermined += res.Undetermined
 		}
-		require.Equal(t, payments.ReconcileResult{Settled: len(keys)}, total, "each payment claimed by exactly one run")
+		require.Equal(t, operation.ReconcileResult{Settled: len(keys)}, total, "each payment claimed by exactly one run")
 		for paymentID, key := range keys {
 			b.requireSettledOnce(paymentID, key)
 		}
@@ -297,7 +297,7 @@ func TestResumeAndRecordingDoNotDeadlock(t *testing.T) {
 	require.NoError(t, err)
 	key := id.New("key")
 	paymentID := b.pay(key, "pm_card_visa").PaymentID()
-	reconciler := b.reconciler(payments.ReconcileConfig{})
+	reconciler := b.reconciler(operation.ReconcileConfig{})
 
 	for i := range 10 {
 		// Proven never charged, and released for a retry: both the

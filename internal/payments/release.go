@@ -4,12 +4,7 @@ import (
 	"context"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
-	"github.com/oncepay/oncepay/internal/operation"
 )
-
-// ErrNotReleasable is returned by ReleaseKey for a key that must not be
-// released (operation.ErrNotReleasable).
-var ErrNotReleasable = operation.ErrNotReleasable
 
 // Released is what ReleaseKey did.
 type Released struct {

@@ -225,7 +225,7 @@ func generationOf(in *provider.Intent) string {
 }
 
 // paymentOfIntent finds the payment that recorded an intent.
-func paymentOfIntent(ctx context.Context, db Querier, intentID string) (Payment, error) {
+func paymentOfIntent(ctx context.Context, db operation.Querier, intentID string) (Payment, error) {
 	rows, err := db.Query(ctx, `SELECT `+paymentColumns+` FROM payments WHERE provider_payment_intent_id = $1`, intentID)
 	return collectPayment(rows, err, "find payment of intent")
 }

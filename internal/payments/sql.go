@@ -19,9 +19,6 @@ import (
 // ErrNotFound is returned for a payment that does not exist for the tenant.
 var ErrNotFound = errors.New("payment not found")
 
-// Querier runs queries: a pool, a connection or a transaction.
-type Querier = operation.Querier
-
 const paymentColumns = `id, tenant_id, idempotency_key, amount, currency, payment_method, customer, description,
 	metadata, status, provider_idempotency_key, provider_payment_intent_id, failure_code, decline_code,
 	failure_message, provider_key_generation, first_provider_attempt_at, last_provider_attempt_at,
@@ -45,14 +42,14 @@ func queueInsertPayment(batch *pgx.Batch, p Payment) {
 
 // GetPayment reads a tenant's payment. Another tenant's payment is
 // ErrNotFound, exactly like a missing one.
-func GetPayment(ctx context.Context, db Querier, tenantID, paymentID string) (Payment, error) {
+func GetPayment(ctx context.Context, db operation.Querier, tenantID, paymentID string) (Payment, error) {
 	rows, err := db.Query(ctx, `SELECT `+paymentColumns+` FROM payments WHERE tenant_id = $1 AND id = $2`, tenantID, paymentID)
 	return collectPayment(rows, err, "get payment")
 }
 
 // listPayments returns up to limit payments older than startingAfter (or the
 // newest, if empty), newest first.
-func listPayments(ctx context.Context, db Querier, tenantID, startingAfter string, limit int) ([]Payment, error) {
+func listPayments(ctx context.Context, db operation.Querier, tenantID, startingAfter string, limit int) ([]Payment, error) {
 	rows, err := db.Query(ctx, `
 		SELECT `+paymentColumns+` FROM payments
 		WHERE tenant_id = $1 AND ($2 = '' OR id < $2)
@@ -124,7 +121,7 @@ func collectPayment(rows pgx.Rows, err error, what string) (Payment, error) {
 
 // recordPending notes the provider's intent and its non-final state, so
 // the next run polls that intent instead of creating one.
-func recordPending(ctx context.Context, db Querier, paymentID string, out provider.Outcome) error {
+func recordPending(ctx context.Context, db operation.Querier, paymentID string, out provider.Outcome) error {
 	status := StatusProcessing
 	var next *NextAction
 	if out.Intent.Status == stripe.PaymentIntentStatusRequiresAction {
@@ -253,6 +250,6 @@ func claimCustomer(ctx context.Context, tx pgx.Tx, tenantID, customer string) er
 // EachAccount calls fn, in turn, with each account that may hold payments
 // made since since, the platform's own ("") first, and pc made for it:
 // what a ledger check and the event recovery list.
-func EachAccount(ctx context.Context, db Querier, since time.Time, pc *provider.Client, fn func(account string, pc *provider.Client) error) error {
+func EachAccount(ctx context.Context, db operation.Querier, since time.Time, pc *provider.Client, fn func(account string, pc *provider.Client) error) error {
 	return paymentsTable.EachAccount(ctx, db, since, true, pc, fn)
 }

@@ -52,7 +52,7 @@ type options struct {
 	// lifecycle runs the refund reconciler and sweeper as periodic jobs
 	// on short timers.
 	lifecycle    bool
-	reconcileCfg payments.ReconcileConfig
+	reconcileCfg operation.ReconcileConfig
 	// onSwept is the sweeper's observer.
 	onSwept func()
 }
@@ -96,13 +96,13 @@ func setup(t *testing.T, opts options) *bundle {
 
 // reconciler returns a refund Reconciler with the tests' short timers where
 // cfg leaves them zero.
-func (b *bundle) reconciler(cfg payments.ReconcileConfig) *refunds.Reconciler {
+func (b *bundle) reconciler(cfg operation.ReconcileConfig) *refunds.Reconciler {
 	return refunds.NewReconciler(b.pool, b.keys, b.provider, b.logger, shortReconcile(cfg))
 }
 
 // shortReconcile is cfg with the tests' short timers where it leaves them
 // zero.
-func shortReconcile(cfg payments.ReconcileConfig) payments.ReconcileConfig {
+func shortReconcile(cfg operation.ReconcileConfig) operation.ReconcileConfig {
 	cfg.Settle = cmp.Or(cfg.Settle, 100*time.Millisecond)
 	cfg.RetryBase = cmp.Or(cfg.RetryBase, 100*time.Millisecond)
 	cfg.RetryMax = cmp.Or(cfg.RetryMax, 500*time.Millisecond)

@@ -13,7 +13,6 @@ import (
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/operation"
-	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/problem"
 	"github.com/oncepay/oncepay/internal/refunds"
 	"github.com/oncepay/oncepay/tools/stripesim"
@@ -195,7 +194,7 @@ func TestReconcilerOutcomes(t *testing.T) {
 
 	t.Run("AbsentFromAnUnsettledListIsUndeterminedThenLeftToAnOperator", func(t *testing.T) {
 		refundID, key := toReconciliation(`{"amount": 100}`, true)
-		rec := b.reconciler(payments.ReconcileConfig{Settle: time.Hour, MaxAttempts: 2})
+		rec := b.reconciler(operation.ReconcileConfig{Settle: time.Hour, MaxAttempts: 2})
 		res, err := rec.ReconcileNow(b.ctx, b.api.Tenant.TenantID, refundID)
 		require.NoError(t, err)
 		require.Equal(t, 1, res.Undetermined, "a request may still be in flight: absence proves nothing yet")
@@ -217,7 +216,7 @@ func TestReconcilerOutcomes(t *testing.T) {
 	t.Run("AbsentFromASettledCompleteListIsNotReached", func(t *testing.T) {
 		refundID, key := toReconciliation(`{"amount": 100}`, true)
 		time.Sleep(50 * time.Millisecond) // past the attempt's deadline and the settle window below
-		rec := b.reconciler(payments.ReconcileConfig{Settle: time.Millisecond})
+		rec := b.reconciler(operation.ReconcileConfig{Settle: time.Millisecond})
 		res, err := rec.ReconcileNow(b.ctx, b.api.Tenant.TenantID, refundID)
 		require.NoError(t, err)
 		require.Equal(t, 1, res.NotReached)
@@ -233,7 +232,7 @@ func TestReconcilerOutcomes(t *testing.T) {
 		// The provider made it, but its answer was lost.
 		out := b.provider.CreateRefund(b.ctx, refunds.RequestOf(r, *p.ProviderPaymentIntentID))
 		require.Equal(t, "succeeded", out.Kind.String())
-		res, err := b.reconciler(payments.ReconcileConfig{Settle: time.Hour}).ReconcileNow(b.ctx, b.api.Tenant.TenantID, refundID)
+		res, err := b.reconciler(operation.ReconcileConfig{Settle: time.Hour}).ReconcileNow(b.ctx, b.api.Tenant.TenantID, refundID)
 		require.NoError(t, err)
 		require.Equal(t, 1, res.Settled, "found, even before the window settled")
 		b.requireRefundedOnce(p, refundID, key, `{"amount": 100}`)
@@ -259,7 +258,7 @@ func TestResumeAndRecordingDoNotDeadlock(t *testing.T) {
 	require.NoError(t, err)
 	key, body := id.New("key"), `{"amount": 500}`
 	refundID := b.api.Refund(t, p.ID, key, body).Body["id"].(string)
-	reconciler := b.reconciler(payments.ReconcileConfig{})
+	reconciler := b.reconciler(operation.ReconcileConfig{})
 
 	for i := range 10 {
 		_, err := b.pool.Exec(b.ctx, `UPDATE refunds SET status = 'requires_reconciliation', first_provider_attempt_at = NULL,

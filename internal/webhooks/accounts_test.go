@@ -131,7 +131,7 @@ func TestConnectedAccountsKeepTenantsApart(t *testing.T) {
 	platform := provider.New(provider.Config{SecretKey: "sk_test_webhooks", APIBase: b.simURL})
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	from, to := time.Now().Add(-time.Hour), time.Now().Add(time.Hour)
-	checked, err := payments.NewLedgerChecker(b.pool, platform, logger, payments.LedgerCheckConfig{}).Check(ctx, from, to)
+	checked, err := payments.NewLedgerChecker(b.pool, platform, logger, operation.LedgerCheckConfig{}).Check(ctx, from, to)
 	require.NoError(t, err)
 	require.Len(t, checked.Disagreements, 1, "%+v", checked.Disagreements)
 	require.Equal(t, ledger.KindUnknownIntent, checked.Disagreements[0].Kind)
