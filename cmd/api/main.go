@@ -163,7 +163,7 @@ func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, watch *postgr
 	defer stopNotifier()
 
 	jobsOutbox := outbox.New(jobs).Traced(tracing.Injector())
-	m := metrics.New()
+	m := metrics.New(kinds.All().Names()...)
 	m.RegisterDatabaseServer(watch.Read)
 	limits := ratelimit.New(ratelimit.Config{Rate: cfg.TenantRate, Window: cfg.TenantRateWindow,
 		MaxPending: cfg.TenantMaxPending, OnLimited: m.RateLimited})

@@ -84,7 +84,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	defer pool.Close()
 
-	m := metrics.New()
+	m := metrics.New(kinds.All().Names()...)
 	m.RegisterDatabaseServer(watch.Read)
 	m.RegisterDatabase(pool, kinds.MetricsTables(kinds.All()))
 	m.SweptKinds(kinds.All().Names()...)

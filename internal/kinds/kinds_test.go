@@ -146,6 +146,33 @@ func TestProviderCallsFoldEveryKindsIDs(t *testing.T) {
 	require.Equal(t, first, providerOperations(t, m), "calls about more objects added series")
 }
 
+// TestMetricsHelpNamesEveryKind: the help of every series counted by kind
+// names the registry's kinds, a kind added to it included.
+func TestMetricsHelpNamesEveryKind(t *testing.T) {
+	t.Parallel()
+	all := append(kinds.All(), transfers{kinds.All()[0]})
+	m := metrics.New(all.Names()...)
+	m.KeySwept("payment")
+	m.GroupFellBack("start", "payment")
+	m.GroupFellBack("record", "payment")
+	m.Reconciliations("payment", "settled", 1)
+	families, err := m.Registry().Gather()
+	require.NoError(t, err)
+	byKind := map[string]bool{"oncepay_idempotency_keys_swept_total": true, "oncepay_start_group_fallbacks_total": true,
+		"oncepay_record_group_fallbacks_total": true, "oncepay_reconciliations_total": true}
+	seen := 0
+	for _, f := range families {
+		if !byKind[f.GetName()] {
+			continue
+		}
+		seen++
+		for _, name := range all.Names() {
+			require.Contains(t, f.GetHelp(), name, f.GetName())
+		}
+	}
+	require.Equal(t, len(byKind), seen)
+}
+
 // transfers is a kind added to the registry, whose provider objects are
 // transfers (tr_…).
 type transfers struct{ operation.Kind }

@@ -48,8 +48,13 @@ type Metrics struct {
 }
 
 // New returns a Metrics with the Go runtime and process collectors
-// registered beside oncepay's own.
-func New() *Metrics {
+// registered beside oncepay's own. kinds are the registry's operation
+// kinds, which the help of every series by kind names.
+func New(kinds ...string) *Metrics {
+	named := ""
+	if len(kinds) > 0 {
+		named = " (" + strings.Join(kinds, ", ") + ")"
+	}
 	m := &Metrics{
 		registry: prometheus.NewRegistry(),
 		tenants:  map[string]bool{},
@@ -78,22 +83,22 @@ func New() *Metrics {
 		}, []string{"operation"}),
 		reconciliations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "oncepay_reconciliations_total",
-			Help: "Reconciler looks at an operation, by operation (payment, refund) and result: settled, not_reached, pending, undetermined, operator, failed.",
+			Help: "Reconciler looks at an operation, by operation" + named + " and result: settled, not_reached, pending, undetermined, operator, failed.",
 		}, []string{"operation", "result"}),
 		rateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "oncepay_rate_limited_total", Help: "Requests refused by a limit, by limit: rate and pending (per tenant), auth (failed authentications per client address).",
 		}, []string{"limit"}),
 		keysSwept: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "oncepay_idempotency_keys_swept_total",
-			Help: "Processing keys the sweeper moved to unknown, their operation having no job left (handed to reconciliation), by resource: the operation kind (payment, refund, capture, cancel, payout).",
+			Help: "Processing keys the sweeper moved to unknown, their operation having no job left (handed to reconciliation), by resource: the operation kind" + named + ".",
 		}, []string{"resource"}),
 		groupFallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "oncepay_record_group_fallbacks_total",
-			Help: "Groups of final provider answers the worker could not record in one transaction (a row held past the group's 200 ms lock wait, a deadline, a database error), each answer then recorded alone, by operation: the kind whose worker records them (payment, refund, capture for captures and cancels, payout).",
+			Help: "Groups of final provider answers the worker could not record in one transaction (a row held past the group's 200 ms lock wait, a deadline, a database error), each answer then recorded alone, by operation: the kind whose worker records them" + named + "; a kind that shares another's job counts under that kind.",
 		}, []string{"operation"}),
 		startGroupFallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "oncepay_start_group_fallbacks_total",
-			Help: "Groups of provider attempts the worker could not start in one statement (a row held past the group's 200 ms lock wait, a deadline, a database error), each attempt then started alone, by operation: the kind whose worker starts them (payment, refund, capture for captures and cancels, payout).",
+			Help: "Groups of provider attempts the worker could not start in one statement (a row held past the group's 200 ms lock wait, a deadline, a database error), each attempt then started alone, by operation: the kind whose worker starts them" + named + "; a kind that shares another's job counts under that kind.",
 		}, []string{"operation"}),
 		keysTombstoned: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "oncepay_idempotency_keys_tombstoned_total", Help: "Finished keys past their retention that the reaper made tombstones.",
