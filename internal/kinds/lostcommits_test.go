@@ -213,6 +213,49 @@ func TestLostCommitsMoveNoMoneyTwice(t *testing.T) {
 		require.Equal(t, float64(1500), s.API.Get(t, "/v1/payments/"+paymentID).Body["amount_refunded"])
 	})
 
+	t.Run("RefundWhoseAttemptClockWasLost", func(t *testing.T) {
+		// An asynchronous standby promoted after the primary died lost the
+		// commits of a refund's attempt clock and of its outcome; its row
+		// survived, at generation 1 as if never sent, and the reconciler,
+		// finding no attempt clock, failed it as never sent. The client's
+		// retry resumes it under generation 2 with generation 1's key,
+		// whose request the provider holds with other metadata: the look-up
+		// finds the refund generation 1 made, and the refund adopts it rather
+		// than make another under generation 3.
+		paid := pay(t, id.New("key"), "5000")
+		require.Equal(t, http.StatusCreated, paid.Status, paid.Raw)
+		paymentID := paid.PaymentID()
+		key := id.New("key")
+		refund := func() apitest.Response {
+			return s.API.Refund(t, paymentID, key, `{"amount": 1500}`, "Prefer", "wait=10")
+		}
+		first := refund()
+		require.Equal(t, http.StatusCreated, first.Status, first.Raw)
+		refundID, providerRefund := first.Body["id"].(string), first.Body["provider_refund_id"]
+		for _, stmt := range []string{
+			`DELETE FROM river_job WHERE args->>'refund_id' = $1`,
+			`UPDATE refunds SET status = 'failed', failure_code = 'provider_not_reached', failure_message = 'never sent',
+				first_provider_attempt_at = NULL, last_provider_attempt_at = NULL, provider_attempt_deadline = NULL,
+				provider_refund_id = NULL WHERE id = $1`,
+			`UPDATE payments SET amount_refunded = 0 WHERE id = (SELECT payment_id FROM refunds WHERE id = $1)`,
+			`UPDATE idempotency_keys SET status = 'failed_retryable', response_status = NULL, response_body = NULL
+				WHERE resource_id = $1`,
+		} {
+			_, err := s.Pool.Exec(s.Ctx, stmt, refundID)
+			require.NoError(t, err, stmt)
+		}
+
+		var got apitest.Response
+		require.Eventually(t, func() bool {
+			refund()
+			got = s.API.Get(t, "/v1/refunds/"+refundID)
+			return got.Body["status"] == "succeeded"
+		}, 30*time.Second, 100*time.Millisecond, "the retried refund never succeeded")
+		require.Equal(t, providerRefund, got.Body["provider_refund_id"], "the refund adopted generation 1's provider refund")
+		require.Len(t, s.ProviderObjects(t, "refund", map[string]string{"payment_id": paymentID}), 1, "the money went back once")
+		require.Equal(t, float64(1500), s.API.Get(t, "/v1/payments/"+paymentID).Body["amount_refunded"])
+	})
+
 	t.Run("Payout", func(t *testing.T) {
 		require.Equal(t, http.StatusCreated, pay(t, id.New("key"), "9000").Status)
 		from := since(t)

@@ -129,18 +129,33 @@ func (t Table) Named(metadata map[string]string) (tenantID, id string) {
 	return metadata[MetadataTenantID], metadata[t.MetadataID()]
 }
 
-// MadeFor reports whether the object carrying metadata was made for op in
-// its current generation, or is op's object from before its rows were
-// lost (Earlier).
+// MadeFor reports whether the object carrying metadata was made for op's
+// request: by op in its current generation, or before it (Earlier).
 func (t Table) MadeFor(metadata map[string]string, op Entry) bool {
-	return metadata[t.MetadataID()] == op.ID && metadata[t.Operation+"_generation"] == strconv.Itoa(op.Generation) ||
+	return metadata[t.MetadataID()] == op.ID && t.generationOf(metadata) == strconv.Itoa(op.Generation) ||
 		t.Earlier(metadata, op)
 }
 
-// Earlier reports whether the object carrying metadata was made for the
-// same request as op (its ref) by an operation whose rows were since lost:
-// it names another id. The retry adopts it. An object of one of op's own
-// earlier generations is not op's: each was proven never made.
+// Earlier reports whether the object carrying metadata was made for op's
+// request before op's current generation: by op itself under an earlier
+// one, or by an operation whose rows were since lost (the same ref,
+// another id). A generation is resumed only once proven to have made
+// nothing, but a failover that lost the commit of its attempt clock (an
+// asynchronous standby promoted) makes the proof wrong: the object is the
+// request's one execution all the same, and op adopts it rather than make
+// another.
 func (t Table) Earlier(metadata map[string]string, op Entry) bool {
-	return op.Ref != "" && metadata[MetadataRef] == op.Ref && metadata[t.MetadataID()] != op.ID
+	if metadata[t.MetadataID()] == op.ID {
+		return t.generationOf(metadata) != strconv.Itoa(op.Generation)
+	}
+	return op.Ref != "" && metadata[MetadataRef] == op.Ref
+}
+
+// generationOf is the generation an object's metadata names; objects made
+// before generations were name none, and are the first's.
+func (t Table) generationOf(metadata map[string]string) string {
+	if g := metadata[t.Operation+"_generation"]; g != "" {
+		return g
+	}
+	return "1"
 }

@@ -86,8 +86,9 @@ func TestAKeyIsKeptUntilSpent(t *testing.T) {
 }
 
 // TestEarlierObjects: an object made for the same request by an operation
-// whose rows were lost (same ref, another id) is the operation's to adopt;
-// one of its own earlier generation, or of another request, is not.
+// whose rows were lost (same ref, another id), or by the operation itself
+// under an earlier generation (proven never made by a proof a lost commit
+// broke), is the operation's to adopt; one of another request is not.
 func TestEarlierObjects(t *testing.T) {
 	t.Parallel()
 	table := operation.Table{Operation: "refund"}
@@ -101,7 +102,10 @@ func TestEarlierObjects(t *testing.T) {
 	require.True(t, table.Earlier(meta("re_lost", "1", ref), op))
 	require.False(t, table.Earlier(meta("re_new", "1", ref), op), "its own is not earlier")
 	op.Generation = 2
-	require.False(t, table.MadeFor(meta("re_new", "1", ref), op), "its own earlier generation was proven never made")
+	require.True(t, table.MadeFor(meta("re_new", "1", ref), op), "its own earlier generation's: the request's one execution")
+	require.True(t, table.Earlier(meta("re_new", "1", ref), op))
+	require.True(t, table.Earlier(map[string]string{"refund_id": "re_new"}, op), "made before generations: the first's")
+	require.False(t, table.Earlier(meta("re_new", "2", ref), op), "its current generation's is not earlier")
 	require.False(t, table.MadeFor(meta("re_lost", "1", "ref_other"), op), "another request's")
 	op.Ref = ""
 	require.False(t, table.MadeFor(meta("re_lost", "1", ""), op), "an operation without a ref adopts nothing")

@@ -18,7 +18,9 @@ import (
 
 // TestSettleFromAProviderRefund: the provider's refund object, as a
 // webhook would deliver it, settles the refund it names exactly as the
-// worker would, once; an object of another generation changes nothing.
+// worker would, once, whatever generation of the refund it names: a row a
+// lost commit took back to an older generation meets its later one's
+// object, the request's one execution all the same.
 func TestSettleFromAProviderRefund(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{deferWorker: true})
@@ -32,14 +34,9 @@ func TestSettleFromAProviderRefund(t *testing.T) {
 	stale := *made.Refund
 	stale.Metadata = map[string]string{"refund_id": refundID, "tenant_id": b.api.Tenant.TenantID,
 		"refund_generation": "7"}
-	_, changed, err := refunds.Settle(b.ctx, b.pool, b.keys, "", &stale)
+	settled, changed, err := refunds.Settle(b.ctx, b.pool, b.keys, "", &stale)
 	require.NoError(t, err)
-	require.False(t, changed, "another generation's refund settles nothing")
-	require.Equal(t, refunds.StatusPending, b.refund(refundID).Status)
-
-	settled, changed, err := refunds.Settle(b.ctx, b.pool, b.keys, "", made.Refund)
-	require.NoError(t, err)
-	require.True(t, changed)
+	require.True(t, changed, "another generation's refund is the refund's")
 	require.Equal(t, refunds.StatusSucceeded, settled.Status)
 	require.Equal(t, made.RefundID(), *settled.ProviderRefundID)
 	require.EqualValues(t, 900, b.payment(p.ID).AmountRefunded)
