@@ -202,6 +202,7 @@ type widgetProvider struct {
 	script   map[string][]reply // by ref
 	stored   map[string]storedAnswer
 	objects  []*widgetObject
+	made     int            // objects ever made, forgotten ones included
 	requests map[string]int // by provider key
 	replays  map[string]int // by provider key
 	reads    int
@@ -326,7 +327,8 @@ func (p *widgetProvider) holdRequests(after int, keys ...string) (release func()
 
 // make makes an object at the provider; the caller holds mu.
 func (p *widgetProvider) make(status string, metadata map[string]string) *widgetObject {
-	obj := &widgetObject{ID: "wob_" + strconv.Itoa(len(p.objects)+1), Status: status, Metadata: metadata}
+	p.made++
+	obj := &widgetObject{ID: "wob_" + strconv.Itoa(p.made), Status: status, Metadata: metadata}
 	p.objects = append(p.objects, obj)
 	return obj
 }
@@ -429,6 +431,17 @@ func (p *widgetProvider) requestsUnder(key string) int {
 
 func (p *widgetProvider) replaysUnder(key string) int {
 	return p.count(func() int { return p.replays[key] })
+}
+
+// requestCount counts the requests under every key.
+func (p *widgetProvider) requestCount() int {
+	return p.count(func() int {
+		n := 0
+		for _, r := range p.requests {
+			n += r
+		}
+		return n
+	})
 }
 
 func (p *widgetProvider) objectCount() int { return p.count(func() int { return len(p.objects) }) }
