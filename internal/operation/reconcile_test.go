@@ -1,6 +1,8 @@
 package operation_test
 
 import (
+	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -28,6 +30,8 @@ func TestReconcilerRecordsWhatItFindsAsTheWorkerWould(t *testing.T) {
 			w = b.await(t, w, widgetInReconciliation)
 			b.requireHandedOver(t, w, "stored 500 error", true)
 			requests := b.provider.requestsUnder(w.ProviderIdempotencyKey)
+			require.Equal(t, idempotency.Unresolved, b.order(t, w.IdempotencyKey, widgetAmount).Kind,
+				"the client's retry waits for the reconciler, and runs nothing")
 
 			rec := b.reconciler(b.env.Reconcile)
 			res, err := rec.ReconcileNow(b.ctx, b.tenantID, w.ID)
@@ -43,8 +47,76 @@ func TestReconcilerRecordsWhatItFindsAsTheWorkerWould(t *testing.T) {
 			_, err = rec.ReconcileNow(b.ctx, b.tenantID, w.ID)
 			require.ErrorIs(t, err, b.kind.table.NotFound, "nothing left awaiting reconciliation")
 			require.Equal(t, 1, b.receipts(t, w.ID))
+			retried := b.order(t, w.IdempotencyKey, widgetAmount)
+			require.Equal(t, idempotency.Replay, retried.Kind)
+			require.Equal(t, b.keyOf(t, w).Response, retried.Record.Response)
+			require.Len(t, b.jobsOf(t, w), 1)
 		})
 	}
+}
+
+// TestReconcilerRunWorksThroughEveryDueWidget: a run claims the widgets
+// due a batch at a time until none is left.
+func TestReconcilerRunWorksThroughEveryDueWidget(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	widgets := make([]Widget, 5)
+	for i := range widgets {
+		widgets[i] = b.newWidget(t)
+		b.exec(t, `DELETE FROM river_job WHERE id = $1`, b.lastJob(t, widgets[i]).ID)
+	}
+	time.Sleep(2 * b.env.Sweep.Grace)
+	swept := 0
+	_, err := b.sweeper(b.env.Sweep, &swept).Run(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, len(widgets), swept)
+
+	cfg := b.env.Reconcile
+	cfg.Batch = 2
+	res, err := b.reconciler(cfg).Run(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, operation.ReconcileResult{NotReached: len(widgets)}, res)
+	for _, w := range widgets {
+		require.Equal(t, widgetFailed, b.widget(t, w.ID).Status)
+		require.Equal(t, idempotency.StatusFailedRetryable, b.keyOf(t, w).Status)
+	}
+}
+
+// TestTwoReconcilersRacingOneWidgetRecordItOnce: two reconcilers (a run
+// and an operator's, say) look one widget up at the same moment and reach
+// the same verdict; the first to write records it, and the other's write,
+// conditional on what it read, changes nothing and fails nothing.
+func TestTwoReconcilersRacingOneWidgetRecordItOnce(t *testing.T) {
+	t.Parallel()
+	b := newBench(t, func(env *operation.Env) { env.Worker.JobTimeout = 500 * time.Millisecond })
+	b.startWorker(t, 4, false)
+	race := func(t *testing.T, w Widget) []operation.ReconcileResult {
+		t.Helper()
+		b.provider.holdListings(2)
+		results, errs := make([]operation.ReconcileResult, 2), make([]error, 2)
+		var wg sync.WaitGroup
+		for i := range results {
+			wg.Go(func() { results[i], errs[i] = b.reconciler(b.env.Reconcile).ReconcileNow(b.ctx, b.tenantID, w.ID) })
+		}
+		wg.Wait()
+		require.NoError(t, errors.Join(errs...))
+		return results
+	}
+
+	t.Run("Found", func(t *testing.T) {
+		w := b.await(t, b.newWidget(t, storedServerError(widgetSucceeded)), widgetInReconciliation)
+		require.Equal(t, []operation.ReconcileResult{{Settled: 1}, {Settled: 1}}, race(t, w))
+		b.requireRecorded(t, w, widgetSucceeded)
+	})
+	t.Run("Absent", func(t *testing.T) {
+		w := b.await(t, b.newWidget(t, storedServerError("")), widgetInReconciliation)
+		b.untilSettled(t, w)
+		require.Equal(t, []operation.ReconcileResult{{NotReached: 1}, {NotReached: 1}}, race(t, w))
+		w = b.widget(t, w.ID)
+		require.Equal(t, widgetFailed, w.Status)
+		require.Equal(t, operation.FailureProviderNotReached, operation.Deref(w.FailureCode))
+		require.Equal(t, idempotency.StatusFailedRetryable, b.keyOf(t, w).Status)
+	})
 }
 
 // TestReconcilerAdoptsTheObjectOfALostLife: the widget's request was made

@@ -1,6 +1,7 @@
 package operation_test
 
 import (
+	"sync"
 	"testing"
 	"time"
 
@@ -153,5 +154,39 @@ func TestReleaseKey(t *testing.T) {
 		released, err := b.release(w, b.env.Reconcile)
 		b.requireReleased(t, w, released, err)
 		require.Equal(t, keyOfGeneration(w, 1), b.widget(t, w.ID).ProviderIdempotencyKey, "sent, never answered for good: kept")
+	})
+
+	// The reconciler proves the same absence at the same moment: whichever
+	// writes first fails the widget, and a release that comes second says
+	// so and keeps no release.
+	t.Run("RacingTheReconciler", func(t *testing.T) {
+		t.Parallel()
+		b := newBench(t, func(env *operation.Env) { env.Worker.JobTimeout = 500 * time.Millisecond })
+		b.startWorker(t, 4, false)
+		w := b.await(t, b.newWidget(t, storedServerError("")), widgetInReconciliation)
+		b.untilSettled(t, w)
+		b.provider.holdListings(2)
+		var released operation.Released
+		var res operation.ReconcileResult
+		var releaseErr, reconcileErr error
+		var wg sync.WaitGroup
+		wg.Go(func() { released, releaseErr = b.release(w, b.env.Reconcile) })
+		wg.Go(func() { res, reconcileErr = b.reconciler(b.env.Reconcile).ReconcileNow(b.ctx, b.tenantID, w.ID) })
+		wg.Wait()
+		require.NoError(t, reconcileErr)
+		require.Equal(t, operation.ReconcileResult{NotReached: 1}, res)
+		failed := b.widget(t, w.ID)
+		require.Equal(t, operation.FailureProviderNotReached, operation.Deref(failed.FailureCode))
+		require.Equal(t, idempotency.StatusFailedRetryable, b.keyOf(t, w).Status)
+		releases, err := idempotency.Releases(b.ctx, b.pool, b.tenantID, w.IdempotencyKey)
+		require.NoError(t, err)
+		if releaseErr != nil {
+			require.ErrorIs(t, releaseErr, operation.ErrNotReleasable)
+			require.Contains(t, releaseErr.Error(), "changed while the provider was asked")
+			require.Empty(t, releases)
+			return
+		}
+		require.Equal(t, "released", released.Verdict)
+		require.Len(t, releases, 1)
 	})
 }

@@ -209,6 +209,10 @@ type widgetProvider struct {
 	listings int
 	// failing reads and listings left, each answered with a 500.
 	failReads, failListings int
+	// listingsHeld, if set, is a barrier listings wait at until
+	// listingsDue more have arrived: looks made at the same moment.
+	listingsHeld chan struct{}
+	listingsDue  int
 	// hold, if set, is a gate that requests wait at: those under one of
 	// holdKeys (any key if none) past holdAfter requests under it.
 	hold      chan struct{}
@@ -393,10 +397,30 @@ func (p *widgetProvider) read(id string) (*widgetObject, int) {
 	return nil, http.StatusNotFound
 }
 
+// holdListings makes the next n listings wait for each other.
+func (p *widgetProvider) holdListings(n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.listingsHeld, p.listingsDue = make(chan struct{}), n
+}
+
 // list calls page with every object, two at a time, oldest first.
-func (p *widgetProvider) list(page func([]*widgetObject) error) error {
+func (p *widgetProvider) list(ctx context.Context, page func([]*widgetObject) error) error {
 	p.mu.Lock()
 	p.listings++
+	if barrier := p.listingsHeld; barrier != nil {
+		if p.listingsDue--; p.listingsDue == 0 {
+			close(barrier)
+			p.listingsHeld = nil
+		}
+		p.mu.Unlock()
+		select {
+		case <-barrier:
+		case <-ctx.Done():
+			return fmt.Errorf("listing widgets: %w", ctx.Err())
+		}
+		p.mu.Lock()
+	}
 	if p.failListings > 0 {
 		p.failListings--
 		p.mu.Unlock()
@@ -559,7 +583,7 @@ func widgetLocation(id string) string { return "/v1/widgets/" + id }
 
 // lookUp reads a widget's object once known, else finds it among the
 // provider's objects by its metadata.
-func (k widgetKind) lookUp(_ context.Context, c widgetClaim) (widgetAnswer, operation.Look) {
+func (k widgetKind) lookUp(ctx context.Context, c widgetClaim) (widgetAnswer, operation.Look) {
 	if c.ProviderWidgetID != nil {
 		obj, status := k.provider.read(*c.ProviderWidgetID)
 		if obj == nil {
@@ -570,7 +594,8 @@ func (k widgetKind) lookUp(_ context.Context, c widgetClaim) (widgetAnswer, oper
 		read := answerOf(obj)
 		return read, operation.Looked(read, "")
 	}
-	obj, look := operation.FindOne(k.provider.list, operation.MadeBy[*widgetObject](k.table, c.Entry()), c.Settled)
+	list := func(page func([]*widgetObject) error) error { return k.provider.list(ctx, page) }
+	obj, look := operation.FindOne(list, operation.MadeBy[*widgetObject](k.table, c.Entry()), c.Settled)
 	if obj == nil {
 		return widgetAnswer{provider.Judgement{Kind: provider.Ambiguous, Err: look.Err}}, look
 	}
@@ -583,8 +608,8 @@ func (k widgetKind) lookUp(_ context.Context, c widgetClaim) (widgetAnswer, oper
 // widgetAudit is the widgets' side of the ledger check.
 type widgetAudit struct{ kind widgetKind }
 
-func (a widgetAudit) List(_ context.Context, _ provider.ListWindow, page func(string, []*widgetObject) error) error {
-	return a.kind.provider.list(func(objs []*widgetObject) error { return page("", objs) })
+func (a widgetAudit) List(ctx context.Context, _ provider.ListWindow, page func(string, []*widgetObject) error) error {
+	return a.kind.provider.list(ctx, func(objs []*widgetObject) error { return page("", objs) })
 }
 
 func (a widgetAudit) Retrieve(_ context.Context, _ Widget, id string) operation.Read[*widgetObject] {

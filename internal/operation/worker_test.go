@@ -64,6 +64,12 @@ func TestWorkerRecordsAFinalAnswer(t *testing.T) {
 			require.Equal(t, b.env.Worker.ProviderCallTimeout(), deadline.Sub(*w.LastProviderAttemptAt), "the call's deadline is stamped with it")
 			require.Equal(t, 1, b.lastJob(t, w).Attempt)
 			require.Equal(t, tc.status, decode(t, b.keyOf(t, w).Response.Body).Status)
+
+			retried := b.order(t, w.IdempotencyKey, widgetAmount)
+			require.Equal(t, idempotency.Replay, retried.Kind, "the client's retry is answered with the final answer")
+			require.Equal(t, b.keyOf(t, w).Response, retried.Record.Response)
+			require.Len(t, b.jobsOf(t, w), 1, "and runs nothing")
+			require.Equal(t, 1, b.provider.requestsUnder(w.ProviderIdempotencyKey))
 		})
 	}
 }
