@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river/rivertest"
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncepay/oncepay/internal/id"
@@ -14,6 +15,7 @@ import (
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/postgres"
+	"github.com/oncepay/oncepay/internal/provider"
 )
 
 // TestWorkerRecordsAFinalAnswer: a final answer (made, declined, refused)
@@ -345,4 +347,62 @@ func TestTwoWorkersRacingOneWidgetRecordItOnce(t *testing.T) {
 	}
 	require.Equal(t, 1, b.receipts(t, w.ID), "the later answer changed nothing")
 	require.Equal(t, widgetSucceeded, b.widget(t, w.ID).Status)
+}
+
+// TestAnAnswerOfAnotherGenerationOrObjectChangesNothing: what the worker
+// writes is conditional on the generation it sent in and the object the
+// widget holds. An answer of generation 1 arriving once the widget was
+// resumed under generation 2 records nothing, nor hands it over; an
+// answer naming another object than the one the widget noted records
+// nothing; the answer about its own object records it.
+func TestAnAnswerOfAnotherGenerationOrObjectChangesNothing(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	first := b.newWidget(t)
+	b.exec(t, `DELETE FROM river_job WHERE id = $1`, b.lastJob(t, first).ID)
+	time.Sleep(2 * b.env.Sweep.Grace)
+	swept := 0
+	_, err := b.sweeper(b.env.Sweep, &swept).Run(b.ctx)
+	require.NoError(t, err)
+	_, err = b.reconciler(b.env.Reconcile).ReconcileNow(b.ctx, b.tenantID, first.ID)
+	require.NoError(t, err)
+	require.Equal(t, idempotency.Execute, b.order(t, first.IdempotencyKey, widgetAmount).Kind)
+	second := b.widget(t, first.ID)
+	require.Equal(t, 2, second.ProviderKeyGeneration)
+
+	attempts := b.kind.attempts(b.env)
+	record := func(sent Widget, objectID string) {
+		t.Helper()
+		require.NoError(t, postgres.InTx(b.ctx, b.pool, func(tx pgx.Tx) error {
+			return attempts.RecordFinal(b.ctx, tx, sent, widgetAnswer{provider.Judgement{Kind: provider.Succeeded, ObjectID: objectID}})
+		}))
+	}
+	unchanged := func(why string) {
+		t.Helper()
+		now := b.widget(t, first.ID)
+		require.Equal(t, widgetProcessing, now.Status, why)
+		require.Equal(t, 2, now.ProviderKeyGeneration, why)
+		require.Equal(t, idempotency.StatusProcessing, b.keyOf(t, first).Status, why)
+		require.Zero(t, b.receipts(t, first.ID), why)
+	}
+	record(first, "wob_of_generation_1")
+	unchanged("an answer of generation 1")
+	require.NoError(t, postgres.InTx(b.ctx, b.pool, func(tx pgx.Tx) error {
+		return b.kind.table.HandOver(b.ctx, tx, b.keys, first.Entry(), "generation 1 gave up", false)
+	}))
+	unchanged("a hand-over of generation 1")
+
+	rows := b.kind.rows(b.keys)
+	require.NoError(t, rows.NotePending(b.ctx, b.pool, second, "wob_noted"))
+	require.NoError(t, rows.NotePending(b.ctx, b.pool, second, "wob_later"), "a noted object is never replaced")
+	noted := b.widget(t, second.ID)
+	require.Equal(t, "wob_noted", operation.Deref(noted.ProviderWidgetID))
+	record(noted, "wob_other")
+	unchanged("an answer about another object")
+	recorder := operation.RecordEach[widgetArgs, Widget, widgetAnswer]{Pool: b.pool, Kind: attempts}
+	require.NoError(t, recorder.Record(rivertest.WorkContext(b.ctx, b.jobs), b.runningJob(t, noted), noted,
+		widgetAnswer{provider.Judgement{Kind: provider.Succeeded, ObjectID: "wob_noted"}}))
+	w := b.requireRecorded(t, noted, widgetSucceeded)
+	require.Equal(t, "wob_noted", operation.Deref(w.ProviderWidgetID))
+	require.Equal(t, 2, w.ProviderKeyGeneration)
 }
