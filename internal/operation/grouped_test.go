@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncepay/oncepay/internal/fastpath"
+	"github.com/oncepay/oncepay/internal/groupcommit"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/provider"
 	"github.com/oncepay/oncepay/internal/testkit/pgtest"
@@ -43,17 +44,37 @@ func (f *fallbacks) seen() []string {
 	return append([]string(nil), f.told...)
 }
 
-// holdRow holds w's row in a transaction of its own until the returned
-// function lets it go (or the test ends).
-func (b *bench) holdRow(t *testing.T, w Widget) (letGo func()) {
+// holdRows holds the widgets' rows in a transaction of its own until the
+// returned function lets them go (or the test ends).
+func (b *bench) holdRows(t *testing.T, widgets ...Widget) (letGo func()) {
 	t.Helper()
 	holder, err := b.pool.Begin(b.ctx)
 	require.NoError(t, err)
 	letGo = func() { _ = holder.Rollback(context.WithoutCancel(b.ctx)) }
 	t.Cleanup(letGo)
-	_, err = holder.Exec(b.ctx, `SELECT FROM widgets WHERE id = $1 FOR UPDATE`, w.ID)
+	ids := make([]string, len(widgets))
+	for i, w := range widgets {
+		ids[i] = w.ID
+	}
+	_, err = holder.Exec(b.ctx, `SELECT FROM widgets WHERE id = ANY($1) FOR UPDATE`, ids)
 	require.NoError(t, err)
 	return letGo
+}
+
+// queueBehind runs first, which takes a grouper's only writer and waits
+// for a held row, then, once it waits, the others at once: they queue
+// behind it, and form one group when it gives up. wait waits for them all.
+func (b *bench) queueBehind(t *testing.T, first func(), others ...func()) (wait func()) {
+	t.Helper()
+	var wg sync.WaitGroup
+	wg.Go(first)
+	require.Eventually(t, func() bool {
+		return b.count(t, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`) > 0
+	}, 10*time.Second, 5*time.Millisecond)
+	for _, f := range others {
+		wg.Go(f)
+	}
+	return wg.Wait
 }
 
 // countSent counts the round trips that contain sql, in any case.
@@ -118,7 +139,7 @@ func TestStartGrouped(t *testing.T) {
 	require.Empty(t, told.seen(), "a widget no longer in flight is no failure of its group")
 
 	held, other := b.newWidget(t), b.newWidget(t)
-	letGo := b.holdRow(t, held)
+	letGo := b.holdRows(t, held)
 	began := time.Now()
 	_, err = s.StartGroup(b.ctx, []operation.Ref{ref(held), ref(other)})
 	require.Error(t, err)
@@ -191,7 +212,7 @@ func TestRecordGrouped(t *testing.T) {
 	b.requireRecorded(t, fresh.Op, widgetSucceeded)
 
 	held, free := answered(), answered()
-	letGo := b.holdRow(t, held.Op)
+	letGo := b.holdRows(t, held.Op)
 	err := r.RecordGroup([]*operation.Answered[widgetArgs, Widget, widgetAnswer]{held, free})
 	var pgErr *pgconn.PgError
 	require.ErrorAs(t, err, &pgErr)
@@ -247,6 +268,125 @@ func TestWorkerGroupedOrAlone(t *testing.T) {
 			} else {
 				require.Zero(t, grouped, "each answer recorded alone")
 			}
+		})
+	}
+}
+
+// TestAFailedGroupsAnswersAreEachRecordedAlone: through Record, as the
+// worker records, answers arriving while the only writer is busy form a
+// group; when it fails (a row another transaction holds), each caller
+// records its own answer alone and returns only then: the free one at
+// once, the held one once let go. An answer that cannot be recorded in
+// time fails alone.
+func TestAFailedGroupsAnswersAreEachRecordedAlone(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	var told fallbacks
+	r := operation.NewRecordGrouped(operation.RecordEach[widgetArgs, Widget, widgetAnswer]{Pool: b.pool, Kind: b.kind.attempts(b.env)},
+		operation.RecordGroupedConfig{Fallback: operation.GroupFallback{Kind: "widget", FellBack: told.fellBack},
+			Writers: groupcommit.NewBudget(1), Timeout: 5 * time.Second})
+	ctx := rivertest.WorkContext(b.ctx, b.jobs)
+	starter := operation.StartEach[Widget]{Pool: b.pool, Table: b.kind.table, CallTimeout: time.Second}
+	answered := func() *operation.Answered[widgetArgs, Widget, widgetAnswer] {
+		w := b.newWidget(t)
+		job := b.runningJob(t, w)
+		started, _, err := starter.Start(ctx, w.TenantID, w.ID)
+		require.NoError(t, err)
+		return &operation.Answered[widgetArgs, Widget, widgetAnswer]{Ctx: ctx, Job: job, Op: started,
+			Out: widgetAnswer{provider.Judgement{Kind: provider.Succeeded, ObjectID: "wob_" + w.ID}}}
+	}
+	late, free, held := answered(), answered(), answered()
+	letGo := b.holdRows(t, late.Op, held.Op)
+	// The late answer takes the only writer and waits for its row, until
+	// its deadline.
+	lateCtx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	late.Ctx = lateCtx
+	errs := make(map[string]error)
+	var mu sync.Mutex
+	record := func(a *operation.Answered[widgetArgs, Widget, widgetAnswer]) func() {
+		return func() {
+			err := r.Record(a.Ctx, a.Job, a.Op, a.Out)
+			mu.Lock()
+			defer mu.Unlock()
+			errs[a.Op.ID] = err
+		}
+	}
+	wait := b.queueBehind(t, record(late), record(free), record(held))
+
+	require.Eventually(t, func() bool { return b.widget(t, free.Op.ID).Status == widgetSucceeded }, 20*time.Second, 10*time.Millisecond)
+	require.Equal(t, []string{"record widget"}, told.seen(), "the group of the free and the held answer failed")
+	b.requireRecorded(t, free.Op, widgetSucceeded)
+	require.Equal(t, widgetProcessing, b.widget(t, held.Op.ID).Status, "the held one waits for its row")
+	letGo()
+	wait()
+	require.ErrorIs(t, errs[late.Op.ID], context.DeadlineExceeded, "its own failure: River retries its attempt")
+	require.Equal(t, widgetProcessing, b.widget(t, late.Op.ID).Status)
+	require.NoError(t, errs[free.Op.ID])
+	require.NoError(t, errs[held.Op.ID])
+	b.requireRecorded(t, held.Op, widgetSucceeded)
+}
+
+// TestAGroupsStartsLeftOutAreEachStartedAlone: through Start, as the
+// worker starts its attempts, starts arriving while the only writer is
+// busy form a group; a start its group did not make (its statement failed
+// on a held row, or the widget left flight) is made alone by its caller,
+// who gets its own widget, started or read as it is.
+func TestAGroupsStartsLeftOutAreEachStartedAlone(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	var told fallbacks
+	s := operation.NewStartGrouped[Widget](b.pool, b.kind.table, time.Second, operation.GroupFallback{Kind: "widget", FellBack: told.fellBack},
+		groupcommit.NewBudget(1))
+	type start struct {
+		w   Widget
+		ok  bool
+		err error
+	}
+	starts := make(map[string]start)
+	var mu sync.Mutex
+	starting := func(ctx context.Context, w Widget) func() {
+		return func() {
+			op, ok, err := s.Start(ctx, w.TenantID, w.ID)
+			mu.Lock()
+			defer mu.Unlock()
+			starts[w.ID] = start{op, ok, err}
+		}
+	}
+	for _, tc := range []struct {
+		name     string
+		leftOut  func(w Widget) (letGo func())
+		wantTold []string
+	}{
+		{"HeldRowFailsTheGroup", func(w Widget) func() { return b.holdRows(t, w) }, []string{"start widget"}},
+		{"LeftFlight", func(w Widget) func() {
+			b.exec(t, `UPDATE widgets SET status = 'succeeded' WHERE id = $1`, w.ID)
+			return func() {}
+		}, []string{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			toldBefore := len(told.seen())
+			late, free, leftOut := b.newWidget(t), b.newWidget(t), b.newWidget(t)
+			letGoLate := b.holdRows(t, late)
+			letGoLeftOut := tc.leftOut(leftOut)
+			lateCtx, cancel := context.WithTimeout(b.ctx, time.Second)
+			defer cancel()
+			wait := b.queueBehind(t, starting(lateCtx, late), starting(b.ctx, free), starting(b.ctx, leftOut))
+			require.Eventually(t, func() bool { return b.widget(t, free.ID).FirstProviderAttemptAt != nil }, 20*time.Second, 10*time.Millisecond)
+			letGoLeftOut()
+			wait()
+			letGoLate()
+
+			require.ErrorIs(t, starts[late.ID].err, context.DeadlineExceeded, "its own failure")
+			require.NoError(t, starts[free.ID].err)
+			require.True(t, starts[free.ID].ok)
+			require.Equal(t, free.ID, starts[free.ID].w.ID)
+			require.NotNil(t, starts[free.ID].w.FirstProviderAttemptAt)
+			got := starts[leftOut.ID]
+			require.NoError(t, got.err)
+			require.Equal(t, leftOut.ID, got.w.ID, "its own widget")
+			require.Equal(t, b.widget(t, leftOut.ID).Status == widgetProcessing, got.ok)
+			require.Equal(t, tc.wantTold, told.seen()[toldBefore:])
 		})
 	}
 }
