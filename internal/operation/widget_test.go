@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"strconv"
 	"sync"
@@ -193,7 +194,7 @@ func refusedBySend(err error) reply { return reply{refusal: err} }
 // widgetProvider is the provider as the tests script it. It keeps what a
 // provider with idempotency keys keeps: the objects it made, and the
 // answer it stored under each key, replayed to every later request under
-// the key (another widget's request under a stored key is a key
+// the key (a request with other parameters under a stored key is a key
 // conflict). A request under a key it stored nothing for takes the next
 // reply scripted for its widget's request (its ref, which the test knows
 // before the widget exists); the last one repeats.
@@ -220,8 +221,11 @@ type widgetProvider struct {
 	holdAfter int
 }
 
+// storedAnswer is what the provider keeps under a key: the request's
+// parameters (its metadata: the widget, its generation, its ref) and the
+// answer it replays.
 type storedAnswer struct {
-	widgetID string
+	metadata map[string]string
 	answer   provider.Judgement
 }
 
@@ -240,7 +244,7 @@ func (p *widgetProvider) answer(ref string, replies ...reply) {
 // create is a request that makes a widget under key, for the widget its
 // metadata names.
 func (p *widgetProvider) create(ctx context.Context, key string, metadata map[string]string) (widgetAnswer, error) {
-	widgetID, ref := metadata["widget_id"], metadata[operation.MetadataRef]
+	ref := metadata[operation.MetadataRef]
 	p.mu.Lock()
 	if refusal := p.nextReply(ref).refusal; refusal != nil {
 		p.consume(ref)
@@ -261,7 +265,7 @@ func (p *widgetProvider) create(ctx context.Context, key string, metadata map[st
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if s, ok := p.stored[key]; ok {
-		if s.widgetID != widgetID {
+		if !maps.Equal(s.metadata, metadata) {
 			return widgetAnswer{provider.Judgement{Kind: provider.KeyConflict, HTTPStatus: http.StatusBadRequest,
 				Err: errors.New("this key was used with other parameters")}}, nil
 		}
@@ -278,7 +282,7 @@ func (p *widgetProvider) create(ctx context.Context, key string, metadata map[st
 		j.State = next.made
 	}
 	if next.stores {
-		p.stored[key] = storedAnswer{widgetID: widgetID, answer: j}
+		p.stored[key] = storedAnswer{metadata: metadata, answer: j}
 	}
 	if next.lost {
 		return widgetAnswer{transportError().answer}, nil
@@ -343,7 +347,7 @@ func (p *widgetProvider) madeBefore(key string, metadata map[string]string) *wid
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	obj := p.make(widgetSucceeded, metadata)
-	p.stored[key] = storedAnswer{widgetID: metadata["widget_id"], answer: answerOf(obj).judgement}
+	p.stored[key] = storedAnswer{metadata: metadata, answer: answerOf(obj).judgement}
 	clone := *obj
 	return &clone
 }
@@ -519,7 +523,24 @@ func (k widgetKind) spec() operation.Spec[widget, widgetArgs, Widget, widgetAnsw
 		LedgerCheck: func(env operation.Env) operation.LedgerPass {
 			return operation.NewLedgerChecker(env.Pool, env.Logger, env.Ledger, k.table, widgetAudit{k})
 		},
+		Events: []string{"widget.updated"},
+		Settle: k.settleEvent,
 	}
+}
+
+// settleEvent answers an event about a widget object: the object read
+// again, never the event's copy, recorded on the widget it was made for.
+func (k widgetKind) settleEvent(ctx context.Context, env operation.Env, ev operation.Event) (string, error) {
+	obj, status := k.provider.read(ev.ObjectID)
+	read := provider.Judgement{HTTPStatus: status, Err: fmt.Errorf("HTTP %d", status)}
+	if err := k.table.Reread(ev.ObjectID, obj != nil, read); err != nil {
+		return "", err
+	}
+	rows := k.rows(env.Keys)
+	_, changed, err := rows.Settle(ctx, env.Pool, ev.Account, obj, func(tx pgx.Tx, w Widget) (Widget, bool, error) {
+		return rows.Record(ctx, tx, w, k.verdict(answerOf(obj)))
+	})
+	return operation.Changed(changed), err
 }
 
 func (k widgetKind) rows(keys *idempotency.Store) operation.Rows[Widget] {
