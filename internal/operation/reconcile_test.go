@@ -321,3 +321,47 @@ func TestReconcilerLeavesToAnOperator(t *testing.T) {
 	require.Equal(t, 3, b.provider.listingCount())
 	require.Zero(t, b.provider.requestsUnder(w.ProviderIdempotencyKey), "nothing was ever sent")
 }
+
+// TestARestoredRetryMeetsWhatALaterGenerationMade: why a resumed widget
+// keeps a key the provider holds no answer under. Generation 1 never
+// reached the provider; generation 2, under the same key, made the widget;
+// then a restore lost every row of it. The client's retry makes a widget
+// anew, whose first generation sends that key again: the provider, which
+// holds generation 2's request under it, answers with a conflict, and the
+// reconciler adopts generation 2's object. One object for one request.
+func TestARestoredRetryMeetsWhatALaterGenerationMade(t *testing.T) {
+	t.Parallel()
+	b := newBench(t, func(env *operation.Env) {
+		env.Worker.JobTimeout, env.Worker.ProviderKeyMargin = 500*time.Millisecond, time.Millisecond
+	})
+	b.startWorker(t, 4, false)
+	first := b.await(t, b.newWidget(t, transportError(), succeeds()), widgetInReconciliation)
+	b.untilSettled(t, first)
+	res, err := b.reconciler(b.env.Reconcile).ReconcileNow(b.ctx, b.tenantID, first.ID)
+	require.NoError(t, err)
+	require.Equal(t, operation.ReconcileResult{NotReached: 1}, res)
+	require.Equal(t, idempotency.Execute, b.order(t, first.IdempotencyKey, widgetAmount).Kind)
+	made := b.requireRecorded(t, b.await(t, first, widgetSucceeded), widgetSucceeded)
+	require.Equal(t, keyOfGeneration(first, 1), made.ProviderIdempotencyKey)
+
+	for _, lost := range []string{`DELETE FROM widget_receipts WHERE widget_id = $1`, `DELETE FROM widgets WHERE id = $1`,
+		`DELETE FROM river_job WHERE args->>'id' = $1`} {
+		b.exec(t, lost, first.ID)
+	}
+	b.exec(t, `DELETE FROM idempotency_keys WHERE tenant_id = $1 AND idempotency_key = $2`, b.tenantID, first.IdempotencyKey)
+	retried := b.order(t, first.IdempotencyKey, widgetAmount)
+	require.Equal(t, idempotency.Execute, retried.Kind, "the rows are gone: a new widget")
+	again := b.widget(t, retried.Record.ResourceID)
+	require.NotEqual(t, first.ID, again.ID)
+	require.Equal(t, made.ProviderIdempotencyKey, again.ProviderIdempotencyKey, "the same request, the same first key")
+	again = b.await(t, again, widgetInReconciliation)
+	b.requireHandedOver(t, again, "earlier request", true)
+
+	res, err = b.reconciler(b.env.Reconcile).ReconcileNow(b.ctx, b.tenantID, again.ID)
+	require.NoError(t, err)
+	require.Equal(t, operation.ReconcileResult{Settled: 1}, res)
+	again = b.requireRecorded(t, again, widgetSucceeded)
+	require.Equal(t, made.ProviderWidgetID, again.ProviderWidgetID, "generation 2's object, adopted")
+	require.Equal(t, 1, b.provider.objectCount(), "made once")
+	require.Equal(t, 3, b.provider.requestsUnder(made.ProviderIdempotencyKey), "generation 1's, generation 2's, the retry's")
+}
