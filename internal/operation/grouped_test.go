@@ -165,6 +165,21 @@ func (b *bench) runningJob(t *testing.T, w Widget) *river.Job[widgetArgs] {
 	return &river.Job[widgetArgs]{JobRow: row, Args: widgetArgs{TenantID: w.TenantID, ID: w.ID}}
 }
 
+// answered is a widget whose attempt started, in its job's first run, and
+// whose provider made it: its answer, waiting to be recorded in a worker's
+// context (completing a job needs its River client).
+func (b *bench) answered(t *testing.T) *operation.Answered[widgetArgs, Widget, widgetAnswer] {
+	t.Helper()
+	ctx := rivertest.WorkContext(b.ctx, b.jobs)
+	w := b.newWidget(t)
+	job := b.runningJob(t, w)
+	started, ok, err := operation.StartEach[Widget]{Pool: b.pool, Table: b.kind.table, CallTimeout: time.Second}.Start(ctx, w.TenantID, w.ID)
+	require.NoError(t, err)
+	require.True(t, ok)
+	return &operation.Answered[widgetArgs, Widget, widgetAnswer]{Ctx: ctx, Job: job, Op: started,
+		Out: widgetAnswer{provider.Judgement{Kind: provider.Succeeded, ObjectID: "wob_" + w.ID}}}
+}
+
 // TestRecordGrouped: answers recorded together are one transaction, in
 // which each widget, its key and its job are written as each alone would;
 // an answer recorded again changes nothing; a row another transaction
@@ -179,22 +194,9 @@ func TestRecordGrouped(t *testing.T) {
 	var told fallbacks
 	r := operation.NewRecordGrouped(operation.RecordEach[widgetArgs, Widget, widgetAnswer]{Pool: traced, Kind: b.kind.attempts(env)},
 		operation.RecordGroupedConfig{Fallback: operation.GroupFallback{Kind: "widget", FellBack: told.fellBack}, Timeout: 5 * time.Second})
-	// A worker's context: completing a job needs its River client.
-	ctx := rivertest.WorkContext(b.ctx, b.jobs)
-	starter := operation.StartEach[Widget]{Pool: b.pool, Table: b.kind.table, CallTimeout: time.Second}
-	answered := func() *operation.Answered[widgetArgs, Widget, widgetAnswer] {
-		w := b.newWidget(t)
-		job := b.runningJob(t, w)
-		started, ok, err := starter.Start(ctx, w.TenantID, w.ID)
-		require.NoError(t, err)
-		require.True(t, ok)
-		return &operation.Answered[widgetArgs, Widget, widgetAnswer]{Ctx: ctx, Job: job, Op: started,
-			Out: widgetAnswer{provider.Judgement{Kind: provider.Succeeded, ObjectID: "wob_" + w.ID}}}
-	}
-
 	var group []*operation.Answered[widgetArgs, Widget, widgetAnswer]
 	for range 5 {
-		group = append(group, answered())
+		group = append(group, b.answered(t))
 	}
 	log.Take()
 	require.NoError(t, r.RecordGroup(group))
@@ -206,12 +208,12 @@ func TestRecordGrouped(t *testing.T) {
 	require.Equal(t, 1, countSent(sent, "begin"), "one transaction:\n  %s", strings.Join(sent, "\n  "))
 	require.Equal(t, "commit", strings.ToLower(sent[len(sent)-1]), "committed once, at the end")
 
-	again, fresh := group[0], answered()
+	again, fresh := group[0], b.answered(t)
 	require.NoError(t, r.RecordGroup([]*operation.Answered[widgetArgs, Widget, widgetAnswer]{again, fresh}))
 	b.requireRecorded(t, again.Op, widgetSucceeded)
 	b.requireRecorded(t, fresh.Op, widgetSucceeded)
 
-	held, free := answered(), answered()
+	held, free := b.answered(t), b.answered(t)
 	letGo := b.holdRows(t, held.Op)
 	err := r.RecordGroup([]*operation.Answered[widgetArgs, Widget, widgetAnswer]{held, free})
 	var pgErr *pgconn.PgError
@@ -285,21 +287,11 @@ func TestAFailedGroupsAnswersAreEachRecordedAlone(t *testing.T) {
 	r := operation.NewRecordGrouped(operation.RecordEach[widgetArgs, Widget, widgetAnswer]{Pool: b.pool, Kind: b.kind.attempts(b.env)},
 		operation.RecordGroupedConfig{Fallback: operation.GroupFallback{Kind: "widget", FellBack: told.fellBack},
 			Writers: groupcommit.NewBudget(1), Timeout: 5 * time.Second})
-	ctx := rivertest.WorkContext(b.ctx, b.jobs)
-	starter := operation.StartEach[Widget]{Pool: b.pool, Table: b.kind.table, CallTimeout: time.Second}
-	answered := func() *operation.Answered[widgetArgs, Widget, widgetAnswer] {
-		w := b.newWidget(t)
-		job := b.runningJob(t, w)
-		started, _, err := starter.Start(ctx, w.TenantID, w.ID)
-		require.NoError(t, err)
-		return &operation.Answered[widgetArgs, Widget, widgetAnswer]{Ctx: ctx, Job: job, Op: started,
-			Out: widgetAnswer{provider.Judgement{Kind: provider.Succeeded, ObjectID: "wob_" + w.ID}}}
-	}
-	late, free, held := answered(), answered(), answered()
+	late, free, held := b.answered(t), b.answered(t), b.answered(t)
 	letGo := b.holdRows(t, late.Op, held.Op)
 	// The late answer takes the only writer and waits for its row, until
 	// its deadline.
-	lateCtx, cancel := context.WithTimeout(ctx, time.Second)
+	lateCtx, cancel := context.WithTimeout(late.Ctx, time.Second)
 	defer cancel()
 	late.Ctx = lateCtx
 	errs := make(map[string]error)

@@ -63,13 +63,8 @@ func TestReconcilerRunWorksThroughEveryDueWidget(t *testing.T) {
 	widgets := make([]Widget, 5)
 	for i := range widgets {
 		widgets[i] = b.newWidget(t)
-		b.exec(t, `DELETE FROM river_job WHERE id = $1`, b.lastJob(t, widgets[i]).ID)
 	}
-	time.Sleep(2 * b.env.Sweep.Grace)
-	swept := 0
-	_, err := b.sweeper(b.env.Sweep, &swept).Run(b.ctx)
-	require.NoError(t, err)
-	require.Equal(t, len(widgets), swept)
+	b.strand(t, widgets...)
 
 	cfg := b.env.Reconcile
 	cfg.Batch = 2

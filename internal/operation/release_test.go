@@ -88,13 +88,7 @@ func TestReleaseKey(t *testing.T) {
 		t.Parallel()
 		b := newBench(t)
 		w := b.newWidget(t)
-		b.exec(t, `DELETE FROM river_job WHERE id = $1`, b.lastJob(t, w).ID)
-		time.Sleep(2 * b.env.Sweep.Grace)
-		swept := 0
-		_, err := b.sweeper(b.env.Sweep, &swept).Run(b.ctx)
-		require.NoError(t, err)
-		require.Equal(t, 1, swept)
-
+		b.strand(t, w)
 		released, err := b.release(w, b.env.Reconcile)
 		b.requireReleased(t, w, released, err)
 		require.Zero(t, b.provider.listingCount(), "no request ever left: nothing to look up")

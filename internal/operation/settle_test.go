@@ -2,12 +2,10 @@ package operation_test
 
 import (
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncepay/oncepay/internal/id"
-	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/operation"
 )
@@ -31,15 +29,7 @@ func (b *bench) settleEvent(t *testing.T, obj widgetObject, account string) stri
 func TestEventsSettleWhatTheirObjectProves(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
-	resumed := b.newWidget(t)
-	b.exec(t, `DELETE FROM river_job WHERE id = $1`, b.lastJob(t, resumed).ID)
-	time.Sleep(2 * b.env.Sweep.Grace)
-	swept := 0
-	_, err := b.sweeper(b.env.Sweep, &swept).Run(b.ctx)
-	require.NoError(t, err)
-	_, err = b.reconciler(b.env.Reconcile).ReconcileNow(b.ctx, b.tenantID, resumed.ID)
-	require.NoError(t, err)
-	require.Equal(t, idempotency.Execute, b.order(t, resumed.IdempotencyKey, widgetAmount).Kind)
+	resumed := b.resumeNeverSent(t, b.newWidget(t))
 	b.startWorker(t, 4, false)
 
 	w := b.await(t, b.newWidget(t, storedServerError(widgetSucceeded)), widgetInReconciliation)

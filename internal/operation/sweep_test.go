@@ -19,6 +19,35 @@ func (b *bench) sweeper(cfg operation.SweepConfig, swept *int) *operation.Sweepe
 		operation.Stranded{JobKind: args.Kind(), JobArg: args.IDArg(), Reason: strandedReason}, operation.Locking[Widget](b.kind.attempts(b.env)))
 }
 
+// strand leaves the widgets with no job, as if an operator had deleted
+// theirs, and once their grace has passed has the sweeper hand them over.
+func (b *bench) strand(t *testing.T, widgets ...Widget) {
+	t.Helper()
+	for _, w := range widgets {
+		b.exec(t, `DELETE FROM river_job WHERE id = $1`, b.lastJob(t, w).ID)
+	}
+	time.Sleep(2 * b.env.Sweep.Grace)
+	swept := 0
+	_, err := b.sweeper(b.env.Sweep, &swept).Run(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, len(widgets), swept)
+}
+
+// resumeNeverSent strands w before any attempt of it, has the reconciler
+// fail it never sent, and resumes it by the client's retry; it returns it
+// as resumed, under generation 2.
+func (b *bench) resumeNeverSent(t *testing.T, w Widget) Widget {
+	t.Helper()
+	b.strand(t, w)
+	res, err := b.reconciler(b.env.Reconcile).ReconcileNow(b.ctx, b.tenantID, w.ID)
+	require.NoError(t, err)
+	require.Equal(t, operation.ReconcileResult{NotReached: 1}, res)
+	require.Equal(t, idempotency.Execute, b.order(t, w.IdempotencyKey, widgetAmount).Kind)
+	resumed := b.widget(t, w.ID)
+	require.Equal(t, 2, resumed.ProviderKeyGeneration)
+	return resumed
+}
+
 // TestSweeperHandsOverAWidgetWithNoJobLeft: a widget in flight whose job
 // will never run again (deleted, discarded, cancelled) is handed to
 // reconciliation once its grace has passed, and nothing else is: not a

@@ -359,16 +359,7 @@ func TestAnAnswerOfAnotherGenerationOrObjectChangesNothing(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
 	first := b.newWidget(t)
-	b.exec(t, `DELETE FROM river_job WHERE id = $1`, b.lastJob(t, first).ID)
-	time.Sleep(2 * b.env.Sweep.Grace)
-	swept := 0
-	_, err := b.sweeper(b.env.Sweep, &swept).Run(b.ctx)
-	require.NoError(t, err)
-	_, err = b.reconciler(b.env.Reconcile).ReconcileNow(b.ctx, b.tenantID, first.ID)
-	require.NoError(t, err)
-	require.Equal(t, idempotency.Execute, b.order(t, first.IdempotencyKey, widgetAmount).Kind)
-	second := b.widget(t, first.ID)
-	require.Equal(t, 2, second.ProviderKeyGeneration)
+	second := b.resumeNeverSent(t, first)
 
 	attempts := b.kind.attempts(b.env)
 	record := func(sent Widget, objectID string) {
