@@ -22,9 +22,9 @@ func (b *bench) settleEvent(t *testing.T, obj widgetObject, account string) stri
 // TestEventsSettleWhatTheirObjectProves: an event records what its
 // object, read again, proves of the widget it was made for in its current
 // generation, exactly as the worker would, once. An object of another
-// account, or naming none of our widgets, is not ours; one of an earlier
-// generation is left alone; a second object naming a recorded widget
-// changes nothing and is filed once as a finding; the object of a lost
+// account, or naming none of our widgets, is not ours; a second object
+// naming a recorded widget, in its generation or an earlier one, changes
+// nothing and is filed once as a finding; the object of a lost
 // life of a widget's request is adopted by the widget made for it since.
 func TestEventsSettleWhatTheirObjectProves(t *testing.T) {
 	t.Parallel()
@@ -60,9 +60,9 @@ func TestEventsSettleWhatTheirObjectProves(t *testing.T) {
 		earlier[k] = v
 	}
 	earlier["widget_generation"] = "1"
-	require.Equal(t, operation.Unchanged, b.settleEvent(t, *b.provider.makeObject(widgetFailed, earlier), ""),
-		"generation 1 was proven never made: an object naming it is not the widget's")
-	require.Equal(t, widgetSucceeded, b.widget(t, resumed.ID).Status)
+	require.Equal(t, operation.FiledFinding, b.settleEvent(t, *b.provider.makeObject(widgetFailed, earlier), ""),
+		"generation 1 was proven never made, yet an object names it (a lost commit broke the proof): a second object for the request")
+	require.Equal(t, widgetSucceeded, b.widget(t, resumed.ID).Status, "the widget keeps the object it recorded")
 
 	unsent := b.await(t, b.newWidget(t, refusedBySend(&operation.HandOverError{Reason: "the widget's account changed"})), widgetInReconciliation)
 	lostLife := b.provider.makeObject(widgetSucceeded, map[string]string{"widget_id": id.New("wgt"), operation.MetadataTenantID: b.tenantID,
@@ -70,5 +70,5 @@ func TestEventsSettleWhatTheirObjectProves(t *testing.T) {
 	require.Equal(t, operation.Settled, b.settleEvent(t, *lostLife, ""))
 	unsent = b.requireRecorded(t, unsent, widgetSucceeded)
 	require.Equal(t, lostLife.ID, operation.Deref(unsent.ProviderWidgetID), "adopted")
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM ledger_findings`), "and nothing else filed")
+	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM ledger_findings`), "the copy's and generation 1's, nothing else filed")
 }
