@@ -53,6 +53,15 @@ type Options struct {
 	// former primary still takes writes, which are then lost (upstream issue
 	// 774, fixed after 2.2; seen in a chaos run).
 	Standbys int
+	// Async standbys are asynchronous: every node registers with
+	// replication-quorum false and the formation keeps number_sync_standbys
+	// at 0, so synchronous_standby_names stays empty and a commit never
+	// waits for a standby. A failover may then lose the primary's last
+	// commits, as a deployment that chose async replication may: the
+	// service's refs are what let a client's retry find what they made at
+	// the provider (docs/design.md, "lost commits"). Kept across a
+	// restart of the formation.
+	Async bool
 	// Ports are the monitor's and then each node's loopback ports, for a
 	// new formation. Defaults to free ones.
 	Ports []int
@@ -162,7 +171,7 @@ func restart(ctx context.Context, opts Options, autoctl, pgBin string) (*Formati
 	if err != nil {
 		return nil, err
 	}
-	f.opts = Options{Dir: opts.Dir, Durable: f.opts.Durable, Detached: opts.Detached, Logf: opts.Logf}
+	f.opts = Options{Dir: opts.Dir, Durable: f.opts.Durable, Async: f.opts.Async, Detached: opts.Detached, Logf: opts.Logf}
 	if running := f.processes(); len(running) > 0 {
 		return nil, fmt.Errorf("the formation in %s is running (pid %d)", f.root, running[0].pid)
 	}
@@ -393,7 +402,7 @@ func (f *Formation) create(ctx context.Context) error {
 			return err
 		}
 	}
-	if len(f.nodes) > 2 {
+	if len(f.nodes) > 2 && !f.opts.Async {
 		// At the monitor: pg_autoctl 2.0's own command reads a stale errno
 		// and refuses every value.
 		if err := execSQL(ctx, f.monitorURL(), "SELECT pgautofailover.set_formation_number_sync_standbys('default', 1)"); err != nil {
@@ -406,11 +415,17 @@ func (f *Formation) create(ctx context.Context) error {
 // createArgs registers n with the monitor and runs its keeper: the first
 // to register is the primary, the next its standby.
 func (f *Formation) createArgs(n *Node) []string {
-	return []string{"create", "postgres", "--pgdata", n.data, "--pgctl", filepath.Join(f.pgBin, "pg_ctl"),
+	args := []string{"create", "postgres", "--pgdata", n.data, "--pgctl", filepath.Join(f.pgBin, "pg_ctl"),
 		"--pgport", strconv.Itoa(n.Port), "--pghost", f.sockets, "--hostname", "127.0.0.1", "--listen", "127.0.0.1",
 		"--name", n.Name, "--dbname", Database, "--auth", "trust", "--no-ssl",
 		"--monitor", fmt.Sprintf("postgres://autoctl_node@127.0.0.1:%d/pg_auto_failover?sslmode=disable", f.monitorPort),
 		"--run"}
+	if f.opts.Async {
+		// Every node, the first primary too: after a failover it is a
+		// standby, and must not be waited for either.
+		args = append(args, "--replication-quorum", "false")
+	}
+	return args
 }
 
 // The manager's defaults give a dead primary about 30 s before its standby
@@ -724,7 +739,8 @@ func (f *Formation) Switchover(ctx context.Context) (*Node, error) {
 
 // WaitSynced waits until one node is primary and the other its
 // synchronous standby: before a fault that a formation survives only in
-// sync (a kill, a switchover).
+// sync (a kill, a switchover). An Async formation's standbys are waited
+// for streaming, asynchronously.
 func (f *Formation) WaitSynced(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, setupTimeout)
 	defer cancel()
@@ -739,9 +755,14 @@ func (f *Formation) waitSynced(ctx context.Context) error {
 }
 
 // waitForStandbys waits until one node is primary with standbys
-// secondaries, each a candidate for acknowledging its commits.
+// secondaries, each a candidate for acknowledging its commits (Async:
+// each streaming, and none waited for).
 func (f *Formation) waitForStandbys(ctx context.Context, standbys int) error {
-	return f.waitFor(ctx, "a primary with a synchronous standby", func(ctx context.Context) error {
+	what := "a primary with a synchronous standby"
+	if f.opts.Async {
+		what = "a primary with an asynchronous standby"
+	}
+	return f.waitFor(ctx, what, func(ctx context.Context) error {
 		states, err := f.states(ctx)
 		if err != nil {
 			return err
@@ -762,15 +783,21 @@ func (f *Formation) waitForStandbys(ctx context.Context, standbys int) error {
 			return fmt.Errorf("not one primary and %d secondaries: %v", standbys, states)
 		}
 		var synced int
-		err = queryRow(ctx, primary.URL(), `SELECT count(*) FROM pg_stat_replication
+		query := `SELECT count(*) FROM pg_stat_replication
 			WHERE sync_state IN ('sync', 'quorum')
 			  AND current_setting('synchronous_commit') IN ('on', 'remote_apply', 'remote_write')
-			  AND current_setting('synchronous_standby_names') <> ''`, &synced)
-		if err != nil {
+			  AND current_setting('synchronous_standby_names') <> ''`
+		if f.opts.Async {
+			// Streaming, and the primary waiting for none of them.
+			query = `SELECT count(*) FROM pg_stat_replication
+				WHERE state = 'streaming' AND sync_state = 'async'
+				  AND current_setting('synchronous_standby_names') = ''`
+		}
+		if err := queryRow(ctx, primary.URL(), query, &synced); err != nil {
 			return err
 		}
 		if synced != standbys {
-			return fmt.Errorf("%s has %d synchronous standbys of %d yet", primary.Name, synced, standbys)
+			return fmt.Errorf("%s has %d %s standbys of %d yet", primary.Name, synced, map[bool]string{false: "synchronous", true: "asynchronous"}[f.opts.Async], standbys)
 		}
 		return nil
 	})
@@ -1031,10 +1058,12 @@ func (f *Formation) logTails() {
 }
 
 // state is what a formation saves in its directory, for another program
-// to find it: its ports, whether it syncs, and the process running each
-// server (0 when none).
+// to find it: its ports, whether it syncs its writes, whether its
+// standbys are asynchronous, and the process running each server (0 when
+// none).
 type state struct {
 	Durable    bool        `json:"durable"`
+	Async      bool        `json:"async,omitempty"`
 	Monitor    savedServer `json:"monitor"`
 	Nodes      []savedNode `json:"nodes"`
 	KilledNode string      `json:"killed_node,omitempty"`
@@ -1053,7 +1082,7 @@ type savedNode struct {
 func statePath(dir string) string { return filepath.Join(dir, "formation.json") }
 
 func (f *Formation) save() error {
-	s := state{Durable: f.opts.Durable, Monitor: savedServer{Port: f.monitorPort, PID: f.monitor.running()}}
+	s := state{Durable: f.opts.Durable, Async: f.opts.Async, Monitor: savedServer{Port: f.monitorPort, PID: f.monitor.running()}}
 	for _, n := range f.nodes {
 		s.Nodes = append(s.Nodes, savedNode{Name: n.Name, savedServer: savedServer{Port: n.Port, PID: n.keeper.running()}})
 	}
@@ -1094,7 +1123,7 @@ func load(dir, autoctl, pgBin string) (*Formation, error) {
 	if err := json.Unmarshal(data, &s); err != nil {
 		return nil, fmt.Errorf("read %s: %w", statePath(dir), err)
 	}
-	f := &Formation{opts: Options{Dir: dir, Durable: s.Durable, Detached: true}, autoctl: autoctl, pgBin: pgBin, root: dir}
+	f := &Formation{opts: Options{Dir: dir, Durable: s.Durable, Async: s.Async, Detached: true}, autoctl: autoctl, pgBin: pgBin, root: dir}
 	var ports []int
 	for _, n := range s.Nodes {
 		ports = append(ports, n.Port)

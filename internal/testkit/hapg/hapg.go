@@ -15,7 +15,9 @@
 // failover is on the node promoted. With one standby (Options.Standbys),
 // while a node is down the manager keeps the other writable alone
 // (wait_primary): commits made then exist once until Rejoin; with two, a
-// commit waits for the standby left.
+// commit waits for the standby left. With Options.Async the standbys are
+// asynchronous instead: a commit waits for none, and a failover may lose
+// the primary's last commits (what the service's refs are for).
 package hapg
 
 import (
@@ -49,7 +51,17 @@ type Cluster struct {
 // started is stopped, and its directories removed, when the test ends.
 func Start(tb testing.TB) *Cluster {
 	tb.Helper()
-	f, err := StartFormation(context.Background(), Options{Standbys: 2, Logf: tb.Logf})
+	return StartWith(tb, Options{Standbys: 2})
+}
+
+// StartWith is Start with other options (Options.Async: asynchronous
+// standbys). Logf defaults to the test's log.
+func StartWith(tb testing.TB, opts Options) *Cluster {
+	tb.Helper()
+	if opts.Logf == nil {
+		opts.Logf = tb.Logf
+	}
+	f, err := StartFormation(context.Background(), opts)
 	if errors.Is(err, ErrNotInstalled) {
 		if os.Getenv("CI") == "true" {
 			tb.Fatalf("hapg: %v", err)

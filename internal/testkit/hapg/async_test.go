@@ -1,0 +1,92 @@
+package hapg_test
+
+import (
+	"context"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncepay/oncepay/internal/testkit/hapg"
+)
+
+// TestAsync proves what Options.Async promises: the primary names no
+// synchronous standby and streams to each asynchronously, so a commit
+// returns while no standby has received it (their WAL receivers stopped);
+// after a failover the new primary, and the killed node rejoined as its
+// standby, are asynchronous too.
+func TestAsync(t *testing.T) {
+	t.Parallel()
+	c := hapg.StartWith(t, hapg.Options{Standbys: 2, Async: true})
+	ctx := context.Background()
+
+	primary := c.Primary()
+	requireAsync(t, primary, 2)
+	conn, err := pgx.Connect(ctx, primary.URL())
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, "CREATE TABLE written (id int PRIMARY KEY)")
+	require.NoError(t, err)
+
+	// Every standby's WAL receiver stopped: a synchronous primary's commit
+	// would wait for one of them forever.
+	var stopped []int
+	t.Cleanup(func() {
+		for _, pid := range stopped {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	})
+	for _, n := range c.Nodes() {
+		if n == primary {
+			continue
+		}
+		var pid int
+		require.NoError(t, queryRow(ctx, n.URL(), "SELECT pid FROM pg_stat_wal_receiver", &pid), n.Name)
+		require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
+		stopped = append(stopped, pid)
+	}
+	commitCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err = conn.Exec(commitCtx, "INSERT INTO written (id) VALUES (1)")
+	require.NoError(t, err, "a commit with every standby's receiver stopped")
+	var behind int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_replication
+		WHERE flush_lsn IS NULL OR flush_lsn < pg_current_wal_flush_lsn()`).Scan(&behind))
+	require.Equal(t, 2, behind, "the commit returned before any standby had flushed it")
+	for _, pid := range stopped {
+		require.NoError(t, syscall.Kill(pid, syscall.SIGCONT))
+	}
+	stopped = nil
+
+	killed := c.KillPrimary()
+	promoted := c.WaitPrimary(writeBound)
+	require.NotEqual(t, killed, promoted)
+	require.Equal(t, killed, c.Rejoin())
+	requireAsync(t, c.Primary(), 2)
+}
+
+// requireAsync checks that node streams to standbys standbys, waiting for
+// none of them.
+func requireAsync(t *testing.T, node *hapg.Node, standbys int) {
+	t.Helper()
+	ctx := context.Background()
+	var names string
+	require.NoError(t, queryRow(ctx, node.URL(), "SHOW synchronous_standby_names", &names))
+	require.Empty(t, names, "%s waits for no standby", node.Name)
+	var async, other int
+	require.NoError(t, queryRow(ctx, node.URL(), `SELECT count(*) FILTER (WHERE sync_state = 'async'),
+		count(*) FILTER (WHERE sync_state <> 'async') FROM pg_stat_replication`, &async, &other))
+	require.Equal(t, standbys, async, "%s's asynchronous standbys", node.Name)
+	require.Zero(t, other, "%s's other standbys", node.Name)
+}
+
+func queryRow(ctx context.Context, url, sql string, dest ...any) error {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	return conn.QueryRow(ctx, sql).Scan(dest...)
+}
