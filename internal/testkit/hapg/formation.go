@@ -587,6 +587,44 @@ func (f *Formation) KillPrimary(ctx context.Context) (*Node, error) {
 	return n, f.save()
 }
 
+// StopWALSenders stops (SIGSTOP) the primary's WAL senders, so that its
+// standbys receive nothing more, as standbys fallen behind do, and returns
+// the function that lets them go on (SIGCONT). An Async primary goes on
+// acknowledging commits meanwhile, which then exist on it alone: killed
+// before they go on (KillPrimary), it takes them with it, and the failover
+// loses them. A synchronous primary's commits wait for them instead.
+func (f *Formation) StopWALSenders(ctx context.Context) (resume func(), err error) {
+	n, err := f.Primary(ctx)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := pgx.Connect(ctx, n.URL())
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, "SELECT pid FROM pg_stat_replication")
+	if err != nil {
+		return nil, err
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return nil, err
+	}
+	resume = func() {
+		for _, pid := range pids {
+			_ = syscall.Kill(int(pid), syscall.SIGCONT)
+		}
+	}
+	for _, pid := range pids {
+		if err := syscall.Kill(int(pid), syscall.SIGSTOP); err != nil {
+			resume()
+			return nil, fmt.Errorf("stop %s's WAL sender %d: %w", n.Name, pid, err)
+		}
+	}
+	return resume, nil
+}
+
 // killWorkingIn SIGKILLs every process whose working directory is dir or
 // under it (a PostgreSQL server's processes work in its data directory)
 // and waits until none is left.
