@@ -233,7 +233,9 @@ type PrimaryMove struct {
 
 // failover kills the formation's primary and its keeper, as a machine
 // dying would, waits for the standby's promotion and brings the killed
-// node back as the standby. Any process may fail from the kill until a
+// node back as the standby. With Async and FailoverLag the primary's WAL
+// senders are stopped first, for FailoverLag: the commits it acknowledges
+// meanwhile die with it. Any process may fail from the kill until a
 // little after the promotion.
 func (r *run) failover(ctx context.Context) {
 	// Once begun, a move is finished even if the load ends meanwhile.
@@ -242,9 +244,26 @@ func (r *run) failover(ctx context.Context) {
 	if !r.readyToMove(ctx, "failover") {
 		return
 	}
-	f, start := r.cfg.Formation, time.Now()
+	f := r.cfg.Formation
+	var resume func()
+	var err error
+	if r.cfg.Async && r.cfg.FailoverLag > 0 {
+		// The standbys fall behind first; the move is timed from the kill.
+		if resume, err = f.StopWALSenders(ctx); err == nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(r.cfg.FailoverLag):
+			}
+		}
+	}
+	start := time.Now()
 	move := PrimaryMove{What: "failover", At: start}
-	_, err := f.KillPrimary(ctx)
+	if err == nil {
+		_, err = f.KillPrimary(ctx)
+		if err != nil && resume != nil {
+			resume() // killed, the senders never go on; alive, they must
+		}
+	}
 	if err == nil {
 		_, err = f.WaitPrimary(ctx)
 	}

@@ -29,7 +29,10 @@ type Report struct {
 	// Network counts the faults between the processes and the database.
 	Network faultproxy.Faults
 	// Moves are the database's failovers and switchovers (a formation's).
-	Moves      []PrimaryMove
+	Moves []PrimaryMove
+	// Lost is what an asynchronous formation's failovers lost, and the
+	// clients' retries after the load; nil in sync.
+	Lost       *LostCommits
 	Invariants []Invariant
 }
 
@@ -38,6 +41,9 @@ type Invariant struct {
 	Name       string
 	Checked    int
 	Violations []string
+	// Excused counts, by why, the cases a lost commit explains (an
+	// asynchronous formation's): not violations, and said in the report.
+	Excused map[string]int
 }
 
 // OK reports whether every invariant held, and every move of the
@@ -54,6 +60,14 @@ func (r *Report) OK() bool {
 		}
 	}
 	return true
+}
+
+func (inv Invariant) excusedCount() int {
+	n := 0
+	for _, c := range inv.Excused {
+		n += c
+	}
+	return n
 }
 
 // Print writes the report.
@@ -80,13 +94,28 @@ func (r *Report) Print(w io.Writer) {
 	if len(r.Moves) > 0 {
 		r.printMoves(w)
 	}
+	if r.Lost != nil {
+		r.Lost.print(w)
+	}
 	fmt.Fprintln(w, "  invariants:")
 	for _, inv := range r.Invariants {
 		mark := "ok  "
 		if len(inv.Violations) > 0 {
 			mark = "FAIL"
 		}
-		fmt.Fprintf(w, "    %s %-74s checked %d, violations %d\n", mark, inv.Name, inv.Checked, len(inv.Violations))
+		excused := ""
+		if n := inv.excusedCount(); n > 0 {
+			excused = fmt.Sprintf(", excused %d", n)
+		}
+		fmt.Fprintf(w, "    %s %-74s checked %d, violations %d%s\n", mark, inv.Name, inv.Checked, len(inv.Violations), excused)
+		whys := make([]string, 0, len(inv.Excused))
+		for why := range inv.Excused {
+			whys = append(whys, why)
+		}
+		slices.Sort(whys)
+		for _, why := range whys {
+			fmt.Fprintf(w, "         excused %d: %s\n", inv.Excused[why], why)
+		}
 		for i, v := range inv.Violations {
 			if i == 10 {
 				fmt.Fprintf(w, "         … and %d more\n", len(inv.Violations)-10)
@@ -283,7 +312,29 @@ func (r *run) check(ctx context.Context) (*Report, error) {
 		}
 	}
 
-	// 6. Tenant isolation.
+	isolation := r.checkIsolation(ctx, answers, byID, ackedIDs)
+	failures := r.checkFailures(answers)
+	refunds, err := r.checkRefunds(ctx, answers, ledger)
+	if err != nil {
+		return nil, err
+	}
+	actions, err := r.checkActions(ctx, answers, byID, intents)
+	if err != nil {
+		return nil, err
+	}
+	payouts, err := r.checkPayouts(ctx, answers)
+	if err != nil {
+		return nil, err
+	}
+	report.Invariants = []Invariant{acked, oneEach, provider, replays, mismatch, isolation, failures, refunds, actions,
+		checkMonotonicReads(r.reads.snapshot(), time.Minute), payouts}
+	return report, nil
+}
+
+// checkIsolation is invariant 6: no answer named another tenant's payment,
+// and another tenant reads an acknowledged payment as 404.
+func (r *run) checkIsolation(ctx context.Context, answers []answer, byID map[string]dbPayment, ackedIDs map[string]int) Invariant {
+	tenantOf := func(i int) string { return r.tenants[i].ID }
 	isolation := Invariant{Name: "6 no answer named another tenant's payment; other tenants read 404"}
 	for _, a := range answers {
 		if p, ok := byID[a.PaymentID]; ok {
@@ -309,8 +360,12 @@ func (r *run) check(ctx context.Context) (*Report, error) {
 		}
 	}
 
-	// 7. No 5xx, and no transport error, outside the fault windows; a 500
-	// is never excused (a fault is answered 503).
+	return isolation
+}
+
+// checkFailures is invariant 7: no 5xx, and no transport error, outside
+// the fault windows; a 500 is never excused (a fault is answered 503).
+func (r *run) checkFailures(answers []answer) Invariant {
 	failures := Invariant{Name: "7 no 5xx or dropped request outside a kill or cut window; never a 500"}
 	for _, a := range answers {
 		failures.Checked++
@@ -322,21 +377,7 @@ func (r *run) check(ctx context.Context) (*Report, error) {
 				a.API, a.Status, a.Problem, a.Err, a.At.Format("15:04:05.000"), a.end().Format("15:04:05.000"), a.Key))
 		}
 	}
-	refunds, err := r.checkRefunds(ctx, answers, ledger)
-	if err != nil {
-		return nil, err
-	}
-	actions, err := r.checkActions(ctx, answers, byID, intents)
-	if err != nil {
-		return nil, err
-	}
-	payouts, err := r.checkPayouts(ctx, answers)
-	if err != nil {
-		return nil, err
-	}
-	report.Invariants = []Invariant{acked, oneEach, provider, replays, mismatch, isolation, failures, refunds, actions,
-		checkMonotonicReads(r.reads.snapshot(), time.Minute), payouts}
-	return report, nil
+	return failures
 }
 
 // checkActions is invariant 9: of a manual payment's racing capture and

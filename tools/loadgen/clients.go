@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -37,6 +38,7 @@ type answer struct {
 	Op        Op
 	Amount    int64
 	API       string
+	Path      string
 	Status    int // 0 for a transport error
 	Err       string
 	PaymentID string
@@ -45,8 +47,14 @@ type answer struct {
 	RefundID, PayoutID string
 	Problem            string
 	Replayed           bool
-	At                 time.Time
-	Took               time.Duration
+	// RetryAfter is the answer's Retry-After, zero when it had none.
+	RetryAfter time.Duration
+	// Late marks an answer to the clients' retries after the load
+	// (Config.Async), sent as a client whose acknowledged operation a
+	// failover lost would.
+	Late bool
+	At   time.Time
+	Took time.Duration
 }
 
 // end is when the answer (or the error) arrived: what fault windows are
@@ -316,10 +324,61 @@ func (r *run) send(ctx context.Context, client *http.Client, tenant int, key str
 }
 
 // post makes one request to an API process chosen at random and records
-// the answer. A refund's answer names the payment it was asked of.
+// the answer. A refund's answer names the payment it was asked of. Every
+// request but a mismatch is kept, the first of its key, for the clients'
+// retries after the load (Config.Async).
 func (r *run) post(ctx context.Context, client *http.Client, tenant int, path, key, body string, op Op, amount int64, refunded string) answer {
+	req := request{tenant: tenant, path: path, key: key, body: body, op: op, amount: amount, parent: refunded}
+	if op != OpMismatch {
+		r.sent.keep(req)
+	}
+	return r.exchange(ctx, client, req, false)
+}
+
+// request is one request a client sent: what its retries send again.
+type request struct {
+	tenant          int
+	path, key, body string
+	op              Op
+	amount          int64
+	// parent is the payment a refund, a capture or a cancel was asked of.
+	parent string
+}
+
+// sentRequests keeps the first request of each (tenant, key), in the
+// order they were first sent.
+type sentRequests struct {
+	mu    sync.Mutex
+	seen  map[string]bool
+	order []request
+}
+
+func (s *sentRequests) keep(req request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := fmt.Sprint(req.tenant, " ", req.key)
+	if s.seen == nil {
+		s.seen = map[string]bool{}
+	}
+	if !s.seen[k] {
+		s.seen[k] = true
+		s.order = append(s.order, req)
+	}
+}
+
+func (s *sentRequests) snapshot() []request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.order)
+}
+
+// exchange sends req once and records the answer; late marks the clients'
+// retries after the load, which ask the API to wait for the operation's
+// outcome (Prefer: wait) rather than poll.
+func (r *run) exchange(ctx context.Context, client *http.Client, rq request, late bool) answer {
+	tenant, path, key, body, op, amount, refunded := rq.tenant, rq.path, rq.key, rq.body, rq.op, rq.amount, rq.parent
 	api := r.stack.APIURLs[r.intn(len(r.stack.APIURLs))]
-	a := answer{Tenant: tenant, Key: key, Op: op, Amount: amount, API: api, At: time.Now()}
+	a := answer{Tenant: tenant, Key: key, Op: op, Amount: amount, API: api, Path: path, At: time.Now(), Late: late}
 	defer func() {
 		a.Took = time.Since(a.At)
 		r.record.add(a)
@@ -336,6 +395,9 @@ func (r *run) post(ctx context.Context, client *http.Client, tenant int, path, k
 	req.Header.Set("Authorization", "Bearer "+r.tenants[tenant].APIKey)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", key)
+	if late {
+		req.Header.Set("Prefer", fmt.Sprintf("wait=%d", int(lateWait/time.Second)))
+	}
 	resp, err := client.Do(req)
 	if err != nil {
 		a.Err = err.Error()
@@ -349,6 +411,9 @@ func (r *run) post(ctx context.Context, client *http.Client, tenant int, path, k
 	}
 	a.Status = resp.StatusCode
 	a.Replayed = resp.Header.Get("Idempotent-Replayed") == "true"
+	if seconds, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && seconds > 0 {
+		a.RetryAfter = time.Duration(seconds) * time.Second
+	}
 	var doc struct {
 		ID        string `json:"id"`
 		PaymentID string `json:"payment_id"`

@@ -9,6 +9,7 @@ package loadgen
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -111,6 +112,20 @@ type Config struct {
 	// primary's role over, that often (chaos only; zero disables).
 	Formation                      *hapg.Formation
 	FailoverEvery, SwitchoverEvery time.Duration
+	// Async says the Formation's standbys are asynchronous
+	// (hapg.Options.Async): a failover may lose the primary's last
+	// commits, acknowledged ones too. After the load the clients then
+	// retry every key they sent, as clients whose acknowledged operations
+	// were lost would, and the invariants are judged by ref (the
+	// operation's identity at the provider, which a retry computes again)
+	// where an id may have changed; the report counts the commits lost.
+	Async bool
+	// FailoverLag, with Async, is how long a failover stops the primary's
+	// WAL senders before it kills the primary, as standbys fallen behind
+	// when it died: what the primary acknowledged meanwhile is lost. On
+	// loopback an asynchronous standby is otherwise microseconds behind,
+	// and a kill loses next to nothing.
+	FailoverLag time.Duration
 	// Out receives the progress line (Live) and the report.
 	Out  io.Writer
 	Live bool
@@ -169,6 +184,9 @@ func workerEnv() []string {
 // Run starts the stack, drives it, settles it, checks it and stops it.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	cfg = cfg.withDefaults()
+	if cfg.Async && cfg.Formation == nil {
+		return nil, errors.New("asynchronous replication needs a formation (Config.Formation)")
+	}
 	if cfg.Formation != nil {
 		cfg.DatabaseURL = cfg.Formation.URL()
 	}
@@ -239,6 +257,9 @@ type run struct {
 	tenants []tenantKey
 	record  *recorder
 	reads   *reads
+	// sent is every request the clients sent, for their retries after
+	// the load (Config.Async).
+	sent sentRequests
 
 	rngMu sync.Mutex
 	rng   *rand.Rand
@@ -326,13 +347,32 @@ func (r *run) drive(ctx context.Context) (*Report, error) {
 	if err := r.sim.ClearFaults(context.WithoutCancel(ctx)); err != nil {
 		return nil, fmt.Errorf("clear provider faults: %w", err)
 	}
-	fmt.Fprintf(r.cfg.Out, "\nload done after %s; waiting for every payment to settle (up to %s)\n", loadTime.Round(time.Second), r.cfg.Settle)
+	var lost *LostCommits
+	if r.cfg.Async {
+		var err error
+		// What the database holds now, before any client comes back, is
+		// what the failovers left of what the clients were told.
+		if lost, err = r.countLost(ctx); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(r.cfg.Out, "\nload done after %s; %d acknowledged commits lost; the clients retry every key they sent (up to %s)\n",
+			loadTime.Round(time.Second), lost.Acknowledged(), r.cfg.Settle)
+		lost.Retries = r.retryEveryKey(ctx)
+		fmt.Fprintf(r.cfg.Out, "retries done after %s; waiting for every payment to settle (up to %s)\n",
+			(time.Since(start) - loadTime).Round(time.Second), r.cfg.Settle)
+	} else {
+		fmt.Fprintf(r.cfg.Out, "\nload done after %s; waiting for every payment to settle (up to %s)\n", loadTime.Round(time.Second), r.cfg.Settle)
+	}
 	settleStart := time.Now()
 	if err := r.awaitSettled(ctx); err != nil {
 		fmt.Fprintf(r.cfg.Out, "not settled: %v\n", err)
 	}
 	settled := time.Since(settleStart)
-	report, err := r.check(ctx)
+	check := r.check
+	if r.cfg.Async {
+		check = func(ctx context.Context) (*Report, error) { return r.checkByRef(ctx, lost) }
+	}
+	report, err := check(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -344,6 +384,15 @@ func (r *run) drive(ctx context.Context) (*Report, error) {
 		fmt.Fprintf(r.cfg.Out, "\n%v\n", err) // the figures are missing; the invariants are not
 	}
 	report.Print(r.cfg.Out)
+	if !report.OK() {
+		// The database goes with the run (a formation's data is removed):
+		// what it held explains the violations after.
+		if dir, err := r.keepEvidence(ctx); err != nil {
+			fmt.Fprintf(r.cfg.Out, "keeping the database's tables: %v\n", err)
+		} else {
+			fmt.Fprintf(r.cfg.Out, "the database's tables and the provider's ledger are in %s\n", dir)
+		}
+	}
 	return report, nil
 }
 

@@ -7,7 +7,9 @@
 // It runs its own stack from bin/ on free loopback ports, on a database of
 // its own (oncepay_loadgen on DATABASE_URL's server, emptied first, or with
 // -db ha a pg_auto_failover formation whose primary it kills and switches
-// over), and exits 1 if any invariant was violated.
+// over; with -replication async its standbys are asynchronous, a failover
+// loses commits, and the clients retry every key after the load), and
+// exits 1 if any invariant was violated.
 package main
 
 import (
@@ -43,11 +45,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	flags := flag.NewFlagSet(args[0], flag.ContinueOnError)
 	flags.SetOutput(stdout)
 	var (
-		cfg      loadgen.Config
-		scenario string
-		dbURL    string
-		db       string
-		standbys int
+		cfg         loadgen.Config
+		scenario    string
+		dbURL       string
+		db          string
+		standbys    int
+		replication string
 	)
 	flags.StringVar(&scenario, "scenario", "chaos", "steady (new keys), replay (retries of finished keys), mixed, or chaos (mixed under fire)")
 	flags.DurationVar(&cfg.Duration, "duration", 2*time.Minute, "how long the clients send")
@@ -81,9 +84,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	flags.StringVar(&cfg.StateDir, "state", ".run/loadgen", "where the processes' logs go")
 	flags.StringVar(&dbURL, "database", "", "the database to run on, which must be empty (default: oncepay_loadgen on DATABASE_URL's server, recreated)")
 	flags.IntVar(&standbys, "standbys", 2, "with -db ha: the formation's standbys (with 2, every commit waits for one of them even while the other is lost)")
+	flags.StringVar(&replication, "replication", "sync", "with -db ha: sync (every commit waits for a standby) or async (none does: a failover may lose "+
+		"acknowledged commits; the clients retry every key after the load, and the invariants are judged by ref)")
 	flags.StringVar(&db, "db", "single", "single (one server: -database) or ha (a pg_auto_failover primary and its synchronous standbys, of the run's own)")
 	flags.DurationVar(&cfg.FailoverEvery, "failover-every", 40*time.Second,
 		"chaos with -db ha: kill the primary this often; the standby is promoted and the killed node rejoins as the standby (0: never)")
+	flags.DurationVar(&cfg.FailoverLag, "failover-lag", time.Second,
+		"chaos with -replication async: stop the primary's WAL senders this long before a failover kills it (standbys fallen behind: what it acknowledged meanwhile is lost; 0: none)")
 	flags.DurationVar(&cfg.SwitchoverEvery, "switchover-every", 65*time.Second, "chaos with -db ha: hand the primary's role over this often (0: never)")
 	flags.Uint64Var(&cfg.Seed, "seed", 0, "seed of the run's choices (0: from the clock)")
 	flags.BoolVar(&cfg.Live, "live", devstack.Interactive(stdout), "print a live progress line (default: on a terminal)")
@@ -110,10 +117,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return fmt.Errorf("-scenario %q: want steady, replay, mixed or chaos", scenario)
 	}
 	switch {
+	case replication != "sync" && replication != "async":
+		return fmt.Errorf("-replication %q: want sync or async", replication)
+	case replication == "async" && db != "ha":
+		return errors.New("-replication async needs -db ha: one server has no standby to lose commits to")
+	}
+	cfg.Async = replication == "async"
+	switch {
 	case db == "ha" && dbURL != "":
 		return errors.New("-db ha runs on a formation of its own: -database is for -db single")
 	case db == "ha":
-		fmt.Fprintf(stdout, "starting a pg_auto_failover formation: a monitor, a primary and %d synchronous standbys\n", max(standbys, 1))
+		fmt.Fprintf(stdout, "starting a pg_auto_failover formation: a monitor, a primary and %d %s standbys\n", max(standbys, 1),
+			map[bool]string{false: "synchronous", true: "asynchronous"}[cfg.Async])
 		// In the run's state directory, replaced each run: the servers' and
 		// keepers' logs outlive it, for a move that could not be made; the
 		// data does not (a long run's WAL and rejoins fill gigabytes).
@@ -124,7 +139,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		if err != nil {
 			return err
 		}
-		f, err := hapg.StartFormation(ctx, hapg.Options{Dir: dir, Standbys: standbys})
+		f, err := hapg.StartFormation(ctx, hapg.Options{Dir: dir, Standbys: standbys, Async: cfg.Async})
 		if err != nil {
 			return err
 		}
