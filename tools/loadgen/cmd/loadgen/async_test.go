@@ -1,3 +1,5 @@
+//go:build hachaos
+
 package main
 
 import (
@@ -12,14 +14,17 @@ import (
 	"github.com/oncepay/oncepay/internal/testkit/hapg"
 )
 
-// TestShortChaosRunAsync is -replication async inside make test: a
+// TestShortChaosRunAsync is -replication async in short: a
 // formation of asynchronous standbys whose primary is killed after its
 // standbys fell behind (its WAL senders stopped for two seconds), so the
 // failover loses what it acknowledged meanwhile; then every client retries
 // every key it sent and the invariants are judged by ref. No process kills
 // or database cuts: the run proves the plumbing of lost commits, and make
 // chaos DB=ha the rest. It takes one to three minutes, most of them the
-// formation's start and the killed node's rejoin (pg_rewind).
+// formation's start and the killed node's rejoin (pg_rewind); built with
+// the tag hachaos only, outside make test, as the failover run is (make
+// test proves a lost commit through hapg's TestAsync and the lost-commit
+// tests of internal/kinds).
 func TestShortChaosRunAsync(t *testing.T) {
 	t.Parallel()
 	if err := hapg.Installed(); err != nil {
