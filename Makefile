@@ -12,8 +12,10 @@ STATICCHECK_VERSION ?= v0.8.2
 PORTS ?=
 # DB=ha (make run, make up) runs the stack on a pg_auto_failover formation of its own under .run/ha (a monitor, a
 # primary and two synchronous standbys) instead of DATABASE_URL's server; bin/stack failover|switchover moves its primary.
-# make chaos DB=ha runs on a formation of the run's own, failing it over and switching it over under the load.
+# make chaos DB=ha runs on a formation of the run's own, failing it over and switching it over under the load;
+# REPLICATION=async makes its standbys asynchronous, so that failovers lose commits the clients then retry.
 DB ?=
+REPLICATION ?= sync
 
 export DATABASE_URL STRIPE_SECRET_KEY STRIPE_API_BASE PORTS DB
 
@@ -35,10 +37,10 @@ down: build
 demo: build
 	@bin/demo
 
-## chaos: kill processes, cut the database and fail the provider under load, then check every invariant (CHAOS_DURATION=10m for the long run; DB=ha on a pg_auto_failover formation of its own, with failovers and switchovers)
+## chaos: kill processes, cut the database and fail the provider under load, then check every invariant (CHAOS_DURATION=10m for the long run; DB=ha on a pg_auto_failover formation of its own, with failovers and switchovers; REPLICATION=async with DB=ha, failovers that lose commits)
 CHAOS_DURATION ?= 2m
 chaos: build
-	@bin/loadgen -scenario chaos -duration $(CHAOS_DURATION) $(if $(filter ha,$(DB)),-db ha)
+	@bin/loadgen -scenario chaos -duration $(CHAOS_DURATION) $(if $(filter ha,$(DB)),-db ha -replication $(REPLICATION))
 
 ## build: compile the binaries into bin/
 build:
