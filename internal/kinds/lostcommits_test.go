@@ -213,6 +213,37 @@ func TestLostCommitsMoveNoMoneyTwice(t *testing.T) {
 		require.Equal(t, float64(1500), s.API.Get(t, "/v1/payments/"+paymentID).Body["amount_refunded"])
 	})
 
+	t.Run("PaymentWhoseAttemptClockWasLost", func(t *testing.T) {
+		// As the refund below: the charge's attempt clock and outcome were
+		// lost with the commits, the payment failed as never sent, and the
+		// client's retry under generation 2 meets, by its key's other
+		// metadata and then by search, the intent generation 1 made.
+		key := id.New("key")
+		first := pay(t, key, "4567")
+		require.Equal(t, http.StatusCreated, first.Status, first.Raw)
+		paymentID, intent := first.PaymentID(), first.Body["provider_payment_intent_id"]
+		for _, stmt := range []string{
+			`DELETE FROM river_job WHERE args->>'payment_id' = $1`,
+			`UPDATE payments SET status = 'failed', failure_code = 'provider_not_reached', failure_message = 'never sent',
+				first_provider_attempt_at = NULL, last_provider_attempt_at = NULL, provider_attempt_deadline = NULL,
+				provider_payment_intent_id = NULL, finalized_at = NULL, amount_captured = 0 WHERE id = $1`,
+			`UPDATE idempotency_keys SET status = 'failed_retryable', response_status = NULL, response_body = NULL
+				WHERE resource_id = $1`,
+		} {
+			_, err := s.Pool.Exec(s.Ctx, stmt, paymentID)
+			require.NoError(t, err, stmt)
+		}
+
+		var got apitest.Response
+		require.Eventually(t, func() bool {
+			pay(t, key, "4567")
+			got = s.API.Get(t, "/v1/payments/"+paymentID)
+			return got.Body["status"] == "succeeded"
+		}, 30*time.Second, 100*time.Millisecond, "the retried payment never succeeded")
+		require.Equal(t, intent, got.Body["provider_payment_intent_id"], "the payment adopted generation 1's intent")
+		require.Len(t, s.ProviderObjects(t, "payment_intent", map[string]string{"payment_id": paymentID}), 1, "charged once")
+	})
+
 	t.Run("RefundWhoseAttemptClockWasLost", func(t *testing.T) {
 		// An asynchronous standby promoted after the primary died lost the
 		// commits of a refund's attempt clock and of its outcome; its row
