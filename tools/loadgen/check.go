@@ -448,32 +448,43 @@ func (r *run) checkActions(ctx context.Context, answers []answer, byID map[strin
 	return inv, nil
 }
 
+// refundRow is a refund as the refund invariants read it.
+type refundRow struct {
+	ID, TenantID, PaymentID, Key, Status string
+	Amount                               int64
+	Ref                                  string
+}
+
+// refundedPayment is a payment with refunds, as the refund invariants read it.
+type refundedPayment struct {
+	ID               string
+	Amount, Refunded int64
+}
+
+// refundsAndPayments are every refund and every payment refunds act on.
+func (r *run) refundsAndPayments(ctx context.Context) ([]refundRow, []refundedPayment, error) {
+	rows, err := r.pool.Query(ctx, `SELECT id, tenant_id, payment_id, idempotency_key, status, amount, coalesce(oncepay_ref, '') FROM refunds`)
+	if err != nil {
+		return nil, nil, err
+	}
+	list, err := pgx.CollectRows(rows, pgx.RowToStructByPos[refundRow])
+	if err != nil {
+		return nil, nil, err
+	}
+	rows, err = r.pool.Query(ctx, `SELECT id, amount, amount_refunded FROM payments WHERE amount_refunded > 0 OR id IN (SELECT payment_id FROM refunds)`)
+	if err != nil {
+		return nil, nil, err
+	}
+	payments, err := pgx.CollectRows(rows, pgx.RowToStructByPos[refundedPayment])
+	return list, payments, err
+}
+
 // checkRefunds is invariant 8: refunds never exceed their payment, each
 // refund key made one refund, every acknowledged refund is final, and the
 // provider refunded each succeeded refund exactly once and nothing else.
 func (r *run) checkRefunds(ctx context.Context, answers []answer, ledger stripesim.Ledger) (Invariant, error) {
 	inv := Invariant{Name: "8 refunds: never beyond the payment, one per key, final, one provider refund each"}
-	type refundRow struct {
-		ID, TenantID, PaymentID, Key, Status string
-		Amount                               int64
-	}
-	rows, err := r.pool.Query(ctx, `SELECT id, tenant_id, payment_id, idempotency_key, status, amount FROM refunds`)
-	if err != nil {
-		return inv, err
-	}
-	list, err := pgx.CollectRows(rows, pgx.RowToStructByPos[refundRow])
-	if err != nil {
-		return inv, err
-	}
-	rows, err = r.pool.Query(ctx, `SELECT id, amount, amount_refunded FROM payments WHERE amount_refunded > 0 OR id IN (SELECT payment_id FROM refunds)`)
-	if err != nil {
-		return inv, err
-	}
-	type paid struct {
-		ID               string
-		Amount, Refunded int64
-	}
-	payments, err := pgx.CollectRows(rows, pgx.RowToStructByPos[paid])
+	list, payments, err := r.refundsAndPayments(ctx)
 	if err != nil {
 		return inv, err
 	}

@@ -424,28 +424,7 @@ func (r *run) checkMismatchByRef(d byRefData) Invariant {
 func (r *run) checkRefundsByRef(ctx context.Context, d byRefData) (Invariant, error) {
 	inv := Invariant{Name: "8 refunds: never beyond the payment, one per key, final, one provider refund per ref"}
 	d.unfinished(&inv, "refunds")
-	type refundRow struct {
-		ID, TenantID, PaymentID, Key, Status string
-		Amount                               int64
-		Ref                                  string
-	}
-	rows, err := r.pool.Query(ctx, `SELECT id, tenant_id, payment_id, idempotency_key, status, amount, coalesce(oncepay_ref, '') FROM refunds`)
-	if err != nil {
-		return inv, err
-	}
-	list, err := pgx.CollectRows(rows, pgx.RowToStructByPos[refundRow])
-	if err != nil {
-		return inv, err
-	}
-	rows, err = r.pool.Query(ctx, `SELECT id, amount, amount_refunded FROM payments WHERE amount_refunded > 0 OR id IN (SELECT payment_id FROM refunds)`)
-	if err != nil {
-		return inv, err
-	}
-	type paid struct {
-		ID               string
-		Amount, Refunded int64
-	}
-	payments, err := pgx.CollectRows(rows, pgx.RowToStructByPos[paid])
+	list, payments, err := r.refundsAndPayments(ctx)
 	if err != nil {
 		return inv, err
 	}
