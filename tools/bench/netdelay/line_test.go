@@ -11,7 +11,11 @@ import (
 )
 
 // echoServer answers every read with the same bytes, until the test ends.
-func echoServer(t *testing.T) string {
+func echoServer(t *testing.T) string { return echoServerAfter(t, 0) }
+
+// echoServerAfter echoes as echoServer does, but answers nothing on a
+// connection until its first gathered bytes have all arrived.
+func echoServerAfter(t *testing.T, gathered int) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -24,6 +28,13 @@ func echoServer(t *testing.T) string {
 			}
 			go func() {
 				defer conn.Close()
+				first := make([]byte, gathered)
+				if _, err := io.ReadFull(conn, first); err != nil {
+					return
+				}
+				if _, err := conn.Write(first); err != nil {
+					return
+				}
 				_, _ = io.Copy(conn, conn)
 			}()
 		}
@@ -96,10 +107,12 @@ func TestLineDelaysEachRoundTrip(t *testing.T) {
 }
 
 // TestLineCountsABatchAsOneRoundTrip: requests sent together, before any
-// answer, are one round trip, as a pipeline is on a network.
+// answer, are one round trip, as a pipeline is on a network. The server
+// answers once all three have arrived, so that none is answered before the
+// next is sent, however the machine schedules the test.
 func TestLineCountsABatchAsOneRoundTrip(t *testing.T) {
 	t.Parallel()
-	line := lineTo(t, echoServer(t))
+	line := lineTo(t, echoServerAfter(t, 3))
 	conn, err := net.Dial("tcp", line.Addr().String())
 	require.NoError(t, err)
 	defer conn.Close()
