@@ -479,21 +479,14 @@ func (r *run) refundsAndPayments(ctx context.Context) ([]refundRow, []refundedPa
 	return list, payments, err
 }
 
-// checkRefunds is invariant 8: refunds never exceed their payment, each
-// refund key made one refund, every acknowledged refund is final, and the
-// provider refunded each succeeded refund exactly once and nothing else.
-func (r *run) checkRefunds(ctx context.Context, answers []answer, ledger stripesim.Ledger) (Invariant, error) {
-	inv := Invariant{Name: "8 refunds: never beyond the payment, one per key, final, one provider refund each"}
-	list, payments, err := r.refundsAndPayments(ctx)
-	if err != nil {
-		return inv, err
-	}
-	byID := map[string]refundRow{}
+// checkRefundTotals adds to inv what the refunds' rows break of their
+// payments: more held (succeeded or still in flight) than the payment, an
+// amount_refunded other than what succeeded, a key that made two refunds.
+func checkRefundTotals(inv *Invariant, list []refundRow, payments []refundedPayment) {
 	keys := map[string]int{}
 	held, succeeded := map[string]int64{}, map[string]int64{}
 	for _, rf := range list {
-		byID[rf.ID] = rf
-		keys[rf.TenantID+" "+rf.Key]++
+		keys[tk(rf.TenantID, rf.Key)]++
 		switch rf.Status {
 		case "succeeded":
 			succeeded[rf.PaymentID] += rf.Amount
@@ -515,6 +508,22 @@ func (r *run) checkRefunds(ctx context.Context, answers []answer, ledger stripes
 		if n > 1 {
 			inv.Violations = append(inv.Violations, fmt.Sprintf("refund key %s made %d refunds", key, n))
 		}
+	}
+}
+
+// checkRefunds is invariant 8: refunds never exceed their payment, each
+// refund key made one refund, every acknowledged refund is final, and the
+// provider refunded each succeeded refund exactly once and nothing else.
+func (r *run) checkRefunds(ctx context.Context, answers []answer, ledger stripesim.Ledger) (Invariant, error) {
+	inv := Invariant{Name: "8 refunds: never beyond the payment, one per key, final, one provider refund each"}
+	list, payments, err := r.refundsAndPayments(ctx)
+	if err != nil {
+		return inv, err
+	}
+	checkRefundTotals(&inv, list, payments)
+	byID := map[string]refundRow{}
+	for _, rf := range list {
+		byID[rf.ID] = rf
 	}
 	named := map[string]map[string]bool{}
 	for _, a := range answers {

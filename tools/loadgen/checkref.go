@@ -428,33 +428,12 @@ func (r *run) checkRefundsByRef(ctx context.Context, d byRefData) (Invariant, er
 	if err != nil {
 		return inv, err
 	}
+	checkRefundTotals(&inv, list, payments)
 	byID, byKey, byRef := map[string]refundRow{}, map[string][]refundRow{}, map[string]refundRow{}
-	held, succeeded := map[string]int64{}, map[string]int64{}
 	for _, rf := range list {
 		byID[rf.ID] = rf
 		byKey[tk(rf.TenantID, rf.Key)] = append(byKey[tk(rf.TenantID, rf.Key)], rf)
 		byRef[rf.Ref] = rf
-		switch rf.Status {
-		case "succeeded":
-			succeeded[rf.PaymentID] += rf.Amount
-			held[rf.PaymentID] += rf.Amount
-		case "pending", "requires_reconciliation":
-			held[rf.PaymentID] += rf.Amount
-		}
-	}
-	for _, p := range payments {
-		inv.Checked++
-		if held[p.ID] > p.Amount {
-			inv.Violations = append(inv.Violations, fmt.Sprintf("%s: refunds of %d for a payment of %d", p.ID, held[p.ID], p.Amount))
-		}
-		if p.Refunded != succeeded[p.ID] {
-			inv.Violations = append(inv.Violations, fmt.Sprintf("%s: amount_refunded %d, succeeded refunds %d", p.ID, p.Refunded, succeeded[p.ID]))
-		}
-	}
-	for k, rfs := range byKey {
-		if len(rfs) > 1 {
-			inv.Violations = append(inv.Violations, fmt.Sprintf("refund key %s made %d refunds", k, len(rfs)))
-		}
 	}
 	// The refunds the provider made, by the refund id their metadata names.
 	madeAtProvider := map[string]bool{}
