@@ -49,15 +49,3 @@ func cancelKey(p Payment) string { return p.ProviderIdempotencyKey + "-cancel" }
 // operator following the payment's provider calls.
 func (p Payment) IntentCancelKey() string { return cancelKey(p) }
 
-// belongsTo reports whether an intent found by metadata was created for p's
-// current generation (intents from before generations carry none: 1), or
-// for p's request by a payment whose rows were since lost, which p adopts
-// (operation.Table.Earlier).
-func belongsTo(in *provider.Intent, p Payment) bool {
-	gen := in.Metadata[MetadataGeneration]
-	if gen == "" {
-		gen = "1"
-	}
-	return in.Metadata[MetadataPaymentID] == p.ID && gen == strconv.Itoa(p.ProviderKeyGeneration) ||
-		paymentsTable.Earlier(in.Metadata, p.Entry())
-}

@@ -152,7 +152,7 @@ func (r *Reconciler) lookUp(ctx context.Context, p Payment, settled bool) (out p
 	}
 	var mine []*provider.Intent
 	for _, in := range found.Intents {
-		if belongsTo(in, p) {
+		if paymentsTable.MadeFor(in.Metadata, p.Entry()) {
 			mine = append(mine, in)
 		}
 	}

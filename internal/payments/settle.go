@@ -208,13 +208,15 @@ func EndAuthorization(ctx context.Context, tx pgx.Tx, p Payment, in *provider.In
 	return finalizePayment(ctx, tx, p, []Status{StatusRequiresCapture}, status, out)
 }
 
-// intentOfGeneration reports whether in was created for p's current
-// generation. An intent without our metadata is p's only if p recorded it.
+// intentOfGeneration reports whether in was made for p's request: in its
+// current generation, or an earlier one or a lost life of its rows
+// (operation.Table.MadeFor). An intent without our metadata is p's only if
+// p recorded it.
 func intentOfGeneration(in *provider.Intent, p Payment) bool {
 	if in.Metadata[MetadataPaymentID] == "" {
 		return p.ProviderPaymentIntentID != nil && *p.ProviderPaymentIntentID == in.ID
 	}
-	return belongsTo(in, p)
+	return paymentsTable.MadeFor(in.Metadata, p.Entry())
 }
 
 func generationOf(in *provider.Intent) string {
