@@ -130,10 +130,11 @@ func (t Table) Named(metadata map[string]string) (tenantID, id string) {
 }
 
 // MadeFor reports whether the object carrying metadata was made for op's
-// request: by op in its current generation, or before it (Earlier).
+// request: by op, in whatever generation, or by an operation whose rows
+// were since lost (its ref). Earlier tells those apart from op's current
+// generation's.
 func (t Table) MadeFor(metadata map[string]string, op Entry) bool {
-	return metadata[t.MetadataID()] == op.ID && t.generationOf(metadata) == strconv.Itoa(op.Generation) ||
-		t.Earlier(metadata, op)
+	return metadata[t.MetadataID()] == op.ID || op.Ref != "" && metadata[MetadataRef] == op.Ref
 }
 
 // Earlier reports whether the object carrying metadata was made for op's
