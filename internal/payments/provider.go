@@ -48,4 +48,3 @@ func cancelKey(p Payment) string { return p.ProviderIdempotencyKey + "-cancel" }
 // when a decline (or an abandoned next action) leaves it open: for an
 // operator following the payment's provider calls.
 func (p Payment) IntentCancelKey() string { return cancelKey(p) }
-
