@@ -209,11 +209,11 @@ func (r Rows[Op]) NotePending(ctx context.Context, db Querier, op Op, providerID
 
 // Settle runs settle on the operation that obj, a provider object on
 // account, names by its metadata (Table.Named), locked, in a transaction of
-// its own, if the object was made for it in its current generation: how a
-// kind's events, and its follow-up jobs, record what an object proves.
-// An account's object may name any operation: one of another account is
-// not the object's (NotFound); one of another generation is left alone.
-// An operation holds one provider object a generation: another object
+// its own, if the object was made for its request (Table.MadeFor: in any
+// generation, or by a lost life of its rows): how a kind's events, and its
+// follow-up jobs, record what an object proves. An account's object may
+// name any operation: one of another account is not the object's
+// (NotFound). An operation holds one provider object: another object
 // naming it changes nothing and is filed as a ledger finding
 // (ErrDuplicateObject).
 func (r Rows[Op]) Settle(ctx context.Context, db idempotency.TxBeginner, account string, obj ProviderObject,

@@ -65,9 +65,9 @@ func closeIntent(ctx context.Context, pc *provider.Client, p Payment, out provid
 // CloseIntent makes sure the intent that out, a read of it, tells of can
 // take no money before its payment is settled from it (Settle): an intent a
 // decline left open is canceled (closeIntent), and the answer is the intent
-// as it then is. An intent of no payment of ours, of another account or of
-// another generation, and one not left open, is answered as it is: Settle
-// says what to make of it.
+// as it then is. An intent of no payment of ours or of another account,
+// and one not left open, is answered as it is: Settle says what to make of
+// it.
 func CloseIntent(ctx context.Context, db operation.Querier, pc *provider.Client, account string, out provider.Outcome) (provider.Outcome, error) {
 	if !leftOpen(out) {
 		return out, nil

@@ -24,7 +24,8 @@ const (
 	// the charge worker records it (payment, then the key's final answer).
 	Recorded Verdict = iota + 1
 	// Unchanged: nothing to record. The payment is final and the provider
-	// agrees, or the intent is another generation's and charged nothing.
+	// agrees, or the intent is another one made for the payment's request
+	// and charged nothing.
 	Unchanged
 	// StillPending: the intent is not final yet; a waiting payment notes
 	// the intent and whether the customer must act.
@@ -67,7 +68,7 @@ var ErrNotOurs = errors.New("the intent belongs to no payment")
 // takes (payment row, then key) and then:
 //
 //   - a payment still waiting (processing, requires_action,
-//     requires_reconciliation) on an intent of its current generation that
+//     requires_reconciliation) on an intent made for its request that
 //     is final is recorded as the charge worker or the reconciler would: the
 //     payment, and the final response under the client's key, in one
 //     transaction. A charge job still scheduled for the payment finds it
