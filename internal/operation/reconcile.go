@@ -337,7 +337,13 @@ func (r *Reconciler[C, O]) reconcile(ctx context.Context, c C, res *ReconcileRes
 		append(e.LogAttrs, slog.Int("generation", e.Generation), slog.Int("reconcile_attempt", e.ReconcileAttempts+1))...)...)
 	if e.FirstAttemptAt == nil {
 		// The attempt clock commits before any provider request is sent:
-		// without it, no request for this generation ever left.
+		// without it, no request for this generation ever left. A failover
+		// that lost the clock's commit is answered where it can be: the
+		// worker that stamped it writes it back when it hands over
+		// (SentClock). Only an operation whose worker died in that same
+		// call, and whose job then ran out of attempts, reaches here from
+		// the sweeper without it; the client's retry keeps the provider key
+		// and meets the provider's object, and the ledger check names it.
 		log.InfoContext(ctx, "no provider request was ever sent for this "+r.table.Operation)
 		res.NotReached++
 		return r.RecordNotReached(ctx, e)

@@ -3,6 +3,7 @@ package operation
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -67,13 +68,18 @@ func (t Table) Resume(ctx context.Context, tx pgx.Tx, tenantID, id string, gener
 // operation that already left the in-flight statuses is left as it is.
 // keySpent says the provider answered with what no retry of the provider
 // key can move past (Entry.KeySpentAt), so that a resume takes a new one.
-func (t Table) HandOver(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, e Entry, reason string, keySpent bool) error {
+// sent is the attempt clock the hander-over stamped itself (none for the
+// sweeper), written again: see SentClock.
+func (t Table) HandOver(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, e Entry, reason string, keySpent bool, sent SentClock) error {
 	tag, err := tx.Exec(ctx, `
 		UPDATE `+t.Name+` SET status = '`+inReconciliation+`', failure_message = $4,
 			reconcile_after = now(), reconcile_attempts = 0, handed_over_at = now(), updated_at = now(),
-			provider_key_spent_at = CASE WHEN $6 THEN coalesce(provider_key_spent_at, now()) ELSE provider_key_spent_at END
+			provider_key_spent_at = CASE WHEN $6 THEN coalesce(provider_key_spent_at, now()) ELSE provider_key_spent_at END,
+			first_provider_attempt_at = coalesce(first_provider_attempt_at, $7),
+			last_provider_attempt_at = greatest(last_provider_attempt_at, $8),
+			provider_attempt_deadline = greatest(provider_attempt_deadline, $9)
 		WHERE tenant_id = $1 AND id = $2 AND provider_key_generation = $3 AND status = ANY($5)`,
-		e.TenantID, e.ID, e.Generation, reason, t.InFlight, keySpent)
+		e.TenantID, e.ID, e.Generation, reason, t.InFlight, keySpent, sent.First, sent.Last, sent.Deadline)
 	if err != nil {
 		return fmt.Errorf("hand %s to reconciliation: %w", t.Operation, err)
 	}
@@ -84,6 +90,27 @@ func (t Table) HandOver(ctx context.Context, tx pgx.Tx, keys *idempotency.Store,
 		return fmt.Errorf("mark idempotency key unknown: %w", err)
 	}
 	return nil
+}
+
+// SentClock is an attempt clock as the worker that stamped it read it back
+// before its call: the first and last attempt of the generation, and the
+// latest its call could end. The worker writes it again when it hands the
+// operation over, because the row may no longer hold it: with an
+// asynchronous standby, a failover can lose the stamp's commit while the
+// call it guarded went out, and a row without a clock reads as "never
+// sent" to the reconciler, which would then fail an operation the provider
+// carried out. Its zero value (nothing stamped) writes nothing.
+type SentClock struct{ First, Last, Deadline *time.Time }
+
+// sentClock is the clock of e's attempt just started, whose call is bounded
+// by callTimeout: its deadline was stamped as the statement's now() plus
+// callTimeout, and now() is at most Last.
+func sentClock(e Entry, callTimeout time.Duration) SentClock {
+	if e.FirstAttemptAt == nil || e.LastAttemptAt == nil {
+		return SentClock{}
+	}
+	deadline := e.LastAttemptAt.Add(callTimeout)
+	return SentClock{First: e.FirstAttemptAt, Last: e.LastAttemptAt, Deadline: &deadline}
 }
 
 // failNotReached moves an operation in reconciliation, proven never to

@@ -219,6 +219,9 @@ type widgetProvider struct {
 	hold      chan struct{}
 	holdKeys  map[string]bool
 	holdAfter int
+	// meanwhile, if set, runs while each request is at the provider, with
+	// the request's metadata: what the database does during a call.
+	meanwhile func(metadata map[string]string)
 }
 
 // storedAnswer is what the provider keeps under a key: the request's
@@ -252,8 +255,11 @@ func (p *widgetProvider) create(ctx context.Context, key string, metadata map[st
 		return widgetAnswer{}, refusal
 	}
 	p.requests[key]++
-	gate := p.gateFor(key)
+	gate, meanwhile := p.gateFor(key), p.meanwhile
 	p.mu.Unlock()
+	if meanwhile != nil {
+		meanwhile(metadata)
+	}
 	if gate != nil {
 		select {
 		case <-gate:

@@ -161,12 +161,14 @@ func (w *Worker[A, Op, O]) Work(ctx context.Context, job *river.Job[A]) error {
 	tenantID, id := job.Args.Of()
 	log := w.log.With(slog.String("tenant_id", tenantID), slog.String(w.table.Operation+"_id", id),
 		slog.Int64("job_id", job.ID), slog.Int("attempt", job.Attempt))
+	// sent is the clock this attempt stamped, once it has.
+	var sent SentClock
 	last := LastAttempt{Action: w.action, Operation: w.table.Operation, RecordTimeout: w.t.RecordTimeout,
-		HandOver: func(ctx context.Context, reason string) error { return w.handOver(ctx, job, reason, false) }}
-	return last.Run(ctx, job.JobRow, log, func() error { return w.attempt(ctx, job, tenantID, id, log) })
+		HandOver: func(ctx context.Context, reason string) error { return w.handOver(ctx, job, reason, false, sent) }}
+	return last.Run(ctx, job.JobRow, log, func() error { return w.attempt(ctx, job, tenantID, id, &sent, log) })
 }
 
-func (w *Worker[A, Op, O]) attempt(ctx context.Context, job *river.Job[A], tenantID, id string, log *slog.Logger) error {
+func (w *Worker[A, Op, O]) attempt(ctx context.Context, job *river.Job[A], tenantID, id string, sent *SentClock, log *slog.Logger) error {
 	op, ok, err := w.starter.Start(ctx, tenantID, id)
 	if errors.Is(err, w.table.NotFound) {
 		log.ErrorContext(ctx, w.action+" job for a "+w.table.Operation+" that does not exist")
@@ -185,9 +187,10 @@ func (w *Worker[A, Op, O]) attempt(ctx context.Context, job *river.Job[A], tenan
 	if err != nil {
 		return err
 	}
+	*sent = sentClock(e, w.t.CallTimeout)
 	if age > w.t.KeyMargin {
 		log.WarnContext(ctx, "provider idempotency window nearly over; not calling the provider", slog.Duration("since_first_attempt", age))
-		return w.handOver(ctx, job, "the provider's idempotency window for this "+w.table.Operation+" has passed", false)
+		return w.handOver(ctx, job, "the provider's idempotency window for this "+w.table.Operation+" has passed", false, *sent)
 	}
 
 	callCtx, cancelCall := context.WithTimeout(ctx, w.t.CallTimeout)
@@ -196,7 +199,7 @@ func (w *Worker[A, Op, O]) attempt(ctx context.Context, job *river.Job[A], tenan
 	var handOver *HandOverError
 	if errors.As(err, &handOver) {
 		log.WarnContext(ctx, "handing the "+w.table.Operation+" to reconciliation", slog.String("reason", handOver.Reason))
-		return w.handOver(context.WithoutCancel(ctx), job, handOver.Reason, false)
+		return w.handOver(context.WithoutCancel(ctx), job, handOver.Reason, false, *sent)
 	}
 	if err != nil {
 		return err
@@ -206,13 +209,13 @@ func (w *Worker[A, Op, O]) attempt(ctx context.Context, job *river.Job[A], tenan
 	// the operation in flight with no job.
 	ctx, cancelRecord := context.WithTimeout(context.WithoutCancel(ctx), w.t.RecordTimeout)
 	defer cancelRecord()
-	return w.record(ctx, job, id, op, out, age, log)
+	return w.record(ctx, job, id, op, out, age, *sent, log)
 }
 
 // record acts on the provider's answer: records it if final, notes it and
 // polls if pending, hands the operation over if only a look-up can tell,
 // and fails the attempt (retried with the same key) if it proves nothing.
-func (w *Worker[A, Op, O]) record(ctx context.Context, job *river.Job[A], id string, op Op, out O, age time.Duration, log *slog.Logger) error {
+func (w *Worker[A, Op, O]) record(ctx context.Context, job *river.Job[A], id string, op Op, out O, age time.Duration, sent SentClock, log *slog.Logger) error {
 	j := out.Judge()
 	log = log.With(slog.String(w.table.ProviderIDLog, j.ObjectID), slog.String("outcome", j.Kind.String()))
 
@@ -240,18 +243,18 @@ func (w *Worker[A, Op, O]) record(ctx context.Context, job *river.Job[A], id str
 			}
 		}
 		log.WarnContext(ctx, w.table.Operation+" still pending at the provider; giving up polling", slog.String("provider_status", j.State))
-		return w.handOver(ctx, job, "the "+w.table.Operation+" stayed "+j.State+" at the provider", false)
+		return w.handOver(ctx, job, "the "+w.table.Operation+" stayed "+j.State+" at the provider", false, sent)
 	case j.Kind == provider.KeyConflict:
 		// The key is derived from the request (RequestRef), so another
 		// request under it is this one's earlier life, whose rows a restore
 		// or a failover lost (its id, in the metadata, differed): only a
 		// look-up by the ref finds its object, which the operation adopts.
 		log.WarnContext(ctx, "the provider holds an earlier request under this "+w.table.Operation+"'s key; looking its object up to adopt it", slog.Any("error", j.Err))
-		return w.handOver(ctx, job, "the provider holds an earlier request under this "+w.table.Operation+"'s key (its rows were lost?)", true)
+		return w.handOver(ctx, job, "the provider holds an earlier request under this "+w.table.Operation+"'s key (its rows were lost?)", true, sent)
 	}
 	if j.Replayed && j.HTTPStatus >= 500 {
 		log.WarnContext(ctx, "provider replays a stored error for this key; looking the "+w.table.Operation+" up instead", slog.Int("http_status", j.HTTPStatus))
-		return w.handOver(ctx, job, fmt.Sprintf("the provider answers this %s's key with a stored %d error", w.table.Operation, j.HTTPStatus), true)
+		return w.handOver(ctx, job, fmt.Sprintf("the provider answers this %s's key with a stored %d error", w.table.Operation, j.HTTPStatus), true, sent)
 	}
 	return w.undetermined(ctx, id, j, log)
 }
@@ -276,8 +279,8 @@ func (w *Worker[A, Op, O]) recordFinal(ctx context.Context, job *river.Job[A], o
 
 // handOver gives the job's operation (if still in flight) to the
 // reconciler, its key unknown, and completes the job, in one transaction;
-// keySpent as Table.HandOver's.
-func (w *Worker[A, Op, O]) handOver(ctx context.Context, job *river.Job[A], reason string, keySpent bool) error {
+// keySpent and sent as Table.HandOver's.
+func (w *Worker[A, Op, O]) handOver(ctx context.Context, job *river.Job[A], reason string, keySpent bool, sent SentClock) error {
 	tenantID, id := job.Args.Of()
 	return postgres.InTx(ctx, w.pool, func(tx pgx.Tx) error {
 		if err := w.kind.Lock(ctx, tx, tenantID, id); err != nil {
@@ -287,7 +290,7 @@ func (w *Worker[A, Op, O]) handOver(ctx context.Context, job *river.Job[A], reas
 		if err != nil {
 			return err
 		}
-		if err := w.table.HandOver(ctx, tx, w.keys, w.kind.Entry(op), reason, keySpent); err != nil {
+		if err := w.table.HandOver(ctx, tx, w.keys, w.kind.Entry(op), reason, keySpent, sent); err != nil {
 			return err
 		}
 		return CompleteJob(ctx, tx, job)

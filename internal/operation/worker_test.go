@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river/rivertest"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncepay/oncepay/internal/id"
@@ -259,6 +260,58 @@ func TestWorkerHandsOverOnItsLastAttempt(t *testing.T) {
 	require.Zero(t, b.provider.objectCount())
 }
 
+// TestAHandOverWritesBackALostAttemptClock: a failover onto an
+// asynchronous standby can lose the commit of an attempt's clock while the
+// call it guarded reaches the provider. The worker that stamped the clock
+// writes it again when it hands the widget over in that attempt, so the
+// reconciler looks the widget up and settles it from what the call made,
+// rather than fail as never sent a widget the provider carried out.
+func TestAHandOverWritesBackALostAttemptClock(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		// order makes the widget whose one attempt hands it over.
+		order  func(b *bench, t *testing.T) Widget
+		reason string
+	}{
+		{name: "LastAttemptFailed", order: func(b *bench, t *testing.T) Widget {
+			w := b.newWidget(t, answerLost())
+			b.exec(t, `UPDATE river_job SET max_attempts = 1 WHERE id = $1`, b.lastJob(t, w).ID)
+			return w
+		}, reason: "the widget job's last attempt failed"},
+		{name: "KeyConflict", order: func(b *bench, t *testing.T) Widget {
+			w, _ := b.orderAfterALostLife(t)
+			return w
+		}, reason: "earlier request"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := newBench(t)
+			b.provider.meanwhile = func(metadata map[string]string) {
+				// The promoted standby never had the stamp's commit.
+				_, err := b.pool.Exec(context.WithoutCancel(b.ctx), `UPDATE widgets SET first_provider_attempt_at = NULL,
+					last_provider_attempt_at = NULL, provider_attempt_deadline = NULL WHERE id = $1`, metadata["widget_id"])
+				assert.NoError(t, err)
+			}
+			w := tc.order(b, t)
+			b.startWorker(t, 4, false)
+			w = b.await(t, w, widgetInReconciliation)
+			w = b.requireHandedOver(t, w, tc.reason, tc.name == "KeyConflict")
+			require.NotNil(t, w.FirstProviderAttemptAt, "the hand-over wrote the attempt clock back")
+			var deadline *time.Time
+			require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT provider_attempt_deadline FROM widgets WHERE id = $1`, w.ID).Scan(&deadline))
+			require.NotNil(t, deadline, "and the bound of its call")
+			require.False(t, deadline.Before(*w.LastProviderAttemptAt))
+
+			res, err := b.reconciler(b.env.Reconcile).ReconcileNow(b.ctx, b.tenantID, w.ID)
+			require.NoError(t, err)
+			require.Equal(t, operation.ReconcileResult{Settled: 1}, res, "looked up, not failed as never sent")
+			w = b.requireRecorded(t, w, widgetSucceeded)
+			require.Equal(t, 1, b.provider.objectCount(), "one object for the widget")
+		})
+	}
+}
+
 // TestWorkerPollsAPendingWidget: a widget pending at the provider is
 // noted and read again, never sent again, until the provider settles it.
 func TestWorkerPollsAPendingWidget(t *testing.T) {
@@ -298,7 +351,7 @@ func TestWorkerLeavesWhatIsNotInFlight(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			return b.kind.table.HandOver(b.ctx, tx, b.keys, locked.Entry(), "handed over by another", false)
+			return b.kind.table.HandOver(b.ctx, tx, b.keys, locked.Entry(), "handed over by another", false, operation.SentClock{})
 		}))
 	}
 	b.startWorker(t, 4, false)
@@ -379,7 +432,7 @@ func TestAnAnswerOfAnotherGenerationOrObjectChangesNothing(t *testing.T) {
 	record(first, "wob_of_generation_1")
 	unchanged("an answer of generation 1")
 	require.NoError(t, postgres.InTx(b.ctx, b.pool, func(tx pgx.Tx) error {
-		return b.kind.table.HandOver(b.ctx, tx, b.keys, first.Entry(), "generation 1 gave up", false)
+		return b.kind.table.HandOver(b.ctx, tx, b.keys, first.Entry(), "generation 1 gave up", false, operation.SentClock{})
 	}))
 	unchanged("a hand-over of generation 1")
 
