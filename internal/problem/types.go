@@ -60,7 +60,8 @@ var (
 	RefundExceedsRemaining = Type{"refund-exceeds-remaining", "The refund exceeds what remains to be refunded", http.StatusConflict,
 		"The amount asked for is more than the payment's amount less its refunds that succeeded, are pending or are being reconciled; " +
 			"remaining names what can still be refunded. Nothing was stored under the Idempotency-Key: if a pending refund fails, the " +
-			"same request with the same key may succeed later. Ask for at most remaining (or leave amount out to refund all of it)."}
+			"same request with the same key may succeed later; when refunds still in flight hold what is missing, in_flight says how " +
+			"much and Retry-After when to ask again. Ask for at most remaining (or leave amount out to refund all of it)."}
 	RefundFailed = Type{"refund-failed", "The refund failed", http.StatusUnprocessableEntity,
 		"The payment provider did not return the money (for example the card was closed, or the provider refused the request); " +
 			"failure_code says why. The refund is failed and its amount counts as refundable again. To try again, create a new " +

@@ -183,6 +183,41 @@ func TestConcurrentDuplicateIs409(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, b.api.Refund(t, p.ID, key, `{"amount": 100}`).Status)
 }
 
+// TestAmountHeldByRefundsInFlight: a refund that would fit but for refunds
+// still in flight is refused with what they hold and a Retry-After (one of
+// them may fail); once none is in flight, the refusal is final and says
+// nothing of retrying.
+func TestAmountHeldByRefundsInFlight(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{deferWorker: true})
+	p := b.succeededPayment(2000)
+	pending := b.api.Refund(t, p.ID, id.New("key"), `{"amount": 1000}`)
+	require.Equal(t, http.StatusAccepted, pending.Status, pending.Raw)
+
+	key := id.New("key")
+	held := b.api.Refund(t, p.ID, key, `{"amount": 1500}`)
+	require.Equal(t, http.StatusConflict, held.Status, held.Raw)
+	require.Equal(t, problem.RefundExceedsRemaining.URI(), held.Body["type"])
+	require.EqualValues(t, 1000, held.Body["remaining"])
+	require.EqualValues(t, 1000, held.Body["in_flight"])
+	require.Equal(t, "5", held.Header.Get("Retry-After"))
+	require.Contains(t, held.Body["detail"], "Refunds still in flight hold 1000 usd")
+
+	beyond := b.api.Refund(t, p.ID, id.New("key"), `{"amount": 2500}`)
+	require.Equal(t, http.StatusConflict, beyond.Status, beyond.Raw)
+	require.Nil(t, beyond.Body["in_flight"], "more than the payment, whatever fails")
+	require.Empty(t, beyond.Header.Get("Retry-After"))
+
+	b.startWorker()
+	require.Eventually(t, func() bool { return b.payment(p.ID).AmountRefunded == 1000 }, 30*time.Second, 20*time.Millisecond)
+	final := b.api.Refund(t, p.ID, key, `{"amount": 1500}`)
+	require.Equal(t, http.StatusConflict, final.Status, final.Raw)
+	require.EqualValues(t, 1000, final.Body["remaining"])
+	require.Nil(t, final.Body["in_flight"], "the refund in flight succeeded: nothing is held any more")
+	require.Empty(t, final.Header.Get("Retry-After"))
+	require.NotContains(t, final.Body["detail"], "retry")
+}
+
 // TestNotRefundable: a payment that has not succeeded is 409, stored
 // nowhere, so the same request with the same key works once it has.
 func TestNotRefundable(t *testing.T) {

@@ -128,17 +128,23 @@ func insert(ctx context.Context, tx pgx.Tx, r Refund) (Refund, error) {
 	return operation.CollectOne[Refund](rows, err, "insert refund", ErrNotFound)
 }
 
-// committedAmount sums the payment's refunds that may have given money
-// back or still may (liveStatuses), leaving out except (a refund being
-// resumed). It must run after the payment's row lock was taken, as a
-// statement of its own: under read committed it then sees every refund the
-// previous holder of the lock committed.
-func committedAmount(ctx context.Context, tx pgx.Tx, paymentID, except string) (int64, error) {
-	var sum int64
-	err := tx.QueryRow(ctx, `SELECT coalesce(sum(amount), 0)::bigint FROM refunds WHERE payment_id = $1 AND status = ANY($2) AND id <> $3`,
-		paymentID, liveStatuses, except).Scan(&sum)
+// amountHeld is what a payment's refunds hold of its amount: total, those
+// that may have given money back or still may (liveStatuses), of which
+// inFlight have no final answer yet.
+type amountHeld struct{ total, inFlight int64 }
+
+// committedAmount sums the payment's refunds that hold its amount, leaving
+// out except (a refund being resumed). It must run after the payment's row
+// lock was taken, as a statement of its own: under read committed it then
+// sees every refund the previous holder of the lock committed.
+func committedAmount(ctx context.Context, tx pgx.Tx, paymentID, except string) (amountHeld, error) {
+	var c amountHeld
+	err := tx.QueryRow(ctx, `
+		SELECT coalesce(sum(amount), 0)::bigint, coalesce(sum(amount) FILTER (WHERE status <> $4), 0)::bigint
+		FROM refunds WHERE payment_id = $1 AND status = ANY($2) AND id <> $3`,
+		paymentID, liveStatuses, except, string(StatusSucceeded)).Scan(&c.total, &c.inFlight)
 	if err != nil {
-		return 0, fmt.Errorf("sum refunds: %w", err)
+		return c, fmt.Errorf("sum refunds: %w", err)
 	}
-	return sum, nil
+	return c, nil
 }

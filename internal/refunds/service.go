@@ -73,14 +73,14 @@ func (s service) create(ctx context.Context, tx pgx.Tx, attempt idempotency.Atte
 	if err != nil {
 		return idempotency.Outcome{}, err
 	}
-	committed, err := committedAmount(ctx, tx, p.ID, except)
+	held, err := committedAmount(ctx, tx, p.ID, except)
 	if err != nil {
 		return idempotency.Outcome{}, err
 	}
-	remaining := p.AmountCaptured - committed
+	remaining := p.AmountCaptured - held.total
 	amount := cmp.Or(r.Amount, req.Amount, remaining)
 	if remaining <= 0 || amount > remaining {
-		return idempotency.Outcome{}, exceedsRemaining(p, amount, remaining)
+		return idempotency.Outcome{}, exceedsRemaining(p, amount, remaining, held.inFlight)
 	}
 	if except != "" {
 		r, err = rs.Resume(ctx, tx, r)
@@ -115,15 +115,30 @@ func lockRefundable(ctx context.Context, tx pgx.Tx, tenantID, paymentID string) 
 	return p, pe
 }
 
-func exceedsRemaining(p payments.Payment, amount, remaining int64) *problem.Error {
+// exceedsRemaining refuses amount. When it would fit but for refunds still
+// in flight (inFlight of the amount), the refusal may not last: one of them
+// can fail (the provider refuses it, or finds the money already given back
+// by a refund whose rows a failover lost, which this request may be the
+// retry of), and the answer says so with a Retry-After.
+func exceedsRemaining(p payments.Payment, amount, remaining, inFlight int64) *problem.Error {
 	remaining = max(remaining, 0)
 	pe := problem.New(problem.RefundExceedsRemaining, "Payment %s has %d %s left to refund; %d was asked for.", p.ID, remaining, p.Currency, amount)
 	if remaining == 0 {
 		pe.Detail = fmt.Sprintf("Payment %s has nothing left to refund: its refunds are succeeded, pending or being reconciled.", p.ID)
 	}
 	pe.Extensions = map[string]any{"payment_id": p.ID, "remaining": remaining, "currency": p.Currency}
+	if inFlight > 0 && amount <= remaining+inFlight {
+		pe.Detail += fmt.Sprintf(" Refunds still in flight hold %d %s of it: if one fails, the same request with the same "+
+			"Idempotency-Key may succeed; retry after Retry-After.", inFlight, p.Currency)
+		pe.Extensions["in_flight"] = inFlight
+		pe.RetryAfter = inFlightRetryAfter
+	}
 	return pe
 }
+
+// inFlightRetryAfter is when a refund refused for the amount that refunds
+// in flight hold is worth asking again: about when a refund settles.
+const inFlightRetryAfter = 5 * time.Second
 
 // finalize adds a succeeded refund to its payment's amount_refunded, and
 // returns what a retry of the client's POST replays from then on: 201 with

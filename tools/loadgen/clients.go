@@ -300,14 +300,17 @@ func (r *run) payOut(ctx context.Context, client *http.Client, tenant int) {
 
 // retryable says whether a client retries the answer with the same key: a
 // 409 only while the key or the payment is busy, not when the operation was
-// refused (a refund of a payment not refundable, or beyond what is left).
+// refused (a refund of a payment not refundable, or beyond what is left,
+// unless refunds in flight hold what is missing).
 func retryable(a answer) bool {
 	if a.Status == http.StatusConflict {
 		switch a.Problem {
 		case "idempotency-key-in-use", "idempotency-outcome-unknown", "payment-busy":
 			return true
 		}
-		return false
+		// A refund refused for what refunds in flight hold may fit once one
+		// fails: the answer says so with Retry-After.
+		return a.Problem == "refund-exceeds-remaining" && a.RetryAfter > 0
 	}
 	return a.Status == 0 || a.Status == http.StatusTooManyRequests || a.Status >= 500
 }
