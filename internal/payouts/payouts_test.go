@@ -15,6 +15,7 @@ import (
 	"github.com/oncepay/oncepay/internal/provider"
 	"github.com/oncepay/oncepay/internal/tenant"
 	"github.com/oncepay/oncepay/internal/testkit/apitest"
+	"github.com/oncepay/oncepay/internal/testkit/kindtest"
 	"github.com/oncepay/oncepay/internal/testkit/stacktest"
 	"github.com/oncepay/oncepay/tools/stripesim"
 )
@@ -127,6 +128,21 @@ func TestPayoutIsMadeOnceAndSettlesThroughItsEvents(t *testing.T) {
 	require.Len(t, b.providerPayouts(t, payoutID), 1)
 }
 
+// TestPayoutsKeepTheKindsPromises runs the proofs every kind owes.
+func TestPayoutsKeepTheKindsPromises(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 100*time.Millisecond)
+	kindtest.Run(t, b.Stack, kindtest.Case{
+		Kind: "payout", Path: "/v1/payouts",
+		Body: `{"amount": 1000, "currency": "usd"}`, Other: `{"amount": 1001, "currency": "usd"}`,
+		ProviderCall: "POST /v1/payouts", Object: "payout", Made: []string{"pending", "in_transit", "paid"},
+		Prepare: func(t *testing.T, _ *stacktest.Stack) string {
+			b.fund(t, "1000")
+			return ""
+		},
+	})
+}
+
 // TestPayoutNeedsAConnectedAccount: the platform's balance is not a
 // tenant's: without an account of its own a payout is 403, stored nowhere.
 func TestPayoutNeedsAConnectedAccount(t *testing.T) {
@@ -177,33 +193,6 @@ func TestPayoutReturnedByTheBankFails(t *testing.T) {
 	require.Equal(t, "account_closed", failed.Body["failure_code"])
 	again := b.payOut(t, id.New("key"), `{"amount": 2013, "currency": "usd"}`)
 	require.Equal(t, http.StatusCreated, again.Status, "the failed payout's money is back: %s", again.Raw)
-}
-
-// TestPayoutWhoseAnswerIsLostIsReconciled: the provider makes the payout
-// and answers 500, stored under the key and replayed to every retry: the
-// worker hands it to the reconciler, which finds the one payout by its
-// metadata and records it. Exactly one payout, and the key completes.
-func TestPayoutWhoseAnswerIsLostIsReconciled(t *testing.T) {
-	t.Parallel()
-	b := setup(t, 300*time.Millisecond)
-	b.fund(t, "4000")
-	require.NoError(t, b.Sim.InjectFault(b.Ctx, stripesim.Fault{Mode: stripesim.FaultErrorAfter, Path: "POST /v1/payouts", Count: 1}))
-	key := id.New("key")
-	accepted := b.API.Post(t, "/v1/payouts", key, `{"amount": 4000, "currency": "usd"}`)
-	require.Equal(t, http.StatusAccepted, accepted.Status, accepted.Raw)
-	payoutID := accepted.Body["id"].(string)
-	b.waitStatus(t, payoutID, payouts.StatusPaid)
-	require.Len(t, b.providerPayouts(t, payoutID), 1)
-	// The provider stored its 500 under the key: the worker learned nothing
-	// from retrying, and the reconciler found the payout by its metadata.
-	l, err := b.Sim.Ledger(b.Ctx)
-	require.NoError(t, err)
-	stats, ok := l.Key(operation.RefKey(b.refOf(t, payoutID), 1))
-	require.True(t, ok)
-	require.Equal(t, http.StatusInternalServerError, stats.Status)
-	require.Equal(t, 1, stats.Executions)
-	replayed := b.payOut(t, key, `{"amount": 4000, "currency": "usd"}`)
-	require.Equal(t, http.StatusCreated, replayed.Status, replayed.Raw)
 }
 
 // TestPendingPayoutCancels: a pending payout is canceled at the provider
