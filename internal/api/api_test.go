@@ -14,6 +14,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -29,6 +30,7 @@ import (
 	"github.com/oncepay/oncepay/internal/api"
 	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/kinds"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
@@ -36,6 +38,7 @@ import (
 	"github.com/oncepay/oncepay/internal/refunds"
 	"github.com/oncepay/oncepay/internal/tenant"
 	"github.com/oncepay/oncepay/internal/testkit/pgtest"
+	"github.com/oncepay/oncepay/internal/webhooks"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -709,15 +712,79 @@ func TestDocsAndHealth(t *testing.T) {
 	for _, s := range []string{"<code>Idempotency-Key</code>", "<code>amount</code>", "<code>capture_method</code>", "<code>422</code>"} {
 		require.Contains(t, ref, s)
 	}
-	// A parameter or answer the document shares is shown as itself (a
-	// POST's key is required, with its rules), and its markdown is
-	// rendered, never shown raw.
-	require.Regexp(t, `<tr><td><code>Idempotency-Key</code></td><td>header</td><td>yes</td><td>Names the operation`, ref)
-	require.NotContains(t, ref, "**")
-	require.NotContains(t, ref, "`")
 	require.NotContains(t, ref, "see Unauthorized")
-	require.Contains(t, ref, "<strong>202</strong>")
 	requireProblem(t, b.do(http.MethodDelete, "/v1/payments", b.tenant.APIKey, nil, ""), problem.MethodNotAllowed)
+}
+
+// TestReferenceShowsEveryPOSTsKey reads the API reference as a browser gets
+// it: every POST that takes an Idempotency-Key (every one the API refuses
+// without one) shows it as required, with the document's description of
+// it, and no description's markdown is left raw.
+func TestReferenceShowsEveryPOSTsKey(t *testing.T) {
+	t.Parallel()
+	server := httptest.NewServer(api.NewHandler(api.Deps{Keys: idempotency.NewStore(idempotency.Config{}),
+		Kinds: kinds.All(), Webhooks: &webhooks.Handler{}, Logger: slog.New(slog.DiscardHandler)}))
+	t.Cleanup(server.Close)
+	resp, err := server.Client().Get(server.URL + api.ReferencePath)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	page, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	ref := string(page)
+
+	var spec struct {
+		Paths      map[string]map[string]any
+		Components struct {
+			Parameters map[string]struct{ Description string }
+		}
+	}
+	require.NoError(t, yaml.Unmarshal(apispec.OpenAPI(), &spec))
+	// What a reader sees of the document's description: its text, the
+	// markdown's backticks rendered as code.
+	want := textOf(strings.ReplaceAll(spec.Components.Parameters["IdempotencyKey"].Description, "`", ""))
+	require.NotEmpty(t, want)
+	keyRow := regexp.MustCompile(`(?s)<tr><td><code>` + idempotency.HeaderName + `</code></td><td>(.*?)</td><td>(.*?)</td><td>(.*?)</td></tr>`)
+	keyed := 0
+	for path, methods := range spec.Paths {
+		if _, ok := methods["post"]; !ok {
+			continue
+		}
+		section := referenceSection(ref, "POST "+path)
+		require.NotEmpty(t, section, "the reference has no POST %s", path)
+		row := keyRow.FindStringSubmatch(section)
+		if _, exempt := keyExempt["POST "+path]; exempt {
+			require.Nil(t, row, "POST %s takes no %s", path, idempotency.HeaderName)
+			continue
+		}
+		require.NotNil(t, row, "POST %s shows no %s", path, idempotency.HeaderName)
+		require.Equal(t, []string{"header", "yes"}, row[1:3], "POST %s: %s's place and whether it is required", path, idempotency.HeaderName)
+		require.Equal(t, want, textOf(row[3]), "POST %s: %s's description", path, idempotency.HeaderName)
+		require.Contains(t, row[3], "<code>", "POST %s: the description's code is rendered", path)
+		keyed++
+	}
+	require.GreaterOrEqual(t, keyed, 6, "the keyed POSTs were found")
+	for _, raw := range []string{"**", "`", "]("} {
+		require.NotContains(t, ref, raw, "markdown left raw")
+	}
+	require.Contains(t, ref, "<strong>202</strong>")
+}
+
+// referenceSection is the reference's section on route ("POST /v1/payouts"):
+// its heading up to the next one.
+func referenceSection(page, route string) string {
+	_, rest, ok := strings.Cut(page, "<code>"+template.HTMLEscapeString(route)+"</code></h2>")
+	if !ok {
+		return ""
+	}
+	section, _, _ := strings.Cut(rest, "<h2")
+	return section
+}
+
+// textOf is what a reader reads of an HTML fragment: its text, unescaped,
+// with its white space collapsed.
+func textOf(fragment string) string {
+	return strings.Join(strings.Fields(html.UnescapeString(regexp.MustCompile(`<[^>]*>`).ReplaceAllString(fragment, ""))), " ")
 }
 
 // TestConnectionLostMidRequestIs503 terminates the database backend of a
