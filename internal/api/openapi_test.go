@@ -3,6 +3,7 @@ package api_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -311,7 +312,32 @@ func (s *spec) check(req *http.Request, reqBody []byte, resp *http.Response, res
 	if req.Method == http.MethodHead && len(respBody) > 0 {
 		respErrs = append(respErrs, errors.New("a HEAD answer has a body"))
 	}
+	// An answer that refuses a request for its key says the key is
+	// required: a document that does not say so makes clients that send
+	// none, and every one of their requests is refused.
+	if refusesKey(resp, respBody) && !requiresKey(route.Operation) {
+		respErrs = append(respErrs, fmt.Errorf("the API refuses the request for its %s, which the document does not require",
+			idempotency.HeaderName))
+	}
 	return ex, respErrs
+}
+
+// requiresKey says whether the document requires op's requests to carry an
+// Idempotency-Key.
+func requiresKey(op *openapi3.Operation) bool {
+	p := op.Parameters.GetByInAndName(openapi3.ParameterInHeader, idempotency.HeaderName)
+	return p != nil && p.Required
+}
+
+// refusesKey says whether resp refuses its request for its Idempotency-Key
+// (none, or a malformed one).
+func refusesKey(resp *http.Response, body []byte) bool {
+	if resp.StatusCode != http.StatusBadRequest || resp.Header.Get("Content-Type") != problem.ContentType {
+		return false
+	}
+	var doc struct{ Type string }
+	_ = json.Unmarshal(body, &doc)
+	return doc.Type == problem.MissingIdempotencyKey.URI() || doc.Type == problem.InvalidIdempotencyKey.URI()
 }
 
 // checkResponse validates a response with kin-openapi, then checks what it
