@@ -3,7 +3,6 @@ package api_test
 import (
 	"encoding/json"
 	"fmt"
-	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -26,8 +25,9 @@ import (
 // TestOpenAPIResponses does not (a payment's refunds, payouts and their
 // cancel, the provider's events) on the whole service, with its worker
 // and the simulator's events, through the checker that validates every
-// request and answer against api/openapi.yaml. In the end every operation
-// the document declares has been exercised by one of the two tests.
+// request and answer against api/openapi.yaml. In the end every answer the
+// document declares (but those unprovoked excuses) has been given in one of
+// the two tests.
 func TestOpenAPIResponsesOfRefundsPayoutsAndEvents(t *testing.T) {
 	t.Parallel()
 	s := loadSpec(t)
@@ -163,64 +163,22 @@ func TestOpenAPIResponsesOfRefundsPayoutsAndEvents(t *testing.T) {
 	requireMembersInOrder(t, s, "Refund", c.send(true, http.StatusOK, http.MethodGet, "/v1/refunds/"+refundID, "").body)
 	requireMembersInOrder(t, s, "Payout", c.send(true, http.StatusOK, http.MethodGet, "/v1/payouts/"+payoutID, "").body)
 
-	covered := requireEveryStatusExercised(t, s, chk, pathsOfRefundsPayoutsAndEvents,
-		[]string{"201", "202", "200", "400", "404", "409", "422"})
-	t.Logf("%d operations and statuses exercised here", covered)
-}
+	// The body is read, up to its limit, before its signature is checked.
+	requireSpecProblem(t, c.send(true, http.StatusRequestEntityTooLarge, http.MethodPost, "/v1/webhooks/stripe",
+		`{"id": "evt_x", "type": "`+strings.Repeat("x", 600<<10)+`"}`, "Authorization", "", "Stripe-Signature", "t=1,v1=00"), problem.RequestTooLarge)
 
-// The paths of api/openapi.yaml each live-response test answers for: the
-// two together are every path the document declares.
-var (
-	pathsOfPayments = []string{"/v1/payments", "/v1/payments/{id}", "/v1/payments/{id}/capture", "/v1/payments/{id}/cancel",
-		"/healthz", "/readyz", "/", "/docs", "/docs/api", "/docs/idempotency", "/docs/problems", "/docs/problems/",
-		"/docs/problems/{slug}", "/openapi.yaml"}
-	pathsOfRefundsPayoutsAndEvents = []string{"/v1/payments/{id}/refunds", "/v1/refunds/{id}", "/v1/payouts", "/v1/payouts/{id}",
-		"/v1/payouts/{id}/cancel", "/v1/webhooks/stripe"}
-)
+	// What every route taking an API key answers alike; the events' answer
+	// while the database is unreachable.
+	ids := map[string]string{"/v1/payments/{id}/refunds": paid, "/v1/refunds/{id}": refundID, "/v1/payouts/{id}": payoutID,
+		"/v1/payouts/{id}/cancel": payoutID}
+	keyedPaths := slices.DeleteFunc(slices.Clone(pathsOfRefundsPayoutsAndEvents), func(p string) bool { return p == "/v1/webhooks/stripe" })
+	provokeSharedAnswers(t, c, s, stack.Pool, keyedPaths, func(path string) string { return pathExample(path, ids[path]) })
+	down := &specClient{t: t, srv: apitest.StartAs(t, unreachablePool(t), stack.API.Tenant), client: c.client}
+	requireSpecProblem(t, down.send(true, http.StatusServiceUnavailable, http.MethodPost, "/v1/webhooks/stripe", event, "Authorization", "",
+		"Stripe-Signature", signed.Header), problem.ServiceUnavailable)
 
-// TestOpenAPIResponseTestsCoverEveryPath: no path of the document is left
-// out of both live-response tests.
-func TestOpenAPIResponseTestsCoverEveryPath(t *testing.T) {
-	t.Parallel()
-	declared := slices.Sorted(maps.Keys(loadSpec(t).doc.Paths.Map()))
-	covered := slices.Sorted(slices.Values(append(slices.Clone(pathsOfPayments), pathsOfRefundsPayoutsAndEvents...)))
-	require.Equal(t, declared, covered)
-}
-
-// requireEveryStatusExercised requires every operation the document
-// declares on paths to have been exercised, and each of them with every
-// status of statuses it documents; it returns how many operations and
-// statuses were.
-func requireEveryStatusExercised(t *testing.T, s *spec, chk *checker, paths, statuses []string) int {
-	t.Helper()
-	chk.mu.Lock()
-	defer chk.mu.Unlock()
-	covered := 0
-	var missed []string
-	for path, item := range s.doc.Paths.Map() {
-		if !slices.Contains(paths, path) {
-			continue
-		}
-		for method, op := range item.Operations() {
-			any := false
-			for code := range op.Responses.Map() {
-				r := fmt.Sprintf("%s %s %s", method, path, code)
-				switch {
-				case chk.seen[r]:
-					any = true
-					covered++
-				case slices.Contains(statuses, code):
-					missed = append(missed, r)
-				}
-			}
-			if !any {
-				missed = append(missed, method+" "+path)
-			}
-		}
-	}
-	slices.Sort(missed)
-	require.Empty(t, missed, "declared by api/openapi.yaml, never answered here")
-	return covered
+	covered := requireEveryAnswerExercised(t, s, chk, pathsOfRefundsPayoutsAndEvents)
+	t.Logf("%d operations and answers exercised here", covered)
 }
 
 // requireMembersInOrder requires body's members in the order the

@@ -28,6 +28,7 @@ import (
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/problem"
 	"github.com/oncepay/oncepay/internal/provider"
+	"github.com/oncepay/oncepay/internal/tenant"
 	"github.com/oncepay/oncepay/internal/testkit/apitest"
 	"github.com/oncepay/oncepay/internal/testkit/pgtest"
 	"github.com/oncepay/oncepay/tools/stripesim"
@@ -369,8 +370,22 @@ func TestOpenAPIResponses(t *testing.T) {
 	requireSpecProblem(t, c.send(true, http.StatusNotFound, http.MethodPost, "/v1/payments/"+id.New("pay")+"/cancel", `{}`,
 		idempotency.HeaderName, newKey()), problem.NotFound)
 
-	covered := requireEveryStatusExercised(t, s, chk, pathsOfPayments, []string{"200", "201", "202", "402", "404", "409", "422"})
-	t.Logf("%d operations and statuses exercised", covered)
+	requireSpecProblem(t, c.send(false, http.StatusBadRequest, http.MethodPost, "/v1/payments/"+held+"/cancel", `{"cancellation_reason": "because"}`,
+		idempotency.HeaderName, newKey()), problem.InvalidRequest)
+
+	// A customer is its first tenant's, among the tenants that share the
+	// platform's account (as this one does): another's payment with it is
+	// refused.
+	customer := `{"amount": 2000, "currency": "usd", "payment_method": "pm_card_visa", "customer": "` + id.New("cus") + `"}`
+	c.pay(true, http.StatusAccepted, newKey(), customer)
+	other, err := tenant.Create(ctx, pool, t.Name()+" another")
+	require.NoError(t, err)
+	otherClient := &specClient{t: t, srv: srv.As(other), client: c.client}
+	requireSpecProblem(t, otherClient.pay(true, http.StatusForbidden, newKey(), customer), problem.CustomerForbidden)
+
+	provokeSharedAnswers(t, c, s, pool, pathsOfPayments, func(path string) string { return pathExample(path, paymentID) })
+	covered := requireEveryAnswerExercised(t, s, chk, pathsOfPayments)
+	t.Logf("%d operations and answers exercised", covered)
 }
 
 // keyRequest is the idempotency request that POST /v1/payments with
