@@ -169,8 +169,13 @@ func (f *Failures) Failed(key string) {
 	}
 }
 
-// Window is how long a blocked key waits at most.
+// Window is how long a blocked key waits at most: its failures stop
+// counting once they fall out of the sliding window, and a blocked key
+// fails no more (it is not looked at).
 func (f *Failures) Window() time.Duration { return f.window }
+
+// Limit is how many failures within the window block a key.
+func (f *Failures) Limit() int { return f.limit }
 
 // headerSink is a ResponseWriter that keeps nothing.
 type headerSink struct{}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -155,7 +156,7 @@ func (a *Authenticator) Middleware(logger *slog.Logger) func(http.Handler) http.
 					a.onLimited()
 				}
 				respond.Problem(w, r, logger, &problem.Error{Type: problem.AuthenticationLocked, RetryAfter: a.failures.Window(),
-					Detail: "Too many requests from your address failed to authenticate; wait before trying again."})
+					Detail: lockedDetail(a.failures)})
 				return
 			}
 			tenantID, err := a.Authenticate(r.Context(), strings.TrimSpace(token))
@@ -172,6 +173,16 @@ func (a *Authenticator) Middleware(logger *slog.Logger) func(http.Handler) http.
 			next.ServeHTTP(w, r.WithContext(WithID(r.Context(), tenantID)))
 		})
 	}
+}
+
+// lockedDetail says what a locked-out address was refused, why, and when
+// the refusal lifts: at the latest once its failures left the window, the
+// Retry-After sent with it.
+func lockedDetail(f *ratelimit.Failures) string {
+	window := problem.RetryAfterValue(f.Window())
+	return strconv.Itoa(f.Limit()) + " requests from your address within " + window + " seconds presented an API key that " +
+		"is not valid, so every request from it is refused, whatever its key, for at most " + window + " seconds " +
+		"(Retry-After); nothing was done for this request."
 }
 
 // clientAddress is the address a request came from: the connection's
