@@ -7,7 +7,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -138,21 +140,37 @@ func TestOnlyKeyEndsTheKeysBefore(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
+	// keys are the tenant's keys as "api tenants list" shows them: each
+	// key's id and its state.
+	keys := func() map[string]string {
+		list := exec.Command(filepath.Join(root, "bin", "api"), "tenants", "list")
+		list.Env = append(os.Environ(), "DATABASE_URL="+dbURL)
+		out, err := list.CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		shown := map[string]string{}
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n")[1:] {
+			// TENANT NAME STRIPE-ACCOUNT CREATED(date time) KEY ISSUED(date time) STATE…
+			f := strings.Fields(line)
+			require.GreaterOrEqual(t, len(f), 9, line)
+			shown[f[5]] = strings.Join(f[8:], " ")
+		}
+		return shown
+	}
+	keyID := func(apiKey string) string { return strings.Split(apiKey, "_")[1] }
 	first, err := s.OnlyKey("local")
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, status(first.APIKey))
 	// A tenant made for the stack has the one key printed: none made and
-	// ended unseen (api tenants list would show it "expired").
-	conn, err := pgx.Connect(context.Background(), dbURL)
-	require.NoError(t, err)
-	defer conn.Close(context.Background())
-	var keys int
-	require.NoError(t, conn.QueryRow(context.Background(), `SELECT count(*) FROM api_keys WHERE tenant_id = $1`, first.TenantID).Scan(&keys))
-	require.Equal(t, 1, keys)
+	// ended unseen, shown "expired" a second after its issue.
+	require.Equal(t, map[string]string{keyID(first.APIKey): "active"}, keys())
 	second, err := s.OnlyKey("local")
 	require.NoError(t, err)
 	require.Equal(t, first.TenantID, second.TenantID)
 	require.Equal(t, http.StatusOK, status(second.APIKey))
+	shown := keys()
+	require.Len(t, shown, 2, "the keys printed, and no other: %v", shown)
+	require.Equal(t, "active", shown[keyID(second.APIKey)])
+	require.True(t, strings.HasPrefix(shown[keyID(first.APIKey)], "expired "), shown)
 	require.Eventually(t, func() bool { return status(first.APIKey) == http.StatusUnauthorized }, 10*time.Second, 100*time.Millisecond,
 		"the key printed before has ended (the API caches a valid key for a moment)")
 }
