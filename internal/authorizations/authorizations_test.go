@@ -163,6 +163,50 @@ func TestCapture(t *testing.T) {
 	}
 }
 
+// TestCaptureNamesItsOperation: a capture's answer names the capture
+// (Operation-Id, cap_…, the id api operations show and api reconcile
+// take), and its key replays the answer as it was stored: the same id and
+// the same body; an answer stored without the id (before oncepay sent it)
+// is replayed as it was, still without it.
+func TestCaptureNamesItsOperation(t *testing.T) {
+	t.Parallel()
+	b := setup(t, true)
+	b.start()
+	p := b.authorized()
+	require.NoError(t, b.client.Stop(b.ctx)) // the capture waits, its 202 stored under its key
+	key := id.New("key")
+	path := "/v1/payments/" + p.ID + "/capture"
+	accepted := b.api.Post(t, path, key, `{}`)
+	require.Equal(t, http.StatusAccepted, accepted.Status, accepted.Raw)
+	captureID := accepted.Header.Get(authorizations.OperationIDHeader)
+	require.True(t, id.Valid("cap", captureID), captureID)
+	var paymentID string
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT payment_id FROM payment_actions WHERE id = $1`, captureID).Scan(&paymentID))
+	require.Equal(t, p.ID, paymentID)
+
+	replay := b.api.Post(t, path, key, `{}`)
+	require.Equal(t, "true", replay.Header.Get(idempotency.ReplayedHeader))
+	require.Equal(t, accepted.Status, replay.Status)
+	require.Equal(t, accepted.Raw, replay.Raw)
+	require.Equal(t, captureID, replay.Header.Get(authorizations.OperationIDHeader))
+
+	_, err := b.pool.Exec(b.ctx, `UPDATE idempotency_keys SET response_headers = response_headers - $3
+		WHERE tenant_id = $1 AND idempotency_key = $2`, b.api.Tenant.TenantID, key, authorizations.OperationIDHeader)
+	require.NoError(t, err)
+	stored := b.api.Post(t, path, key, `{}`)
+	require.Equal(t, accepted.Status, stored.Status)
+	require.Equal(t, accepted.Raw, stored.Raw)
+	require.Empty(t, stored.Header.Values(authorizations.OperationIDHeader), "an answer stored without the id keeps its shape")
+
+	require.NoError(t, b.client.Start(b.ctx))
+	b.waitPayment(p.ID, payments.StatusSucceeded)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		final := b.api.Post(t, path, key, `{}`)
+		assert.Equal(c, http.StatusOK, final.Status, final.Raw)
+		assert.Equal(c, captureID, final.Header.Get(authorizations.OperationIDHeader), "the final answer, stored now, names it")
+	}, 10*time.Second, 20*time.Millisecond)
+}
+
 // TestCancel: a cancel releases the authorization: 202, then 200 with the
 // payment canceled; a capture after it is refused and nothing is sent.
 func TestCancel(t *testing.T) {
