@@ -38,7 +38,7 @@ var (
 		"Request bodies are accepted only as they are: without a Content-Encoding header, or with Content-Encoding: identity. " +
 			"The Accept-Encoding response header says so. Send the JSON body uncompressed; nothing was done with this request."}
 	Unauthorized = Type{"unauthorized", "Missing or invalid API key", http.StatusUnauthorized,
-		"Authenticate with Authorization: Bearer <api key>. Keys are created with `oncepay tenants create` and shown only once."}
+		"Authenticate with Authorization: Bearer <api key>. Keys are created with `api tenants create` and shown only once."}
 	NotFound = Type{"not-found", "Not found", http.StatusNotFound,
 		"There is no such resource for your account."}
 	MethodNotAllowed = Type{"method-not-allowed", "Method not allowed", http.StatusMethodNotAllowed,
