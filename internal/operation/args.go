@@ -12,24 +12,24 @@ import (
 // Args are the job arguments of a kind K, which name its operation by
 // tenant and id: the engine's, so that a kind needs no type of its own.
 // Its River kind is K's name, and the id's argument "id", unless K names
-// them otherwise (JobNamed).
+// them otherwise (jobNamed).
 type Args[K Named] struct {
 	TenantID string
 	ID       string
 }
 
-// JobNamed is a kind whose job was named before the engine's Args: its
+// jobNamed is a kind whose job was named before the engine's Args: its
 // River kind and the argument that holds its operation's id, which jobs
 // already queued carry ("refund_payment", "refund_id"). Never rename
 // either while jobs may be queued.
-type JobNamed interface {
+type jobNamed interface {
 	Named
 	Job() (kind, idArg string)
 }
 
 func jobNames[K Named]() (kind, idArg string) {
 	var k K
-	if named, ok := any(k).(JobNamed); ok {
+	if named, ok := any(k).(jobNamed); ok {
 		return named.Job()
 	}
 	return k.Name(), "id"

@@ -41,7 +41,7 @@ func (l LastAttempt) Run(ctx context.Context, job *rivertype.JobRow, log *slog.L
 			err = fmt.Errorf("%s worker panicked: %v", l.Action, r)
 			log.ErrorContext(ctx, l.Action+" worker panicked", slog.Any("panic", r), slog.String("stack", string(debug.Stack())))
 		}
-		if err == nil || IsJobControl(err) {
+		if err == nil || isJobControl(err) {
 			return
 		}
 		log.ErrorContext(ctx, "last "+l.Action+" attempt failed; handing the "+l.Operation+" to reconciliation", slog.Any("error", err))
@@ -57,9 +57,9 @@ func (l LastAttempt) Run(ctx context.Context, job *rivertype.JobRow, log *slog.L
 	return attempt()
 }
 
-// IsJobControl reports whether err is River's snooze or cancel, which are
+// isJobControl reports whether err is River's snooze or cancel, which are
 // decisions, not failures.
-func IsJobControl(err error) bool {
+func isJobControl(err error) bool {
 	var snooze *river.JobSnoozeError
 	var cancel *river.JobCancelError
 	return errors.As(err, &snooze) || errors.As(err, &cancel)

@@ -8,14 +8,14 @@ import (
 
 // Attempts is the Attemptable of a kind that records its answers with
 // Rows.Record: its rows, its provider call and its verdict on an answer.
-type Attempts[Op Operation, O Answer] struct {
+type Attempts[Op operationRow, O providerAnswer] struct {
 	Rows[Op]
 	// Call calls the provider for op under its derived key, or reads the
 	// object an earlier attempt found (Attemptable.Send).
 	Call func(ctx context.Context, op Op) (O, error)
 	// Verdict is what a final answer makes of the operation, as locked.
 	Verdict func(out O) func(locked Op) (Verdict, error)
-	// Pending, if set, notes a pending provider object (PendingRecorder).
+	// Pending, if set, notes a pending provider object (pendingRecorder).
 	Pending func(ctx context.Context, db Querier, op Op, out O) error
 }
 

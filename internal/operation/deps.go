@@ -58,7 +58,7 @@ func (d Deps) Accepted(v any, location string) (idempotency.Response, error) {
 // Accept ends a kind's create under the client's key: it queues op's job
 // and answers 202 with view at location, the answer the key replays until
 // the job records the final one. what names the operation on the log line.
-func (d Deps) Accept(ctx context.Context, tx pgx.Tx, op Operation, what string, job river.JobArgs, view any, location string,
+func (d Deps) Accept(ctx context.Context, tx pgx.Tx, op operationRow, what string, job river.JobArgs, view any, location string,
 	resumed bool) (idempotency.Outcome, error) {
 	if _, err := d.Outbox.InsertTx(ctx, tx, job); err != nil {
 		return idempotency.Outcome{}, err

@@ -11,5 +11,5 @@
 //     looking it up at the provider, never by sending it again, and proves
 //     absence only once no request can still be in flight (Reconciler);
 //   - each runs as a periodic River job on the maintenance queue
-//     (MaintenanceInsertOpts, SweepWorker, ReconcileWorker).
+//     (MaintenanceInsertOpts, sweepWorker, reconcileWorker).
 package operation

@@ -10,7 +10,7 @@ import (
 // FollowUp is the worker of a kind's own job about one of its operations
 // (a payout's cancel), whose arguments are the engine's (Args[K]): it runs
 // Do on the operation as it is read, within the worker's job timeout.
-type FollowUp[K Named, Op Operation] struct {
+type FollowUp[K Named, Op operationRow] struct {
 	river.WorkerDefaults[Args[K]]
 	Env  Env
 	Rows Rows[Op]

@@ -23,7 +23,7 @@ import (
 
 // List page sizes, the same for every kind.
 const (
-	DefaultListLimit = 10
+	defaultListLimit = 10
 	MaxListLimit     = 100
 )
 
@@ -41,8 +41,8 @@ type Resource[T any] struct {
 	Timeout time.Duration
 }
 
-// Page is a page of objects, newest first.
-type Page[T any] struct {
+// listPage is a page of objects, newest first.
+type listPage[T any] struct {
 	Object  string `json:"object"`
 	Data    []T    `json:"data"`
 	HasMore bool   `json:"has_more"`
@@ -55,7 +55,7 @@ func (res Resource[T]) readContext(ctx context.Context) (context.Context, contex
 // HandleGet serves GET …/{id}; get reads a tenant's object.
 func (res Resource[T]) HandleGet(get func(ctx context.Context, tenantID, id string) (T, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if fields := QueryErrors(r); len(fields) > 0 {
+		if fields := queryErrors(r); len(fields) > 0 {
 			respond.Problem(w, r, res.Logger, &problem.Error{Type: problem.InvalidRequest, Detail: "Invalid query parameters.", Fields: fields})
 			return
 		}
@@ -85,8 +85,8 @@ func (res Resource[T]) HandleGet(get func(ctx context.Context, tenantID, id stri
 func (res Resource[T]) HandleList(list func(ctx context.Context, r *http.Request, tenantID, after string, n int) ([]T, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
-		fields := QueryErrors(r, "limit", "starting_after")
-		limit := DefaultListLimit
+		fields := queryErrors(r, "limit", "starting_after")
+		limit := defaultListLimit
 		if v := q.Get("limit"); v != "" {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 1 || n > MaxListLimit {
@@ -110,7 +110,7 @@ func (res Resource[T]) HandleList(list func(ctx context.Context, r *http.Request
 			respond.Problem(w, r, res.Logger, err)
 			return
 		}
-		page := Page[T]{Object: "list", Data: found, HasMore: len(found) > limit}
+		page := listPage[T]{Object: "list", Data: found, HasMore: len(found) > limit}
 		if page.HasMore {
 			page.Data = found[:limit]
 		}
@@ -121,11 +121,11 @@ func (res Resource[T]) HandleList(list func(ctx context.Context, r *http.Request
 	}
 }
 
-// QueryErrors holds the query string to the body's strictness: a parameter
+// queryErrors holds the query string to the body's strictness: a parameter
 // that is not one of known (a typo such as "limt" would otherwise be
 // silently ignored), one given twice, or a query that does not parse, is
 // an invalid field naming the parameter.
-func QueryErrors(r *http.Request, known ...string) []problem.FieldError {
+func queryErrors(r *http.Request, known ...string) []problem.FieldError {
 	q, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
 		return []problem.FieldError{{Field: "query", Detail: "is not a valid query string: " + err.Error()}}

@@ -23,11 +23,11 @@ type Job struct {
 	ScheduledAt time.Time  `db:"scheduled_at" json:"scheduled_at"`
 	AttemptedAt *time.Time `db:"attempted_at" json:"attempted_at"`
 	FinalizedAt *time.Time `db:"finalized_at" json:"finalized_at"`
-	Errors      []JobError `db:"errors" json:"errors"`
+	Errors      []jobError `db:"errors" json:"errors"`
 }
 
-// JobError is one failed attempt of a job, as River recorded it.
-type JobError struct {
+// jobError is one failed attempt of a job, as River recorded it.
+type jobError struct {
 	At      time.Time `json:"at"`
 	Attempt int       `json:"attempt"`
 	Error   string    `json:"error"`

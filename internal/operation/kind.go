@@ -61,7 +61,7 @@ type Kind interface {
 	// (SettleEvent); the webhook endpoint stores them with a job, unless
 	// the kind's EventShortcuts (nil if none) say it needs none.
 	EventTypes() []string
-	EventShortcuts() EventShortcuts
+	EventShortcuts() eventShortcuts
 	// SettleEvent reads the event's object from the provider and records
 	// what it proves; result names what it did ("settled", "unchanged",
 	// "not_ours").
@@ -93,12 +93,12 @@ func Changed(changed bool) string {
 	return Unchanged
 }
 
-// EventShortcuts is what a kind whose events mostly tell what it records
+// eventShortcuts is what a kind whose events mostly tell what it records
 // already (a payment's intent events, sent as its charge is answered)
 // offers the webhooks, as SQL conditions over its own tables: an event
 // stored Told needs no job (Unchanged), and one stored Awaited waits for
 // the kind to record its own answer first, which a sweep then compares.
-type EventShortcuts interface {
+type eventShortcuts interface {
 	// Told is the condition that the event (its type, object id and
 	// account, as SQL expressions) tells only what the kind records.
 	Told(eventType, objectID, account string) string
@@ -133,7 +133,7 @@ func (ks Kinds) WithoutEventShortcuts() Kinds {
 
 type noShortcuts struct{ Kind }
 
-func (noShortcuts) EventShortcuts() EventShortcuts { return nil }
+func (noShortcuts) EventShortcuts() eventShortcuts { return nil }
 
 // Names are the kinds' names, in order.
 func (ks Kinds) Names() []string {
@@ -299,35 +299,35 @@ func plural[K Named]() string {
 
 // The periodic jobs of a kind K, on the maintenance queue, one at a time.
 type (
-	ReconcileArgs[K Named]   struct{}
-	SweepArgs[K Named]       struct{}
-	LedgerCheckArgs[K Named] struct{}
+	reconcileArgs[K Named]   struct{}
+	sweepArgs[K Named]       struct{}
+	ledgerCheckArgs[K Named] struct{}
 )
 
 // Kind is the job's River kind.
-func (ReconcileArgs[K]) Kind() string { return "reconcile_" + plural[K]() }
+func (reconcileArgs[K]) Kind() string { return "reconcile_" + plural[K]() }
 
 // Kind is the job's River kind.
-func (SweepArgs[K]) Kind() string { return "sweep_stranded_" + plural[K]() }
+func (sweepArgs[K]) Kind() string { return "sweep_stranded_" + plural[K]() }
 
 // Kind is the job's River kind.
-func (LedgerCheckArgs[K]) Kind() string { return "ledger_check_" + plural[K]() }
+func (ledgerCheckArgs[K]) Kind() string { return "ledger_check_" + plural[K]() }
 
 // InsertOpts puts the job on the maintenance queue.
-func (ReconcileArgs[K]) InsertOpts() river.InsertOpts { return MaintenanceInsertOpts() }
+func (reconcileArgs[K]) InsertOpts() river.InsertOpts { return MaintenanceInsertOpts() }
 
 // InsertOpts puts the job on the maintenance queue.
-func (SweepArgs[K]) InsertOpts() river.InsertOpts { return MaintenanceInsertOpts() }
+func (sweepArgs[K]) InsertOpts() river.InsertOpts { return MaintenanceInsertOpts() }
 
 // InsertOpts puts the job on the maintenance queue.
-func (LedgerCheckArgs[K]) InsertOpts() river.InsertOpts { return MaintenanceInsertOpts() }
+func (ledgerCheckArgs[K]) InsertOpts() river.InsertOpts { return MaintenanceInsertOpts() }
 
 // Spec declares a kind K: its table, what it supplies to the engine's
 // worker (A its job's arguments, Op its operation, O its provider answer)
 // and reconciler (C its claimed operation), and what it shows. The engine
 // builds and registers the rest: the worker, the reconciler, the sweeper,
 // their periodic jobs, the operator's reach and the ledger check.
-type Spec[K Named, A JobOf, Op Operation, O Answer, C any] struct {
+type Spec[K Named, A jobOf, Op operationRow, O providerAnswer, C any] struct {
 	// Where is the kind's table; Action names its provider call on log
 	// lines ("charge"), the kind's name if empty.
 	Where  Table
@@ -376,7 +376,7 @@ type Spec[K Named, A JobOf, Op Operation, O Answer, C any] struct {
 	Settle func(ctx context.Context, env Env, ev Event) (result string, err error)
 	// Shortcuts, if set, lets the webhooks store the kind's events that
 	// need no job without one.
-	Shortcuts EventShortcuts
+	Shortcuts eventShortcuts
 }
 
 // EventTypes are the events the kind answers.
@@ -410,7 +410,7 @@ func (s Spec[K, A, Op, O, C]) SettleEvent(ctx context.Context, env Env, ev Event
 }
 
 // EventShortcuts are the kind's, or nil.
-func (s Spec[K, A, Op, O, C]) EventShortcuts() EventShortcuts { return s.Shortcuts }
+func (s Spec[K, A, Op, O, C]) EventShortcuts() eventShortcuts { return s.Shortcuts }
 
 // Name is K's.
 func (s Spec[K, A, Op, O, C]) Name() string {
@@ -462,13 +462,13 @@ func (s Spec[K, A, Op, O, C]) Start(workers *river.Workers, env Env) ([]Periodic
 	}
 	sweeper := NewSweeper(env.Pool, env.Keys, env.Logger, sweepCfg, s.Where,
 		Stranded{JobKind: (*new(A)).Kind(), JobArg: cmp.Or(s.JobArg, idArg[A]()), Reason: s.Stranded}, Locking[Op](attempt))
-	reconcile := &ReconcileWorker[ReconcileArgs[K]]{Reconciler: s.reconciler(env)}
+	reconcile := &reconcileWorker[reconcileArgs[K]]{Reconciler: s.reconciler(env)}
 	if env.Observe != nil {
 		reconcile.Observe = func(res ReconcileResult) { env.Observe(s.Name(), res) }
 	}
 	adds := []func() error{
 		func() error { return river.AddWorkerSafely(workers, reconcile) },
-		func() error { return river.AddWorkerSafely(workers, &SweepWorker[SweepArgs[K], Op]{Sweeper: sweeper}) },
+		func() error { return river.AddWorkerSafely(workers, &sweepWorker[sweepArgs[K], Op]{Sweeper: sweeper}) },
 	}
 	if !s.SharesJob {
 		table := s.Where
@@ -479,12 +479,12 @@ func (s Spec[K, A, Op, O, C]) Start(workers *river.Workers, env Env) ([]Periodic
 			return river.AddWorkerSafely(workers, NewWorker[A](env, s.Name(), cmp.Or(s.Action, s.Name()), table, attempt))
 		})
 	}
-	periodic := []Periodic{{ReconcileArgs[K]{}, EveryReconcile}, {SweepArgs[K]{}, EverySweep}}
+	periodic := []Periodic{{reconcileArgs[K]{}, EveryReconcile}, {sweepArgs[K]{}, EverySweep}}
 	if s.LedgerCheck != nil {
 		adds = append(adds, func() error {
-			return river.AddWorkerSafely(workers, &LedgerCheckWorker[LedgerCheckArgs[K]]{Checker: s.LedgerCheck(env)})
+			return river.AddWorkerSafely(workers, &ledgerCheckWorker[ledgerCheckArgs[K]]{Checker: s.LedgerCheck(env)})
 		})
-		periodic = append(periodic, Periodic{LedgerCheckArgs[K]{}, EveryLedgerCheck})
+		periodic = append(periodic, Periodic{ledgerCheckArgs[K]{}, EveryLedgerCheck})
 	}
 	if s.MoreWorkers != nil {
 		adds = append(adds, func() error {

@@ -45,9 +45,9 @@ func (c LedgerCheckConfig) WithDefaults() LedgerCheckConfig {
 	return c
 }
 
-// ProviderObject is a provider object as the ledger check reads it: its
+// providerObject is a provider object as the ledger check reads it: its
 // id, and the metadata that names its operation (Table.Named).
-type ProviderObject interface {
+type providerObject interface {
 	Ref() (id string, metadata map[string]string)
 }
 
@@ -70,11 +70,11 @@ type Audited[Op, Obj any] interface {
 	Confirm(op Op, r Read[Obj]) []Finding
 }
 
-// Misser is what a kind whose findings name more than its operation (a
+// misser is what a kind whose findings name more than its operation (a
 // refund's payment) says of a made op whose object is not at the provider:
 // providerID is the one it recorded, "" when none. Without it the finding
 // is missing_<kind>.
-type Misser[Op any] interface {
+type misser[Op any] interface {
 	Missing(op Op, providerID string) Finding
 }
 
@@ -96,7 +96,7 @@ func ReadOf[Obj any](obj Obj, read provider.Judgement) Read[Obj] {
 // operation, tenant and request ref its metadata names (any may be "").
 type objectRef struct{ ID, OperationID, TenantID, Ref string }
 
-func (t Table) objectRef(obj ProviderObject) objectRef {
+func (t Table) objectRef(obj providerObject) objectRef {
 	id, metadata := obj.Ref()
 	tenantID, opID := t.Named(metadata)
 	return objectRef{ID: id, OperationID: opID, TenantID: tenantID, Ref: metadata[MetadataRef]}
@@ -120,7 +120,7 @@ func (f *Finding) evidence() map[string]any {
 // with the kind's operations and records every disagreement as a ledger
 // finding, for an operator. It only reads at the provider (lists objects,
 // reads one by id): it never sends an operation, and never changes one.
-type LedgerChecker[Op Operation, Obj ProviderObject] struct {
+type LedgerChecker[Op operationRow, Obj providerObject] struct {
 	pool   *pgxpool.Pool
 	logger *slog.Logger
 	cfg    LedgerCheckConfig
@@ -130,7 +130,7 @@ type LedgerChecker[Op Operation, Obj ProviderObject] struct {
 
 // NewLedgerChecker returns the LedgerChecker of the kind whose operations
 // are table's rows (its Columns read into an Op).
-func NewLedgerChecker[Op Operation, Obj ProviderObject](pool *pgxpool.Pool, logger *slog.Logger, cfg LedgerCheckConfig, table Table,
+func NewLedgerChecker[Op operationRow, Obj providerObject](pool *pgxpool.Pool, logger *slog.Logger, cfg LedgerCheckConfig, table Table,
 	kind Audited[Op, Obj]) *LedgerChecker[Op, Obj] {
 	return &LedgerChecker[Op, Obj]{pool: pool, logger: logger, cfg: cfg.WithDefaults(), table: table, kind: kind}
 }
@@ -183,7 +183,7 @@ func (c *LedgerChecker[Op, Obj]) Check(ctx context.Context, from, to time.Time) 
 	if err != nil {
 		return res, fmt.Errorf("ledger check of %ss: %w", c.table.Operation, err)
 	}
-	err = EachSucceeded(ctx, c.pool, c.table, from, to,
+	err = eachSucceeded(ctx, c.pool, c.table, from, to,
 		func(op Op) string { return op.Entry().ID },
 		func(op Op) error {
 			res.Succeeded++
@@ -286,7 +286,7 @@ func (c *LedgerChecker[Op, Obj]) comparePage(ctx context.Context, account string
 // another object: two provider objects for one client's request, each of
 // which may have moved money. An object naming op itself is the kind's to
 // compare.
-func (t Table) duplicateFor(obj ProviderObject, op Entry) (Finding, bool) {
+func (t Table) duplicateFor(obj providerObject, op Entry) (Finding, bool) {
 	objectID, metadata := obj.Ref()
 	if !t.Earlier(metadata, op) || op.ProviderID == nil || *op.ProviderID == objectID {
 		return Finding{}, false
@@ -301,7 +301,7 @@ func (t Table) duplicateFor(obj ProviderObject, op Entry) (Finding, bool) {
 
 // missing is the finding of a made op whose object is not at the provider.
 func (c *LedgerChecker[Op, Obj]) missing(op Op, opID, providerID string) Finding {
-	if m, ok := c.kind.(Misser[Op]); ok {
+	if m, ok := c.kind.(misser[Op]); ok {
 		return m.Missing(op, providerID)
 	}
 	name, status := c.table.Operation, op.Entry().Status
@@ -356,7 +356,7 @@ func (c *LedgerChecker[Op, Obj]) record(ctx context.Context, res *LedgerCheckRes
 	return nil
 }
 
-// LedgerPass is one kind's ledger check, as LedgerCheckWorker runs it: a
+// LedgerPass is one kind's ledger check, as ledgerCheckWorker runs it: a
 // LedgerChecker of any kind.
 type LedgerPass interface {
 	Check(ctx context.Context, from, to time.Time) (LedgerCheckResult, error)
@@ -367,21 +367,21 @@ func (c *LedgerChecker[Op, Obj]) passInfo() (LedgerCheckConfig, Table, *slog.Log
 	return c.cfg, c.table, c.logger
 }
 
-// LedgerCheckWorker runs a kind's LedgerChecker over its window as a
+// ledgerCheckWorker runs a kind's LedgerChecker over its window as a
 // River job. Two runs side by side are harmless: a finding already open is
 // not recorded again.
-type LedgerCheckWorker[Args river.JobArgs] struct {
+type ledgerCheckWorker[Args river.JobArgs] struct {
 	river.WorkerDefaults[Args]
 	Checker LedgerPass
 }
 
 // Timeout lets a run list a large window page by page.
-func (w *LedgerCheckWorker[Args]) Timeout(*river.Job[Args]) time.Duration {
+func (w *ledgerCheckWorker[Args]) Timeout(*river.Job[Args]) time.Duration {
 	return 15 * time.Minute
 }
 
 // Work checks the window ending now.
-func (w *LedgerCheckWorker[Args]) Work(ctx context.Context, _ *river.Job[Args]) error {
+func (w *ledgerCheckWorker[Args]) Work(ctx context.Context, _ *river.Job[Args]) error {
 	cfg, table, logger := w.Checker.passInfo()
 	to := time.Now()
 	res, err := w.Checker.Check(ctx, to.Add(-cfg.Window), to)

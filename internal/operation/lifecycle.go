@@ -203,7 +203,7 @@ func (l Lifecycle) Failure() (code, message string) {
 // Reads mounts the reads of a kind's operations, whose ids start with
 // prefix: GET path/{id}, and a page of them newest first at GET path, or,
 // for a kind with a parent, of a parent's at GET parent path/{id}path.
-func Reads[Op Operation](r chi.Router, d Deps, path, prefix string, rows Rows[Op]) {
+func Reads[Op operationRow](r chi.Router, d Deps, path, prefix string, rows Rows[Op]) {
 	res := NewResource[Op](d, rows.Table.Operation, prefix, rows.Table.NotFound)
 	r.Get(path+"/{id}", res.HandleGet(func(ctx context.Context, tenantID, id string) (Op, error) { return rows.Load(ctx, d.DB, tenantID, id) }))
 	p := rows.Table.Parent

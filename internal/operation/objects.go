@@ -14,7 +14,7 @@ import (
 
 // MadeBy tells, among provider objects, the one made for op in its
 // current generation (by its metadata, Table.MadeFor): FindOne's mine.
-func MadeBy[Obj ProviderObject](t Table, op Entry) func(Obj) bool {
+func MadeBy[Obj providerObject](t Table, op Entry) func(Obj) bool {
 	return func(obj Obj) bool {
 		_, metadata := obj.Ref()
 		return t.MadeFor(metadata, op)

@@ -38,10 +38,10 @@ func RefKey(ref string, generation int) string {
 	return "oncepay-" + ref + "-" + strconv.Itoa(generation)
 }
 
-// ProviderKeyWindow is how long the provider keeps an idempotency key
+// providerKeyWindow is how long the provider keeps an idempotency key
 // and answers it (24 hours at Stripe): a retry whose rows were lost reaches
 // the object the lost rows made only within it.
-const ProviderKeyWindow = 24 * time.Hour
+const providerKeyWindow = 24 * time.Hour
 
 // FoundBy is the metadata by which a look-up finds op's provider objects:
 // its ref, which an object made before its rows were lost carries too, or,
@@ -57,11 +57,11 @@ func (t Table) FoundBy(op Entry) (key, value string) {
 // CreatedSince is the earliest time at which an object that op may adopt
 // can have been created, given the first attempt of its generation: for
 // an operation with a ref, a lost earlier life of its rows may have made
-// one up to ProviderKeyWindow before (its key answered no more after that).
+// one up to providerKeyWindow before (its key answered no more after that).
 // A look-up that lists a window to prove absence lists from here.
 func CreatedSince(op Entry, firstAttempt time.Time) time.Time {
 	if op.Ref != "" {
-		return firstAttempt.Add(-ProviderKeyWindow)
+		return firstAttempt.Add(-providerKeyWindow)
 	}
 	return firstAttempt
 }

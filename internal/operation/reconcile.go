@@ -98,7 +98,7 @@ type Look struct {
 // Looked is the look that an answer read from the provider makes: final
 // or pending, with its object; otherwise nothing can be told, and note
 // says why.
-func Looked(read Answer, note string) Look {
+func Looked(read providerAnswer, note string) Look {
 	j := read.Judge()
 	switch j.Kind {
 	case provider.Succeeded, provider.Declined:
@@ -164,7 +164,7 @@ type Reconcilable[C, O any] interface {
 // SettledColumn computes, by the database's clock (the one that stamped
 // the attempt), whether no request can still be in flight nor uncommitted
 // inside the provider: the last attempt's deadline, as the worker that made
-// it stamped it (StampAttempt), has passed by the settle time that param
+// it stamped it (stampAttempt), has passed by the settle time that param
 // holds in microseconds. It reads the bound from the row, never from the
 // timeouts configured where it runs: an operator's shell may not have the
 // worker's. An attempt stamped before deadlines were is bounded by the
@@ -179,7 +179,7 @@ func SettledColumn(param int) string {
 // call, can be configured to take (WORKER_JOB_TIMEOUT).
 const MaxJobTimeout = 10 * time.Minute
 
-// StampAttempt is the SET list that starts a provider attempt, before its
+// stampAttempt is the SET list that starts a provider attempt, before its
 // call and committed on its own: when the provider was first and last
 // called for the operation's current generation, and when this call gives
 // up at the latest (now plus the call timeout that param holds in
@@ -189,7 +189,7 @@ const MaxJobTimeout = 10 * time.Minute
 // another, yet began before it (a delayed group, after its attempt started
 // alone), or a worker with a shorter call timeout, never shortens the
 // window in which the provider may still act.
-func StampAttempt(param int) string {
+func stampAttempt(param int) string {
 	return fmt.Sprintf(`first_provider_attempt_at = coalesce(first_provider_attempt_at, now()),
 			last_provider_attempt_at = greatest(last_provider_attempt_at, now()),
 			provider_attempt_deadline = greatest(provider_attempt_deadline, now() + $%d * interval '1 microsecond')`, param)
@@ -464,7 +464,7 @@ func Backoff(base, ceiling time.Duration, attempt int) time.Duration {
 	return delay
 }
 
-// Pass is a reconciler's run, as ReconcileWorker runs it: a Reconciler,
+// Pass is a reconciler's run, as reconcileWorker runs it: a Reconciler,
 // or a kind's type that embeds one.
 type Pass interface {
 	Run(ctx context.Context) (ReconcileResult, error)
@@ -475,9 +475,9 @@ func (r *Reconciler[C, O]) passInfo() (ReconcileConfig, Table, *slog.Logger) {
 	return r.cfg, r.table, r.logger
 }
 
-// ReconcileWorker runs a reconciler as the River job whose arguments are
+// reconcileWorker runs a reconciler as the River job whose arguments are
 // Args.
-type ReconcileWorker[Args river.JobArgs] struct {
+type reconcileWorker[Args river.JobArgs] struct {
 	river.WorkerDefaults[Args]
 	Reconciler Pass
 	// Observe, if set, receives each pass's counts (for metrics).
@@ -486,13 +486,13 @@ type ReconcileWorker[Args river.JobArgs] struct {
 
 // Timeout lets a run spend its budget and finish its last operation: at
 // most three provider calls and the recording.
-func (w *ReconcileWorker[Args]) Timeout(*river.Job[Args]) time.Duration {
+func (w *reconcileWorker[Args]) Timeout(*river.Job[Args]) time.Duration {
 	cfg, _, _ := w.Reconciler.passInfo()
 	return cfg.RunBudget + cfg.CallTimeout*3 + 10*time.Second
 }
 
 // Work runs one reconciliation pass.
-func (w *ReconcileWorker[Args]) Work(ctx context.Context, _ *river.Job[Args]) error {
+func (w *reconcileWorker[Args]) Work(ctx context.Context, _ *river.Job[Args]) error {
 	res, err := w.Reconciler.Run(ctx)
 	if w.Observe != nil {
 		w.Observe(res)

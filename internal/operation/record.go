@@ -23,7 +23,7 @@ type AnswerRecorder[A river.JobArgs, Op, O any] interface {
 
 // RecordEach records each answer in a transaction of its own: the kind's
 // RecordFinal (which takes its locks), then the job's completion.
-type RecordEach[A JobOf, Op, O any] struct {
+type RecordEach[A jobOf, Op, O any] struct {
 	Pool *pgxpool.Pool
 	Kind Attemptable[Op, O]
 }
@@ -34,9 +34,9 @@ func (r RecordEach[A, Op, O]) Record(ctx context.Context, job *river.Job[A], op 
 }
 
 // recordIn writes one answer in tx.
-func recordIn[A JobOf, Op, O any](ctx context.Context, tx pgx.Tx, kind Attemptable[Op, O], job *river.Job[A], op Op, out O) error {
+func recordIn[A jobOf, Op, O any](ctx context.Context, tx pgx.Tx, kind Attemptable[Op, O], job *river.Job[A], op Op, out O) error {
 	if err := kind.RecordFinal(ctx, tx, op, out); err != nil {
 		return err
 	}
-	return CompleteJob(ctx, tx, job)
+	return completeJob(ctx, tx, job)
 }

@@ -27,7 +27,7 @@ import (
 // alone, and completing a completed job changes nothing. A fallback costs
 // a transaction per answer where the group cost one: each is logged and
 // counted (GroupFallback), for an operator to see how often.
-type RecordGrouped[A JobOf, Op, O any] struct {
+type RecordGrouped[A jobOf, Op, O any] struct {
 	each   RecordEach[A, Op, O]
 	cfg    RecordGroupedConfig
 	groups *groupcommit.Grouper[*Answered[A, Op, O]]
@@ -53,7 +53,7 @@ type RecordGroupedConfig struct {
 }
 
 // Answered is one operation's final answer, waiting to be recorded.
-type Answered[A JobOf, Op, O any] struct {
+type Answered[A jobOf, Op, O any] struct {
 	// Ctx carries River's client, which completing the job needs.
 	Ctx context.Context
 	Job *river.Job[A]
@@ -79,7 +79,7 @@ const recordLockWait = 200 * time.Millisecond
 
 // NewRecordGrouped returns a recorder that groups the answers each would
 // record one at a time.
-func NewRecordGrouped[A JobOf, Op, O any](each RecordEach[A, Op, O], cfg RecordGroupedConfig) *RecordGrouped[A, Op, O] {
+func NewRecordGrouped[A jobOf, Op, O any](each RecordEach[A, Op, O], cfg RecordGroupedConfig) *RecordGrouped[A, Op, O] {
 	cfg.LockWait = cmp.Or(cfg.LockWait, recordLockWait)
 	r := &RecordGrouped[A, Op, O]{each: each, cfg: cfg}
 	r.groups = groupcommit.New(maxRecordGroup, maxRecordWriters, cfg.Writers, r.write)

@@ -15,14 +15,14 @@ import (
 	"github.com/oncepay/oncepay/internal/postgres"
 )
 
-// Operation is a kind's operation as the engine reads it: a row of its
+// operationRow is a kind's operation as the engine reads it: a row of its
 // table that embeds Lifecycle and knows its status (Lifecycle.EntryIn).
-type Operation interface{ Entry() Entry }
+type operationRow interface{ Entry() Entry }
 
 // Rows is a kind's table as the engine reads, locks, resumes and finishes
 // its operations (read with Table.Columns into Op): the SQL every kind
 // would otherwise write again. It is the kind's Locking.
-type Rows[Op Operation] struct {
+type Rows[Op operationRow] struct {
 	Table Table
 	Keys  *idempotency.Store
 	// Final makes what else an operation's final answer changes (a
@@ -216,7 +216,7 @@ func (r Rows[Op]) NotePending(ctx context.Context, db Querier, op Op, providerID
 // (NotFound). An operation holds one provider object: another object
 // naming it changes nothing and is filed as a ledger finding
 // (ErrDuplicateObject).
-func (r Rows[Op]) Settle(ctx context.Context, db idempotency.TxBeginner, account string, obj ProviderObject,
+func (r Rows[Op]) Settle(ctx context.Context, db idempotency.TxBeginner, account string, obj providerObject,
 	settle func(tx pgx.Tx, locked Op) (Op, bool, error)) (op Op, changed bool, err error) {
 	objectID, metadata := obj.Ref()
 	var duplicate *ledger.Disagreement
@@ -276,7 +276,7 @@ var ErrDuplicateObject = errors.New("a second provider object names the operatio
 
 // fileDuplicate files obj, which names e in its generation while e records
 // another object, as a ledger finding.
-func (t Table) fileDuplicate(ctx context.Context, tx pgx.Tx, e Entry, obj ProviderObject) (*ledger.Disagreement, error) {
+func (t Table) fileDuplicate(ctx context.Context, tx pgx.Tx, e Entry, obj providerObject) (*ledger.Disagreement, error) {
 	objectID, _ := obj.Ref()
 	d := ledger.Disagreement{Kind: ledger.KindDuplicateObject, OperationID: e.ID, ProviderObjectID: objectID,
 		Reason: fmt.Sprintf("provider %s %s names %s %s (generation %d), which is %s and records provider %s %s",
@@ -302,11 +302,11 @@ func (t Table) paymentOf(op Entry) string {
 	return ""
 }
 
-// Claimed is a kind's claim: its operation as the reconciler claims it,
+// claimOf is a kind's claim: its operation as the reconciler claims it,
 // which embeds the operation (ClaimColumns adds whether no request can
 // still be in flight, and what else the kind's look-up reads).
-type Claimed[Op any] interface {
-	Operation
+type claimOf[Op any] interface {
+	operationRow
 	Claimed() Op
 }
 
@@ -316,11 +316,11 @@ type LookUp[C, O any] func(ctx context.Context, c C) (O, Look)
 
 // ByLookUp is what a kind supplies to the reconciler when its worker side
 // (attempt) locks and records its operations: only its look-up.
-func ByLookUp[C Claimed[Op], Op any, O Answer](env Env, attempt Attemptable[Op, O], look LookUp[C, O]) Reconcilable[C, O] {
+func ByLookUp[C claimOf[Op], Op any, O providerAnswer](env Env, attempt Attemptable[Op, O], look LookUp[C, O]) Reconcilable[C, O] {
 	return byLookUp[C, Op, O]{attempt: attempt, look: look, pool: env.Pool, timeout: env.Reconcile.WithDefaults().CallTimeout}
 }
 
-type byLookUp[C Claimed[Op], Op any, O Answer] struct {
+type byLookUp[C claimOf[Op], Op any, O providerAnswer] struct {
 	attempt Attemptable[Op, O]
 	look    LookUp[C, O]
 	pool    *pgxpool.Pool

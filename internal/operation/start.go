@@ -12,7 +12,7 @@ import (
 )
 
 // AttemptStarter starts an operation's provider attempt: it reads the
-// operation and stamps its attempt clock (StampAttempt), committed before
+// operation and stamps its attempt clock (stampAttempt), committed before
 // the call, so that a crash cannot lose the bound of the window in which
 // the provider may have acted. ok is false, and op is read as it is, when
 // the operation is no longer in flight; the table's NotFound when it does
@@ -25,7 +25,7 @@ type AttemptStarter[Op any] interface {
 }
 
 // StartEach starts each attempt in a statement of its own.
-type StartEach[Op Operation] struct {
+type StartEach[Op operationRow] struct {
 	Pool  *pgxpool.Pool
 	Table Table
 	// CallTimeout bounds the call each attempt makes: its deadline is
@@ -50,7 +50,7 @@ type Ref struct{ TenantID, ID string }
 // stamps those of the operations named that are still in flight and
 // returns them as started. lockWait, when not 0, bounds its wait for a
 // row another transaction holds.
-func startAttempts[Op Operation](ctx context.Context, db Querier, t Table, refs []Ref, callTimeout, lockWait time.Duration) ([]Op, error) {
+func startAttempts[Op operationRow](ctx context.Context, db Querier, t Table, refs []Ref, callTimeout, lockWait time.Duration) ([]Op, error) {
 	tenants, ids := make([]string, len(refs)), make([]string, len(refs))
 	for i, r := range refs {
 		tenants[i], ids[i] = r.TenantID, r.ID
@@ -61,7 +61,7 @@ func startAttempts[Op Operation](ctx context.Context, db Querier, t Table, refs 
 		lockTimeout = &bound
 	}
 	rows, err := db.Query(ctx, `
-		UPDATE `+t.Name+` SET `+StampAttempt(4)+`
+		UPDATE `+t.Name+` SET `+stampAttempt(4)+`
 		FROM (SELECT set_config('lock_timeout', coalesce($3, current_setting('lock_timeout')), true)) AS bounded_wait,
 			unnest($1::text[], $2::text[]) AS starting(starting_tenant_id, starting_id)
 		WHERE tenant_id = starting_tenant_id AND id = starting_id AND status = ANY($5)

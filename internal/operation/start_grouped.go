@@ -23,7 +23,7 @@ import (
 // wait, its timeout) its callers start alone (StartEach), each under its
 // own context and at once, not one after another by the group's writer.
 // A group whose statement failed is logged and counted (GroupFallback).
-type StartGrouped[Op Operation] struct {
+type StartGrouped[Op operationRow] struct {
 	each     StartEach[Op]
 	fallback GroupFallback
 	groups   *groupcommit.Grouper[*starting[Op]]
@@ -56,7 +56,7 @@ type starting[Op any] struct {
 // NewStartGrouped returns a grouped starter of table's operations, telling
 // fallback of each group whose statement failed; its groups also wait for
 // a slot of writers, if set (a budget every kind's groups share).
-func NewStartGrouped[Op Operation](pool *pgxpool.Pool, table Table, callTimeout time.Duration, fallback GroupFallback,
+func NewStartGrouped[Op operationRow](pool *pgxpool.Pool, table Table, callTimeout time.Duration, fallback GroupFallback,
 	writers *groupcommit.Budget,
 ) *StartGrouped[Op] {
 	s := &StartGrouped[Op]{each: StartEach[Op]{Pool: pool, Table: table, CallTimeout: callTimeout}, fallback: fallback}

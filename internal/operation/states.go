@@ -35,11 +35,11 @@ const inReconciliation = "requires_reconciliation"
 // client's retry with the same key runs it under the next generation.
 const FailureProviderNotReached = "provider_not_reached"
 
-// Resumable is the condition (over a kind's row) of an operation that may
+// resumable is the condition (over a kind's row) of an operation that may
 // be resumed when its key is re-acquired: proven never to have reached the
 // provider (failed with FailureProviderNotReached), or left in
 // reconciliation by an operator who proved the same and released the key.
-const Resumable = `(status = '` + inReconciliation + `' OR (status = 'failed' AND failure_code = '` + FailureProviderNotReached + `'))`
+const resumable = `(status = '` + inReconciliation + `' OR (status = 'failed' AND failure_code = '` + FailureProviderNotReached + `'))`
 
 // Resume puts an operation whose key was re-acquired back in flight under
 // generation, with its provider key (Table.NextProviderKey: a new one if
@@ -58,7 +58,7 @@ func (t Table) Resume(ctx context.Context, tx pgx.Tx, tenantID, id string, gener
 			provider_key_spent_at = NULL, `+clearProviderID+`
 			failure_code = NULL, failure_message = NULL`+t.AlsoClear+`,
 			reconcile_after = NULL, reconcile_attempts = 0, updated_at = now()
-		WHERE tenant_id = $1 AND id = $2 AND `+Resumable+`
+		WHERE tenant_id = $1 AND id = $2 AND `+resumable+`
 		RETURNING `+columns,
 		tenantID, id, generation, providerKey, t.Resumed)
 }

@@ -159,14 +159,14 @@ func liveStates() []string {
 	return states
 }
 
-// SweepWorker runs a Sweeper as the River job whose arguments are Args.
-type SweepWorker[Args river.JobArgs, Op any] struct {
+// sweepWorker runs a Sweeper as the River job whose arguments are Args.
+type sweepWorker[Args river.JobArgs, Op any] struct {
 	river.WorkerDefaults[Args]
 	Sweeper *Sweeper[Op]
 }
 
 // Work runs one sweep.
-func (w *SweepWorker[Args, Op]) Work(ctx context.Context, _ *river.Job[Args]) error {
+func (w *sweepWorker[Args, Op]) Work(ctx context.Context, _ *river.Job[Args]) error {
 	n, err := w.Sweeper.Run(ctx)
 	if n > 0 || err != nil {
 		w.Sweeper.logger.InfoContext(ctx, w.Sweeper.table.Operation+" sweep", slog.Int("handed_to_reconciliation", n), slog.Any("error", err))

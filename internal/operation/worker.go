@@ -43,15 +43,15 @@ type timings struct {
 	PollInterval, MaxPollDuration time.Duration
 }
 
-// JobOf is a kind's job arguments: they name the job's operation.
-type JobOf interface {
+// jobOf is a kind's job arguments: they name the job's operation.
+type jobOf interface {
 	river.JobArgs
 	Of() (tenantID, id string)
 }
 
-// Answer is a kind's provider answer: the engine judges it by what it
+// providerAnswer is a kind's provider answer: the engine judges it by what it
 // proves (provider.Judgement), whatever the object it carries.
-type Answer interface{ Judge() provider.Judgement }
+type providerAnswer interface{ Judge() provider.Judgement }
 
 // Locking is how a kind reads and locks one of its operations: what every
 // part of the engine that changes an operation needs of it.
@@ -84,19 +84,19 @@ type Attemptable[Op, O any] interface {
 // The engine's worker asks a kind for more only where the kind has more to
 // say; each of these is optional.
 type (
-	// PendingRecorder notes a pending provider object, so that the next
+	// pendingRecorder notes a pending provider object, so that the next
 	// attempt reads it instead of sending again (a refund's). A kind whose
 	// creation is answered at once has none.
-	PendingRecorder[Op, O any] interface {
+	pendingRecorder[Op, O any] interface {
 		RecordPending(ctx context.Context, db Querier, op Op, out O) error
 	}
-	// Abandoner ends an operation that stayed pending past MaxPollDuration
+	// abandoner ends an operation that stayed pending past MaxPollDuration
 	// when the kind knows nothing more will happen (a customer who never
 	// completed authentication: cancel the intent). abandoned is false when
 	// it cannot, and the operation goes to the reconciler; otherwise out is
 	// the provider's answer to the abandonment, recorded if final and
 	// retried if not.
-	Abandoner[Op, O any] interface {
+	abandoner[Op, O any] interface {
 		Abandon(ctx context.Context, op Op, pending O) (out O, abandoned bool)
 	}
 )
@@ -115,7 +115,7 @@ type (
 //     window ending, the last attempt failing for any reason) goes to the
 //     reconciler, with the key unknown, in the transaction that completes
 //     the job.
-type Worker[A JobOf, Op Operation, O Answer] struct {
+type Worker[A jobOf, Op operationRow, O providerAnswer] struct {
 	river.WorkerDefaults[A]
 
 	pool *pgxpool.Pool
@@ -130,15 +130,15 @@ type Worker[A JobOf, Op Operation, O Answer] struct {
 	starter  AttemptStarter[Op]
 	recorder AnswerRecorder[A, Op, O]
 	// What the kind also says, if it does (nil if not).
-	pending   PendingRecorder[Op, O]
-	abandoner Abandoner[Op, O]
+	pending   pendingRecorder[Op, O]
+	abandoner abandoner[Op, O]
 }
 
 // NewWorker returns the engine's worker for the kind named name, whose
 // operations live in table, built from env's pool, keys, logger and
 // WorkerConfig; env.GroupFellBack, if set, hears of its grouped starter's
 // and recorder's fallbacks.
-func NewWorker[A JobOf, Op Operation, O Answer](env Env, name, action string, table Table, kind Attemptable[Op, O]) *Worker[A, Op, O] {
+func NewWorker[A jobOf, Op operationRow, O providerAnswer](env Env, name, action string, table Table, kind Attemptable[Op, O]) *Worker[A, Op, O] {
 	w := &Worker[A, Op, O]{pool: env.Pool, keys: env.Keys, log: env.Logger, t: env.Worker.timings(), action: action, table: table, kind: kind}
 	starter, recorder := StartEach[Op]{Pool: env.Pool, Table: table, CallTimeout: w.t.CallTimeout}, RecordEach[A, Op, O]{Pool: env.Pool, Kind: kind}
 	w.starter, w.recorder = starter, recorder
@@ -147,8 +147,8 @@ func NewWorker[A JobOf, Op Operation, O Answer](env Env, name, action string, ta
 		w.starter = NewStartGrouped[Op](env.Pool, table, w.t.CallTimeout, fallback, env.GroupWriters)
 		w.recorder = NewRecordGrouped(recorder, RecordGroupedConfig{Fallback: fallback, Writers: env.GroupWriters, Timeout: w.t.RecordTimeout})
 	}
-	w.pending, _ = any(kind).(PendingRecorder[Op, O])
-	w.abandoner, _ = any(kind).(Abandoner[Op, O])
+	w.pending, _ = any(kind).(pendingRecorder[Op, O])
+	w.abandoner, _ = any(kind).(abandoner[Op, O])
 	return w
 }
 
@@ -293,7 +293,7 @@ func (w *Worker[A, Op, O]) handOver(ctx context.Context, job *river.Job[A], reas
 		if err := w.table.HandOver(ctx, tx, w.keys, w.kind.Entry(op), reason, keySpent, sent); err != nil {
 			return err
 		}
-		return CompleteJob(ctx, tx, job)
+		return completeJob(ctx, tx, job)
 	})
 }
 
@@ -304,20 +304,20 @@ type HandOverError struct{ Reason string }
 
 func (e *HandOverError) Error() string { return e.Reason }
 
-// CompleteJob completes job in tx: with the outcome it records, or not at
+// completeJob completes job in tx: with the outcome it records, or not at
 // all.
-func CompleteJob[T river.JobArgs](ctx context.Context, tx pgx.Tx, job *river.Job[T]) error {
+func completeJob[T river.JobArgs](ctx context.Context, tx pgx.Tx, job *river.Job[T]) error {
 	if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
 		return fmt.Errorf("complete job: %w", err)
 	}
 	return nil
 }
 
-// EachSucceeded calls each for every operation of table the provider
+// eachSucceeded calls each for every operation of table the provider
 // carried out (its Made statuses) with a first provider attempt in [from,
 // to], page by page in id order (its Columns read into Op): the
 // ledger check's walk over what the books say the provider did.
-func EachSucceeded[Op any](ctx context.Context, db postgres.Querier, table Table, from, to time.Time,
+func eachSucceeded[Op any](ctx context.Context, db postgres.Querier, table Table, from, to time.Time,
 	id func(Op) string, each func(Op) error) error {
 	made := table.Made
 	if len(made) == 0 {
