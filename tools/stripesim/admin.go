@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -122,6 +123,36 @@ func (s *Server) handleAdvanceClock(w http.ResponseWriter, r *http.Request) {
 	s.dispatch("", "")
 	s.mu.Unlock()
 	writeAdminJSON(w, http.StatusOK, map[string]any{"now": now.UTC()})
+}
+
+// fundRequest is the body of POST /_sim/balance.
+type fundRequest struct {
+	// Account is the connected account; empty for the platform's own.
+	Account  string `json:"account"`
+	Currency string `json:"currency"`
+	// AtLeast is the available balance the account is funded up to, in the
+	// currency's smallest unit.
+	AtLeast int64 `json:"at_least"`
+}
+
+// handleFund funds an account until its available balance is at least
+// the amount asked, and answers the balance: a stack that starts with a
+// balance to pay out asks at each start, and a second ask adds nothing.
+func (s *Server) handleFund(w http.ResponseWriter, r *http.Request) {
+	var req fundRequest
+	if err := decodeAdmin(w, r, &req); err != nil {
+		writeAdminError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	if len(req.Currency) != 3 || strings.ToLower(req.Currency) != req.Currency || req.AtLeast < 0 {
+		writeAdminError(w, http.StatusBadRequest, `a lower-case currency ("usd") and at_least, an amount of 0 or more, are required`)
+		return
+	}
+	s.mu.Lock()
+	available := s.st.fundAtLeast(req.Account, req.Currency, req.AtLeast)
+	s.mu.Unlock()
+	s.cfg.Logger.InfoContext(r.Context(), "balance funded", "account", req.Account, "currency", req.Currency, "available", available)
+	writeAdminJSON(w, http.StatusOK, LedgerBalance{Account: req.Account, Currency: req.Currency, Available: available})
 }
 
 func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {

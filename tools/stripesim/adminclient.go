@@ -73,6 +73,15 @@ func (c AdminClient) Balance(ctx context.Context, account, currency string) (int
 	return l.Available(account, currency), nil
 }
 
+// FundAtLeast funds an account ("" for the platform's own) until its
+// available balance in currency is at least amount, and returns the
+// balance. Asked again, it adds nothing.
+func (c AdminClient) FundAtLeast(ctx context.Context, account, currency string, amount int64) (int64, error) {
+	var out LedgerBalance
+	err := c.do(ctx, http.MethodPost, "/_sim/balance", fundRequest{Account: account, Currency: currency, AtLeast: amount}, &out)
+	return out.Available, err
+}
+
 // ResolveIntent finishes a requires_action or processing payment intent
 // with status succeeded, requires_payment_method or canceled.
 func (c AdminClient) ResolveIntent(ctx context.Context, id, status string) error {

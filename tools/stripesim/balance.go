@@ -7,7 +7,8 @@ import (
 )
 
 // An account's available balance, per currency, is what its captured
-// charges brought in, less its refunds and its payouts; a payout that
+// charges brought in and what POST /_sim/balance funded it with, less its
+// refunds and its payouts; a payout that
 // failed or was canceled gives its amount back. Stripe makes charges
 // available days after the capture (pending first); the simulator makes
 // them available at once, so that a test can pay out what it just charged.
@@ -30,10 +31,27 @@ func (st *state) available(account, currency string) int64 {
 	return st.balances[balanceKey{account, currency}]
 }
 
-// recomputeBalances sums the balances from the objects, for a restored
-// state: the same sums credit and debit keep as things happen.
+// fundAtLeast funds an account until its available balance in currency
+// is at least amount, and answers the balance: asked again, it adds
+// nothing, so a stack can ask at every start. Called with Server.mu held.
+func (st *state) fundAtLeast(account, currency string, amount int64) int64 {
+	k := balanceKey{account, currency}
+	if short := amount - st.available(account, currency); short > 0 {
+		st.funded[k] += short
+		st.credit(account, currency, short)
+		st.nextSeq() // a change, for the saver
+	}
+	return st.available(account, currency)
+}
+
+// recomputeBalances sums the balances from the objects and the funding,
+// for a restored state: the same sums credit and debit keep as things
+// happen.
 func (st *state) recomputeBalances() {
 	st.balances = map[balanceKey]int64{}
+	for k, n := range st.funded {
+		st.credit(k.account, k.currency, n)
+	}
 	for _, ch := range st.charges {
 		if captured := st.amountCaptured(ch); captured > 0 {
 			st.credit(ch.account, ch.currency, captured)

@@ -45,7 +45,8 @@
 //   - Balances are simpler than Stripe's: a captured charge is available
 //     at once (nothing is ever pending), so that a test can pay out what it
 //     just charged. An account's available balance in a currency is its
-//     captured charges, less its refunds (a refund of a charge still only
+//     captured charges and what POST /_sim/balance funded it with (a
+//     test-mode top-up), less its refunds (a refund of a charge still only
 //     authorized releases the hold and takes nothing), less its payouts
 //     that did not fail and were not canceled. A payout beyond it is a 400
 //     balance_insufficient, as at Stripe; a refund is not refused for it,
@@ -138,5 +139,7 @@
 //	GET    /_sim/ledger                          the Ledger: objects (payouts too), keys and balances
 //	POST   /_sim/clock                           {"advance":"168h"} moves the clock forward (authorizations expire,
 //	                                             payouts due move on)
+//	POST   /_sim/balance                         {"account":"acct_…","currency":"usd","at_least":100000} funds the
+//	                                             account up to that available balance (again: adds nothing)
 //	POST   /_sim/reset                           forget every object, key and fault
 package stripesim

@@ -21,8 +21,8 @@ type Ledger struct {
 }
 
 // LedgerBalance is an account's available balance in one currency: what
-// its captured charges brought in, less its refunds and its payouts that
-// did not fail and were not canceled. It is never negative.
+// its captured charges brought in and POST /_sim/balance funded, less its
+// refunds and its payouts that did not fail and were not canceled.
 type LedgerBalance struct {
 	// Account is the connected account; empty for the platform's own.
 	Account string `json:"account,omitempty"`

@@ -216,6 +216,9 @@ type state struct {
 	// in proportion to all the account ever charged. A currency an account
 	// has used has an entry, zero included.
 	balances map[balanceKey]int64
+	// funded is what POST /_sim/balance added to each balance: money no
+	// charge brought in, as a test-mode top-up adds it at Stripe.
+	funded map[balanceKey]int64
 	// customers maps a customer id to the account that first used it: at
 	// Stripe a customer belongs to one account.
 	customers map[string]string
@@ -239,6 +242,7 @@ func newState() *state {
 		payouts:    map[string]*payout{},
 		unsettled:  map[string]*payout{},
 		balances:   map[balanceKey]int64{},
+		funded:     map[balanceKey]int64{},
 		customers:  map[string]string{},
 		keys:       map[keyScope]*keyEntry{},
 

@@ -759,3 +759,47 @@ func getOn(t *testing.T, b *bundle, account, pathAndQuery string) (*http.Respons
 	req.Header.Set("Stripe-Account", account)
 	return send(t, b, req)
 }
+
+// TestFundedBalance: POST /_sim/balance funds an account up to the balance
+// asked, and asked again adds nothing, so a stack can ask at each start;
+// the funds pay a payout out with no charge behind them and outlive the
+// process as the objects do.
+func TestFundedBalance(t *testing.T) {
+	t.Parallel()
+	cfg := stripesim.Config{Now: newClock().Now}
+	first := stripesim.New(cfg)
+	t.Cleanup(first.Close)
+	srv := httptest.NewServer(first)
+	t.Cleanup(srv.Close)
+	b := &bundle{srv: srv, api: newAPI(srv.URL, testAPIKey, srv.Client()), admin: stripesim.AdminClient{BaseURL: srv.URL, HTTPClient: srv.Client()}}
+	ctx := t.Context()
+
+	got, err := b.admin.FundAtLeast(ctx, payee, "usd", 10000)
+	require.NoError(t, err)
+	require.EqualValues(t, 10000, got)
+	_, err = b.api.Payouts.New(payoutOf(payee, 4000, "key-funded"))
+	require.NoError(t, err)
+	require.EqualValues(t, 6000, available(t, b, payee))
+	again, err := b.admin.FundAtLeast(ctx, payee, "usd", 5000)
+	require.NoError(t, err)
+	require.EqualValues(t, 6000, again, "already at least 5000: nothing added")
+	got, err = b.admin.FundAtLeast(ctx, payee, "usd", 10000)
+	require.NoError(t, err)
+	require.EqualValues(t, 10000, got, "topped up to 10000 again")
+	require.EqualValues(t, 0, available(t, b, "acct_other"), "another account is left as it was")
+
+	var saved bytes.Buffer
+	require.NoError(t, first.SaveState(&saved))
+	second := stripesim.New(cfg)
+	t.Cleanup(second.Close)
+	require.NoError(t, second.LoadState(bytes.NewReader(saved.Bytes())))
+	srv2 := httptest.NewServer(second)
+	t.Cleanup(srv2.Close)
+	b2 := &bundle{srv: srv2, api: newAPI(srv2.URL, testAPIKey, srv2.Client()), admin: stripesim.AdminClient{BaseURL: srv2.URL, HTTPClient: srv2.Client()}}
+	require.EqualValues(t, 10000, available(t, b2, payee), "the funds outlive the process")
+
+	var refused *stripesim.AdminError
+	_, err = b.admin.FundAtLeast(ctx, payee, "USD", 1)
+	require.ErrorAs(t, err, &refused)
+	require.Equal(t, http.StatusBadRequest, refused.StatusCode)
+}

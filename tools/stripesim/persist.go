@@ -30,13 +30,20 @@ type savedState struct {
 	Keys       []savedKey        `json:"keys"`
 	Events     []savedEvent      `json:"events"`
 	Customers  map[string]string `json:"customers"`
+	Funded     []savedFunding    `json:"funded"`
+}
+
+// savedFunding is what POST /_sim/balance added to one balance.
+type savedFunding struct {
+	Account, Currency string
+	Amount            int64
 }
 
 // stateVersion changes whenever savedState does: a file of another version
-// is refused, not half read. Version 2 added payouts and refunds' Released;
-// a version 1 file, written before payouts existed, has neither and is read
-// whole, so it is still accepted.
-const stateVersion = 2
+// is refused, not half read. Version 2 added payouts and refunds' Released,
+// version 3 the funding; an older file, written before they existed, has
+// none and is read whole, so it is still accepted.
+const stateVersion = 3
 
 // oldestStateVersion is the oldest version LoadState reads.
 const oldestStateVersion = 1
@@ -176,6 +183,12 @@ func (s *Server) Changes() int64 {
 // saved copies the state. Called with Server.mu held.
 func (st *state) saved() savedState {
 	out := savedState{Version: stateVersion, Seq: st.seq, Customers: maps.Clone(st.customers)}
+	for k, n := range st.funded {
+		out.Funded = append(out.Funded, savedFunding{Account: k.account, Currency: k.currency, Amount: n})
+	}
+	slices.SortFunc(out.Funded, func(a, b savedFunding) int {
+		return cmp.Or(cmp.Compare(a.Account, b.Account), cmp.Compare(a.Currency, b.Currency))
+	})
 	for _, in := range sortedBySeq(st.intents, func(in *intent) int64 { return in.seq }) {
 		out.Intents = append(out.Intents, savedIntent{
 			ID: in.id, ClientSecret: in.clientSecret, Seq: in.seq, Created: in.created, CreatedAt: in.createdAt, Account: in.account,
@@ -279,6 +292,9 @@ func restore(saved savedState) *state {
 		if !restored.settled() {
 			st.unsettled[po.ID] = restored
 		}
+	}
+	for _, f := range saved.Funded {
+		st.funded[balanceKey{f.Account, f.Currency}] = f.Amount
 	}
 	st.recomputeBalances()
 	for _, k := range saved.Keys {

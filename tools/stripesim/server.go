@@ -95,6 +95,7 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("POST /_sim/payment_intents/{id}/resolve", s.handleResolve)
 	s.mux.HandleFunc("GET /_sim/ledger", s.handleLedger)
 	s.mux.HandleFunc("POST /_sim/clock", s.handleAdvanceClock)
+	s.mux.HandleFunc("POST /_sim/balance", s.handleFund)
 	s.mux.HandleFunc("POST /_sim/reset", s.handleReset)
 	s.mux.HandleFunc("POST /_sim/webhook_faults", s.handleInjectWebhookFault)
 	s.mux.HandleFunc("GET /_sim/webhook_faults", s.handleListWebhookFaults)
