@@ -97,7 +97,8 @@ type Config struct {
 	KeepProviderState bool
 	// PayoutDelay is how long the simulator keeps a payout pending, then
 	// in transit: long enough, for a person trying the stack, to cancel
-	// one. Zero leaves the simulator's own (1s, 2s).
+	// one. Zero leaves the simulator's own (1s, 2s). Either delay set in
+	// the environment (make run STRIPESIM_PAYOUT_TRANSIT_DELAY=10m) wins.
 	PayoutDelay time.Duration
 	// DropDatabase makes Stop drop the stack's database once its processes
 	// are gone: for a throwaway stack (the demo), which must leave nothing
@@ -244,8 +245,10 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 			}
 			simEnv = append(simEnv, "STRIPESIM_STATE_FILE="+state)
 		}
-		if cfg.PayoutDelay > 0 {
-			simEnv = append(simEnv, "STRIPESIM_PAYOUT_TRANSIT_DELAY="+cfg.PayoutDelay.String(), "STRIPESIM_PAYOUT_PAID_DELAY="+cfg.PayoutDelay.String())
+		for _, name := range []string{"STRIPESIM_PAYOUT_TRANSIT_DELAY", "STRIPESIM_PAYOUT_PAID_DELAY"} {
+			if _, own := os.LookupEnv(name); !own && cfg.PayoutDelay > 0 {
+				simEnv = append(simEnv, name+"="+cfg.PayoutDelay.String())
+			}
 		}
 		// The endpoint is enabled for the event types the API acts on, as a
 		// Stripe endpoint should be (docs/operations.md).
@@ -796,6 +799,19 @@ func (p *Process) stopByPID(grace time.Duration) error {
 		time.Sleep(50 * time.Millisecond)
 	}
 	return nil
+}
+
+// Running names the stack's processes that still run: none, once a stack
+// saved by make up has crashed (its processes killed, the machine
+// restarted).
+func (s *Stack) Running() []string {
+	var names []string
+	for _, p := range s.Processes {
+		if p.running() {
+			names = append(names, p.Name)
+		}
+	}
+	return names
 }
 
 func (p *Process) running() bool {

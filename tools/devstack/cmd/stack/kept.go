@@ -17,6 +17,12 @@ import (
 // starts. It holds the API key: the file is the user's alone.
 const keptFile = ".run/local.json"
 
+// envFile is the stack's export line as a file a shell sources (". .run/env"),
+// so that the README's tour, pasted as written, reaches this stack's API
+// with its key, on whatever port it listens. It holds the key: the user's
+// alone.
+const envFile = ".run/env"
+
 // kept is what a local stack keeps from one start to the next, so that
 // what it printed (the exported key, the curl, the operator's export line)
 // stays true after a restart, as the data does: the key it printed, with

@@ -24,11 +24,13 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/oncepay/oncepay/internal/testkit/hapg"
 	"github.com/oncepay/oncepay/tools/devstack"
+	"github.com/oncepay/oncepay/tools/stripesim"
 )
 
 func main() {
@@ -107,14 +109,17 @@ func run(ctx context.Context, args []string, lookup func(string) (string, bool),
 			return err
 		}
 	}
+	// How long a payout stays pending, as printed: the stack's own delay,
+	// unless the environment sets the simulator's (devstack.Config.PayoutDelay).
+	pending := getenv("STRIPESIM_PAYOUT_TRANSIT_DELAY", localPayoutDelay.String())
 	switch args[1] {
 	case "-h", "--help", "help":
 		_, err := fmt.Fprintln(stdout, usage)
 		return err
 	case "run":
-		return runForeground(ctx, cfg, parent, stdout)
+		return runForeground(ctx, cfg, pending, parent, stdout)
 	case "up":
-		return up(ctx, cfg, stdout)
+		return up(ctx, cfg, pending, stdout)
 	case "down":
 		return down(ctx, stdout)
 	case "failover":
@@ -154,12 +159,12 @@ func freePorts(cfg *devstack.Config, keptPath string) error {
 // errUsage answers a command line that is not one of the three commands.
 var errUsage = errors.New("usage: stack run | up | down | failover | switchover (stack --help says more)")
 
-func runForeground(ctx context.Context, cfg devstack.Config, parent int, stdout io.Writer) error {
+func runForeground(ctx context.Context, cfg devstack.Config, pending string, parent int, stdout io.Writer) error {
 	s, err := devstack.Start(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	printReady(ctx, stdout, s, cfg)
+	printReady(ctx, stdout, s, cfg, pending)
 	fmt.Fprintln(stdout, "Ctrl-C stops everything.")
 	select {
 	case <-ctx.Done():
@@ -171,9 +176,17 @@ func runForeground(ctx context.Context, cfg devstack.Config, parent int, stdout 
 	return s.Stop(context.WithoutCancel(ctx))
 }
 
-func up(ctx context.Context, cfg devstack.Config, stdout io.Writer) error {
-	if _, err := devstack.Load(".run", io.Discard); err == nil {
-		return errors.New("a stack is already up (.run/stack.json): `make down` first")
+func up(ctx context.Context, cfg devstack.Config, pending string, stdout io.Writer) error {
+	if saved, err := devstack.Load(".run", io.Discard); err == nil {
+		if running := saved.Running(); len(running) > 0 {
+			return fmt.Errorf("a stack is already up (.run/stack.json; %s running): `make down` first", strings.Join(running, ", "))
+		}
+		// Crashed: nothing of it runs. Started again, it keeps what it
+		// printed (.run/local.json), as after make down.
+		fmt.Fprintln(stdout, "the stack saved in .run/stack.json no longer runs: starting it again")
+		if err := devstack.Forget(".run"); err != nil {
+			return err
+		}
 	}
 	cfg.Detached = true
 	s, err := devstack.Start(ctx, cfg)
@@ -183,7 +196,7 @@ func up(ctx context.Context, cfg devstack.Config, stdout io.Writer) error {
 	if err := s.Save(); err != nil {
 		return errors.Join(err, s.Stop(context.WithoutCancel(ctx)))
 	}
-	printReady(ctx, stdout, s, cfg)
+	printReady(ctx, stdout, s, cfg, pending)
 	fmt.Fprintln(stdout, "`make down` stops everything.")
 	return nil
 }
@@ -261,7 +274,7 @@ func switchover(ctx context.Context, stdout io.Writer) error {
 // tenant made for this stack, a payment to paste, and the operator's
 // commands pointed at this stack's database and provider (the simulator:
 // never Stripe by accident).
-func printReady(ctx context.Context, w io.Writer, s *devstack.Stack, cfg devstack.Config) {
+func printReady(ctx context.Context, w io.Writer, s *devstack.Stack, cfg devstack.Config, payoutPending string) {
 	fmt.Fprintf(w, "\noncepay is up: API %s", s.APIURL)
 	if s.SimURL != "" {
 		fmt.Fprintf(w, ", Stripe simulator %s", s.SimURL)
@@ -277,7 +290,11 @@ func printReady(ctx context.Context, w io.Writer, s *devstack.Stack, cfg devstac
 	}
 	created, again, err := stackKey(ctx, s, keptFile)
 	if err == nil && s.SimURL != "" {
-		err = s.EnsureAccount(localTenant, localAccount)
+		err = fundTenant(ctx, s)
+	}
+	exported := fmt.Sprintf("export ONCEPAY_API_URL=%s ONCEPAY_API_KEY=%s", s.APIURL, created.APIKey)
+	if err == nil {
+		err = os.WriteFile(envFile, []byte(exported+"\n"), 0o600)
 	}
 	if err != nil {
 		fmt.Fprintf(w, "\ncould not make the tenant %q: %v\n", localTenant, err)
@@ -288,17 +305,17 @@ func printReady(ctx context.Context, w io.Writer, s *devstack.Stack, cfg devstac
 		whose = "the one printed at this stack's last start (kept in .run/local.json)"
 	}
 	fmt.Fprintf(w, `
-An API key of the tenant %q, %s:
-  export ONCEPAY_API_KEY=%s
+The API's address and a key of the tenant %q, %s (. %s sets them in any shell):
+  %s
 A payment, answered once it is final:
   curl -s %s/v1/payments -H "Authorization: Bearer $ONCEPAY_API_KEY" -H 'Content-Type: application/json' -H "Idempotency-Key: first-payment-$(date +%%s%%N)" -H 'Prefer: wait=10' -d '{"amount": 2000, "currency": "usd", "payment_method": "pm_card_visa"}'
-A payout of part of what payments put in the tenant's balance (on its connected account, %s), pending for %s:
+A payout from the tenant's balance (its connected account %s, funded at each start), pending for %s:
   curl -s %s/v1/payouts -H "Authorization: Bearer $ONCEPAY_API_KEY" -H 'Content-Type: application/json' -H "Idempotency-Key: first-payout-$(date +%%s%%N)" -H 'Prefer: wait=10' -d '{"amount": 500, "currency": "usd"}'
 The operator's commands (bin/api …, docs/operations.md) against this stack:
   export DATABASE_URL='%s' STRIPE_API_BASE='%s' STRIPE_SECRET_KEY='%s' LISTEN_ADDR='%s' WORKER_ADMIN_ADDR='%s'
   bin/api payments list
   bin/api healthcheck && bin/worker healthcheck && echo healthy
-`, localTenant, whose, created.APIKey, s.APIURL, localAccount, localPayoutDelay, s.APIURL, s.DatabaseURL, cfg.StripeAPIBase, cfg.StripeSecretKey, hostOf(s.APIURL), hostOf(s.ConsoleURL))
+`, localTenant, whose, envFile, exported, s.APIURL, localAccount, payoutPending, s.APIURL, s.DatabaseURL, cfg.StripeAPIBase, cfg.StripeSecretKey, hostOf(s.APIURL), hostOf(s.ConsoleURL))
 }
 
 // hostOf is the host and port of one of the stack's URLs: where its
@@ -318,6 +335,22 @@ const (
 	localTenant  = "local"
 	localAccount = "acct_oncepaylocal"
 )
+
+// localBalance is what a local stack's tenant has to pay out, at least,
+// at each start: its first payout need not wait for payments (in cents,
+// $1,000.00).
+const localBalance = 100000
+
+// fundTenant gives the stack's tenant its connected account, unless it
+// has one, and that account a balance of at least localBalance at the
+// simulator.
+func fundTenant(ctx context.Context, s *devstack.Stack) error {
+	if err := s.EnsureAccount(localTenant, localAccount); err != nil {
+		return err
+	}
+	_, err := stripesim.AdminClient{BaseURL: s.SimURL}.FundAtLeast(ctx, localAccount, "usd", localBalance)
+	return err
+}
 
 // localPayoutDelay keeps a local stack's payouts pending, then in transit,
 // this long each: time to try a cancel by hand.

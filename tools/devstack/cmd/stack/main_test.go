@@ -21,6 +21,7 @@ import (
 	"github.com/oncepay/oncepay/internal/testkit/bintest"
 	"github.com/oncepay/oncepay/internal/testkit/pgtest"
 	"github.com/oncepay/oncepay/tools/devstack"
+	"github.com/oncepay/oncepay/tools/stripesim"
 )
 
 var workDir string
@@ -84,15 +85,38 @@ func TestStackDiesWithItsParent(t *testing.T) {
 		require.NoError(t, err, "%s", out)
 		return string(out)
 	}
-	var paid struct{ ID, Status string }
-	require.NoError(t, json.Unmarshal([]byte(paste(pasted[0], pasted[1])), &paid))
+	// The payout comes first: the stack gave the tenant's account a balance.
+	type object struct{ ID, Status string }
+	read := func(lines ...string) object {
+		var o object
+		out := paste(lines...)
+		require.NoError(t, json.Unmarshal([]byte(out), &o), "%s", out)
+		return o
+	}
+	payout := read(pasted[0], pasted[2])
+	require.Equal(t, "pending", payout.Status, "the payout, made within its wait")
+	paid := read(pasted[0], pasted[1])
 	require.Equal(t, "succeeded", paid.Status, "the payment, settled within its wait")
-	// The payout, from the balance the payment filled, is made and stays
-	// pending: it can still be canceled.
-	var paidOut struct{ ID, Status string }
-	require.NoError(t, json.Unmarshal([]byte(paste(pasted[0], pasted[2])), &paidOut))
-	require.Equal(t, "pending", paidOut.Status, "the payout, made within its wait")
 	require.Contains(t, paste(pasted[3], pasted[4]), paid.ID, "the operator's list shows it")
+
+	// Another payout, canceled while pending; then the simulator's clock is
+	// moved past the stack's delays and the first one is paid.
+	payoutURL := func(id string) string {
+		return `"$ONCEPAY_API_URL/v1/payouts/` + id + `" -H "Authorization: Bearer $ONCEPAY_API_KEY"`
+	}
+	canceled := read(pasted[0], pasted[2])
+	require.Equal(t, "pending", canceled.Status)
+	require.Equal(t, canceled.ID, read(pasted[0], "curl -s "+payoutURL(canceled.ID+"/cancel")+
+		` -H 'Content-Type: application/json' -H 'Idempotency-Key: cancel-the-second-payout' -d '{}'`).ID)
+	settles := func(id, status string) {
+		t.Helper()
+		require.Eventually(t, func() bool { return read(pasted[0], "curl -s "+payoutURL(id)).Status == status }, 30*time.Second,
+			200*time.Millisecond, "payout %s never %s: %s", id, status, paste(pasted[0], "curl -s "+payoutURL(id)))
+	}
+	settles(canceled.ID, "canceled")
+	require.Equal(t, "pending", read(pasted[0], "curl -s "+payoutURL(payout.ID)).Status)
+	require.NoError(t, stripesim.AdminClient{BaseURL: "http://" + addrs[0]}.AdvanceClock(t.Context(), 2*localPayoutDelay+time.Second))
+	settles(payout.ID, "paid")
 	require.Contains(t, paste(pasted[3], pasted[5]), "healthy", "the health checks reach this stack's API and worker")
 
 	// The console's address is printed on a line of its own; the payment's
@@ -267,20 +291,38 @@ func TestStackKeepsWhatItPrinted(t *testing.T) {
 		return ""
 	}
 	first := stack("up")
-	stack("down")
+	// A crash: every process killed, .run/stack.json left behind. make up
+	// starts the stack again, as after make down.
+	saved, err := os.ReadFile(filepath.Join(dir, ".run", "stack.json"))
+	require.NoError(t, err)
+	for _, pid := range regexp.MustCompile(`"pid": (\d+)`).FindAllStringSubmatch(string(saved), -1) {
+		var n int
+		_, err := fmt.Sscan(pid[1], &n)
+		require.NoError(t, err)
+		require.NoError(t, syscall.Kill(n, syscall.SIGKILL))
+	}
+	api := regexp.MustCompile(`API (http://[^,\s]+)`).FindStringSubmatch(first)
+	require.NotNil(t, api, first)
+	require.Eventually(t, func() bool { return !answers(api[1] + "/readyz") }, 10*time.Second, 50*time.Millisecond)
 	again := stack("up")
+	require.Contains(t, again, "no longer runs: starting it again")
 	require.Contains(t, again, "the one printed at this stack's last start")
-	for _, prefix := range []string{"export ONCEPAY_API_KEY=", "curl ", "export DATABASE_URL=", "oncepay is up: "} {
+	for _, prefix := range []string{"export ONCEPAY_API_URL=", "curl ", "export DATABASE_URL=", "oncepay is up: "} {
 		require.Equal(t, printed(first, prefix), printed(again, prefix))
 	}
-	paste := exec.Command("sh", "-ec", printed(again, "export ONCEPAY_API_KEY=")+"\n"+printed(again, "curl "))
+	env, err := os.ReadFile(filepath.Join(dir, ".run", "env"))
+	require.NoError(t, err)
+	require.Equal(t, printed(first, "export ONCEPAY_API_URL="), strings.TrimSpace(string(env)), ". .run/env sets what was printed")
+	paste := exec.Command("sh", "-ec", printed(first, "export ONCEPAY_API_URL=")+"\n"+printed(first, "curl "))
 	paste.Dir = dir
 	paid, err := paste.CombinedOutput()
 	require.NoError(t, err, "%s", paid)
 	require.Contains(t, string(paid), `"status":"succeeded"`)
-	info, err := os.Stat(filepath.Join(dir, ".run", "local.json"))
-	require.NoError(t, err)
-	require.Equal(t, os.FileMode(0o600), info.Mode().Perm())
+	for _, name := range []string{"local.json", "env"} {
+		info, err := os.Stat(filepath.Join(dir, ".run", name))
+		require.NoError(t, err)
+		require.Equal(t, os.FileMode(0o600), info.Mode().Perm(), "%s holds the key", name)
+	}
 
 	// Its keys ended by an operator: the next start prints a new one.
 	stack("down")
@@ -290,6 +332,6 @@ func TestStackKeepsWhatItPrinted(t *testing.T) {
 	require.NoError(t, err, "%s", out)
 	third := stack("up")
 	require.Contains(t, third, "made for this stack")
-	require.NotEqual(t, printed(first, "export ONCEPAY_API_KEY="), printed(third, "export ONCEPAY_API_KEY="))
+	require.NotEqual(t, printed(first, "export ONCEPAY_API_URL="), printed(third, "export ONCEPAY_API_URL="))
 	stack("down")
 }
