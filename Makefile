@@ -75,7 +75,7 @@ drop-test-templates:
 	@psql "$(ADMIN_DATABASE_URL)" -Atc "SELECT datname FROM pg_database WHERE datname LIKE 'oncepay\_template\_%'" 2>/dev/null | \
 		while read -r db; do psql "$(ADMIN_DATABASE_URL)" -qc "ALTER DATABASE \"$$db\" IS_TEMPLATE false" -c "DROP DATABASE IF EXISTS \"$$db\"" >/dev/null 2>&1; done; true
 
-## clean-db: drop every database oncepay's tools leave on DATABASE_URL's server: the stack's (DATABASE_URL's own: run make down first), the bench's and its peers', the chaos run's, the test templates and the copies a killed test left (not while tests, the bench or a chaos run use the server: it drops theirs too); and remove the DB=ha formation (.run/ha) once the stack is down
+## clean-db: drop every database oncepay's tools leave on DATABASE_URL's server: the stack's (DATABASE_URL's own: run make down first; its key and ports are forgotten), the bench's and its peers', the chaos run's, the test templates and the copies a killed test left (not while tests, the bench or a chaos run use the server: it drops theirs too); and remove the DB=ha formation (.run/ha) once the stack is down
 clean-db: drop-test-templates
 	@if [ -d .run/ha ]; then \
 		for pid in $$(sed -n 's/.*"pid": \([1-9][0-9]*\).*/\1/p' .run/ha/formation.json 2>/dev/null); do \
@@ -84,6 +84,7 @@ clean-db: drop-test-templates
 	@for db in '$(DATABASE_NAME)' oncepay_bench oncepay_bench_dbospeer oncepay_bench_riverpeer oncepay_bench_riverkeyspeer oncepay_loadgen \
 		$$(psql "$(ADMIN_DATABASE_URL)" -Atc "SELECT datname FROM pg_database WHERE datname LIKE 'oncepay\_test\_%' OR datname LIKE 'peers\_test\_%'"); do \
 		psql "$(ADMIN_DATABASE_URL)" -qc "DROP DATABASE IF EXISTS \"$$db\" WITH (FORCE)" && echo "dropped $$db (if it was there)"; done
+	@rm -f .run/local.json .run/env && echo "forgot the local stack's key and ports (.run/local.json, .run/env)"
 
 ## e2e: a newcomer's first hour in headless Chromium (as root, installs Debian's chromium when missing): the stack up, the printed curl pasted, the payment's timeline found in the console, a restart; screenshots in E2E_ARTIFACTS
 E2E_ARTIFACTS ?= .run/e2e
