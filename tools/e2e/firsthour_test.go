@@ -19,7 +19,6 @@ import (
 
 	"github.com/oncepay/oncepay/internal/testkit/bintest"
 	"github.com/oncepay/oncepay/internal/testkit/pgtest"
-	"github.com/oncepay/oncepay/tools/devstack"
 )
 
 // workDir holds bin/ (the binaries, built once) and the stack's .run/.
@@ -30,22 +29,16 @@ func TestMain(m *testing.M) {
 		"github.com/oncepay/oncepay/tools/stripesim/cmd/stripesim", "github.com/oncepay/oncepay/tools/devstack/cmd/stack")
 }
 
-// TestFirstHour is a newcomer's first hour, in a real browser: the stack
-// comes up (make up) and says what to do next; the printed key and curl,
-// pasted, make a payment; the console, opened in Chromium at the printed
-// address, lists it, and its page's timeline shows the provider call and
-// the provider's webhook; the API's landing page leads to its reference;
-// the stack stops and comes up again with the payment still there.
+// TestFirstHour is a newcomer's first hour, in a real browser: the
+// README's tour, pasted as written, starts the stack (make up, on the free
+// ports PORTS=auto picks) and makes payments and a payout, canceled; the
+// key and curl the stack printed, pasted, make a payment; the console,
+// opened in Chromium at the printed address, lists it, and its page's
+// timeline shows the provider call and the provider's webhook; the API's
+// landing page leads to its reference; the stack stops and comes up
+// again on the same ports, with the same key and the payment still there.
 func TestFirstHour(t *testing.T) {
-	addrs, err := devstack.FreeAddrs(4)
-	require.NoError(t, err)
-	env := append(os.Environ(),
-		"DATABASE_URL="+pgtest.NewDatabase(t),
-		"STRIPE_API_BASE=http://"+addrs[0],
-		"LISTEN_ADDR="+addrs[1],
-		"WORKER_ADMIN_ADDR="+addrs[2],
-		"METRICS_ADDR="+addrs[3],
-	)
+	env := append(os.Environ(), "DATABASE_URL="+pgtest.NewDatabase(t), "PORTS=auto")
 	stack := func(verb string) string {
 		cmd := exec.Command(filepath.Join(workDir, "bin", "stack"), verb)
 		cmd.Dir, cmd.Env = workDir, env
@@ -53,7 +46,6 @@ func TestFirstHour(t *testing.T) {
 		require.NoError(t, err, "stack %s:\n%s", verb, out)
 		return string(out)
 	}
-	up := stack("up")
 	// Whatever happens, the stack goes: down reads the state in workDir.
 	t.Cleanup(func() {
 		down := exec.Command(filepath.Join(workDir, "bin", "stack"), "down")
@@ -61,11 +53,23 @@ func TestFirstHour(t *testing.T) {
 		_, _ = down.CombinedOutput()
 	})
 
-	// The lines it prints work pasted as written.
+	// The README's tour, as written; its make up is bin/stack up, the
+	// binaries being built.
+	tour := exec.Command("bash", "-ec", "make() { bin/stack \"$@\"; }\n"+readmeTour(t))
+	tour.Dir, tour.Env = workDir, env
+	toured, err := tour.CombinedOutput()
+	up := string(toured)
+	require.NoError(t, err, "the README's tour:\n%s", up)
+	for _, want := range []string{"HTTP/1.1 202 Accepted", "Idempotent-Replayed: true", "HTTP/1.1 422 Unprocessable Entity",
+		"HTTP/1.1 201 Created", "HTTP/1.1 400 Bad Request", `"object":"list"`, `"status":"pending"`, `"status":"canceled"`} {
+		require.Contains(t, up, want, "the README's tour")
+	}
+
+	// The lines the stack printed work pasted as written.
 	var key, payment string
 	for _, line := range strings.Split(up, "\n") {
 		switch l := strings.TrimSpace(line); {
-		case strings.HasPrefix(l, "export ONCEPAY_API_KEY="):
+		case strings.HasPrefix(l, "export ONCEPAY_API_URL="):
 			key = l
 		case strings.HasPrefix(l, "curl ") && payment == "": // the payment; the payout's follows
 			payment = l
@@ -73,15 +77,21 @@ func TestFirstHour(t *testing.T) {
 	}
 	require.NotEmpty(t, key, up)
 	require.NotEmpty(t, payment, up)
-	sh := exec.Command("sh", "-ec", key+"\n"+payment)
-	sh.Dir = workDir
-	out, err := sh.CombinedOutput()
-	require.NoError(t, err, "%s", out)
-	var paid struct{ ID, Status string }
-	require.NoError(t, json.Unmarshal(out, &paid), "%s", out)
-	require.Equal(t, "succeeded", paid.Status)
+	pay := func() (paid struct{ ID, Status string }) {
+		t.Helper()
+		sh := exec.Command("sh", "-ec", key+"\n"+payment)
+		sh.Dir = workDir
+		out, err := sh.CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		require.NoError(t, json.Unmarshal(out, &paid), "%s", out)
+		require.Equal(t, "succeeded", paid.Status)
+		return paid
+	}
+	paid := pay()
 	console := regexp.MustCompile(`(?m)^console .*: (http://\S+)$`).FindStringSubmatch(up)
 	require.NotNil(t, console, "no console line:\n%s", up)
+	apiURL := regexp.MustCompile(`ONCEPAY_API_URL=(http://\S+)`).FindStringSubmatch(key)[1]
+	require.NotEqual(t, "http://127.0.0.1:8080", apiURL, "PORTS=auto picked a port")
 
 	browser := newBrowser(t)
 	artifacts := artifactDir(t)
@@ -115,7 +125,6 @@ func TestFirstHour(t *testing.T) {
 	screenshot(t, browser, filepath.Join(artifacts, "console-payment.png"))
 
 	// The API's own address explains itself and leads to its reference.
-	apiURL := "http://" + addrs[1]
 	require.NoError(t, chromedp.Do(browser,
 		chromedp.Navigate(apiURL+"/"),
 		chromedp.Click(chromedp.CSS(`a[href="/docs/api"]`)),
@@ -128,19 +137,33 @@ func TestFirstHour(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, apiURL+"/docs/api", location)
 
-	// Stopped and started again: the books are kept, and so is the
-	// simulator's side of them: the ledger check, run as the printed
-	// export line sets it up, finds them in agreement.
+	// Stopped and started again: the ports, the key and the books are
+	// kept, and so is the simulator's side of them: the key and curl
+	// printed before still pay, and the ledger check, run as the printed
+	// export line sets it up, finds the books in agreement.
 	stack("down")
 	again := stack("up")
+	require.Contains(t, again, key, "the same address and key")
+	require.Contains(t, again, console[0], "the same console")
 	require.Contains(t, listedPayments(t, browser, console[1]), paid.ID, "the payment is still there after a restart")
+	pay()
 	operator := regexp.MustCompile(`(?m)^\s*(export DATABASE_URL=.*)$`).FindStringSubmatch(again)
 	require.NotNil(t, operator, "no export line for the operator's commands:\n%s", again)
 	check := exec.Command("sh", "-ec", operator[1]+"\nbin/api ledger check --since 1h")
 	check.Dir = workDir
-	out, err = check.CombinedOutput()
+	out, err := check.CombinedOutput()
 	require.NoError(t, err, "the ledger check after a restart:\n%s", out)
 	stack("down")
+}
+
+// readmeTour is the README's "Try it" block, as a reader pastes it.
+func readmeTour(t *testing.T) string {
+	t.Helper()
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	require.NoError(t, err)
+	block := regexp.MustCompile("(?s)\n## Try it\n\n```sh\n(.*?)```").FindSubmatch(readme)
+	require.NotNil(t, block, "README.md has no Try it block")
+	return string(block[1])
 }
 
 // newBrowser starts headless Chromium (Debian's chromium, or whatever
