@@ -38,7 +38,7 @@ replay, and looks up at the provider whatever stayed unknown.</p>
 <li><a href="` + OpenAPIPath + `">OpenAPI description</a> (<code>openapi.yaml</code>), for client generators</li>
 <li><a href="/readyz">/readyz</a>: whether this instance reaches its database</li>
 </ul>
-<p>A first payment, with your API key (<code>api tenants create NAME</code> prints one; <code>make up</code> prints an <code>export ONCEPAY_API_KEY=…</code> line):</p>
+<p>A first payment, with your API key (<code>api tenants create NAME</code> prints one; <code>make up</code> prints an <code>export ONCEPAY_API_URL=… ONCEPAY_API_KEY=…</code> line):</p>
 <pre><code>curl -s ` + template.HTMLEscapeString(host) + `/v1/payments -H "Authorization: Bearer $ONCEPAY_API_KEY" -H 'Content-Type: application/json' \
   -H "Idempotency-Key: first-payment-$(date +%s%N)" -H 'Prefer: wait=10' \
   -d '{"amount": 2000, "currency": "usd", "payment_method": "pm_card_visa"}'</code></pre>

@@ -37,7 +37,7 @@ func TestHAStackRidesAFailover(t *testing.T) {
 		var key, curl string
 		for _, line := range strings.Split(printed, "\n") {
 			switch l := strings.TrimSpace(line); {
-			case strings.HasPrefix(l, "export ONCEPAY_API_KEY="):
+			case strings.HasPrefix(l, "export ONCEPAY_API_URL="):
 				key = l
 			case strings.HasPrefix(l, "curl ") && curl == "": // the payment; the payout's follows
 				curl = l

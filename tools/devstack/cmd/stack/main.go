@@ -300,12 +300,12 @@ func printReady(ctx context.Context, w io.Writer, s *devstack.Stack, cfg devstac
 		fmt.Fprintf(w, "\ncould not make the tenant %q: %v\n", localTenant, err)
 		return
 	}
-	whose := "made for this stack (kept in .run/local.json for its next starts; any printed before has ended)"
+	whose := "made for this stack, kept in .run/local.json for its next starts (any printed before has ended)"
 	if again {
-		whose = "the one printed at this stack's last start (kept in .run/local.json)"
+		whose = "the one printed at this stack's last start"
 	}
 	fmt.Fprintf(w, `
-The API's address and a key of the tenant %q, %s (. %s sets them in any shell):
+The API's address and a key of the tenant %q, %s; . %s sets both in any shell:
   %s
 A payment, answered once it is final:
   curl -s %s/v1/payments -H "Authorization: Bearer $ONCEPAY_API_KEY" -H 'Content-Type: application/json' -H "Idempotency-Key: first-payment-$(date +%%s%%N)" -H 'Prefer: wait=10' -d '{"amount": 2000, "currency": "usd", "payment_method": "pm_card_visa"}'
