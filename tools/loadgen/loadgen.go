@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net/http"
 	"net/url"
 	"strings"
 	"sync"
@@ -223,7 +224,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 	r := &run{
 		cfg: cfg, stack: stack, proxies: proxies, pool: pool,
-		sim:    stripesim.AdminClient{BaseURL: stack.SimURL},
+		// A connection of its own for each call: the run's few admin calls
+		// are an hour apart, and a kept one may be gone by the next.
+		sim: stripesim.AdminClient{BaseURL: stack.SimURL, HTTPClient: &http.Client{Timeout: time.Minute,
+			Transport: &http.Transport{DisableKeepAlives: true}}},
 		rng:    rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
 		record: &recorder{}, reads: &reads{},
 	}
@@ -344,8 +348,8 @@ func (r *run) drive(ctx context.Context) (*Report, error) {
 
 	// Everything back to normal, then wait for every payment to settle.
 	r.proxies.Restore()
-	if err := r.sim.ClearFaults(context.WithoutCancel(ctx)); err != nil {
-		return nil, fmt.Errorf("clear provider faults: %w", err)
+	if err := r.clearProviderFaults(context.WithoutCancel(ctx)); err != nil {
+		return nil, err
 	}
 	var lost *LostCommits
 	if r.cfg.Async {
@@ -394,6 +398,25 @@ func (r *run) drive(ctx context.Context) (*Report, error) {
 		}
 	}
 	return report, nil
+}
+
+// clearProviderFaults ends the provider's faults, asking again a few times:
+// an hour's run is not thrown away, before its invariants are checked, for
+// one request a loaded machine dropped.
+func (r *run) clearProviderFaults(ctx context.Context) error {
+	var err error
+	for try := 1; try <= 5; try++ {
+		if err = r.sim.ClearFaults(ctx); err == nil {
+			return nil
+		}
+		fmt.Fprintf(r.cfg.Out, "clearing the provider's faults failed (try %d of 5): %v\n", try, err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
+	}
+	return fmt.Errorf("clear provider faults: %w", err)
 }
 
 // proxied starts a proxy for each host of dbURL (one, or a multi-host
