@@ -12,9 +12,9 @@ import (
 	"github.com/riverqueue/river/rivertype"
 )
 
-// LastAttempt is how a worker's job hands its operation over when the job
+// lastAttempt is how a worker's job hands its operation over when the job
 // can run no more.
-type LastAttempt struct {
+type lastAttempt struct {
 	// Action names the worker's call ("charge", "refund") and Operation
 	// what it acts on ("payment", "refund"), for logs and the reason shown.
 	Action, Operation string
@@ -32,7 +32,7 @@ type LastAttempt struct {
 // attempt fails, and a discarded job would leave its operation in flight
 // with nothing looking at it again but the sweeper. River's snooze and
 // cancel are decisions, not failures, and pass through.
-func (l LastAttempt) Run(ctx context.Context, job *rivertype.JobRow, log *slog.Logger, attempt func() error) (err error) {
+func (l lastAttempt) Run(ctx context.Context, job *rivertype.JobRow, log *slog.Logger, attempt func() error) (err error) {
 	if job.Attempt < job.MaxAttempts {
 		return attempt()
 	}

@@ -24,7 +24,7 @@ import (
 // List page sizes, the same for every kind.
 const (
 	defaultListLimit = 10
-	MaxListLimit     = 100
+	maxListLimit     = 100
 )
 
 // Resource is how a kind's objects are read over HTTP: one at a time by id,
@@ -89,8 +89,8 @@ func (res Resource[T]) HandleList(list func(ctx context.Context, r *http.Request
 		limit := defaultListLimit
 		if v := q.Get("limit"); v != "" {
 			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 || n > MaxListLimit {
-				fields = append(fields, problem.FieldError{Field: "limit", Detail: "must be an integer from 1 to " + strconv.Itoa(MaxListLimit)})
+			if err != nil || n < 1 || n > maxListLimit {
+				fields = append(fields, problem.FieldError{Field: "limit", Detail: "must be an integer from 1 to " + strconv.Itoa(maxListLimit)})
 			}
 			limit = n
 		}

@@ -69,13 +69,13 @@ func (c ReconcileConfig) WithDefaults() ReconcileConfig {
 	return c
 }
 
-// Found is what a look at the provider found.
-type Found int
+// found is what a look at the provider found.
+type found int
 
 const (
 	// Undetermined: the look could not tell (an error, an incomplete
 	// list, a window not yet settled, several candidates).
-	Undetermined Found = iota
+	Undetermined found = iota
 	// Final: the provider has the operation and its outcome is final.
 	Final
 	// Pending: the provider has the operation, not yet final.
@@ -86,7 +86,7 @@ const (
 
 // Look is what one look at the provider concluded.
 type Look struct {
-	Found Found
+	Found found
 	// ProviderID is the provider's object, when one was found; the next
 	// look reads it directly.
 	ProviderID string
@@ -340,7 +340,7 @@ func (r *Reconciler[C, O]) reconcile(ctx context.Context, c C, res *ReconcileRes
 		// without it, no request for this generation ever left. A failover
 		// that lost the clock's commit is answered where it can be: the
 		// worker that stamped it writes it back when it hands over
-		// (SentClock). Only an operation whose worker died in that same
+		// (attemptClock). Only an operation whose worker died in that same
 		// call, and whose job then ran out of attempts, reaches here from
 		// the sweeper without it; the client's retry keeps the provider key
 		// and meets the provider's object, and the ledger check names it.
@@ -373,14 +373,14 @@ func (r *Reconciler[C, O]) reconcile(ctx context.Context, c C, res *ReconcileRes
 		return r.reschedule(ctx, e, nextLook{providerID: look.ProviderID, counted: true,
 			operatorNote: "reconciliation could not determine the outcome: " + look.Note + "; an operator must check the provider"})
 	}
-	delay := Backoff(r.cfg.RetryBase, r.cfg.RetryMax, e.ReconcileAttempts)
+	delay := backoff(r.cfg.RetryBase, r.cfg.RetryMax, e.ReconcileAttempts)
 	log.WarnContext(ctx, "reconciliation could not tell yet; looking again later", slog.String("note", look.Note),
 		slog.Duration("delay", delay), slog.Any("error", look.Err))
 	res.Undetermined++
 	return r.reschedule(ctx, e, nextLook{providerID: look.ProviderID, after: delay, counted: true})
 }
 
-func (f Found) String() string {
+func (f found) String() string {
 	switch f {
 	case Final:
 		return "final"
@@ -456,7 +456,7 @@ func (r *Reconciler[C, O]) reschedule(ctx context.Context, e Entry, next nextLoo
 }
 
 // Backoff doubles base per attempt, capped at ceiling.
-func Backoff(base, ceiling time.Duration, attempt int) time.Duration {
+func backoff(base, ceiling time.Duration, attempt int) time.Duration {
 	delay := ceiling
 	if shift := max(attempt, 0); shift < 62 && base <= ceiling>>shift {
 		delay = base << shift

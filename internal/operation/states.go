@@ -69,8 +69,8 @@ func (t Table) Resume(ctx context.Context, tx pgx.Tx, tenantID, id string, gener
 // keySpent says the provider answered with what no retry of the provider
 // key can move past (Entry.KeySpentAt), so that a resume takes a new one.
 // sent is the attempt clock the hander-over stamped itself (none for the
-// sweeper), written again: see SentClock.
-func (t Table) HandOver(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, e Entry, reason string, keySpent bool, sent SentClock) error {
+// sweeper), written again: see attemptClock.
+func (t Table) HandOver(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, e Entry, reason string, keySpent bool, sent attemptClock) error {
 	tag, err := tx.Exec(ctx, `
 		UPDATE `+t.Name+` SET status = '`+inReconciliation+`', failure_message = $4,
 			reconcile_after = now(), reconcile_attempts = 0, handed_over_at = now(), updated_at = now(),
@@ -92,7 +92,7 @@ func (t Table) HandOver(ctx context.Context, tx pgx.Tx, keys *idempotency.Store,
 	return nil
 }
 
-// SentClock is an attempt clock as the worker that stamped it read it back
+// attemptClock is an attempt clock as the worker that stamped it read it back
 // before its call: the first and last attempt of the generation, and the
 // latest its call could end. The worker writes it again when it hands the
 // operation over, because the row may no longer hold it: with an
@@ -100,17 +100,17 @@ func (t Table) HandOver(ctx context.Context, tx pgx.Tx, keys *idempotency.Store,
 // call it guarded went out, and a row without a clock reads as "never
 // sent" to the reconciler, which would then fail an operation the provider
 // carried out. Its zero value (nothing stamped) writes nothing.
-type SentClock struct{ First, Last, Deadline *time.Time }
+type attemptClock struct{ First, Last, Deadline *time.Time }
 
 // sentClock is the clock of e's attempt just started, whose call is bounded
 // by callTimeout: its deadline was stamped as the statement's now() plus
 // callTimeout, and now() is at most Last.
-func sentClock(e Entry, callTimeout time.Duration) SentClock {
+func sentClock(e Entry, callTimeout time.Duration) attemptClock {
 	if e.FirstAttemptAt == nil || e.LastAttemptAt == nil {
-		return SentClock{}
+		return attemptClock{}
 	}
 	deadline := e.LastAttemptAt.Add(callTimeout)
-	return SentClock{First: e.FirstAttemptAt, Last: e.LastAttemptAt, Deadline: &deadline}
+	return attemptClock{First: e.FirstAttemptAt, Last: e.LastAttemptAt, Deadline: &deadline}
 }
 
 // failNotReached moves an operation in reconciliation, proven never to

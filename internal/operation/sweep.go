@@ -142,7 +142,7 @@ func (s *Sweeper[Op]) sweep(ctx context.Context, tenantID, id string) (bool, err
 			return nil
 		}
 		moved = true
-		return s.table.HandOver(ctx, tx, s.keys, e, s.job.Reason, false, SentClock{})
+		return s.table.HandOver(ctx, tx, s.keys, e, s.job.Reason, false, attemptClock{})
 	})
 	if err != nil {
 		return false, fmt.Errorf("sweep %s %s: %w", s.table.Operation, id, err)

@@ -156,19 +156,19 @@ func NewWorker[A jobOf, Op operationRow, O providerAnswer](env Env, name, action
 func (w *Worker[A, Op, O]) Timeout(*river.Job[A]) time.Duration { return w.t.JobTimeout }
 
 // Work runs one attempt; on the job's last attempt any failure hands the
-// operation to reconciliation (LastAttempt).
+// operation to reconciliation (lastAttempt).
 func (w *Worker[A, Op, O]) Work(ctx context.Context, job *river.Job[A]) error {
 	tenantID, id := job.Args.Of()
 	log := w.log.With(slog.String("tenant_id", tenantID), slog.String(w.table.Operation+"_id", id),
 		slog.Int64("job_id", job.ID), slog.Int("attempt", job.Attempt))
 	// sent is the clock this attempt stamped, once it has.
-	var sent SentClock
-	last := LastAttempt{Action: w.action, Operation: w.table.Operation, RecordTimeout: w.t.RecordTimeout,
+	var sent attemptClock
+	last := lastAttempt{Action: w.action, Operation: w.table.Operation, RecordTimeout: w.t.RecordTimeout,
 		HandOver: func(ctx context.Context, reason string) error { return w.handOver(ctx, job, reason, false, sent) }}
 	return last.Run(ctx, job.JobRow, log, func() error { return w.attempt(ctx, job, tenantID, id, &sent, log) })
 }
 
-func (w *Worker[A, Op, O]) attempt(ctx context.Context, job *river.Job[A], tenantID, id string, sent *SentClock, log *slog.Logger) error {
+func (w *Worker[A, Op, O]) attempt(ctx context.Context, job *river.Job[A], tenantID, id string, sent *attemptClock, log *slog.Logger) error {
 	op, ok, err := w.starter.Start(ctx, tenantID, id)
 	if errors.Is(err, w.table.NotFound) {
 		log.ErrorContext(ctx, w.action+" job for a "+w.table.Operation+" that does not exist")
@@ -215,7 +215,7 @@ func (w *Worker[A, Op, O]) attempt(ctx context.Context, job *river.Job[A], tenan
 // record acts on the provider's answer: records it if final, notes it and
 // polls if pending, hands the operation over if only a look-up can tell,
 // and fails the attempt (retried with the same key) if it proves nothing.
-func (w *Worker[A, Op, O]) record(ctx context.Context, job *river.Job[A], id string, op Op, out O, age time.Duration, sent SentClock, log *slog.Logger) error {
+func (w *Worker[A, Op, O]) record(ctx context.Context, job *river.Job[A], id string, op Op, out O, age time.Duration, sent attemptClock, log *slog.Logger) error {
 	j := out.Judge()
 	log = log.With(slog.String(w.table.ProviderIDLog, j.ObjectID), slog.String("outcome", j.Kind.String()))
 
@@ -280,7 +280,7 @@ func (w *Worker[A, Op, O]) recordFinal(ctx context.Context, job *river.Job[A], o
 // handOver gives the job's operation (if still in flight) to the
 // reconciler, its key unknown, and completes the job, in one transaction;
 // keySpent and sent as Table.HandOver's.
-func (w *Worker[A, Op, O]) handOver(ctx context.Context, job *river.Job[A], reason string, keySpent bool, sent SentClock) error {
+func (w *Worker[A, Op, O]) handOver(ctx context.Context, job *river.Job[A], reason string, keySpent bool, sent attemptClock) error {
 	tenantID, id := job.Args.Of()
 	return postgres.InTx(ctx, w.pool, func(tx pgx.Tx) error {
 		if err := w.kind.Lock(ctx, tx, tenantID, id); err != nil {

@@ -1,0 +1,9 @@
+package operation
+
+// Names the engine keeps to itself, for its tests.
+type (
+	LastAttempt = lastAttempt
+	SentClock   = attemptClock
+)
+
+var Backoff = backoff
