@@ -55,13 +55,16 @@ func TestLostCommitsMoveNoMoneyTwice(t *testing.T) {
 			require.NoError(t, err, stmt)
 		}
 	}
+	// A minute: a first generation failing every request runs its job's
+	// every attempt first, which a loaded machine (make test beside a chaos
+	// run) has taken longer than 20 s to do.
 	wait := func(t *testing.T, path, status string) apitest.Response {
 		t.Helper()
 		var got apitest.Response
 		require.Eventually(t, func() bool {
 			got = s.API.Get(t, path)
 			return got.Body["status"] == status
-		}, 20*time.Second, 20*time.Millisecond, "%s never became %s", path, status)
+		}, time.Minute, 20*time.Millisecond, "%s never became %s", path, status)
 		return got
 	}
 	refOf := func(t *testing.T, table, opID string) string {
