@@ -53,7 +53,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	flags.IntVar(&cfg.ReplayKeys, "replay-keys", 2000, "finished keys the replay phase retries")
 	flags.IntVar(&cfg.Backlog, "backlog", 5000, "payments accepted before the slow-provider phase's worker starts")
 	flags.IntVar(&cfg.SlowWorkerConcurrency, "slow-worker-concurrency", 200, "WORKER_CONCURRENCY of the slow-provider phase's worker")
-	flags.StringVar(&delays, "network-delays", "0,500us,2ms", "round trips added to PostgreSQL's in the network phase, the first 0 (the loopback reference)")
+	flags.StringVar(&delays, "network-delays", "0,500us,2ms", "round trips added to PostgreSQL's in the network phase, and to the standby's in the standby phase, the first 0 (the loopback reference)")
 	flags.Float64Var(&cfg.Network.Rate, "network-rate", 500, "settled payments a second the network phase's sizing search holds")
 	flags.StringVar(&cfg.DatabaseName, "database-name", "oncepay_bench", "the database created (and dropped) on DATABASE_URL's server")
 	flags.BoolVar(&cfg.AllowNoFsync, "allow-no-fsync", false, "run on a server with fsync or synchronous_commit off (tests only: the ratios then mean little)")
