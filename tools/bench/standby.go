@@ -39,6 +39,10 @@ type StandbyRound struct {
 	// flushed together share it.
 	PaymentRoundTrips float64 `json:"standby_round_trips_per_payment"`
 	GoldenRoundTrips  float64 `json:"standby_round_trips_per_golden"`
+	// SingleCommit and StandbyCommit are one commit's time alone, on one
+	// connection with nothing else running: what the delay adds to each.
+	SingleCommit  Latencies `json:"single_commit"`
+	StandbyCommit Latencies `json:"standby_commit"`
 }
 
 // standby measures what synchronous replication costs: a second stack runs
@@ -155,6 +159,12 @@ func (r *run) standby(ctx context.Context) (_ *PhaseResult, err error) {
 		for _, d := range delays {
 			line.SetDelay(d)
 			rd := StandbyRound{DelayMS: ms(d)}
+			if rd.SingleCommit, err = commitTimes(ctx, r.pool, 50); err != nil {
+				return nil, err
+			}
+			if rd.StandbyCommit, err = commitTimes(ctx, pool, 50); err != nil {
+				return nil, fmt.Errorf("on the formation: %w", err)
+			}
 			if rd.Single, err = r.settledRound(ctx, single); err != nil {
 				return nil, err
 			}
@@ -177,6 +187,8 @@ func (r *run) standby(ctx context.Context) (_ *PhaseResult, err error) {
 			if err := repl.check(ctx); err != nil {
 				return nil, fmt.Errorf("%s, round %d: %w", delayLabel(d), i+1, err)
 			}
+			r.printf("round %d, standby %s: a commit alone p50 %.2f ms on the single server, %.2f ms on the formation", i+1, delayLabel(d),
+				rd.SingleCommit.P50MS, rd.StandbyCommit.P50MS)
 			r.printf("round %d, standby %s: single server accepted %.0f/s settled %.0f/s, golden.sql %.0f tps p50 %.2f ms | synchronous standby accepted %.0f/s settled %.0f/s, golden.sql %.0f tps p50 %.2f ms | round trips to the standby: %.2f a payment, %.2f a golden.sql transaction",
 				i+1, delayLabel(d), rd.Single.AcceptedPerSec, rd.Single.SettledPerSec, rd.SingleGolden.TPS, rd.SingleGolden.Latency.P50MS,
 				rd.Standby.AcceptedPerSec, rd.Standby.SettledPerSec, rd.StandbyGolden.TPS, rd.StandbyGolden.Latency.P50MS,
@@ -226,6 +238,9 @@ func standbyRows(rounds []StandbyRound, delays []time.Duration) []Row {
 			}, nil),
 			vs("golden.sql p50", "ms", func(rd StandbyRound) (float64, float64) {
 				return rd.StandbyGolden.Latency.P50MS, rd.SingleGolden.Latency.P50MS
+			}, nil),
+			vs("a commit alone, p50", "ms", func(rd StandbyRound) (float64, float64) {
+				return rd.StandbyCommit.P50MS, rd.SingleCommit.P50MS
 			}, nil),
 			compared("round trips to the standby "+where+": a payment vs a golden.sql transaction", "trips", at,
 				func(rd StandbyRound) (float64, float64) { return rd.PaymentRoundTrips, rd.GoldenRoundTrips }, nil))
@@ -351,6 +366,30 @@ func (repl *replication) check(ctx context.Context) error {
 			repl.primary.Name, synced, states, repl.line.Stats().Open)
 	}
 	return nil
+}
+
+// commitTimes times n commits one after the other on one connection of
+// pool, each a transaction that writes WAL (a transactional logical
+// message, which touches no table), so that its commit is flushed and, on
+// the formation, waits for the standby. A transaction that only takes an
+// xid writes nothing before its commit, which then waits for neither.
+func commitTimes(ctx context.Context, pool *pgxpool.Pool, n int) (Latencies, error) {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return Latencies{}, err
+	}
+	defer conn.Release()
+	took := make([]time.Duration, 0, n)
+	for i := range n + 1 {
+		start := time.Now()
+		if _, err := conn.Exec(ctx, "SELECT pg_logical_emit_message(true, 'oncepay-bench', '')"); err != nil {
+			return Latencies{}, fmt.Errorf("a commit alone: %w", err)
+		}
+		if i > 0 { // the first warms the connection
+			took = append(took, time.Since(start))
+		}
+	}
+	return Summarize(took), nil
 }
 
 // queryRowOn runs one query on a connection of its own to dbURL.
