@@ -24,6 +24,10 @@ type Job struct {
 	AttemptedAt *time.Time `db:"attempted_at" json:"attempted_at"`
 	FinalizedAt *time.Time `db:"finalized_at" json:"finalized_at"`
 	Errors      []jobError `db:"errors" json:"errors"`
+	// Failed are the times of its failed attempts, as the engine's worker
+	// noted them (none for another worker's job): by the database's clock,
+	// which River's errors are not dated by.
+	Failed []FailedAttempt `db:"failed_attempts" json:"failed_attempts,omitempty"`
 }
 
 // jobError is one failed attempt of a job, as River recorded it.
@@ -54,7 +58,7 @@ func JobsOf(ctx context.Context, db Querier, of ...river.JobArgs) ([]Job, error)
 	}
 	rows, err := db.Query(ctx, `
 		SELECT id, kind, state::text AS state, attempt, max_attempts, created_at, scheduled_at, attempted_at, finalized_at,
-			coalesce(to_jsonb(errors), '[]') AS errors
+			coalesce(to_jsonb(errors), '[]') AS errors, coalesce(metadata->'`+failedAttemptsKey+`', '[]') AS failed_attempts
 		FROM river_job WHERE `+strings.Join(conds, " OR ")+` ORDER BY id`, params...)
 	if err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)

@@ -165,11 +165,31 @@ func (w *Worker[A, Op, O]) Work(ctx context.Context, job *river.Job[A]) error {
 	var sent attemptClock
 	last := lastAttempt{Action: w.action, Operation: w.table.Operation, RecordTimeout: w.t.RecordTimeout,
 		HandOver: func(ctx context.Context, reason string) error { return w.handOver(ctx, job, reason, false, sent) }}
-	return last.Run(ctx, job.JobRow, log, func() error { return w.attempt(ctx, job, tenantID, id, &sent, log) })
+	clock := dbClock{stamp: time.Now(), read: time.Now()}
+	if job.AttemptedAt != nil {
+		clock.stamp = *job.AttemptedAt
+	}
+	err := last.Run(ctx, job.JobRow, log, func() error { return w.attempt(ctx, job, tenantID, id, &sent, &clock, log) })
+	if err != nil && !isJobControl(err) {
+		if nerr := noteFailedAttempt(ctx, job.JobRow, clock); nerr != nil {
+			log.WarnContext(ctx, "could not note the failed attempt's times", slog.Any("error", nerr))
+		}
+	}
+	return err
 }
 
-func (w *Worker[A, Op, O]) attempt(ctx context.Context, job *river.Job[A], tenantID, id string, sent *attemptClock, log *slog.Logger) error {
+// attempt runs one attempt; clock moves to the database's clock as the
+// attempt stamps it, by which its failure, if it fails, is dated after its
+// provider call.
+func (w *Worker[A, Op, O]) attempt(ctx context.Context, job *river.Job[A], tenantID, id string, sent *attemptClock, clock *dbClock,
+	log *slog.Logger,
+) error {
 	op, ok, err := w.starter.Start(ctx, tenantID, id)
+	if err == nil && ok {
+		if stamped := w.kind.Entry(op).LastAttemptAt; stamped != nil {
+			*clock = dbClock{stamp: *stamped, read: time.Now()}
+		}
+	}
 	if errors.Is(err, w.table.NotFound) {
 		log.ErrorContext(ctx, w.action+" job for a "+w.table.Operation+" that does not exist")
 		return river.JobCancel(err)
