@@ -252,7 +252,27 @@ type Shown struct {
 	// and LastAttemptAt when the call was first and last sent (nil: never).
 	ProviderKey                   string
 	FirstAttemptAt, LastAttemptAt *time.Time
-	CreatedAt, UpdatedAt          time.Time
+	// Calls are its provider calls: its kind's own (the Spec's Action,
+	// under ProviderKey, at the attempt times), which the engine adds, then
+	// those its kind shows beside it (a declined charge's intent cancel).
+	Calls []Call
+	// HandedOverAt is when it was last handed to reconciliation, and
+	// HandOverReason why; ReconciledAt when the reconciler settled it
+	// after (nil: it did not, or not yet).
+	HandedOverAt, ReconciledAt *time.Time
+	HandOverReason             string
+	CreatedAt, UpdatedAt       time.Time
+}
+
+// Call is one provider call of an operation, as its timeline tells it:
+// what it does ("charge", "refund", "cancel of the declined intent"), the
+// provider key it carries, and when it was first and last sent (nil:
+// never; the same moment: once).
+type Call struct {
+	What, Key       string
+	FirstAt, LastAt *time.Time
+	// Detail says more of it, if there is more to say.
+	Detail string
 }
 
 // AllJobs names every job of the operation: its own, then its follow-ups'.
@@ -262,7 +282,8 @@ func (s Shown) AllJobs() []river.JobArgs { return append([]river.JobArgs{s.Job},
 func (s Shown) summary(operation string) Summary {
 	return Summary{Operation: operation, ID: s.ID, Status: s.Status, Amount: s.Amount, IdempotencyKey: s.IdempotencyKey,
 		ProviderObjectID: s.ProviderID, Generation: s.Generation, CreatedAt: s.CreatedAt.UTC(), UpdatedAt: s.UpdatedAt.UTC(), Job: s.Job,
-		ProviderKey: s.ProviderKey, FirstAttemptAt: s.FirstAttemptAt, LastAttemptAt: s.LastAttemptAt}
+		ProviderKey: s.ProviderKey, FirstAttemptAt: s.FirstAttemptAt, LastAttemptAt: s.LastAttemptAt, Account: s.Account, Calls: s.Calls,
+		HandedOverAt: s.HandedOverAt, ReconciledAt: s.ReconciledAt, HandOverReason: s.HandOverReason}
 }
 
 // Summary is one operation on a timeline: a payment's charge, refund,
@@ -284,6 +305,11 @@ type Summary struct {
 	LastAttemptAt  *time.Time `json:"last_attempt_at"`
 	// Job names the operation's jobs: its kind's job arguments.
 	Job river.JobArgs `json:"-"`
+	// Account, Calls and the hand-off are Shown's, for its timeline.
+	Account                    string     `json:"-"`
+	Calls                      []Call     `json:"-"`
+	HandedOverAt, ReconciledAt *time.Time `json:"-"`
+	HandOverReason             string     `json:"-"`
 }
 
 // Named is the type parameter of the engine's periodic jobs: a kind's
@@ -507,7 +533,7 @@ func (s Spec[K, A, Op, O, C]) reconciler(env Env) *Reconciler[C, O] {
 
 // Operator is the kind's reconciler and its operator's view.
 func (s Spec[K, A, Op, O, C]) Operator(env Env) Operator {
-	return specOperator[Op, C, O]{Reconciler: s.reconciler(env), locking: s.Attempt(env), show: s.Show, pool: env.Pool}
+	return specOperator[Op, C, O]{Reconciler: s.reconciler(env), locking: s.Attempt(env), show: s.shown, pool: env.Pool}
 }
 
 // OfPayment lists the kind's operations of a payment.
@@ -525,9 +551,29 @@ func (s Spec[K, A, Op, O, C]) OfPayment(ctx context.Context, db Querier, tenantI
 	}
 	list := make([]Summary, len(ops))
 	for i, op := range ops {
-		list[i] = s.Show(op).summary(s.Name())
+		list[i] = s.shown(op).summary(s.Name())
 	}
 	return list, nil
+}
+
+// callName names the kind's provider call on its timeline: its Action,
+// unless its job's worker acts for other kinds too (JobWhere), whose
+// Action then names them all ("payment action"): its own name does.
+func (s Spec[K, A, Op, O, C]) callName() string {
+	if s.JobWhere.Name != "" {
+		return s.Name()
+	}
+	return cmp.Or(s.Action, s.Name())
+}
+
+// shown is the kind's Show of op, its own provider call first among its
+// calls: the call the engine's worker makes, under the provider key it
+// derives, whatever the kind.
+func (s Spec[K, A, Op, O, C]) shown(op Op) Shown {
+	shown := s.Show(op)
+	own := Call{What: s.callName(), Key: shown.ProviderKey, FirstAt: shown.FirstAttemptAt, LastAt: shown.LastAttemptAt}
+	shown.Calls = append([]Call{own}, shown.Calls...)
+	return shown
 }
 
 type specOperator[Op, C, O any] struct {

@@ -42,11 +42,17 @@ type Lifecycle struct {
 	ProviderAccount *string `json:"-" db:"provider_account"`
 	// Ref is the operation's identity at the provider (Ref); nil for an
 	// operation made before refs were.
-	Ref            *string   `json:"-" db:"oncepay_ref"`
-	FailureCode    *string   `json:"failure_code" db:"failure_code"`
-	FailureMessage *string   `json:"failure_message" db:"failure_message"`
-	CreatedAt      time.Time `json:"created_at" db:"created_at"`
-	UpdatedAt      time.Time `json:"updated_at" db:"updated_at"`
+	Ref *string `json:"-" db:"oncepay_ref"`
+	// HandedOverAt is when it was last handed to reconciliation and
+	// HandedOverReason why; ReconciledAt when the reconciler settled it
+	// after.
+	HandedOverAt     *time.Time `json:"-" db:"handed_over_at"`
+	HandedOverReason *string    `json:"-" db:"handed_over_reason"`
+	ReconciledAt     *time.Time `json:"-" db:"reconciled_at"`
+	FailureCode      *string    `json:"failure_code" db:"failure_code"`
+	FailureMessage   *string    `json:"failure_message" db:"failure_message"`
+	CreatedAt        time.Time  `json:"created_at" db:"created_at"`
+	UpdatedAt        time.Time  `json:"updated_at" db:"updated_at"`
 }
 
 // NewLifecycle is a new operation of the kind t for the request req on
@@ -124,7 +130,7 @@ func (l Lifecycle) MarshalView(view any) ([]byte, error) {
 // LifecycleColumns are Lifecycle's columns, for a kind's SELECT lists.
 const LifecycleColumns = `id, tenant_id, idempotency_key, provider_idempotency_key, provider_key_generation,
 	first_provider_attempt_at, last_provider_attempt_at, reconcile_after, reconcile_attempts, provider_key_spent_at, provider_account, oncepay_ref,
-	failure_code, failure_message, created_at, updated_at`
+	handed_over_at, handed_over_reason, reconciled_at, failure_code, failure_message, created_at, updated_at`
 
 // Account is the connected account the operation acts on; "" for the
 // platform's own.
@@ -152,7 +158,8 @@ func (l Lifecycle) Show(view any, status string, amount int64, providerID *strin
 	shown := Shown{View: Inside{View: view, Lifecycle: l}, ID: l.ID, ParentID: parentID, Status: status, FailureCode: code, FailureMessage: message,
 		TenantID: l.TenantID, IdempotencyKey: l.IdempotencyKey, Job: job, FollowUps: followUps, ProviderID: providerID, Account: l.Account(), Amount: amount,
 		Generation: l.ProviderKeyGeneration, CreatedAt: l.CreatedAt, UpdatedAt: l.UpdatedAt,
-		ProviderKey: l.ProviderIdempotencyKey, FirstAttemptAt: l.FirstProviderAttemptAt, LastAttemptAt: l.LastProviderAttemptAt}
+		ProviderKey: l.ProviderIdempotencyKey, FirstAttemptAt: l.FirstProviderAttemptAt, LastAttemptAt: l.LastProviderAttemptAt,
+		HandedOverAt: l.HandedOverAt, ReconciledAt: l.ReconciledAt, HandOverReason: Deref(l.HandedOverReason)}
 	if m, ok := view.(interface{ AsMoney() money.Money }); ok {
 		shown.Currency = m.AsMoney().Currency
 	}

@@ -155,8 +155,8 @@ type Reconcilable[C, O any] interface {
 	// LookUp asks the provider what became of c; it never sends c again.
 	LookUp(ctx context.Context, c C) (O, Look)
 	// RecordFinal records a final outcome found, exactly as the worker
-	// would, under the kind's locks.
-	RecordFinal(ctx context.Context, c C, out O) error
+	// would, in tx, whose caller took the kind's locks (Lock).
+	RecordFinal(ctx context.Context, tx pgx.Tx, c C, out O) error
 	// Lock takes the operation's locks in the kind's lock order, key last.
 	Lock(ctx context.Context, tx pgx.Tx, tenantID, id string) error
 }
@@ -355,7 +355,7 @@ func (r *Reconciler[C, O]) reconcile(ctx context.Context, c C, res *ReconcileRes
 	case Final:
 		log.InfoContext(ctx, "reconciled: the provider's outcome is final")
 		res.Settled++
-		return r.kind.RecordFinal(ctx, c, out)
+		return r.recordFinal(ctx, c, out, true)
 	case Pending:
 		log.InfoContext(ctx, r.table.Operation+" still pending at the provider; looking again later")
 		// Pending is not a failed look: it does not count toward MaxAttempts.
@@ -378,6 +378,40 @@ func (r *Reconciler[C, O]) reconcile(ctx context.Context, c C, res *ReconcileRes
 		slog.Duration("delay", delay), slog.Any("error", look.Err))
 	res.Undetermined++
 	return r.reschedule(ctx, e, nextLook{providerID: look.ProviderID, after: delay, counted: true})
+}
+
+// recordFinal records out, a final outcome found at the provider, under
+// the kind's locks. byReconciler, for the reconciler's own look (not an
+// operator's release), also notes that the reconciler settled it, if it
+// is this transaction that moves the operation out of reconciliation: the
+// locks, taken before it is read, keep an event's settlement from coming
+// between.
+func (r *Reconciler[C, O]) recordFinal(ctx context.Context, c C, out O, byReconciler bool) error {
+	e := r.kind.Entry(c)
+	return postgres.InTx(ctx, r.pool, func(tx pgx.Tx) error {
+		if err := r.kind.Lock(ctx, tx, e.TenantID, e.ID); err != nil {
+			return err
+		}
+		awaiting := false
+		if byReconciler {
+			err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT FROM `+r.table.Name+`
+				WHERE tenant_id = $1 AND id = $2 AND provider_key_generation = $3 AND status = '`+inReconciliation+`')`,
+				e.TenantID, e.ID, e.Generation).Scan(&awaiting)
+			if err != nil {
+				return fmt.Errorf("read %s %s: %w", r.table.Operation, e.ID, err)
+			}
+		}
+		if err := r.kind.RecordFinal(ctx, tx, c, out); err != nil || !awaiting {
+			return err
+		}
+		_, err := tx.Exec(ctx, `UPDATE `+r.table.Name+` SET reconciled_at = now()
+			WHERE tenant_id = $1 AND id = $2 AND provider_key_generation = $3 AND status <> '`+inReconciliation+`'`,
+			e.TenantID, e.ID, e.Generation)
+		if err != nil {
+			return fmt.Errorf("note %s %s reconciled: %w", r.table.Operation, e.ID, err)
+		}
+		return nil
+	})
 }
 
 func (f found) String() string {
@@ -410,7 +444,7 @@ func (r *Reconciler[C, O]) recordNotReachedTx(ctx context.Context, tx pgx.Tx, e 
 	if err := r.kind.Lock(ctx, tx, e.TenantID, e.ID); err != nil {
 		return false, err
 	}
-	changed, err := r.table.failNotReached(ctx, tx, e)
+	changed, err := r.table.failNotReached(ctx, tx, e, freeKey == nil)
 	if err != nil || !changed {
 		return false, err // or settled meanwhile
 	}

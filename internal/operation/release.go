@@ -79,7 +79,7 @@ func (r *Reconciler[C, O]) ReleaseKey(ctx context.Context, tenantID, key, reason
 		out, look := r.kind.LookUp(ctx, c)
 		switch look.Found {
 		case Final:
-			if err := r.kind.RecordFinal(ctx, c, out); err != nil {
+			if err := r.recordFinal(ctx, c, out, false); err != nil {
 				return fail(err)
 			}
 			return Released{Verdict: "settled", ID: e.ID}, nil

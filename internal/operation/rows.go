@@ -8,11 +8,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/ledger"
-	"github.com/oncepay/oncepay/internal/postgres"
 )
 
 // operationRow is a kind's operation as the engine reads it: a row of its
@@ -317,13 +315,12 @@ type LookUp[C, O any] func(ctx context.Context, c C) (O, Look)
 // ByLookUp is what a kind supplies to the reconciler when its worker side
 // (attempt) locks and records its operations: only its look-up.
 func ByLookUp[C claimOf[Op], Op any, O providerAnswer](env Env, attempt Attemptable[Op, O], look LookUp[C, O]) Reconcilable[C, O] {
-	return byLookUp[C, Op, O]{attempt: attempt, look: look, pool: env.Pool, timeout: env.Reconcile.WithDefaults().CallTimeout}
+	return byLookUp[C, Op, O]{attempt: attempt, look: look, timeout: env.Reconcile.WithDefaults().CallTimeout}
 }
 
 type byLookUp[C claimOf[Op], Op any, O providerAnswer] struct {
 	attempt Attemptable[Op, O]
 	look    LookUp[C, O]
-	pool    *pgxpool.Pool
 	timeout time.Duration
 }
 
@@ -335,14 +332,8 @@ func (b byLookUp[C, Op, O]) LookUp(ctx context.Context, c C) (O, Look) {
 	return b.look(ctx, c)
 }
 
-func (b byLookUp[C, Op, O]) RecordFinal(ctx context.Context, c C, out O) error {
-	e := c.Entry()
-	return postgres.InTx(ctx, b.pool, func(tx pgx.Tx) error {
-		if err := b.attempt.Lock(ctx, tx, e.TenantID, e.ID); err != nil {
-			return err
-		}
-		return b.attempt.RecordFinal(ctx, tx, c.Claimed(), out)
-	})
+func (b byLookUp[C, Op, O]) RecordFinal(ctx context.Context, tx pgx.Tx, c C, out O) error {
+	return b.attempt.RecordFinal(ctx, tx, c.Claimed(), out)
 }
 
 func (b byLookUp[C, Op, O]) Lock(ctx context.Context, tx pgx.Tx, tenantID, id string) error {

@@ -72,8 +72,8 @@ func (t Table) Resume(ctx context.Context, tx pgx.Tx, tenantID, id string, gener
 // sweeper), written again: see attemptClock.
 func (t Table) HandOver(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, e Entry, reason string, keySpent bool, sent attemptClock) error {
 	tag, err := tx.Exec(ctx, `
-		UPDATE `+t.Name+` SET status = '`+inReconciliation+`', failure_message = $4,
-			reconcile_after = now(), reconcile_attempts = 0, handed_over_at = now(), updated_at = now(),
+		UPDATE `+t.Name+` SET status = '`+inReconciliation+`', failure_message = $4, handed_over_reason = $4,
+			reconcile_after = now(), reconcile_attempts = 0, handed_over_at = now(), reconciled_at = NULL, updated_at = now(),
 			provider_key_spent_at = CASE WHEN $6 THEN coalesce(provider_key_spent_at, now()) ELSE provider_key_spent_at END,
 			first_provider_attempt_at = coalesce(first_provider_attempt_at, $7),
 			last_provider_attempt_at = greatest(last_provider_attempt_at, $8),
@@ -115,13 +115,14 @@ func sentClock(e Entry, callTimeout time.Duration) attemptClock {
 
 // failNotReached moves an operation in reconciliation, proven never to
 // have reached the provider, to failed; the caller holds the kind's locks.
+// byReconciler notes the reconciler's proof (not an operator's release).
 // changed is false when it was settled meanwhile.
-func (t Table) failNotReached(ctx context.Context, tx pgx.Tx, e Entry) (changed bool, err error) {
+func (t Table) failNotReached(ctx context.Context, tx pgx.Tx, e Entry, byReconciler bool) (changed bool, err error) {
 	tag, err := tx.Exec(ctx, `
 		UPDATE `+t.Name+` SET status = 'failed', failure_code = $4, failure_message = $5`+t.AlsoClear+`,
-			reconcile_after = NULL, updated_at = now()
+			reconcile_after = NULL, reconciled_at = CASE WHEN $6 THEN now() END, updated_at = now()
 		WHERE tenant_id = $1 AND id = $2 AND provider_key_generation = $3 AND status = '`+inReconciliation+`'`,
-		e.TenantID, e.ID, e.Generation, FailureProviderNotReached, t.NotReachedMessage)
+		e.TenantID, e.ID, e.Generation, FailureProviderNotReached, t.NotReachedMessage, byReconciler)
 	if err != nil {
 		return false, fmt.Errorf("fail %s never sent: %w", t.Operation, err)
 	}

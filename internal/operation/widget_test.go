@@ -74,6 +74,8 @@ CREATE TABLE widgets (
     reconcile_after           timestamptz,
     reconcile_attempts        integer     NOT NULL DEFAULT 0,
     handed_over_at            timestamptz,
+    handed_over_reason        text,
+    reconciled_at             timestamptz,
     created_at                timestamptz NOT NULL DEFAULT now(),
     updated_at                timestamptz NOT NULL DEFAULT now()
 );

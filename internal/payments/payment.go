@@ -108,6 +108,10 @@ type Payment struct {
 	// HandedOverAt is when its outcome, unknown to the worker, was last
 	// handed to reconciliation; nil if never (or before it was kept).
 	HandedOverAt *time.Time `json:"-" db:"handed_over_at"`
+	// HandedOverReason is why, and ReconciledAt when the reconciler
+	// settled it after (nil: it did not, or not yet).
+	HandedOverReason *string    `json:"-" db:"handed_over_reason"`
+	ReconciledAt     *time.Time `json:"-" db:"reconciled_at"`
 	// ProviderKeySpentAt: operation.Lifecycle's.
 	ProviderKeySpentAt *time.Time  `json:"-" db:"provider_key_spent_at"`
 	NextAction         *NextAction `json:"next_action,omitempty" db:"provider_next_action"`

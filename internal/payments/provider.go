@@ -48,3 +48,15 @@ func cancelKey(p Payment) string { return p.ProviderIdempotencyKey + "-cancel" }
 // when a decline (or an abandoned next action) leaves it open: for an
 // operator following the payment's provider calls.
 func (p Payment) IntentCancelKey() string { return cancelKey(p) }
+
+// intentCancelCalls is the cancel of a declined payment's intent, which
+// the worker sends before it records the failure (unless the provider had
+// closed the intent), as the payment's timeline shows it; none for any
+// other payment. Its time is not kept apart: it is dated by the failure's.
+func (p Payment) intentCancelCalls() []operation.Call {
+	if p.Status != StatusFailed || p.FinalizedAt == nil || p.ProviderPaymentIntentID == nil {
+		return nil
+	}
+	return []operation.Call{{What: "cancel of the declined intent", Key: cancelKey(p), FirstAt: p.FinalizedAt, LastAt: p.FinalizedAt,
+		Detail: "intent " + *p.ProviderPaymentIntentID + " canceled, unless the provider had: it can take no money"}}
+}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/operation"
-	"github.com/oncepay/oncepay/internal/postgres"
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
@@ -75,8 +74,8 @@ func (p Payment) Entry() operation.Entry {
 		KeySpentAt: p.ProviderKeySpentAt, Account: p.Account(), ProviderID: p.ProviderPaymentIntentID, Ref: deref(p.Ref), ProviderKey: p.ProviderIdempotencyKey, LogAttrs: []any{slog.String("provider_idempotency_key", p.ProviderIdempotencyKey)}}
 }
 
-func (k reconcilable) RecordFinal(ctx context.Context, c claim, out provider.Outcome) error {
-	return k.r.recordFinal(ctx, c.Payment, out)
+func (k reconcilable) RecordFinal(ctx context.Context, tx pgx.Tx, c claim, out provider.Outcome) error {
+	return recordOutcome(ctx, tx, k.r.keys, c.Payment, []Status{StatusRequiresReconciliation}, out)
 }
 
 // LookUp looks the charge up; an intent waiting for a customer action for
@@ -180,17 +179,6 @@ func errText(err error) string {
 		return "no error"
 	}
 	return err.Error()
-}
-
-// recordFinal records a final outcome found by reconciliation, exactly as
-// the charge worker would: payment, then key, in one transaction.
-func (r *Reconciler) recordFinal(ctx context.Context, p Payment, out provider.Outcome) error {
-	return postgres.InTx(ctx, r.pool, func(tx pgx.Tx) error {
-		if _, err := lockForOutcome(ctx, tx, r.keys, p.TenantID, p.ID); err != nil {
-			return err
-		}
-		return recordOutcome(ctx, tx, r.keys, p, []Status{StatusRequiresReconciliation}, out)
-	})
 }
 
 // notReachedMessage is what the payment shows once proven never charged.
