@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
@@ -75,26 +76,35 @@ func (c *server) operation(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.render(w, r, http.StatusOK, "operation.html", map[string]any{"Title": kind.Name() + " " + id, "Op": op, "Kind": kind.Name(),
-		"Key": key, "Jobs": jobs, "Timeline": operationTimeline(op, key, jobs, events)})
+		"Key": key, "Jobs": jobs, "Timeline": operationTimeline(op, kind.Name(), key, jobs, events)})
 }
 
 // operationTimeline puts what is recorded of an operation in the order it
-// happened: its key, its acceptance, its jobs' attempts, the provider's
-// events about its object, its state now.
-func operationTimeline(op operation.Shown, key *idempotency.Record, jobs []operation.Job, events []webhooks.Stored) []Entry {
+// happened: its key, its acceptance, its jobs' attempts, its provider
+// calls, the provider's events about its object, its hand-off to
+// reconciliation and the reconciler's settlement, its state now.
+func operationTimeline(op operation.Shown, kind string, key *idempotency.Record, jobs []operation.Job, events []webhooks.Stored) []Entry {
 	var out []Entry
 	add := func(at time.Time, kind, what, detail string) {
 		out = append(out, Entry{At: at.UTC(), Kind: kind, What: what, Detail: detail})
 	}
+	accepted := op.CreatedAt
 	if key != nil {
 		detail := "Idempotency-Key " + key.Key + ", now " + string(key.Status)
 		if key.Response != nil {
 			detail += ", answering " + strconv.Itoa(key.Response.StatusCode)
 		}
 		add(key.CreatedAt, "key", "Key reserved", detail)
+		// Committed in the key's transaction, as a payment is (timeline).
+		if key.CreatedAt.Sub(op.CreatedAt).Abs() < time.Second {
+			accepted = key.CreatedAt
+		}
 	}
-	add(op.CreatedAt, "operation", "Accepted", "its job queued in the same transaction")
+	add(accepted, "operation", "Accepted", "its job queued in the same transaction")
 	addJobs(jobs, op.CreatedAt, add)
+	summary := operation.Summary{Operation: kind, ID: op.ID, Status: op.Status, Generation: op.Generation, Account: op.Account,
+		Calls: op.Calls, HandedOverAt: op.HandedOverAt, ReconciledAt: op.ReconciledAt, HandOverReason: op.HandOverReason}
+	addCalls(summary, "", add)
 	for _, e := range events {
 		what := "Webhook " + e.Type + " received"
 		if e.ObjectStatus != nil {
@@ -102,14 +112,18 @@ func operationTimeline(op operation.Shown, key *idempotency.Record, jobs []opera
 		}
 		add(e.ReceivedAt, "webhook", what, fmt.Sprintf("event %s by %s, result %s", e.ID, e.Source, formatString(e.Result)))
 	}
-	now := "provider object " + formatString(op.ProviderID)
-	if op.FailureCode != "" {
-		now += ", failure " + op.FailureCode
-		if op.FailureMessage != "" {
-			now += ": " + op.FailureMessage
-		}
+	addHandOff(summary, "", add)
+	var now []string
+	if op.ProviderID != nil {
+		now = append(now, "provider object "+*op.ProviderID)
 	}
-	add(op.UpdatedAt, "provider", "Now "+op.Status, now)
+	if op.FailureCode != "" {
+		now = append(now, "failure "+strings.TrimSuffix(op.FailureCode+": "+op.FailureMessage, ": "))
+	}
+	if op.ReconciledAt != nil {
+		add(outcome(summary, *op.ReconciledAt, op.Status, strings.Join(now, ", ")))
+	}
+	add(op.UpdatedAt, "provider", "Now "+op.Status, strings.Join(now, ", "))
 	slices.SortStableFunc(out, func(a, b Entry) int { return a.At.Compare(b.At) })
 	return out
 }

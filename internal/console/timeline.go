@@ -1,6 +1,7 @@
 package console
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strconv"
@@ -48,45 +49,36 @@ func timeline(d payments.Detail, ops []Operation) []Entry {
 	add(accepted, "payment", "Payment accepted", fmt.Sprintf("%s, %s, capture %s; its charge job queued in the same transaction",
 		formatAmount(p.Amount, p.Currency), p.PaymentMethod, p.CaptureMethod))
 	addJobs(d.Jobs, p.CreatedAt, add)
-	call := fmt.Sprintf("on account %s with provider key %s (generation %d)", AccountName(p.ProviderAccount), p.ProviderIdempotencyKey,
-		p.ProviderKeyGeneration)
-	if p.FirstProviderAttemptAt != nil {
-		add(*p.FirstProviderAttemptAt, "provider", "Provider call: charge sent", call)
+	// The charge's calls, then its outcome, in that order: the cancel of a
+	// declined intent is dated by the failure it comes before.
+	addCalls(ops[0], "", add)
+	addHandOff(ops[0], "", add)
+	intent := "intent " + formatString(p.ProviderPaymentIntentID)
+	if p.AuthorizedAt != nil {
+		add(outcome(ops[0], *p.AuthorizedAt, "authorized (requires_capture)", fmt.Sprintf("%s, %s held", intent,
+			formatAmount(p.Amount, p.Currency))))
 	}
-	if p.LastProviderAttemptAt != nil && p.FirstProviderAttemptAt != nil && !p.LastProviderAttemptAt.Equal(*p.FirstProviderAttemptAt) {
-		add(*p.LastProviderAttemptAt, "provider", "Provider call: charge sent again, same key", call)
-	}
-	if p.ProviderPaymentIntentID != nil && p.Status != payments.StatusProcessing {
-		detail := "intent " + *p.ProviderPaymentIntentID
+	if p.Status != payments.StatusProcessing && p.Status != payments.StatusRequiresReconciliation {
+		detail := intent
 		if p.FailureCode != nil {
 			detail += ", " + *p.FailureCode
 		}
 		if p.DeclineCode != nil {
 			detail += " / " + *p.DeclineCode
 		}
-		if p.AuthorizedAt != nil {
-			add(*p.AuthorizedAt, "provider", "Provider outcome recorded: authorized (requires_capture)",
-				fmt.Sprintf("intent %s, %s held", *p.ProviderPaymentIntentID, formatAmount(p.Amount, p.Currency)))
-		}
-		if p.Status == payments.StatusFailed && p.FinalizedAt != nil {
-			// A declined intent stays confirmable: the worker cancels it
-			// before it records the failure (unless the provider had).
-			add(*p.FinalizedAt, "provider", "Provider call: the declined intent closed",
-				fmt.Sprintf("intent %s canceled with provider key %s, unless the provider had; it can take no money", *p.ProviderPaymentIntentID,
-					p.IntentCancelKey()))
-		}
-		if p.HandedOverAt != nil && p.FinalizedAt != nil && p.FinalizedAt.After(*p.HandedOverAt) {
-			detail += "; after its hand-off to reconciliation, which looked it up at the provider"
-		}
 		switch {
 		case p.FinalizedAt != nil:
-			add(*p.FinalizedAt, "provider", "Provider outcome recorded: "+string(p.Status), detail)
+			add(outcome(ops[0], *p.FinalizedAt, string(p.Status), detail))
 		case p.Status == payments.StatusRequiresCapture && p.AuthorizedAt != nil:
 			// Its entry is the authorization's, above.
-		case p.Status != payments.StatusRequiresReconciliation:
+		case p.Status == payments.StatusFailed && p.ReconciledAt != nil:
+			// Proven never to have reached the provider: failed by the
+			// reconciler, with no outcome of the provider's.
+			add(outcome(ops[0], *p.ReconciledAt, string(p.Status), detail))
+		case p.ProviderPaymentIntentID != nil:
 			// Recorded before the outcome's time was kept: the last change
 			// is the closest the row holds.
-			add(p.UpdatedAt, "provider", "Provider outcome recorded: "+string(p.Status), detail)
+			add(outcome(ops[0], p.UpdatedAt, string(p.Status), detail))
 		}
 	}
 	for _, e := range d.Events {
@@ -97,23 +89,19 @@ func timeline(d payments.Detail, ops []Operation) []Entry {
 		add(e.ReceivedAt, "webhook", "Webhook "+e.Type+" received", fmt.Sprintf("event %s by %s, %s", e.ID, e.Source, result))
 	}
 	for _, op := range ops[1:] {
-		add(op.CreatedAt, "operation", fmt.Sprintf("%s %s requested", op.Operation, op.ID),
+		name := op.Operation + " " + op.ID
+		add(op.CreatedAt, "operation", name+" requested",
 			fmt.Sprintf("Idempotency-Key %s, amount %d", op.IdempotencyKey, op.Amount))
-		opCall := fmt.Sprintf("%s %s, with provider key %s (generation %d)", op.Operation, op.ID, op.ProviderKey, op.Generation)
-		if op.FirstAttemptAt != nil {
-			add(*op.FirstAttemptAt, "provider", "Provider call: "+op.Operation+" sent", opCall)
+		addCalls(op, name+", ", add)
+		addHandOff(op, name+": ", add)
+		object := "provider object " + formatString(op.ProviderObjectID)
+		if op.ReconciledAt != nil {
+			at, kind, what, detail := outcome(op, *op.ReconciledAt, op.Status, object)
+			add(at, kind, name+": "+what, detail)
 		}
-		if op.LastAttemptAt != nil && op.FirstAttemptAt != nil && !op.LastAttemptAt.Equal(*op.FirstAttemptAt) {
-			add(*op.LastAttemptAt, "provider", "Provider call: "+op.Operation+" sent again, same key", opCall)
+		if op.Status != "pending" && (op.ReconciledAt == nil || !op.UpdatedAt.Equal(*op.ReconciledAt)) {
+			add(op.UpdatedAt, "operation", name+" "+op.Status, object)
 		}
-		if op.Status != "pending" {
-			add(op.UpdatedAt, "operation", fmt.Sprintf("%s %s %s", op.Operation, op.ID, op.Status),
-				"provider object "+formatString(op.ProviderObjectID))
-		}
-	}
-	if p.HandedOverAt != nil {
-		add(*p.HandedOverAt, "reconciliation", "Handed to reconciliation",
-			"the worker could not learn the outcome; the reconciler looks it up at the provider and never sends it again")
 	}
 	if p.Status == payments.StatusRequiresReconciliation {
 		next := "left to an operator: api reconcile " + p.ID
@@ -136,21 +124,85 @@ func timeline(d payments.Detail, ops []Operation) []Entry {
 	return out
 }
 
+// addCalls adds each provider call of op: when it was first sent, with
+// its provider key, and when it was sent again under the same key. about
+// names op where the timeline is not its own ("refund rfd_…, ").
+func addCalls(op Operation, about string, add func(at time.Time, kind, what, detail string)) {
+	for _, c := range op.Calls {
+		detail := fmt.Sprintf("%son account %s with provider key %s (generation %d)", about, AccountName(accountOf(op.Account)), c.Key,
+			op.Generation)
+		if c.Detail != "" {
+			detail += "; " + c.Detail
+		}
+		if c.FirstAt != nil {
+			add(*c.FirstAt, "provider", "Provider call: "+c.What+" sent", detail)
+		}
+		if c.LastAt != nil && c.FirstAt != nil && !c.LastAt.Equal(*c.FirstAt) {
+			add(*c.LastAt, "provider", "Provider call: "+c.What+" sent again, same key", detail)
+		}
+	}
+}
+
+// accountOf is a Shown's account ("" the platform's) as AccountName takes it.
+func accountOf(account string) *string {
+	if account == "" {
+		return nil
+	}
+	return &account
+}
+
+// addHandOff adds op's last hand-off to reconciliation, with its reason.
+// about names op where the timeline is not its own ("refund rfd_…: ").
+func addHandOff(op Operation, about string, add func(at time.Time, kind, what, detail string)) {
+	if op.HandedOverAt == nil {
+		return
+	}
+	// Handed over before its reason was kept: the hand-off alone is known.
+	reason := cmp.Or(op.HandOverReason, "the worker could not learn its outcome")
+	add(*op.HandedOverAt, "reconciliation", about+"Handed to reconciliation: "+reason,
+		"the reconciler looks it up at the provider and never sends it again")
+}
+
+// outcome is the entry of op's outcome status, recorded at: the
+// reconciler's settlement if it was the reconciler's (its time is the
+// record's: one transaction), else the provider's outcome as the worker,
+// an event or an operator's release recorded it.
+func outcome(op Operation, at time.Time, status, detail string) (time.Time, string, string, string) {
+	if op.ReconciledAt != nil && op.ReconciledAt.Equal(at) {
+		return at, "reconciliation", "Settled by the reconciler: " + status, detail + "; looked up at the provider, never sent again"
+	}
+	if op.HandedOverAt != nil && at.After(*op.HandedOverAt) {
+		return at, "provider", "Provider outcome recorded after the hand-off: " + status, detail
+	}
+	return at, "provider", "Provider outcome recorded: " + status, detail
+}
+
 // addJobs adds each job's queueing (if not with its operation, created
-// at), attempts, errors and end.
+// at), attempts, errors and end. A failed attempt stands where it began
+// and where it failed, as the engine's worker noted them by the database's
+// clock (the clock of the provider calls between); River dates its error
+// by the worker's clock at the attempt's start, which is all a job of
+// another worker, or noted before, has.
 func addJobs(jobs []operation.Job, created time.Time, add func(at time.Time, kind, what, detail string)) {
 	for _, j := range jobs {
 		name := fmt.Sprintf("Job %d (%s)", j.ID, j.Kind)
 		if j.CreatedAt.Sub(created).Abs() > time.Second {
 			add(j.CreatedAt, "job", name+" queued", "")
 		}
-		// River dates an attempt's error by the attempt's start, not its
-		// end: the entry stands where the attempt began, before the
-		// provider calls it made.
+		noted := map[int]operation.FailedAttempt{}
+		for _, f := range j.Failed {
+			noted[f.Attempt] = f
+		}
 		failed := map[int]bool{}
 		for _, e := range j.Errors {
 			failed[e.Attempt] = true
-			add(e.At, "job", fmt.Sprintf("%s attempt %d started, and failed", name, e.Attempt), e.Error)
+			attempt := fmt.Sprintf("%s attempt %d", name, e.Attempt)
+			if n, ok := noted[e.Attempt]; ok {
+				add(n.StartedAt, "job", attempt+" started", "")
+				add(n.FailedAt, "job", attempt+" failed", e.Error)
+				continue
+			}
+			add(e.At, "job", attempt+" started, and failed", e.Error)
 		}
 		if j.AttemptedAt != nil && !failed[j.Attempt] {
 			add(*j.AttemptedAt, "job", fmt.Sprintf("%s attempt %d started", name, j.Attempt), "")

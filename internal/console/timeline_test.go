@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/payments"
 )
 
@@ -32,7 +33,8 @@ func TestTimelineDatesEachMomentByWhenItHappened(t *testing.T) {
 		},
 		Key: &idempotency.Record{TenantID: "ten_1", Key: "order-17-payment-1", Status: idempotency.StatusCompleted, CreatedAt: second(0)},
 	}
-	entries := timeline(d, []Operation{{Operation: "payment", ID: "pay_1"}})
+	charge := operation.Call{What: "charge", Key: "oncepay-pay_1-x", FirstAt: ptr(second(0.1)), LastAt: ptr(second(0.1))}
+	entries := timeline(d, []Operation{{Operation: "payment", ID: "pay_1", Status: "succeeded", Calls: []operation.Call{charge}}})
 	var whats []string
 	when := map[string]time.Time{}
 	for _, e := range entries {

@@ -44,11 +44,6 @@ func chargeOf(p Payment) provider.Charge {
 // from the charge's, so a retried cancel is the same cancel.
 func cancelKey(p Payment) string { return p.ProviderIdempotencyKey + "-cancel" }
 
-// IntentCancelKey is the provider key under which p's intent is canceled
-// when a decline (or an abandoned next action) leaves it open: for an
-// operator following the payment's provider calls.
-func (p Payment) IntentCancelKey() string { return cancelKey(p) }
-
 // intentCancelCalls is the cancel of a declined payment's intent, which
 // the worker sends before it records the failure (unless the provider had
 // closed the intent), as the payment's timeline shows it; none for any

@@ -110,14 +110,14 @@ func TestPayoutIsMadeOnceAndSettlesThroughItsEvents(t *testing.T) {
 	page := b.Console(t)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		page := page("operations/" + payoutID)
-		assert.Contains(c, page, "3000 usd")
+		assert.Contains(c, page, "30.00 USD")
 		assert.Contains(c, page, b.Account)
 		assert.Contains(c, page, "in_transit at the provider")
 		assert.Contains(c, page, "paid at the provider")
 		assert.Contains(c, page, "Now paid")
 		assert.NotContains(c, page, "failure")
 	}, 10*time.Second, 50*time.Millisecond, "the console's payout page")
-	require.Contains(t, page("operations?kind=payout"), "3000 usd")
+	require.Contains(t, page("operations?kind=payout"), "30.00 USD")
 
 	list := b.API.Get(t, "/v1/payouts?limit=1")
 	require.Equal(t, http.StatusOK, list.Status, list.Raw)
