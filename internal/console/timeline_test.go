@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/money"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/payments"
 )
@@ -25,11 +26,12 @@ func TestTimelineDatesEachMomentByWhenItHappened(t *testing.T) {
 	intent := "pi_1"
 	d := payments.Detail{
 		Payment: payments.Payment{
-			ID: "pay_1", TenantID: "ten_1", IdempotencyKey: "order-17-payment-1", Amount: 2000, Currency: "usd",
+			Lifecycle: operation.Lifecycle{ID: "pay_1", TenantID: "ten_1", IdempotencyKey: "order-17-payment-1",
+				ProviderIdempotencyKey: "oncepay-pay_1-x", ProviderKeyGeneration: 1, CreatedAt: second(-0.002),
+				FirstProviderAttemptAt: ptr(second(0.1)), LastProviderAttemptAt: ptr(second(0.1)), UpdatedAt: second(40)},
+			Money:         money.Money{Amount: 2000, Currency: "usd"},
 			PaymentMethod: "pm_card_visa", CaptureMethod: payments.CaptureManual, Status: payments.StatusSucceeded,
-			ProviderPaymentIntentID: &intent, ProviderIdempotencyKey: "oncepay-pay_1-x", ProviderKeyGeneration: 1,
-			CreatedAt: second(-0.002), FirstProviderAttemptAt: ptr(second(0.1)), LastProviderAttemptAt: ptr(second(0.1)),
-			AuthorizedAt: ptr(second(0.5)), FinalizedAt: ptr(second(10)), UpdatedAt: second(40),
+			ProviderPaymentIntentID: &intent, AuthorizedAt: ptr(second(0.5)), FinalizedAt: ptr(second(10)),
 		},
 		Key: &idempotency.Record{TenantID: "ten_1", Key: "order-17-payment-1", Status: idempotency.StatusCompleted, CreatedAt: second(0)},
 	}

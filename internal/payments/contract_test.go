@@ -15,6 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/stripe/stripe-go/v76"
 
+	"github.com/oncepay/oncepay/internal/money"
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
@@ -30,12 +32,16 @@ func TestProviderRequestsAreValidForStripe(t *testing.T) {
 
 	customer, description := "cus_123", "Order A-17"
 	full := Payment{
-		ID: "pay_01J0000000000000000000000", TenantID: "ten_01J0000000000000000000000", Amount: 2000, Currency: "usd",
-		PaymentMethod: "pm_card_visa", Customer: &customer, Description: &description, ProviderKeyGeneration: 2,
-		Metadata: map[string]string{"order_id": "A-17"}, ProviderIdempotencyKey: "oncepay-pay_01J0000000000000000000000-abc",
+		Lifecycle: operation.Lifecycle{ID: "pay_01J0000000000000000000000", TenantID: "ten_01J0000000000000000000000",
+			ProviderKeyGeneration: 2, ProviderIdempotencyKey: "oncepay-pay_01J0000000000000000000000-abc"},
+		Money: money.Money{Amount: 2000, Currency: "usd"}, PaymentMethod: "pm_card_visa", Customer: &customer, Description: &description,
+		Metadata: map[string]string{"order_id": "A-17"},
 	}
-	minimal := Payment{ID: "pay_01J0000000000000000000001", TenantID: "ten_01J0000000000000000000000", Amount: 1,
-		Currency: "eur", PaymentMethod: "pm_card_visa", ProviderKeyGeneration: 1, ProviderIdempotencyKey: "oncepay-pay_01J0000000000000000000001-abc"}
+	minimal := Payment{
+		Lifecycle: operation.Lifecycle{ID: "pay_01J0000000000000000000001", TenantID: "ten_01J0000000000000000000000",
+			ProviderKeyGeneration: 1, ProviderIdempotencyKey: "oncepay-pay_01J0000000000000000000001-abc"},
+		Money: money.Money{Amount: 1, Currency: "eur"}, PaymentMethod: "pm_card_visa",
+	}
 
 	for name, p := range map[string]Payment{"AllFields": full, "RequiredFieldsOnly": minimal} {
 		created := pc.CreateIntent(ctx, chargeOf(p))

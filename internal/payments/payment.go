@@ -4,7 +4,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/oncepay/oncepay/internal/respond"
+	"github.com/oncepay/oncepay/internal/money"
+	"github.com/oncepay/oncepay/internal/operation"
 )
 
 // Status is a payment's state. The names match the CHECK constraint on
@@ -59,18 +60,14 @@ const (
 
 // Payment is a payment as stored and as the API shows it.
 type Payment struct {
-	ID                      string            `json:"id" db:"id"`
-	Object                  string            `json:"object" db:"-"`
-	TenantID                string            `json:"-" db:"tenant_id"`
-	IdempotencyKey          string            `json:"-" db:"idempotency_key"`
-	Amount                  int64             `json:"amount" db:"amount"`
-	Currency                string            `json:"currency" db:"currency"`
+	operation.Lifecycle
+	Object string `json:"object" db:"-"`
+	money.Money
 	PaymentMethod           string            `json:"payment_method" db:"payment_method"`
 	Customer                *string           `json:"customer" db:"customer"`
 	Description             *string           `json:"description" db:"description"`
 	Metadata                map[string]string `json:"metadata" db:"metadata"`
 	Status                  Status            `json:"status" db:"status"`
-	ProviderIdempotencyKey  string            `json:"-" db:"provider_idempotency_key"`
 	ProviderPaymentIntentID *string           `json:"provider_payment_intent_id" db:"provider_payment_intent_id"`
 	// AmountRefunded is what succeeded refunds gave back; pending ones are
 	// not counted until the provider confirms them.
@@ -78,22 +75,10 @@ type Payment struct {
 	// CaptureMethod is automatic or manual. AmountCapturable is what an
 	// authorization holds while requires_capture; AmountCaptured what the
 	// provider took (refunds give back at most that).
-	CaptureMethod         string  `json:"capture_method" db:"capture_method"`
-	AmountCapturable      int64   `json:"amount_capturable" db:"amount_capturable"`
-	AmountCaptured        int64   `json:"amount_captured" db:"amount_captured"`
-	FailureCode           *string `json:"failure_code" db:"failure_code"`
-	DeclineCode           *string `json:"decline_code" db:"decline_code"`
-	FailureMessage        *string `json:"failure_message" db:"failure_message"`
-	ProviderKeyGeneration int     `json:"-" db:"provider_key_generation"`
-	// ProviderAccount is the tenant's connected account when the payment
-	// was made: every provider call about the payment acts on it. Nil is
-	// the platform's own account.
-	ProviderAccount *string `json:"-" db:"provider_account"`
-	// Ref is the payment's identity at the provider that survives the loss
-	// of its rows (operation.RequestRef); nil for one made before refs.
-	Ref                    *string    `json:"-" db:"oncepay_ref"`
-	FirstProviderAttemptAt *time.Time `json:"-" db:"first_provider_attempt_at"`
-	LastProviderAttemptAt  *time.Time `json:"-" db:"last_provider_attempt_at"`
+	CaptureMethod    string  `json:"capture_method" db:"capture_method"`
+	AmountCapturable int64   `json:"amount_capturable" db:"amount_capturable"`
+	AmountCaptured   int64   `json:"amount_captured" db:"amount_captured"`
+	DeclineCode      *string `json:"decline_code" db:"decline_code"`
 	// ProviderAttemptDeadline is when the last attempt's provider call gave
 	// up at the latest, as its worker stamped it; nil for attempts stamped
 	// before it was kept.
@@ -101,22 +86,9 @@ type Payment struct {
 	// AuthorizedAt and FinalizedAt are when the provider's authorization
 	// (requires_capture) and the final state were recorded; nil before
 	// then, and for payments recorded before they were kept.
-	AuthorizedAt      *time.Time `json:"-" db:"authorized_at"`
-	FinalizedAt       *time.Time `json:"-" db:"finalized_at"`
-	ReconcileAfter    *time.Time `json:"-" db:"reconcile_after"`
-	ReconcileAttempts int        `json:"-" db:"reconcile_attempts"`
-	// HandedOverAt is when its outcome, unknown to the worker, was last
-	// handed to reconciliation; nil if never (or before it was kept).
-	HandedOverAt *time.Time `json:"-" db:"handed_over_at"`
-	// HandedOverReason is why, and ReconciledAt when the reconciler
-	// settled it after (nil: it did not, or not yet).
-	HandedOverReason *string    `json:"-" db:"handed_over_reason"`
-	ReconciledAt     *time.Time `json:"-" db:"reconciled_at"`
-	// ProviderKeySpentAt: operation.Lifecycle's.
-	ProviderKeySpentAt *time.Time  `json:"-" db:"provider_key_spent_at"`
-	NextAction         *NextAction `json:"next_action,omitempty" db:"provider_next_action"`
-	CreatedAt          time.Time   `json:"created_at" db:"created_at"`
-	UpdatedAt          time.Time   `json:"updated_at" db:"updated_at"`
+	AuthorizedAt *time.Time  `json:"-" db:"authorized_at"`
+	FinalizedAt  *time.Time  `json:"-" db:"finalized_at"`
+	NextAction   *NextAction `json:"next_action,omitempty" db:"provider_next_action"`
 }
 
 // NextAction is what the customer must do for a payment in
@@ -130,22 +102,22 @@ type NextAction struct {
 	ClientSecret  string  `json:"client_secret"`
 }
 
-// MarshalJSON fills the constant "object" member and never emits a null
-// metadata, so clients can rely on the shape.
+// MarshalJSON shows a payment as the API does: object "payment", times in
+// UTC, members in the order every kind shows, and never a null metadata,
+// so clients can rely on the shape.
 func (p Payment) MarshalJSON() ([]byte, error) {
-	type plain Payment
-	p.Object = "payment"
+	type shown Payment
+	p.Object, p.Lifecycle = "payment", p.InUTC()
 	if p.Status != StatusRequiresAction {
 		p.NextAction = nil // only a payment waiting on the customer has one
 	}
 	if p.Metadata == nil {
 		p.Metadata = map[string]string{}
 	}
-	p.CreatedAt = p.CreatedAt.UTC()
-	p.UpdatedAt = p.UpdatedAt.UTC()
-	return respond.Marshal(plain(p))
+	return p.MarshalView(shown(p))
 }
 
-// Account is the connected account the payment's provider calls act on;
-// "" for the platform's own.
-func (p Payment) Account() string { return deref(p.ProviderAccount) }
+// Entry is what the engine reads of a payment.
+func (p Payment) Entry() operation.Entry {
+	return p.EntryIn(string(p.Status), p.ProviderPaymentIntentID)
+}

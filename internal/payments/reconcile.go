@@ -67,13 +67,6 @@ type reconcilable struct {
 
 func (k reconcilable) Entry(c claim) operation.Entry { return c.Payment.Entry() }
 
-// Entry is what the engine reads of a payment.
-func (p Payment) Entry() operation.Entry {
-	return operation.Entry{TenantID: p.TenantID, ID: p.ID, IdempotencyKey: p.IdempotencyKey, Status: string(p.Status), Generation: p.ProviderKeyGeneration,
-		FirstAttemptAt: p.FirstProviderAttemptAt, LastAttemptAt: p.LastProviderAttemptAt, ReconcileAttempts: p.ReconcileAttempts,
-		KeySpentAt: p.ProviderKeySpentAt, Account: p.Account(), ProviderID: p.ProviderPaymentIntentID, Ref: deref(p.Ref), ProviderKey: p.ProviderIdempotencyKey, LogAttrs: []any{slog.String("provider_idempotency_key", p.ProviderIdempotencyKey)}}
-}
-
 func (k reconcilable) RecordFinal(ctx context.Context, tx pgx.Tx, c claim, out provider.Outcome) error {
 	return recordOutcome(ctx, tx, k.r.keys, c.Payment, []Status{StatusRequiresReconciliation}, out)
 }

@@ -9,8 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
+	"github.com/oncepay/oncepay/internal/money"
 	"github.com/oncepay/oncepay/internal/operation"
 )
 
@@ -89,26 +89,19 @@ func (s *Service) resume(ctx context.Context, tx pgx.Tx, attempt idempotency.Att
 }
 
 func newPayment(key idempotency.Request, req CreateRequest) Payment {
-	ref := operation.RequestRef(paymentsTable.Operation, key.TenantID, key.Key, key.Fingerprint)
 	metadata := req.Metadata
 	if metadata == nil {
 		metadata = map[string]string{}
 	}
 	return Payment{
-		ID:                     id.New("pay"),
-		TenantID:               key.TenantID,
-		IdempotencyKey:         key.Key,
-		Amount:                 req.Amount,
-		Currency:               req.Currency,
-		PaymentMethod:          req.PaymentMethod,
-		Customer:               nonEmpty(req.Customer),
-		Description:            nonEmpty(req.Description),
-		Metadata:               metadata,
-		Status:                 StatusProcessing,
-		CaptureMethod:          cmp.Or(req.CaptureMethod, CaptureAutomatic),
-		ProviderKeyGeneration:  1,
-		ProviderIdempotencyKey: operation.RefKey(ref, 1),
-		Ref:                    &ref,
+		Lifecycle:     operation.NewLifecycle(paymentsTable, "pay", key, nil),
+		Money:         money.Money{Amount: req.Amount, Currency: req.Currency},
+		PaymentMethod: req.PaymentMethod,
+		Customer:      nonEmpty(req.Customer),
+		Description:   nonEmpty(req.Description),
+		Metadata:      metadata,
+		Status:        StatusProcessing,
+		CaptureMethod: cmp.Or(req.CaptureMethod, CaptureAutomatic),
 	}
 }
 

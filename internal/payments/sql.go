@@ -19,13 +19,9 @@ import (
 // ErrNotFound is returned for a payment that does not exist for the tenant.
 var ErrNotFound = errors.New("payment not found")
 
-const paymentColumns = `id, tenant_id, idempotency_key, amount, currency, payment_method, customer, description,
-	metadata, status, provider_idempotency_key, provider_payment_intent_id, failure_code, decline_code,
-	failure_message, provider_key_generation, first_provider_attempt_at, last_provider_attempt_at,
-	provider_attempt_deadline, authorized_at, finalized_at, reconcile_after, reconcile_attempts, handed_over_at, handed_over_reason,
-	reconciled_at, provider_key_spent_at, amount_refunded, created_at,
-	updated_at, provider_next_action,
-	capture_method, amount_capturable, amount_captured, provider_account, oncepay_ref`
+const paymentColumns = operation.LifecycleColumns + `, amount, currency, payment_method, customer, description, metadata, status,
+	provider_payment_intent_id, decline_code, provider_attempt_deadline, authorized_at, finalized_at, amount_refunded,
+	provider_next_action, capture_method, amount_capturable, amount_captured`
 
 // queueInsertPayment queues the insert of a new payment known in full,
 // stamped by the caller, for a batch that does not read it back.
