@@ -292,7 +292,7 @@ func TestKeysRelease(t *testing.T) {
 	out, err := b.cli("keys", "release", b.name, key, "--reason", "no intent at the provider (dashboard, 2h window)", "--operator", "ana")
 	require.NoError(t, err, out)
 	require.Contains(t, out, "failed_retryable")
-	require.Contains(t, out, "the provider has no charge for this payment")
+	require.Contains(t, out, "the provider made no payment for this key")
 	var status, failure string
 	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT status, failure_code FROM payments WHERE id = $1`, paymentID).Scan(&status, &failure))
 	require.Equal(t, "failed", status)

@@ -125,4 +125,17 @@ func TestPayoutOperatorCommands(t *testing.T) {
 	require.NotContains(t, raw, `"Body"`)
 	_, err = b.cli("operations", "list", "transfer")
 	require.ErrorContains(t, err, "no kind \"transfer\"")
+
+	// Not awaiting reconciliation, its provider object known: reconcile
+	// reads the object and settles the payout from it, as its event would
+	// (no worker runs here to send the cancel queued above).
+	cancel := &stripe.PayoutParams{}
+	cancel.SetStripeAccount(account)
+	_, err = api.Payouts.Cancel(po.ID, cancel)
+	require.NoError(t, err)
+	b.cliJSON(&reconciled, "reconcile", made)
+	require.Equal(t, "settled", reconciled.Verdict)
+	require.Equal(t, payouts.StatusCanceled, reconciled.After.Status)
+	b.cliJSON(&reconciled, "reconcile", made)
+	require.Equal(t, "unchanged", reconciled.Verdict)
 }

@@ -173,8 +173,8 @@ type Inside struct {
 	Lifecycle Lifecycle
 }
 
-// MarshalJSON adds the key, the generation and the attempts to the view's
-// members.
+// MarshalJSON adds the key, the generation, the attempts and the provider
+// account to the view's members.
 func (in Inside) MarshalJSON() ([]byte, error) {
 	view, err := json.Marshal(in.View)
 	if err != nil {
@@ -188,7 +188,7 @@ func (in Inside) MarshalJSON() ([]byte, error) {
 	for name, v := range map[string]any{"tenant_id": l.TenantID, "idempotency_key": l.IdempotencyKey,
 		"provider_idempotency_key": l.ProviderIdempotencyKey, "generation": l.ProviderKeyGeneration,
 		"first_attempt_at": l.FirstProviderAttemptAt, "last_attempt_at": l.LastProviderAttemptAt, "reconcile_after": l.ReconcileAfter,
-		"reconcile_attempts": l.ReconcileAttempts} {
+		"reconcile_attempts": l.ReconcileAttempts, "provider_account": l.ProviderAccount} {
 		if members[name], err = json.Marshal(v); err != nil {
 			return nil, err
 		}

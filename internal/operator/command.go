@@ -211,41 +211,40 @@ payment (for a kind that has one), their key and why they failed.`, flags: func(
 	{name: "operations show", args: []string{"ID"}, summary: "one operation of any kind: its state, its key, its jobs", help: `Shows one operation of any kind by its id (` + kinds.All().Described() + `):
 its state as an operator sees it, its idempotency key and the key's state, and
 its River jobs with the errors of their attempts. It only reads.`, flags: jsonFlag},
-	{name: "reconcile", reads: readsProvider, args: []string{"ID"}, summary: "look an operation of any kind (" + strings.Join(kinds.All().Names(), ", ") + ") up at the provider now and settle it", help: `Looks payment ID up at the provider now and settles it with the reconciler's
-own code; it never charges. An operation of another kind awaiting
-reconciliation is looked up the same way by its own reconciler (a refund among
-the intent's refunds, a capture or a cancel by reading the payment's intent, a
-payout by reading it); it never sends anything. Any other is left as it is
-(verdict "unchanged", exit 0, as a payment that needs nothing). The kinds, by
-their ids: ` + kinds.All().Described() + `.
+	{name: "reconcile", reads: readsProvider, args: []string{"ID"}, summary: "look an operation of any kind (" + strings.Join(kinds.All().Names(), ", ") + ") up at the provider now and settle it", help: `Looks operation ID up at the provider now and settles it with its kind's
+own code; it never sends anything (never charges, refunds or pays out). The
+kinds, by their ids: ` + kinds.All().Described() + `.
 
-A payment in requires_reconciliation is reconciled as the reconciler's next
-run would, whatever its schedule (also one left to an operator). Any other
-payment with a known intent has the intent read: a waiting payment becomes
-final, and a final one the provider contradicts is left as it is, with a
-ledger finding.
+One in requires_reconciliation is reconciled as its reconciler's next run
+would, whatever its schedule (also one left to an operator): a payment's
+charge found by its intent's metadata, a refund among the intent's refunds, a
+capture or a cancel by reading the payment's intent, a payout by reading it.
+Any other whose provider object is known has the object read and is settled
+from it as the object's event would settle it: a waiting one becomes final,
+and a final one the provider contradicts is left as it is, with a ledger
+finding. One that names no object yet is left as it is (verdict "unchanged",
+exit 0).
 
 Needs STRIPE_SECRET_KEY and STRIPE_API_BASE as the worker has them, and reads
-RECONCILE_SETTLE like it: "never charged" is proven only once no charge
-request can still be in flight, by the deadline the worker stamped on the row
+RECONCILE_SETTLE like it: "never made" is proven only once no request can
+still be in flight, by the deadline the worker stamped on the row
 with each attempt.`, flags: jsonFlag},
 	{name: "keys release", reads: readsProvider, args: []string{"TENANT", "KEY"}, summary: "release a key stuck unknown, once the provider proves nothing was made", help: `Releases idempotency key KEY of TENANT (its id or its name), stuck "unknown".
 Your word alone never releases a key: a charge can exist at the provider that
 we never heard of, and a released key lets the client's retry charge again.
-So the payment's charge is first looked up at the provider with the
-reconciler's own lookup:
+So the key's operation, of any kind (` + strings.Join(kinds.All().Names(), ", ") + `), is first
+looked up at the provider by its own reconciler:
 
-  - the provider proves no charge was created: the payment becomes failed
+  - the provider proves nothing was made: the operation becomes failed
     (provider_not_reached) and the key failed_retryable, and the release is
     recorded with --reason and --operator; the client's retry with the same
-    key charges the payment under its next generation;
-  - the provider has the charge, final: the payment is settled from it and
-    the key completed (verdict "settled"); nothing is released;
-  - the charge is still pending, or the provider cannot be asked or cannot
-    tell yet: refused, saying why; nothing changes.
+    key sends it under its next generation;
+  - the provider made it, final: the operation is settled from it and the
+    key completed (verdict "settled"); nothing is released;
+  - it is still pending, or the provider cannot be asked or cannot tell
+    yet: refused, saying why; nothing changes.
 
-The key may be of an operation of any kind (` + strings.Join(kinds.All().Names(), ", ") + `):
-each is looked up at the provider the same way, by its own reconciler. Refused
+Refused
 for a key in any other state. Needs the provider's settings as for "api reconcile".`, flags: func(fs *flag.FlagSet, o *options) {
 		jsonFlag(fs, o)
 		fs.StringVar(&o.reason, "reason", "", "why, with what you checked (required)")

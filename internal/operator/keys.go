@@ -24,47 +24,22 @@ func (c call) keysRelease(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if kind := kindOf(rec.ResourceID); kind != nil {
-		return c.releaseOne(ctx, kind, tenantID, key)
-	}
-	r, err := c.reconciler(slog.New(slog.DiscardHandler))
+	kind, err := kindOf(rec.ResourceID)
 	if err != nil {
-		return err
+		return fmt.Errorf("key %s names no operation: %w", key, err)
 	}
-	res, err := r.ReleaseKey(ctx, tenantID, key, c.cmd.opts.reason, c.cmd.opts.operator)
-	if err != nil {
-		return err
-	}
-	p, rel := res.Payment, res.Release
-	if c.cmd.opts.json {
-		out := map[string]any{"verdict": res.Verdict, "payment": operatorView(p)}
-		if res.Verdict == "released" {
-			out["release"], out["key_status"] = rel, idempotency.StatusFailedRetryable
-		} else {
-			out["key_status"] = idempotency.StatusCompleted
-		}
-		return c.writeJSON(out)
-	}
-	if res.Verdict == "settled" {
-		return c.fields("verdict", "settled, not released: the provider has this payment's charge",
-			"payment", fmt.Sprintf("%s is %s (intent %s)", p.ID, p.Status, str(p.ProviderPaymentIntentID)),
-			"key", fmt.Sprintf("%s is %s: the client's retry with it replays the payment", p.IdempotencyKey, idempotency.StatusCompleted))
-	}
-	return c.fields("verdict", "released: the provider has no charge for this payment", "released", rel.ID,
-		"payment", fmt.Sprintf("%s is %s (%s)", p.ID, p.Status, str(p.FailureCode)),
-		"key", fmt.Sprintf("%s is %s: the client's retry with it charges the payment under generation %d", rel.Key,
-			idempotency.StatusFailedRetryable, p.ProviderKeyGeneration+1),
-		"by", rel.Operator, "reason", rel.Reason)
+	return c.releaseOne(ctx, kind, tenantID, key)
 }
 
-// releaseOne releases the key, stuck unknown, of an operation of kind, as
-// keysRelease does a payment's: only on the provider's proof that the
-// operation was never made.
+// releaseOne releases the key, stuck unknown, of an operation of kind,
+// only on the provider's proof that the operation was never made; one
+// found is settled from what the provider made instead.
 func (c call) releaseOne(ctx context.Context, kind operation.Kind, tenantID, key string) error {
-	r, err := c.operatorOf(kind, slog.New(slog.DiscardHandler))
+	env, err := c.providerEnv(slog.New(slog.DiscardHandler))
 	if err != nil {
 		return err
 	}
+	r := kind.Operator(env)
 	res, err := r.ReleaseKey(ctx, tenantID, key, c.cmd.opts.reason, c.cmd.opts.operator)
 	if err != nil {
 		return err
@@ -84,6 +59,18 @@ func (c call) releaseOne(ctx context.Context, kind operation.Kind, tenantID, key
 		}
 		return c.writeJSON(out)
 	}
-	return c.fields("verdict", res.Verdict, kind.Name(), fmt.Sprintf("%s of payment %s is %s (%s)", op.ID, op.ParentID, op.Status, op.FailureCode),
-		"key", fmt.Sprintf("%s is %s", key, keyStatus))
+	of := ""
+	if op.ParentID != "" && op.ParentID != op.ID {
+		of = " of payment " + op.ParentID
+	}
+	if res.Verdict == "settled" {
+		return c.fields("verdict", "settled, not released: the provider made this "+kind.Name(),
+			kind.Name(), fmt.Sprintf("%s%s is %s (provider object %s)", op.ID, of, op.Status, str(op.ProviderID)),
+			"key", fmt.Sprintf("%s is %s: the client's retry with it replays the %s", key, keyStatus, kind.Name()))
+	}
+	rel := res.Release
+	return c.fields("verdict", "released: the provider made no "+kind.Name()+" for this key", "released", rel.ID,
+		kind.Name(), fmt.Sprintf("%s%s is %s (%s)", op.ID, of, op.Status, orDash(op.FailureCode)),
+		"key", fmt.Sprintf("%s is %s: the client's retry with it sends the %s under generation %d", key, keyStatus, kind.Name(), op.Generation+1),
+		"by", rel.Operator, "reason", rel.Reason)
 }

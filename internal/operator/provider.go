@@ -8,7 +8,6 @@ import (
 	"github.com/oncepay/oncepay/internal/envconfig"
 	"github.com/oncepay/oncepay/internal/kinds"
 	"github.com/oncepay/oncepay/internal/operation"
-	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
@@ -50,29 +49,19 @@ func (c call) reconcileSetup() (*provider.Client, operation.ReconcileConfig, err
 	return pc, operation.ReconcileConfig{Settle: pcfg.ReconcileSettle}, err
 }
 
-// reconciler is the worker's payments reconciler.
-func (c call) reconciler(logger *slog.Logger) (*payments.Reconciler, error) {
-	pc, cfg, err := c.reconcileSetup()
-	if err != nil {
-		return nil, err
+// kindOf is the kind an operation's id belongs to, from the registry; an
+// error that lists the kinds' prefixes for an id of none.
+func kindOf(id string) (operation.Kind, error) {
+	kind, ok := kinds.All().Of(id)
+	if !ok {
+		return nil, fmt.Errorf("%q is no operation's id: ids start with a kind's prefix: %s", id, kinds.All().Described())
 	}
-	return payments.NewReconciler(c.Pool, c.keys(), pc, logger, cfg), nil
+	return kind, nil
 }
 
-// kindOf is the kind (other than payments, whose commands are their own)
-// an id belongs to, from the registry.
-func kindOf(id string) operation.Kind {
-	if kind, ok := kinds.All().Of(id); ok && kind.Name() != "payment" {
-		return kind
-	}
-	return nil
-}
-
-// operatorOf is the kind's operator's reach, with the worker's reconciler.
-func (c call) operatorOf(kind operation.Kind, logger *slog.Logger) (operation.Operator, error) {
+// providerEnv is what a kind's reconciler needs from this shell: the
+// provider the worker calls, with its settings.
+func (c call) providerEnv(logger *slog.Logger) (operation.Env, error) {
 	pc, cfg, err := c.reconcileSetup()
-	if err != nil {
-		return nil, err
-	}
-	return kind.Operator(operation.Env{Pool: c.Pool, Keys: c.keys(), Provider: pc, Logger: logger, Reconcile: cfg}), nil
+	return operation.Env{Pool: c.Pool, Keys: c.keys(), Provider: pc, Logger: logger, Reconcile: cfg}, err
 }

@@ -8,21 +8,24 @@ import (
 	"log/slog"
 
 	"github.com/oncepay/oncepay/internal/operation"
-	"github.com/oncepay/oncepay/internal/payments"
 )
 
 // awaitingReconciliation is every kind's status while only a look-up at
 // the provider can settle it.
 const awaitingReconciliation = "requires_reconciliation"
 
-// reconcileOne reconciles one operation of kind awaiting reconciliation
-// now, as its reconciler's next run would; any other is left unchanged,
-// with the verdict a payment that needs nothing gets.
+// reconcileOne looks one operation of kind up at the provider now and
+// settles it, never sending anything: one awaiting reconciliation as its
+// reconciler's next run would; any other whose provider object is known
+// from that object, read now, as the object's event would (a final one the
+// provider contradicts is left as it is, with a ledger finding). One that
+// names no object yet is left as it is.
 func (c call) reconcileOne(ctx context.Context, kind operation.Kind, id string, logger *slog.Logger) error {
-	r, err := c.operatorOf(kind, logger)
+	env, err := c.providerEnv(logger)
 	if err != nil {
 		return err
 	}
+	r := kind.Operator(env)
 	before, err := r.Find(ctx, id)
 	if errors.Is(err, kind.Table().NotFound) {
 		return fmt.Errorf("%w (\"api operations list %s\" lists them)", err, kind.Name())
@@ -30,31 +33,47 @@ func (c call) reconcileOne(ctx context.Context, kind operation.Kind, id string, 
 	if err != nil {
 		return err
 	}
-	tenantID := before.TenantID
-	if before.Status != awaitingReconciliation {
-		// Nothing to settle: the same verdict a final payment gets.
-		note := fmt.Sprintf("only an operation awaiting reconciliation is looked up at the provider; this one is %s", before.Status)
-		if c.cmd.opts.json {
-			return c.writeJSON(map[string]any{"verdict": "unchanged", "note": note, "before": before.View, "after": before.View})
+	var verdict, note string
+	switch {
+	case before.Status == awaitingReconciliation:
+		counts, err := r.ReconcileNow(ctx, before.TenantID, id)
+		if err != nil {
+			return err
 		}
-		return c.fields(kind.Name(), before.ID, "verdict", "unchanged", "status", before.Status, "note", note, "payment", before.ParentID)
+		verdict = counts.Verdict()
+	case before.ProviderID != nil:
+		if verdict, err = kind.SettleEvent(ctx, env, operation.Event{Type: "operator.reconcile", Account: before.Account,
+			ObjectID: *before.ProviderID}); err != nil {
+			return err
+		}
+	default:
+		verdict = "unchanged"
+		note = fmt.Sprintf("it is %s and names no provider object yet: its job sends it (\"api operations show %s\" shows its jobs)",
+			before.Status, id)
 	}
-	counts, err := r.ReconcileNow(ctx, tenantID, id)
-	if err != nil {
-		return err
-	}
-	after, err := r.Show(ctx, tenantID, id)
+	after, err := r.Show(ctx, before.TenantID, id)
 	if err != nil {
 		return err
 	}
 	if c.cmd.opts.json {
-		return c.writeJSON(map[string]any{"verdict": counts.Verdict(), "before": before.View, "after": after.View})
+		return c.writeJSON(map[string]any{"verdict": verdict, "note": note, "before": before.View, "after": after.View})
 	}
-	return c.fields(kind.Name(), after.ID, "verdict", counts.Verdict(), "status", fmt.Sprintf("%s -> %s", before.Status, after.Status),
-		"failure", fmt.Sprintf("%s: %s", after.FailureCode, after.FailureMessage), "payment", after.ParentID)
+	fields := []string{kind.Name(), after.ID, "verdict", verdict, "status", fmt.Sprintf("%s -> %s", before.Status, after.Status),
+		"failure", fmt.Sprintf("%s: %s", orDash(after.FailureCode), orDash(after.FailureMessage)), "provider object", str(after.ProviderID)}
+	if after.ParentID != after.ID {
+		fields = append(fields, "payment", after.ParentID)
+	}
+	if note != "" {
+		fields = append(fields, "note", note)
+	}
+	return c.fields(fields...)
 }
 
 func (c call) reconcile(ctx context.Context) error {
+	kind, err := kindOf(c.cmd.args[0])
+	if err != nil {
+		return err
+	}
 	// The reconciler's notes ("a charge request may still be in flight")
 	// are shown with the answer.
 	var logs bytes.Buffer
@@ -66,41 +85,10 @@ func (c call) reconcile(ctx context.Context) error {
 			return at
 		},
 	}))
-	if kind := kindOf(c.cmd.args[0]); kind != nil {
-		if err := c.reconcileOne(ctx, kind, c.cmd.args[0], logger); err != nil {
-			return err
-		}
-		if logs.Len() > 0 && !c.cmd.opts.json {
-			fmt.Fprintf(c.Stdout, "\nreconciler log:\n%s", logs.String())
-		}
-		return nil
-	}
-	r, err := c.reconciler(logger)
-	if err != nil {
+	if err := c.reconcileOne(ctx, kind, c.cmd.args[0], logger); err != nil {
 		return err
 	}
-	res, err := r.ReconcilePayment(ctx, c.cmd.args[0])
-	if errors.Is(err, payments.ErrNotFound) {
-		return fmt.Errorf("%w: no payment %q (\"api payments list\" lists them)", err, c.cmd.args[0])
-	}
-	if err != nil {
-		return err
-	}
-	if c.cmd.opts.json {
-		return c.writeJSON(map[string]any{"verdict": res.Verdict, "finding": res.Finding,
-			"before": operatorView(res.Before), "after": operatorView(res.After)})
-	}
-	p := res.After
-	if err := c.fields("payment", p.ID, "verdict", res.Verdict,
-		"status", fmt.Sprintf("%s -> %s", res.Before.Status, p.Status),
-		"failure", fmt.Sprintf("%s: %s", str(p.FailureCode), str(p.FailureMessage)),
-		"provider intent", str(p.ProviderPaymentIntentID), "reconciliation", reconcileState(p)); err != nil {
-		return err
-	}
-	if res.Finding != "" {
-		fmt.Fprintf(c.Stdout, "finding recorded: %s\n", res.Finding)
-	}
-	if logs.Len() > 0 {
+	if logs.Len() > 0 && !c.cmd.opts.json {
 		fmt.Fprintf(c.Stdout, "\nreconciler log:\n%s", logs.String())
 	}
 	return nil

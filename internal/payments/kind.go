@@ -37,13 +37,9 @@ func Kind() operation.Kind {
 			return reconcilable{paymentLocks{env.Keys}, NewReconciler(env.Pool, env.Keys, env.Provider, env.Logger, env.Reconcile)}
 		},
 		Show: func(p Payment) operation.Shown {
-			return operation.Shown{View: p, ID: p.ID, ParentID: p.ID, Status: string(p.Status), FailureCode: deref(p.FailureCode),
-				FailureMessage: deref(p.FailureMessage), TenantID: p.TenantID, IdempotencyKey: p.IdempotencyKey,
-				Job: ChargePaymentArgs{TenantID: p.TenantID, PaymentID: p.ID}, ProviderID: p.ProviderPaymentIntentID,
-				Account: p.Account(), Amount: p.Amount, Currency: p.Currency, Generation: p.ProviderKeyGeneration,
-				ProviderKey: p.ProviderIdempotencyKey, FirstAttemptAt: p.FirstProviderAttemptAt, LastAttemptAt: p.LastProviderAttemptAt,
-				Calls: p.intentCancelCalls(), HandedOverAt: p.HandedOverAt, ReconciledAt: p.ReconciledAt,
-				HandOverReason: deref(p.HandedOverReason), CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt}
+			shown := p.Lifecycle.Show(p, string(p.Status), p.Amount, p.ProviderPaymentIntentID, p.ID, ChargePaymentArgs{TenantID: p.TenantID, PaymentID: p.ID})
+			shown.Calls = p.intentCancelCalls()
+			return shown
 		},
 		PaymentOps: func(ctx context.Context, db operation.Querier, tenantID, paymentID string) ([]Payment, error) {
 			p, err := GetPayment(ctx, db, tenantID, paymentID)
