@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -99,7 +100,7 @@ func (k chargeable) RecordPending(ctx context.Context, db operation.Querier, p P
 // the payment's lock, then its UPDATE of the key the key's, in the one
 // lock order.
 func (k chargeable) RecordFinal(ctx context.Context, tx pgx.Tx, p Payment, out provider.Outcome) error {
-	return recordOutcome(ctx, tx, k.keys, p, inFlight, out)
+	return recordOutcome(ctx, tx, k.keys, p, answering, out)
 }
 
 // Abandon cancels an intent still waiting, past polling, for a customer
@@ -118,6 +119,10 @@ func (k chargeable) Abandon(ctx context.Context, p Payment, pending provider.Out
 // inFlight are the states in which the charge still waits on the provider
 // (paymentsTable.InFlight); its final answer moves a payment from them.
 var inFlight = []Status{StatusProcessing, StatusRequiresAction}
+
+// answering are the states a provider's final answer moves a payment
+// from, the worker's or the reconciler's (paymentsTable.Answering).
+var answering = append(slices.Clone(inFlight), StatusRequiresReconciliation)
 
 // recordOutcome records a final provider outcome for p (a payment in one of
 // the from states): the payment's final state and the idempotency key's

@@ -34,7 +34,7 @@ func Kind() operation.Kind {
 			return newChargeable(env.Pool, env.Keys, env.Provider)
 		},
 		Reconcile: func(env operation.Env) operation.Reconcilable[claim, provider.Outcome] {
-			return reconcilable{paymentLocks{env.Keys}, NewReconciler(env.Pool, env.Keys, env.Provider, env.Logger, env.Reconcile)}
+			return operation.ByLookUp[claim](env, newChargeable(env.Pool, env.Keys, env.Provider), lookUp(env))
 		},
 		Show: func(p Payment) operation.Shown {
 			shown := p.Lifecycle.Show(p, string(p.Status), p.Amount, p.ProviderPaymentIntentID, p.ID, ChargePaymentArgs{TenantID: p.TenantID, PaymentID: p.ID})

@@ -6,29 +6,11 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stripe/stripe-go/v76"
 
-	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/provider"
 )
-
-// Reconciler settles payments in requires_reconciliation by looking their
-// charge up at the provider, never by charging (operation.Reconciler): by
-// intent id when one is known, else by the payment_id metadata (search,
-// then a consistent list of the window in which the intent can have been
-// created). An intent still waiting for a customer action that never came
-// is canceled after MaxActionWait.
-type Reconciler struct {
-	*operation.Reconciler[claim, provider.Outcome]
-	pool     *pgxpool.Pool
-	keys     *idempotency.Store
-	provider *provider.Client
-	logger   *slog.Logger
-	cfg      operation.ReconcileConfig
-}
 
 // paymentsTable is where the engine finds payments.
 var paymentsTable = operation.Table{
@@ -45,13 +27,6 @@ var paymentsTable = operation.Table{
 	Open: `status = '` + string(StatusRequiresCapture) + `' OR (status = '` + string(StatusSucceeded) + `' AND amount_refunded < amount_captured)`,
 }
 
-// NewReconciler returns a Reconciler.
-func NewReconciler(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, logger *slog.Logger, cfg operation.ReconcileConfig) *Reconciler {
-	r := &Reconciler{pool: pool, keys: keys, provider: pc, logger: logger, cfg: cfg.WithDefaults()}
-	r.Reconciler = operation.NewReconciler(pool, keys, logger, cfg, paymentsTable, reconcilable{paymentLocks{keys}, r})
-	return r
-}
-
 // claim is a payment as the reconciler claims it, with whether its
 // attempt window has settled by the database's clock.
 type claim struct {
@@ -59,62 +34,53 @@ type claim struct {
 	Settled bool `db:"settled"`
 }
 
-// reconcilable is what payments supply to the engine's reconciler.
-type reconcilable struct {
-	paymentLocks
-	r *Reconciler
-}
+func (c claim) Claimed() Payment { return c.Payment }
 
-func (k reconcilable) Entry(c claim) operation.Entry { return c.Payment.Entry() }
-
-func (k reconcilable) RecordFinal(ctx context.Context, tx pgx.Tx, c claim, out provider.Outcome) error {
-	return recordOutcome(ctx, tx, k.r.keys, c.Payment, []Status{StatusRequiresReconciliation}, out)
-}
-
-// LookUp looks the charge up; an intent waiting for a customer action for
-// longer than MaxActionWait is canceled, and the cancel is the outcome.
-func (k reconcilable) LookUp(ctx context.Context, c claim) (provider.Outcome, operation.Look) {
-	r, p := k.r, c.Payment
-	out, absent, note := r.lookUp(ctx, p, c.Settled)
-	if leftOpen(out) {
-		callCtx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
-		out = closeIntent(callCtx, r.provider, p, out)
-		cancel()
-		note = "closing the declined intent: " + errText(out.Err)
-	}
-	switch {
-	case out.Kind == provider.Succeeded || out.Kind == provider.Declined || out.Kind == provider.Authorized:
-		return out, operation.Look{Found: operation.Final, ProviderID: out.IntentID()}
-	case out.Kind == provider.Pending && out.Intent.Status == stripe.PaymentIntentStatusRequiresAction &&
-		time.Since(*p.FirstProviderAttemptAt) > r.cfg.MaxActionWait:
-		r.logger.WarnContext(ctx, "customer action not completed in time; canceling the intent",
-			slog.String("payment_id", p.ID), slog.String("intent_id", out.IntentID()))
-		callCtx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
-		closed := closeIntent(callCtx, r.provider, p, out)
-		cancel()
-		switch closed.Kind {
-		case provider.Succeeded, provider.Declined, provider.Authorized:
-			return closed, operation.Look{Found: operation.Final, ProviderID: closed.IntentID()}
-		case provider.Pending:
-			return closed, operation.Look{Found: operation.Pending, ProviderID: closed.IntentID()}
+// lookUp looks a payment's charge up at the provider, never charging: by
+// its intent id when one is known, else by its metadata (search, then a
+// consistent list of the window in which the intent can have been
+// created). A declined intent left open is closed first; one still waiting
+// for a customer action that never came is canceled after MaxActionWait,
+// and the cancel is the outcome.
+func lookUp(env operation.Env) operation.LookUp[claim, provider.Outcome] {
+	cfg := env.Reconcile.WithDefaults()
+	return func(ctx context.Context, c claim) (provider.Outcome, operation.Look) {
+		p := c.Payment
+		out, absent, note := findCharge(ctx, env.Provider.For(p.Account()), p, c.Settled, cfg.ClockSkew)
+		if leftOpen(out) {
+			out = closeIntent(ctx, env.Provider, p, out)
+			note = "closing the declined intent: " + errText(out.Err)
 		}
-		return closed, operation.Look{ProviderID: out.IntentID(), Note: "canceling the intent failed: " + errText(closed.Err), Err: closed.Err}
-	case out.Kind == provider.Pending:
-		return out, operation.Look{Found: operation.Pending, ProviderID: out.IntentID()}
-	case absent:
-		return out, operation.Look{Found: operation.Absent}
+		switch {
+		case out.Kind == provider.Succeeded || out.Kind == provider.Declined || out.Kind == provider.Authorized:
+			return out, operation.Look{Found: operation.Final, ProviderID: out.IntentID()}
+		case out.Kind == provider.Pending && out.Intent.Status == stripe.PaymentIntentStatusRequiresAction &&
+			time.Since(*p.FirstProviderAttemptAt) > cfg.MaxActionWait:
+			env.Logger.WarnContext(ctx, "customer action not completed in time; canceling the intent",
+				slog.String("payment_id", p.ID), slog.String("intent_id", out.IntentID()))
+			closed := closeIntent(ctx, env.Provider, p, out)
+			switch closed.Kind {
+			case provider.Succeeded, provider.Declined, provider.Authorized:
+				return closed, operation.Look{Found: operation.Final, ProviderID: closed.IntentID()}
+			case provider.Pending:
+				return closed, operation.Look{Found: operation.Pending, ProviderID: closed.IntentID()}
+			}
+			return closed, operation.Look{ProviderID: out.IntentID(), Note: "canceling the intent failed: " + errText(closed.Err), Err: closed.Err}
+		case out.Kind == provider.Pending:
+			return out, operation.Look{Found: operation.Pending, ProviderID: out.IntentID()}
+		case absent:
+			return out, operation.Look{Found: operation.Absent}
+		}
+		return out, operation.Look{ProviderID: out.IntentID(), Note: note, Err: out.Err}
 	}
-	return out, operation.Look{ProviderID: out.IntentID(), Note: note, Err: out.Err}
 }
 
-// lookUp asks the provider what became of p's charge. absent is the proof
-// that no intent was created for p's generation; otherwise an Ambiguous
-// outcome carries in note why the look could not tell.
-func (r *Reconciler) lookUp(ctx context.Context, p Payment, settled bool) (out provider.Outcome, absent bool, note string) {
-	callCtx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
-	defer cancel()
+// findCharge asks the provider what became of p's charge. absent is the
+// proof that no intent was created for p's generation; otherwise an
+// Ambiguous outcome carries in note why the look could not tell.
+func findCharge(ctx context.Context, pc *provider.Client, p Payment, settled bool, skew time.Duration) (out provider.Outcome, absent bool, note string) {
 	if p.ProviderPaymentIntentID != nil {
-		out := r.provider.For(p.Account()).RetrieveIntent(callCtx, *p.ProviderPaymentIntentID)
+		out := pc.RetrieveIntent(ctx, *p.ProviderPaymentIntentID)
 		return out, false, "reading intent " + *p.ProviderPaymentIntentID + ": " + errText(out.Err)
 	}
 	last := *p.FirstProviderAttemptAt
@@ -133,10 +99,10 @@ func (r *Reconciler) lookUp(ctx context.Context, p Payment, settled bool) (out p
 	// time the window settles, so the list of the window, which proves
 	// absence, needs not reach back to it.
 	key, value := paymentsTable.FoundBy(p.Entry())
-	found, err := r.provider.For(p.Account()).FindIntents(callCtx, provider.Find{
+	found, err := pc.FindIntents(ctx, provider.Find{
 		MetadataKey: key, MetadataValue: value,
-		CreatedFrom: p.FirstProviderAttemptAt.Add(-r.cfg.ClockSkew),
-		CreatedTo:   deadline.Add(r.cfg.ClockSkew),
+		CreatedFrom: p.FirstProviderAttemptAt.Add(-skew),
+		CreatedTo:   deadline.Add(skew),
 		Scan:        true,
 	})
 	if err != nil {
@@ -151,7 +117,7 @@ func (r *Reconciler) lookUp(ctx context.Context, p Payment, settled bool) (out p
 	switch {
 	case len(mine) == 1:
 		// Search results can be stale: read the intent itself.
-		out := r.provider.For(p.Account()).RetrieveIntent(callCtx, mine[0].ID)
+		out := pc.RetrieveIntent(ctx, mine[0].ID)
 		if out.Kind == provider.Ambiguous && out.Intent == nil {
 			out.Intent = mine[0]
 		}
