@@ -37,27 +37,12 @@ func NewChargeWorker(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.C
 }
 
 func newChargeable(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client) chargeable {
-	return chargeable{paymentLocks: paymentLocks{keys}, pool: pool, provider: pc}
-}
-
-// paymentLocks is how the engine reads and locks a payment.
-type paymentLocks struct{ keys *idempotency.Store }
-
-func (paymentLocks) Load(ctx context.Context, db operation.Querier, tenantID, id string) (Payment, error) {
-	return GetPayment(ctx, db, tenantID, id)
-}
-
-func (paymentLocks) Entry(p Payment) operation.Entry { return p.Entry() }
-
-// Lock takes the payment's lock, then its key's.
-func (l paymentLocks) Lock(ctx context.Context, tx pgx.Tx, tenantID, id string) error {
-	_, err := lockForOutcome(ctx, tx, l.keys, tenantID, id)
-	return err
+	return chargeable{Rows: rowsOf(keys), pool: pool, provider: pc}
 }
 
 // chargeable is what payments supply to the engine's worker.
 type chargeable struct {
-	paymentLocks
+	operation.Rows[Payment]
 	pool     *pgxpool.Pool
 	provider *provider.Client
 }
@@ -87,11 +72,11 @@ func (k chargeable) RecordPending(ctx context.Context, db operation.Querier, p P
 		return recordPending(ctx, db, p.ID, out)
 	}
 	return postgres.InTx(ctx, k.pool, func(tx pgx.Tx) error {
-		locked, err := lockForOutcome(ctx, tx, k.keys, p.TenantID, p.ID)
+		locked, err := k.Locked(ctx, tx, p.TenantID, p.ID)
 		if err != nil {
 			return err
 		}
-		return notePending(ctx, tx, k.keys, locked, out)
+		return notePending(ctx, tx, k.Keys, locked, out)
 	})
 }
 
@@ -100,7 +85,7 @@ func (k chargeable) RecordPending(ctx context.Context, db operation.Querier, p P
 // the payment's lock, then its UPDATE of the key the key's, in the one
 // lock order.
 func (k chargeable) RecordFinal(ctx context.Context, tx pgx.Tx, p Payment, out provider.Outcome) error {
-	return recordOutcome(ctx, tx, k.keys, p, answering, out)
+	return recordOutcome(ctx, tx, k.Keys, p, answering, out)
 }
 
 // Abandon cancels an intent still waiting, past polling, for a customer
@@ -126,7 +111,7 @@ var answering = append(slices.Clone(inFlight), StatusRequiresReconciliation)
 
 // recordOutcome records a final provider outcome for p (a payment in one of
 // the from states): the payment's final state and the idempotency key's
-// final response. The caller holds lockForOutcome's locks. A payment that
+// final response. The caller holds the payment's locks (Rows.Locked). A payment that
 // already left the from states (another run recorded it) is left alone.
 func recordOutcome(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, p Payment, from []Status, out provider.Outcome) error {
 	if leftOpen(out) {

@@ -70,10 +70,7 @@ func (s *Service) resume(ctx context.Context, tx pgx.Tx, attempt idempotency.Att
 	tenantID := attempt.Request.TenantID
 	// Its lock is usually held already (see LockPayment); taking it again
 	// is free.
-	p, err := lockPayment(ctx, tx, tenantID, attempt.ResourceID)
-	if err == nil {
-		p, err = resumePayment(ctx, tx, p)
-	}
+	p, _, err := rowsOf(s.Keys).Resumed(ctx, tx, attempt, nil)
 	if err != nil {
 		return idempotency.Outcome{}, err
 	}

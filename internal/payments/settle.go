@@ -102,12 +102,12 @@ func Settle(ctx context.Context, pool *pgxpool.Pool, keys *idempotency.Store, ac
 	}
 	var s Settlement
 	err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
-		p, err := lockForOutcome(ctx, tx, keys, tenantID, paymentID)
+		p, err := rowsOf(keys).Locked(ctx, tx, tenantID, paymentID)
 		if ref := in.Metadata[operation.MetadataRef]; errors.Is(err, ErrNotFound) && ref != "" {
 			// The payment that made it is gone with its rows: the retry that
 			// took its place, if one did, adopts the intent.
 			if paymentID, err = paymentsTable.IDOfRef(ctx, tx, tenantID, ref); err == nil {
-				p, err = lockForOutcome(ctx, tx, keys, tenantID, paymentID)
+				p, err = rowsOf(keys).Locked(ctx, tx, tenantID, paymentID)
 			}
 		}
 		if errors.Is(err, ErrNotFound) {

@@ -40,8 +40,7 @@ func queueInsertPayment(batch *pgx.Batch, p Payment) {
 // GetPayment reads a tenant's payment. Another tenant's payment is
 // ErrNotFound, exactly like a missing one.
 func GetPayment(ctx context.Context, db operation.Querier, tenantID, paymentID string) (Payment, error) {
-	rows, err := db.Query(ctx, `SELECT `+paymentColumns+` FROM payments WHERE tenant_id = $1 AND id = $2`, tenantID, paymentID)
-	return collectPayment(rows, err, "get payment")
+	return rowsOf(nil).Load(ctx, db, tenantID, paymentID)
 }
 
 // listPayments returns up to limit payments older than startingAfter (or the
@@ -89,27 +88,12 @@ func LockForOperation(ctx context.Context, tx pgx.Tx, tenantID, paymentID string
 	return p, err
 }
 
-// lockForOutcome takes, in the one order, the locks of a transaction that
-// changes a payment's outcome: the payment row, then its idempotency key.
-// A key that no longer exists (reaped) is no obstacle.
-func lockForOutcome(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, tenantID, paymentID string) (Payment, error) {
-	p, err := lockPayment(ctx, tx, tenantID, paymentID)
-	if err != nil {
-		return Payment{}, err
-	}
-	if err := keys.Lock(ctx, tx, p.TenantID, p.IdempotencyKey); err != nil && !errors.Is(err, idempotency.ErrKeyNotFound) {
-		return Payment{}, err
-	}
-	return p, nil
-}
-
-// resumePayment puts a payment whose key was re-acquired back to processing
-// under the next provider key generation (operation.Table.Resume). The
-// caller holds the payment's lock (lockPayment).
-func resumePayment(ctx context.Context, tx pgx.Tx, p Payment) (Payment, error) {
-	generation := p.ProviderKeyGeneration + 1
-	rows, err := paymentsTable.Resume(ctx, tx, p.TenantID, p.ID, generation, paymentsTable.NextProviderKey(p.Entry(), generation), paymentColumns)
-	return collectPayment(rows, err, "resume payment")
+// rowsOf is how the engine reads, locks and resumes payments. Every
+// transaction that changes a payment's outcome takes its locks (Locked):
+// the payment row, then its key (a reaped key is no obstacle); one order
+// everywhere means two of them can never deadlock.
+func rowsOf(keys *idempotency.Store) operation.Rows[Payment] {
+	return operation.Rows[Payment]{Table: paymentsTable, Keys: keys}
 }
 
 func collectPayment(rows pgx.Rows, err error, what string) (Payment, error) {
@@ -135,7 +119,7 @@ func recordPending(ctx context.Context, db operation.Querier, paymentID string, 
 }
 
 // notePending records a pending provider answer in tx, which holds the
-// payment's lock and then its key's (lockForOutcome). A payment now waiting
+// payment's lock and then its key's (Rows.Locked). A payment now waiting
 // for its customer also gets its key's stored 202 refreshed, so that the
 // client's retry learns what the customer must do (next_action) without a
 // second request.
