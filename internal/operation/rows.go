@@ -143,6 +143,9 @@ func (r Rows[Op]) parentColumn() string {
 type Verdict struct {
 	Status, ProviderID, FailureCode, FailureMessage string
 	From                                            []string
+	// Also are the values of the kind's own columns written with the
+	// status (Table.AlsoFinish).
+	Also []any
 }
 
 // Record records the verdict on a provider's answer to sent, under its
@@ -165,7 +168,7 @@ func (r Rows[Op]) Record(ctx context.Context, tx pgx.Tx, sent Op, decide func(lo
 	if v.From == nil {
 		v.From = answering
 	}
-	final, changed, err := r.finish(ctx, tx, op, v)
+	final, changed, err := r.Finish(ctx, tx, op, v)
 	if err != nil || !changed || !slices.Contains(answering, op.Entry().Status) {
 		return final, changed, err
 	}
@@ -179,11 +182,13 @@ func (r Rows[Op]) Record(ctx context.Context, tx pgx.Tx, sent Op, decide func(lo
 	return final, true, nil
 }
 
-// finish writes v over op, in its generation, if its status is still one
-// of v.From; changed is false when another transaction moved it first, or
-// when v names another provider object than the one op records (one
-// object a generation: Settle files the other as a finding).
-func (r Rows[Op]) finish(ctx context.Context, tx pgx.Tx, op Op, v Verdict) (Op, bool, error) {
+// Finish writes v over op, in its generation, if its status is still one
+// of v.From; the caller holds op's locks (Locked) and writes what else the
+// move changes (Record: the key's final answer). changed is false when
+// another transaction moved it first, or when v names another provider
+// object than the one op records (one object a generation: Settle files
+// the other as a finding).
+func (r Rows[Op]) Finish(ctx context.Context, tx pgx.Tx, op Op, v Verdict) (Op, bool, error) {
 	rows, err := r.Table.finish(ctx, tx, op.Entry(), v)
 	final, err := CollectOne[Op](rows, err, "record "+r.Table.Operation, r.Table.NotFound)
 	if errors.Is(err, r.Table.NotFound) {

@@ -136,8 +136,9 @@ func (t Table) finish(ctx context.Context, tx pgx.Tx, e Entry, v Verdict) (pgx.R
 	col := t.ProviderIDColumn
 	return tx.Query(ctx, `
 		UPDATE `+t.Name+` SET status = $4, `+col+` = coalesce(nullif($5, ''), `+col+`),
-			failure_code = nullif($6, ''), failure_message = nullif($7, ''), reconcile_after = NULL, updated_at = now()
+			failure_code = nullif($6, ''), failure_message = nullif($7, ''), reconcile_after = NULL, updated_at = now()`+t.AlsoFinish+`
 		WHERE tenant_id = $1 AND id = $2 AND provider_key_generation = $3 AND status = ANY($8)
 			AND (`+col+` IS NULL OR $5 = '' OR `+col+` = $5)
-		RETURNING `+t.Columns, e.TenantID, e.ID, e.Generation, v.Status, v.ProviderID, v.FailureCode, v.FailureMessage, v.From)
+		RETURNING `+t.Columns, append([]any{e.TenantID, e.ID, e.Generation, v.Status, v.ProviderID, v.FailureCode, v.FailureMessage, v.From},
+		v.Also...)...)
 }

@@ -32,6 +32,11 @@ type Table struct {
 	// AlsoClear, if set, clears more of an outcome's columns when the
 	// operation is proven never sent or resumed (", decline_code = NULL").
 	AlsoClear string
+	// AlsoFinish, if set, writes more of the kind's columns with a
+	// verdict's status (Rows.Finish): assignments that may read the new
+	// status as $4 and the verdict's Also from $9 on
+	// (", decline_code = nullif($9, '')").
+	AlsoFinish string
 	// Resumed is the status a resumed operation runs in again
 	// ("processing", "pending").
 	Resumed string

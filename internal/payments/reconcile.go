@@ -18,7 +18,8 @@ var paymentsTable = operation.Table{
 	ProviderIDColumn: "provider_payment_intent_id", ProviderIDLog: "intent_id",
 	Columns:           paymentColumns,
 	Listed:            "intents",
-	NotReachedMessage: notReachedMessage, AlsoClear: ", decline_code = NULL, finalized_at = NULL", Resumed: string(StatusProcessing),
+	NotReachedMessage: notReachedMessage, AlsoClear: ", decline_code = NULL, finalized_at = NULL", AlsoFinish: finishColumns,
+	Resumed: string(StatusProcessing),
 	InFlight: texts(inFlight),
 	NotFound: ErrNotFound,
 	// An authorization still holds money a capture or a cancel acts on;

@@ -146,11 +146,12 @@ func notePending(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, p Paym
 
 // finalizePayment moves a payment from one of the from states to a final
 // state. changed is false when another run already moved it: the caller
-// then records nothing else.
+// then records nothing else. The caller holds the payment's locks.
 func finalizePayment(ctx context.Context, tx pgx.Tx, p Payment, from []Status, status Status, out provider.Outcome) (Payment, bool, error) {
-	var code, decline, message string
+	v := operation.Verdict{Status: string(status), ProviderID: out.IntentID(), From: texts(from)}
+	var decline string
 	if status == StatusFailed || status == StatusCanceled {
-		code, decline, message = out.Code, out.DeclineCode, out.Message
+		v.FailureCode, decline, v.FailureMessage = out.Code, out.DeclineCode, out.Message
 	}
 	// An authorization holds the amount; a success took what the provider
 	// received (all of it, for an automatic payment).
@@ -167,29 +168,21 @@ func finalizePayment(ctx context.Context, tx pgx.Tx, p Payment, from []Status, s
 			captured = out.Intent.AmountReceived
 		}
 	}
-	rows, err := tx.Query(ctx, `
-		UPDATE payments SET status = $5,
-			provider_payment_intent_id = coalesce(nullif($6, ''), provider_payment_intent_id),
-			failure_code = nullif($7, ''), decline_code = nullif($8, ''), failure_message = nullif($9, ''),
-			amount_capturable = $10, amount_captured = $11,
-			-- A final payment needs no customer action: its client_secret goes.
-			provider_next_action = NULL,
-			authorized_at = CASE WHEN $5 = 'requires_capture' THEN now() ELSE authorized_at END,
-			finalized_at = CASE WHEN $5 IN ('succeeded', 'failed', 'canceled') THEN now() END,
-			-- A decline whose intent was closed first needs no pass of
-			-- CloseDeclines to close it.
-			intent_checked_at = CASE WHEN $5 = 'failed' AND $12 THEN now() END,
-			reconcile_after = NULL, updated_at = now()
-		WHERE tenant_id = $1 AND id = $2 AND provider_key_generation = $3 AND status = ANY($4)
-		RETURNING `+paymentColumns,
-		p.TenantID, p.ID, p.ProviderKeyGeneration, texts(from), status, out.IntentID(), code, decline, message,
-		capturable, captured, out.Intent != nil && out.Intent.Status == stripe.PaymentIntentStatusCanceled)
-	final, err := collectPayment(rows, err, "finalize payment")
-	if errors.Is(err, ErrNotFound) {
-		return Payment{}, false, nil
-	}
-	return final, err == nil, err
+	v.Also = []any{decline, capturable, captured, out.Intent != nil && out.Intent.Status == stripe.PaymentIntentStatusCanceled}
+	return rowsOf(nil).Finish(ctx, tx, p, v)
 }
+
+// finishColumns are what a payment's final status also writes
+// (operation.Table.AlsoFinish), from its verdict's Also: the decline code,
+// what an authorization holds and what a charge took.
+const finishColumns = `, decline_code = nullif($9, ''), amount_capturable = $10, amount_captured = $11,
+	-- A final payment needs no customer action: its client_secret goes.
+	provider_next_action = NULL,
+	authorized_at = CASE WHEN $4 = 'requires_capture' THEN now() ELSE authorized_at END,
+	finalized_at = CASE WHEN $4 IN ('succeeded', 'failed', 'canceled') THEN now() END,
+	-- A decline whose intent was closed first needs no pass of
+	-- CloseDeclines to close it.
+	intent_checked_at = CASE WHEN $4 = 'failed' AND $12 THEN now() END`
 
 // texts converts a slice of string-typed values (statuses, job states) to
 // the []string pgx encodes as a text array.
