@@ -19,7 +19,7 @@ var paymentsTable = operation.Table{
 	Columns:           paymentColumns,
 	Listed:            "intents",
 	NotReachedMessage: notReachedMessage, AlsoClear: ", decline_code = NULL, finalized_at = NULL", AlsoFinish: finishColumns,
-	Resumed: string(StatusProcessing),
+	Resumed:  string(StatusProcessing),
 	InFlight: texts(inFlight),
 	NotFound: ErrNotFound,
 	// An authorization still holds money a capture or a cancel acts on;
