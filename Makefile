@@ -99,8 +99,8 @@ FUZZTIME ?= 20s
 fuzz:
 	go test -run '^$$' -fuzz '^FuzzParseKey$$' -fuzztime $(FUZZTIME) ./internal/idempotency
 	go test -run '^$$' -fuzz '^FuzzPreferredWait$$' -fuzztime $(FUZZTIME) ./internal/idempotency
-	go test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/jsonbody
-	go test -run '^$$' -fuzz '^FuzzInteger$$' -fuzztime $(FUZZTIME) ./internal/jsonbody
+	go test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/platform/jsonbody
+	go test -run '^$$' -fuzz '^FuzzInteger$$' -fuzztime $(FUZZTIME) ./internal/platform/jsonbody
 	go test -run '^$$' -fuzz '^FuzzValidateCreate$$' -fuzztime $(FUZZTIME) ./internal/payments
 	go test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./internal/authorizations
 	go test -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME) ./internal/webhooks

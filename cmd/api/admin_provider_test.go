@@ -18,14 +18,14 @@ import (
 	"github.com/stripe/stripe-go/v76/client"
 
 	"github.com/oncepay/oncepay/internal/authorizations"
-	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/operator"
 	"github.com/oncepay/oncepay/internal/payments"
+	"github.com/oncepay/oncepay/internal/platform/id"
+	"github.com/oncepay/oncepay/internal/platform/serve"
 	"github.com/oncepay/oncepay/internal/refunds"
-	"github.com/oncepay/oncepay/internal/serve"
 	"github.com/oncepay/oncepay/tools/stripesim"
 )
 

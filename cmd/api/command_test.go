@@ -13,11 +13,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/kinds"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/operator"
-	"github.com/oncepay/oncepay/internal/serve"
+	"github.com/oncepay/oncepay/internal/platform/id"
+	"github.com/oncepay/oncepay/internal/platform/serve"
 	"github.com/oncepay/oncepay/internal/tenant"
 	"github.com/oncepay/oncepay/internal/testkit/pgtest"
 )

@@ -4,11 +4,11 @@ import (
 	"errors"
 	"time"
 
-	"github.com/oncepay/oncepay/internal/envconfig"
 	"github.com/oncepay/oncepay/internal/idempotency"
-	"github.com/oncepay/oncepay/internal/postgres"
-	"github.com/oncepay/oncepay/internal/serve"
-	"github.com/oncepay/oncepay/internal/telemetry"
+	"github.com/oncepay/oncepay/internal/platform/envconfig"
+	"github.com/oncepay/oncepay/internal/platform/postgres"
+	"github.com/oncepay/oncepay/internal/platform/serve"
+	"github.com/oncepay/oncepay/internal/platform/telemetry"
 )
 
 // config is the API's configuration, read from the environment. Every

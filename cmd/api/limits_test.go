@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/oncepay/oncepay/internal/id"
+	"github.com/oncepay/oncepay/internal/platform/id"
 )
 
 // TestEachRefusalNamesItsLimit runs the real API with its default limit on

@@ -8,9 +8,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/stripe/stripe-go/v76"
 
-	"github.com/oncepay/oncepay/internal/id"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/payouts"
+	"github.com/oncepay/oncepay/internal/platform/id"
 )
 
 // TestPayoutOperatorCommands: a payout reaches the operator's commands

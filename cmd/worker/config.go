@@ -3,11 +3,11 @@ package main
 import (
 	"time"
 
-	"github.com/oncepay/oncepay/internal/envconfig"
 	"github.com/oncepay/oncepay/internal/operation"
-	"github.com/oncepay/oncepay/internal/postgres"
+	"github.com/oncepay/oncepay/internal/platform/envconfig"
+	"github.com/oncepay/oncepay/internal/platform/postgres"
+	"github.com/oncepay/oncepay/internal/platform/telemetry"
 	"github.com/oncepay/oncepay/internal/provider"
-	"github.com/oncepay/oncepay/internal/telemetry"
 	"github.com/oncepay/oncepay/internal/webhooks"
 )
 

@@ -27,17 +27,17 @@ import (
 	"riverqueue.com/riverui"
 
 	"github.com/oncepay/oncepay/internal/console"
-	"github.com/oncepay/oncepay/internal/envconfig"
-	"github.com/oncepay/oncepay/internal/groupcommit"
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/kinds"
 	"github.com/oncepay/oncepay/internal/metrics"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/outbox"
-	"github.com/oncepay/oncepay/internal/postgres"
+	"github.com/oncepay/oncepay/internal/platform/envconfig"
+	"github.com/oncepay/oncepay/internal/platform/groupcommit"
+	"github.com/oncepay/oncepay/internal/platform/postgres"
+	"github.com/oncepay/oncepay/internal/platform/serve"
+	"github.com/oncepay/oncepay/internal/platform/telemetry"
 	"github.com/oncepay/oncepay/internal/provider"
-	"github.com/oncepay/oncepay/internal/serve"
-	"github.com/oncepay/oncepay/internal/telemetry"
 	"github.com/oncepay/oncepay/internal/webhooks"
 )
 

@@ -12,7 +12,7 @@ import (
 	"github.com/yuin/goldmark"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/platform/problem"
 )
 
 // The landing page and the API reference: what a person who opens the

@@ -17,12 +17,12 @@ import (
 
 	apispec "github.com/oncepay/oncepay/api"
 	"github.com/oncepay/oncepay/internal/idempotency"
-	"github.com/oncepay/oncepay/internal/logctx"
 	"github.com/oncepay/oncepay/internal/metrics"
 	"github.com/oncepay/oncepay/internal/operation"
-	"github.com/oncepay/oncepay/internal/problem"
-	"github.com/oncepay/oncepay/internal/respond"
-	"github.com/oncepay/oncepay/internal/serve"
+	"github.com/oncepay/oncepay/internal/platform/logctx"
+	"github.com/oncepay/oncepay/internal/platform/problem"
+	"github.com/oncepay/oncepay/internal/platform/respond"
+	"github.com/oncepay/oncepay/internal/platform/serve"
 	"github.com/oncepay/oncepay/internal/tenant"
 )
 

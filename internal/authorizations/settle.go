@@ -10,7 +10,7 @@ import (
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/payments"
-	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/platform/problem"
 	"github.com/oncepay/oncepay/internal/provider"
 )
 

@@ -11,8 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/oncepay/oncepay/internal/problem"
-	"github.com/oncepay/oncepay/internal/respond"
+	"github.com/oncepay/oncepay/internal/platform/problem"
+	"github.com/oncepay/oncepay/internal/platform/respond"
 )
 
 // ReplayedHeader marks an answer that repeats a stored response.

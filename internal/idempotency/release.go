@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/oncepay/oncepay/internal/id"
+	"github.com/oncepay/oncepay/internal/platform/id"
 )
 
 // Release is an operator's statement that the operation behind a key stuck

@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/oncepay/oncepay/internal/fastpath"
-	"github.com/oncepay/oncepay/internal/postgres"
+	"github.com/oncepay/oncepay/internal/platform/fastpath"
+	"github.com/oncepay/oncepay/internal/platform/postgres"
 )
 
 // Status is the state of a key. The names match the CHECK constraint on

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
-	"github.com/oncepay/oncepay/internal/problem"
-	"github.com/oncepay/oncepay/internal/respond"
+	"github.com/oncepay/oncepay/internal/platform/problem"
+	"github.com/oncepay/oncepay/internal/platform/respond"
 )
 
 // The answers an operation stores under its client's key: what a retry

@@ -12,9 +12,9 @@ import (
 	"github.com/riverqueue/river/rivertest"
 	"github.com/stretchr/testify/require"
 
-	"github.com/oncepay/oncepay/internal/fastpath"
-	"github.com/oncepay/oncepay/internal/groupcommit"
 	"github.com/oncepay/oncepay/internal/operation"
+	"github.com/oncepay/oncepay/internal/platform/fastpath"
+	"github.com/oncepay/oncepay/internal/platform/groupcommit"
 	"github.com/oncepay/oncepay/internal/provider"
 	"github.com/oncepay/oncepay/internal/testkit/pgtest"
 )

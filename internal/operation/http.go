@@ -15,9 +15,9 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
-	"github.com/oncepay/oncepay/internal/id"
-	"github.com/oncepay/oncepay/internal/problem"
-	"github.com/oncepay/oncepay/internal/respond"
+	"github.com/oncepay/oncepay/internal/platform/id"
+	"github.com/oncepay/oncepay/internal/platform/problem"
+	"github.com/oncepay/oncepay/internal/platform/respond"
 	"github.com/oncepay/oncepay/internal/tenant"
 )
 

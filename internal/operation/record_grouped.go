@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
-	"github.com/oncepay/oncepay/internal/groupcommit"
-	"github.com/oncepay/oncepay/internal/postgres"
+	"github.com/oncepay/oncepay/internal/platform/groupcommit"
+	"github.com/oncepay/oncepay/internal/platform/postgres"
 )
 
 // RecordGrouped records the final answers that arrive at about the same

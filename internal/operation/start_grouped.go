@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/oncepay/oncepay/internal/groupcommit"
+	"github.com/oncepay/oncepay/internal/platform/groupcommit"
 )
 
 // StartGrouped starts the attempts that begin at about the same moment

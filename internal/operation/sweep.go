@@ -14,7 +14,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/outbox"
-	"github.com/oncepay/oncepay/internal/postgres"
+	"github.com/oncepay/oncepay/internal/platform/postgres"
 )
 
 // SweepConfig tunes a Sweeper. Zero values take the defaults.

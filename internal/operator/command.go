@@ -11,10 +11,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/oncepay/oncepay/internal/envconfig"
 	"github.com/oncepay/oncepay/internal/kinds"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/payments"
+	"github.com/oncepay/oncepay/internal/platform/envconfig"
 	"github.com/oncepay/oncepay/internal/tenant"
 )
 

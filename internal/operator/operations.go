@@ -12,7 +12,7 @@ import (
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/kinds"
 	"github.com/oncepay/oncepay/internal/operation"
-	"github.com/oncepay/oncepay/internal/serve"
+	"github.com/oncepay/oncepay/internal/platform/serve"
 )
 
 // operationsList lists one kind's operations, from the registry.

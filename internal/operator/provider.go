@@ -5,9 +5,9 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/oncepay/oncepay/internal/envconfig"
 	"github.com/oncepay/oncepay/internal/kinds"
 	"github.com/oncepay/oncepay/internal/operation"
+	"github.com/oncepay/oncepay/internal/platform/envconfig"
 	"github.com/oncepay/oncepay/internal/provider"
 )
 

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncepay/oncepay/internal/outbox"
-	"github.com/oncepay/oncepay/internal/serve"
+	"github.com/oncepay/oncepay/internal/platform/serve"
 	"github.com/oncepay/oncepay/internal/testkit/pgtest"
 )
 

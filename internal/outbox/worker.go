@@ -14,7 +14,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/oncepay/oncepay/internal/logctx"
+	"github.com/oncepay/oncepay/internal/platform/logctx"
 )
 
 // ChargeMaxAttempts is how many times a charge job runs before its payment

@@ -13,8 +13,8 @@ import (
 
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/operation"
-	"github.com/oncepay/oncepay/internal/postgres"
-	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/platform/postgres"
+	"github.com/oncepay/oncepay/internal/platform/problem"
 	"github.com/oncepay/oncepay/internal/provider"
 )
 

@@ -4,8 +4,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/oncepay/oncepay/internal/money"
 	"github.com/oncepay/oncepay/internal/operation"
+	"github.com/oncepay/oncepay/internal/platform/money"
 )
 
 // Status is a payment's state. The names match the CHECK constraint on

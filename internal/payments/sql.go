@@ -12,7 +12,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/operation"
-	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/platform/problem"
 	"github.com/oncepay/oncepay/internal/provider"
 )
 

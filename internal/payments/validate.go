@@ -3,8 +3,8 @@ package payments
 import (
 	"net/http"
 
-	"github.com/oncepay/oncepay/internal/jsonbody"
-	"github.com/oncepay/oncepay/internal/money"
+	"github.com/oncepay/oncepay/internal/platform/jsonbody"
+	"github.com/oncepay/oncepay/internal/platform/money"
 )
 
 // Limits on a new payment's fields, published in docs/api.md. The metadata

@@ -22,7 +22,7 @@ import (
 	"github.com/go-chi/httprate"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
-	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/platform/problem"
 )
 
 // Config sets the limits. A zero Rate or MaxPending disables that limit.

@@ -5,7 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/oncepay/oncepay/internal/jsonbody"
+	"github.com/oncepay/oncepay/internal/platform/jsonbody"
 	"github.com/oncepay/oncepay/internal/refunds"
 )
 

@@ -10,11 +10,11 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
-	"github.com/oncepay/oncepay/internal/jsonbody"
-	"github.com/oncepay/oncepay/internal/money"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/payments"
-	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/platform/jsonbody"
+	"github.com/oncepay/oncepay/internal/platform/money"
+	"github.com/oncepay/oncepay/internal/platform/problem"
 )
 
 // service serves the refunds' endpoints.

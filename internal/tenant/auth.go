@@ -16,9 +16,9 @@ import (
 	"github.com/hashicorp/golang-lru/v2/expirable"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/platform/problem"
+	"github.com/oncepay/oncepay/internal/platform/respond"
 	"github.com/oncepay/oncepay/internal/ratelimit"
-	"github.com/oncepay/oncepay/internal/respond"
 )
 
 // AuthConfig tunes an Authenticator.

@@ -13,7 +13,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/outbox"
-	"github.com/oncepay/oncepay/internal/postgres"
+	"github.com/oncepay/oncepay/internal/platform/postgres"
 )
 
 // ResultAwaitingCharge marks an event stored unprocessed, with no job,

@@ -12,9 +12,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/oncepay/oncepay/internal/fastpath"
 	"github.com/oncepay/oncepay/internal/kinds"
 	"github.com/oncepay/oncepay/internal/payments"
+	"github.com/oncepay/oncepay/internal/platform/fastpath"
 	"github.com/oncepay/oncepay/internal/webhooks"
 	"github.com/oncepay/oncepay/tools/stripesim"
 )

@@ -17,9 +17,9 @@ import (
 	"github.com/stripe/stripe-go/v76/webhook"
 
 	"github.com/oncepay/oncepay/internal/operation"
-	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/platform/problem"
+	"github.com/oncepay/oncepay/internal/platform/respond"
 	"github.com/oncepay/oncepay/internal/provider"
-	"github.com/oncepay/oncepay/internal/respond"
 )
 
 // MaxBodyBytes bounds an event's body. Stripe's events are a few kilobytes;

@@ -17,7 +17,7 @@ import (
 	"github.com/stripe/stripe-go/v76/webhook"
 
 	"github.com/oncepay/oncepay/internal/kinds"
-	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/platform/problem"
 )
 
 // FuzzVerify: whatever body and signature arrive, signed with the secret

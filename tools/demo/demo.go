@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/oncepay/oncepay/client"
-	"github.com/oncepay/oncepay/internal/id"
+	"github.com/oncepay/oncepay/internal/platform/id"
 	"github.com/oncepay/oncepay/tools/stripesim"
 )
 

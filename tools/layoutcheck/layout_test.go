@@ -50,7 +50,10 @@ func list(t *testing.T, root string, args ...string) []pkg {
 //     one of them, and nothing of the test kit or of tools/ is;
 //   - the test kit (internal/testkit/...) is imported only by tests, by
 //     the test kit itself and by tools/;
-//   - errors (internal/problem) know nothing of storage.
+//   - the platform (internal/platform/...), what every part stands on
+//     (the pool, request bodies, problems, ids, money, serving), knows
+//     nothing of the service above it: no kind, engine or surface;
+//   - errors (internal/platform/problem) know nothing of storage.
 func TestLayout(t *testing.T) {
 	t.Parallel()
 	root := moduleRoot(t)
@@ -91,11 +94,21 @@ func TestLayout(t *testing.T) {
 			require.False(t, under(imp, "tools"), "%s imports the tool %s outside its tests", p.ImportPath, imp)
 		}
 	}
+	platform := list(t, root, "./internal/platform/...")
+	require.NotEmpty(t, platform)
+	for _, p := range platform {
+		for _, imp := range p.Imports {
+			require.True(t, !under(imp, "internal") || under(imp, "internal/platform"),
+				"%s is of the platform, which knows nothing of the service above it, but imports %s: "+
+					"the platform's code moves up beside what it serves, or what it needs moves down into internal/platform", p.ImportPath, imp)
+		}
+	}
 	// Errors say what a client may be told; which storage failures are
-	// worth a retry is storage's business (internal/respond joins the two).
-	for _, p := range list(t, root, "-deps", "./internal/problem") {
-		require.False(t, under(p.ImportPath, "internal/postgres") || strings.HasPrefix(p.ImportPath, "github.com/jackc/"),
-			"internal/problem depends on the database through %s", p.ImportPath)
+	// worth a retry is storage's business (internal/platform/respond joins
+	// the two).
+	for _, p := range list(t, root, "-deps", "./internal/platform/problem") {
+		require.False(t, under(p.ImportPath, "internal/platform/postgres") || strings.HasPrefix(p.ImportPath, "github.com/jackc/"),
+			"internal/platform/problem depends on the database through %s", p.ImportPath)
 	}
 	require.True(t, slices.ContainsFunc(list(t, root, "./internal/testkit/..."), func(p pkg) bool { return p.Name != "" }), "the test kit is where this test looks")
 }

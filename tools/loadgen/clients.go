@@ -14,7 +14,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/oncepay/oncepay/internal/id"
+	"github.com/oncepay/oncepay/internal/platform/id"
 )
 
 // Op is why a request was sent.

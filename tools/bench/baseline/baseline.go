@@ -19,7 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/oncepay/oncepay/internal/id"
+	"github.com/oncepay/oncepay/internal/platform/id"
 )
 
 // Queue is where its jobs go: no worker serves it, so the bench's worker

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/oncepay/oncepay/internal/envconfig"
+	"github.com/oncepay/oncepay/internal/platform/envconfig"
 )
 
 // config is the simulator's configuration, read from the environment.

@@ -23,8 +23,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/oncepay/oncepay/internal/envconfig"
-	"github.com/oncepay/oncepay/internal/serve"
+	"github.com/oncepay/oncepay/internal/platform/envconfig"
+	"github.com/oncepay/oncepay/internal/platform/serve"
 	"github.com/oncepay/oncepay/tools/stripesim"
 )
 

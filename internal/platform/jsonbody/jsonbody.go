@@ -17,7 +17,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/platform/problem"
 )
 
 // MaxBytes is the largest body accepted.

@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/oncepay/oncepay/internal/envconfig"
+	"github.com/oncepay/oncepay/internal/platform/envconfig"
 )
 
 func TestReader(t *testing.T) {

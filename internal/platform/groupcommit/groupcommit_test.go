@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/oncepay/oncepay/internal/groupcommit"
+	"github.com/oncepay/oncepay/internal/platform/groupcommit"
 )
 
 // Requests made at once are written in fewer groups than requests, none

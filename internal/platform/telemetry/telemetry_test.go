@@ -7,8 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/oncepay/oncepay/internal/envconfig"
-	"github.com/oncepay/oncepay/internal/telemetry"
+	"github.com/oncepay/oncepay/internal/platform/envconfig"
+	"github.com/oncepay/oncepay/internal/platform/telemetry"
 )
 
 func read(vars map[string]string) (telemetry.Config, error) {

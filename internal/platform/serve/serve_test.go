@@ -19,7 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
-	"github.com/oncepay/oncepay/internal/serve"
+	"github.com/oncepay/oncepay/internal/platform/serve"
 )
 
 // start serves handler with srv's timeouts on a real listener until the

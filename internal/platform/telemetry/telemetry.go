@@ -34,7 +34,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/oncepay/oncepay/internal/envconfig"
+	"github.com/oncepay/oncepay/internal/platform/envconfig"
 )
 
 // Config is what the OTEL_* variables say of tracing.

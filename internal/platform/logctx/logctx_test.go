@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/oncepay/oncepay/internal/logctx"
+	"github.com/oncepay/oncepay/internal/platform/logctx"
 )
 
 func TestContextAttributesReachEveryLine(t *testing.T) {

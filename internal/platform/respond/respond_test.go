@@ -12,8 +12,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/oncepay/oncepay/internal/problem"
-	"github.com/oncepay/oncepay/internal/respond"
+	"github.com/oncepay/oncepay/internal/platform/problem"
+	"github.com/oncepay/oncepay/internal/platform/respond"
 )
 
 func TestJSONDoesNotEscapeHTML(t *testing.T) {

@@ -14,8 +14,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/oncepay/oncepay/internal/jsonbody"
-	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/platform/jsonbody"
+	"github.com/oncepay/oncepay/internal/platform/problem"
 )
 
 func TestParse(t *testing.T) {

@@ -15,8 +15,8 @@ import (
 
 	"github.com/go-chi/chi/v5/middleware"
 
-	"github.com/oncepay/oncepay/internal/postgres"
-	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/platform/postgres"
+	"github.com/oncepay/oncepay/internal/platform/problem"
 )
 
 // JSON answers v as JSON with status. HTML is not escaped: the body is

@@ -14,7 +14,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/oncepay/oncepay/internal/logctx"
+	"github.com/oncepay/oncepay/internal/platform/logctx"
 )
 
 // NewLogger returns a JSON logger on w at level ("debug", "info", "warn",
