@@ -750,11 +750,20 @@ func (r *Report) printMoves(w io.Writer) {
 		}
 	}
 	for _, m := range r.Moves {
-		if m.Err != nil {
+		switch {
+		case m.Err != nil:
 			fmt.Fprintf(w, "    FAIL %s at %s: %v\n", m.What, m.At.Format(time.TimeOnly), m.Err)
+		case m.Accepted > slowRecovery || m.Settled > slowRecovery:
+			// Named with its time, so that the processes' logs of that
+			// minute say why.
+			fmt.Fprintf(w, "    slow: %s at %s, a new key accepted after %s, a payment settled after %s\n", m.What,
+				m.At.Format(time.TimeOnly), m.Accepted.Round(100*time.Millisecond), m.Settled.Round(100*time.Millisecond))
 		}
 	}
 }
+
+// slowRecovery is a recovery from a move that the report names alone.
+const slowRecovery = time.Minute
 
 // percentiles are the median and the 99th percentile of d, as printed.
 func percentiles(d []time.Duration) string {

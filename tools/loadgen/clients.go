@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/oncepay/oncepay/internal/platform/id"
 )
 
@@ -537,7 +539,7 @@ func (r *run) awaitSettled(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			return fmt.Errorf("%w: %d", errNotFinal, open)
+			return fmt.Errorf("%w: %d\n%s", errNotFinal, open, r.whyNotSettled(ctx))
 		}
 		select {
 		case <-ctx.Done():
@@ -545,4 +547,52 @@ func (r *run) awaitSettled(ctx context.Context) error {
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// whyNotSettled says, for a run whose operations did not all settle, what
+// could have settled them: each process, alive and ready or not, and the
+// jobs and operations left by state, so that the report explains itself
+// after the stack is gone.
+func (r *run) whyNotSettled(ctx context.Context) string {
+	var b strings.Builder
+	client := &http.Client{Timeout: 2 * time.Second}
+	for _, p := range r.stack.Processes {
+		state := "running"
+		select {
+		case <-p.Exited():
+			state = "exited"
+		default:
+		}
+		ready := "ready"
+		if resp, err := client.Get(p.Ready); err != nil {
+			ready = "not ready: " + err.Error()
+		} else {
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				ready = "not ready: " + resp.Status
+			}
+		}
+		fmt.Fprintf(&b, "  %s (pid %d): %s, %s; log %s\n", p.Name, p.PID, state, ready, p.LogPath)
+	}
+	for _, q := range []struct{ what, sql string }{
+		{"jobs not finalized", `SELECT kind || ' ' || state, count(*) FROM river_job WHERE finalized_at IS NULL GROUP BY 1 ORDER BY 1`},
+		{"operations not final", `SELECT 'payment ' || status, count(*) FROM payments WHERE status NOT IN ('succeeded', 'failed', 'requires_capture', 'canceled') GROUP BY 1
+			UNION ALL SELECT 'refund ' || status, count(*) FROM refunds WHERE status NOT IN ('succeeded', 'failed', 'canceled') GROUP BY 1
+			UNION ALL SELECT action || ' ' || status, count(*) FROM payment_actions WHERE status NOT IN ('succeeded', 'failed') GROUP BY 1
+			UNION ALL SELECT 'payout ' || status, count(*) FROM payouts WHERE status IN ('processing', 'requires_reconciliation') GROUP BY 1`},
+	} {
+		rows, err := r.pool.Query(ctx, q.sql)
+		counts, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (string, error) {
+			var what string
+			var n int
+			err := row.Scan(&what, &n)
+			return fmt.Sprintf("%s: %d", what, n), err
+		})
+		if err != nil {
+			fmt.Fprintf(&b, "  %s: %v\n", q.what, err)
+			continue
+		}
+		fmt.Fprintf(&b, "  %s: %s\n", q.what, cmp.Or(strings.Join(counts, ", "), "none"))
+	}
+	return strings.TrimSuffix(b.String(), "\n")
 }
