@@ -252,11 +252,14 @@ func (r *run) check(ctx context.Context) (*Report, error) {
 		intents[pid] = append(intents[pid], o)
 	}
 	for _, p := range list {
-		charged := 0
+		charged, kept := 0, 0
 		for _, in := range intents[p.ID] {
 			for _, ch := range chargesOf[in.ID] {
 				if ch.Status == "succeeded" {
 					charged++
+				}
+				if keepsMoney(ch) {
+					kept++
 				}
 			}
 		}
@@ -265,7 +268,7 @@ func (r *run) check(ctx context.Context) (*Report, error) {
 			provider.Violations = append(provider.Violations, fmt.Sprintf("%s has %d intents at the provider", p.ID, len(intents[p.ID])))
 		case p.Status == "succeeded" && charged != 1:
 			provider.Violations = append(provider.Violations, fmt.Sprintf("%s succeeded with %d successful charges at the provider", p.ID, charged))
-		case p.Status == "failed" && charged != 0:
+		case p.Status == "failed" && kept != 0:
 			provider.Violations = append(provider.Violations, fmt.Sprintf("%s failed but the provider charged it", p.ID))
 		}
 	}
@@ -770,4 +773,11 @@ func percentiles(d []time.Duration) string {
 	slices.Sort(d)
 	at := func(q float64) time.Duration { return d[min(len(d)-1, int(q*float64(len(d))))] }
 	return fmt.Sprintf("%s median, %s p99", at(0.5).Round(100*time.Millisecond), at(0.99).Round(100*time.Millisecond))
+}
+
+// keepsMoney reports whether a charge took or still holds the customer's
+// money: a succeeded charge, unless it was an authorization released
+// whole (nothing captured, all of it refunded), as a canceled intent's is.
+func keepsMoney(ch stripesim.LedgerObject) bool {
+	return ch.Status == "succeeded" && (ch.AmountCaptured > 0 || ch.AmountRefunded < ch.Amount)
 }

@@ -296,11 +296,14 @@ func (r *run) checkProviderByRef(d byRefData) Invariant {
 	}
 	for _, p := range d.payments {
 		intents := d.intentsByRef[p.Ref]
-		charged := 0
+		charged, kept := 0, 0
 		for _, in := range intents {
 			for _, ch := range chargesOf[in.ID] {
 				if ch.Status == "succeeded" {
 					charged++
+				}
+				if keepsMoney(ch) {
+					kept++
 				}
 			}
 		}
@@ -308,7 +311,7 @@ func (r *run) checkProviderByRef(d byRefData) Invariant {
 		case p.Status == "succeeded" && charged != 1:
 			inv.Violations = append(inv.Violations, fmt.Sprintf("%s (%s, key %s) succeeded with %d successful charges at the provider: %s",
 				p.ID, p.Ref, p.Key, charged, describeObjects(intents, chargesOf)))
-		case p.Status == "failed" && charged != 0:
+		case p.Status == "failed" && kept != 0:
 			inv.Violations = append(inv.Violations, fmt.Sprintf("%s (%s, key %s) failed (%s) but the provider charged it: %s",
 				p.ID, p.Ref, p.Key, operation.Deref(p.FailureCode), describeObjects(intents, chargesOf)))
 		case p.IntentID != nil && len(intents) == 1 && intents[0].ID != *p.IntentID:

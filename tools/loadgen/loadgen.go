@@ -359,8 +359,9 @@ func (r *run) drive(ctx context.Context) (*Report, error) {
 		if lost, err = r.countLost(ctx); err != nil {
 			return nil, err
 		}
-		fmt.Fprintf(r.cfg.Out, "\nload done after %s; %d acknowledged commits lost; the clients retry every key they sent (up to %s)\n",
-			loadTime.Round(time.Second), lost.Acknowledged(), r.cfg.Settle)
+		fmt.Fprintf(r.cfg.Out, "\nload done after %s; %d acknowledged commits lost; the clients retry every key they sent "+
+			"(each for up to %s, then those still waiting together for up to %s)\n",
+			loadTime.Round(time.Second), lost.Acknowledged(), firstPassPerKey, r.cfg.Settle)
 		lost.Retries = r.retryEveryKey(ctx)
 		fmt.Fprintf(r.cfg.Out, "retries done after %s; waiting for every payment to settle (up to %s)\n",
 			(time.Since(start) - loadTime).Round(time.Second), r.cfg.Settle)

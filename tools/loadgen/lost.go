@@ -185,38 +185,86 @@ const lateWait = 5 * time.Second
 // mismatch's key with its first request), until its answer is final: a
 // 201, 402 or 200, or a 4xx a retry cannot change; a 202, a busy key's 409
 // or a 503 is asked again after its Retry-After (at most
-// lateRetryAfterCap). Payments first, then
-// payouts, refunds, captures and cancels; the last three of a payment that
-// no longer exists are answered 404, counted and not retried. Bounded by
-// Settle; a key without a final answer by then is reported.
+// lateRetryAfterCap). Payments first, then payouts, refunds, captures and
+// cancels; the last three of a payment that no longer exists are answered
+// 404, counted and not retried. A first pass gives each key
+// firstPassPerKey; the keys still waiting (an outcome being reconciled)
+// are then retried together for Settle, so that every key has Settle
+// after the pass however long a pass over thousands of keys took. A key
+// without a final answer by then is reported.
 func (r *run) retryEveryKey(ctx context.Context) RetryFigures {
 	reqs := r.sent.snapshot()
 	rank := map[Op]int{OpCreate: 0, OpRetry: 0, OpDuplicate: 0, OpPayout: 1, OpRefund: 2, OpCapture: 3, OpCancel: 3}
 	slices.SortStableFunc(reqs, func(a, b request) int { return cmp.Compare(rank[a.op], rank[b.op]) })
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.Settle)
-	defer cancel()
 
 	figures := RetryFigures{Keys: map[string]int{}, Final: map[int]int{}}
-	var mu sync.Mutex
-	jobs := make(chan request)
-	var wg sync.WaitGroup
-	for range max(r.cfg.Clients, 4) * 2 {
+	for _, rq := range reqs {
+		figures.Keys[kindOf(rq.op)]++
+	}
+	var waiting []request
+	for _, t := range r.retryAll(ctx, reqs, max(r.cfg.Clients, 4)*2, firstPassPerKey) {
+		figures.Requests += t.requests
+		if !lateFinal(t.last) {
+			waiting = append(waiting, t.rq)
+			continue
+		}
+		figures.final(t.last)
+	}
+	settleCtx, cancel := context.WithTimeout(ctx, r.cfg.Settle)
+	defer cancel()
+	for _, t := range r.retryAll(settleCtx, waiting, min(len(waiting), 64), 0) {
+		figures.Requests += t.requests
+		if !lateFinal(t.last) {
+			a, rq := t.last, t.rq
+			figures.Unfinished = append(figures.Unfinished, fmt.Sprintf("%s key %s of tenant %d: %d %s%s", rq.op, rq.key, rq.tenant, a.Status, a.Problem, a.Err))
+			continue
+		}
+		figures.final(t.last)
+	}
+	return figures
+}
+
+// firstPassPerKey is how long the first pass of the retries after the
+// load asks again for one key's final answer before it goes on.
+const firstPassPerKey = 5 * time.Second
+
+// final counts a key's final answer.
+func (f *RetryFigures) final(a answer) {
+	f.Final[a.Status]++
+	if a.Status == http.StatusNotFound {
+		f.Gone++
+	}
+}
+
+// retried is one key's retries: its request, its last answer and how many
+// requests it took.
+type retried struct {
+	rq       request
+	last     answer
+	requests int
+}
+
+// retryAll sends each of reqs until final (untilFinal), on clients
+// connections, each key for at most perKey (0: until ctx ends).
+func (r *run) retryAll(ctx context.Context, reqs []request, clients int, perKey time.Duration) []retried {
+	var (
+		mu   sync.Mutex
+		out  []retried
+		wg   sync.WaitGroup
+		jobs = make(chan request)
+	)
+	for range clients {
 		client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
 		wg.Go(func() {
 			for rq := range jobs {
-				a, requests := r.untilFinal(ctx, client, rq)
-				mu.Lock()
-				figures.Keys[kindOf(rq.op)]++
-				figures.Requests += requests
-				switch {
-				case !lateFinal(a):
-					figures.Unfinished = append(figures.Unfinished, fmt.Sprintf("%s key %s of tenant %d: %d %s%s", rq.op, rq.key, rq.tenant, a.Status, a.Problem, a.Err))
-				default:
-					figures.Final[a.Status]++
-					if a.Status == http.StatusNotFound {
-						figures.Gone++
-					}
+				keyCtx, cancel := ctx, context.CancelFunc(func() {})
+				if perKey > 0 {
+					keyCtx, cancel = context.WithTimeout(ctx, perKey)
 				}
+				a, requests := r.untilFinal(keyCtx, client, rq)
+				cancel()
+				mu.Lock()
+				out = append(out, retried{rq: rq, last: a, requests: requests})
 				mu.Unlock()
 			}
 		})
@@ -226,7 +274,7 @@ func (r *run) retryEveryKey(ctx context.Context) RetryFigures {
 	}
 	close(jobs)
 	wg.Wait()
-	return figures
+	return out
 }
 
 // kindOf names an operation's kind for the report.

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/oncepay/oncepay/tools/stripesim"
 )
 
 // TestMonotonicReadsCheck: the check flags a read that shows an object's
@@ -54,5 +56,26 @@ func TestMonotonicReadsCheck(t *testing.T) {
 		inv := check(history...)
 		require.Len(t, inv.Violations, 1, name)
 		require.Contains(t, inv.Violations[0], "then as", name)
+	}
+}
+
+// TestKeepsMoney: a failed payment's charge counts against it only while
+// it took or holds money; an authorization released whole does not.
+func TestKeepsMoney(t *testing.T) {
+	t.Parallel()
+	charge := func(status string, captured, refunded int64) stripesim.LedgerObject {
+		return stripesim.LedgerObject{Object: "charge", Status: status, Amount: 2000, AmountCaptured: captured, AmountRefunded: refunded}
+	}
+	for name, c := range map[string]struct {
+		ch   stripesim.LedgerObject
+		want bool
+	}{
+		"captured":                 {charge("succeeded", 2000, 0), true},
+		"captured, refunded whole": {charge("succeeded", 2000, 2000), true},
+		"authorized, held":         {charge("succeeded", 0, 0), true},
+		"authorized, released":     {charge("succeeded", 0, 2000), false},
+		"declined":                 {charge("failed", 0, 0), false},
+	} {
+		require.Equal(t, c.want, keepsMoney(c.ch), name)
 	}
 }
