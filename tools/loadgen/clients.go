@@ -523,15 +523,20 @@ func summarize(answers []answer, elapsed time.Duration) stats {
 
 var errNotFinal = errors.New("payments still not final")
 
+// notFinalSQL selects every operation not final yet, of every kind the
+// run makes, as what it is ("refund pending"): what the run waits for
+// after the load, and names when it waited in vain.
+const notFinalSQL = `SELECT 'payment ' || status AS what FROM payments WHERE status NOT IN ('succeeded', 'failed', 'requires_capture', 'canceled')
+	UNION ALL SELECT 'refund ' || status FROM refunds WHERE status NOT IN ('succeeded', 'failed', 'canceled')
+	UNION ALL SELECT action || ' ' || status FROM payment_actions WHERE status NOT IN ('succeeded', 'failed')
+	UNION ALL SELECT 'payout ' || status FROM payouts WHERE status IN ('processing', 'requires_reconciliation')`
+
 // awaitSettled waits until no payment is in a non-final state.
 func (r *run) awaitSettled(ctx context.Context) error {
 	deadline := time.Now().Add(r.cfg.Settle)
 	for {
 		var open int
-		err := r.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM payments WHERE status NOT IN ('succeeded', 'failed', 'requires_capture', 'canceled'))
-			+ (SELECT count(*) FROM refunds WHERE status NOT IN ('succeeded', 'failed', 'canceled'))
-			+ (SELECT count(*) FROM payment_actions WHERE status NOT IN ('succeeded', 'failed'))
-			+ (SELECT count(*) FROM payouts WHERE status IN ('processing', 'requires_reconciliation'))`).Scan(&open)
+		err := r.pool.QueryRow(ctx, `SELECT count(*) FROM (`+notFinalSQL+`) AS open`).Scan(&open)
 		if err == nil && open == 0 {
 			return nil
 		}
@@ -576,10 +581,7 @@ func (r *run) whyNotSettled(ctx context.Context) string {
 	}
 	for _, q := range []struct{ what, sql string }{
 		{"jobs not finalized", `SELECT kind || ' ' || state, count(*) FROM river_job WHERE finalized_at IS NULL GROUP BY 1 ORDER BY 1`},
-		{"operations not final", `SELECT 'payment ' || status, count(*) FROM payments WHERE status NOT IN ('succeeded', 'failed', 'requires_capture', 'canceled') GROUP BY 1
-			UNION ALL SELECT 'refund ' || status, count(*) FROM refunds WHERE status NOT IN ('succeeded', 'failed', 'canceled') GROUP BY 1
-			UNION ALL SELECT action || ' ' || status, count(*) FROM payment_actions WHERE status NOT IN ('succeeded', 'failed') GROUP BY 1
-			UNION ALL SELECT 'payout ' || status, count(*) FROM payouts WHERE status IN ('processing', 'requires_reconciliation') GROUP BY 1`},
+		{"operations not final", `SELECT what, count(*) FROM (` + notFinalSQL + `) AS open GROUP BY 1 ORDER BY 1`},
 	} {
 		rows, err := r.pool.Query(ctx, q.sql)
 		counts, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (string, error) {
