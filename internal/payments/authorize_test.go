@@ -11,6 +11,7 @@ import (
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/platform/id"
+	"github.com/oncepay/oncepay/internal/provider"
 	"github.com/oncepay/oncepay/tools/stripesim"
 )
 
@@ -138,4 +139,43 @@ func TestExpiredAuthorizationIsCanceled(t *testing.T) {
 	require.Equal(t, "requires_capture", replay.Body["status"])
 	got := b.api.Get(t, "/v1/payments/"+paymentID)
 	require.Equal(t, "canceled", got.Body["status"])
+}
+
+// TestReleasedAuthorizationFoundAfterLostCommit: the payment's rows lost
+// the authorization (a failover took the commits that recorded it and the
+// cancel), and the provider has since released it. The reconciler finds the
+// intent canceled after authorizing: the payment is canceled, as a released
+// authorization is, not failed as a decline; the key answers 201.
+func TestReleasedAuthorizationFoundAfterLostCommit(t *testing.T) {
+	t.Parallel()
+	b := setupCharge(t, chargeOptions{})
+	key := id.New("key")
+	paymentID := b.api.Post(t, "/v1/payments", key, authorizeBody).PaymentID()
+	p := b.waitStatus(paymentID, payments.StatusRequiresCapture)
+	released := b.provider.CancelAuthorization(b.ctx, *p.ProviderPaymentIntentID, "requested_by_customer", id.New("cancel"))
+	require.Equal(t, provider.Succeeded, released.Kind, "%v", released.Err)
+	b.toReconciliation(paymentID, key, true)
+
+	res, err := b.reconciler(operation.ReconcileConfig{}).Run(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Settled, "%+v", res)
+	p = b.waitStatus(paymentID, payments.StatusCanceled)
+	require.Equal(t, "authorization_requested_by_customer", *p.FailureCode)
+	require.Nil(t, p.DeclineCode)
+	require.Zero(t, p.AmountCapturable)
+	require.Zero(t, p.AmountCaptured)
+
+	replay := b.api.Post(t, "/v1/payments", key, authorizeBody)
+	require.Equal(t, http.StatusCreated, replay.Status, replay.Raw)
+	require.Equal(t, "canceled", replay.Body["status"])
+	require.Len(t, b.executions(paymentID), 1)
+
+	// A decline's canceled intent is still a decline.
+	declined := b.api.Post(t, "/v1/payments", id.New("key"), `{"amount": 2000, "currency": "usd", "payment_method": "pm_card_chargeDeclined", "capture_method": "manual"}`)
+	d := b.waitStatus(declined.PaymentID(), payments.StatusFailed)
+	read := b.provider.RetrieveIntent(b.ctx, *d.ProviderPaymentIntentID)
+	require.Equal(t, "canceled", string(read.Intent.Status))
+	require.False(t, read.Intent.ReleasedAuthorization)
+	require.Equal(t, provider.Declined, read.Kind)
+	require.Equal(t, *d.FailureCode, read.Code)
 }

@@ -119,11 +119,16 @@ func recordOutcome(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, p Pa
 			p.ID, out.IntentID(), out.Intent.Status)
 	}
 	status := StatusFailed
-	switch out.Kind {
-	case provider.Succeeded:
+	switch {
+	case out.Kind == provider.Succeeded:
 		status = StatusSucceeded
-	case provider.Authorized:
+	case out.Kind == provider.Authorized:
 		status = StatusRequiresCapture
+	case out.Intent != nil && out.Intent.ReleasedAuthorization:
+		// Authorized, then released (by a cancel whose own record was
+		// lost, or by the provider): the create did authorize, and the
+		// payment ends as a released authorization does.
+		status = StatusCanceled
 	}
 	final, changed, err := finalizePayment(ctx, tx, p, from, status, out)
 	if err != nil || !changed {
@@ -140,9 +145,10 @@ func recordOutcome(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, p Pa
 }
 
 // finalResponse is what a retry of the client's POST replays once the
-// payment is final: 201 with the payment, or a problem that names it.
+// payment is final: 201 with the payment (charged, authorized, or
+// authorized and since released), or a problem that names it.
 func finalResponse(p Payment, kind provider.Kind) (idempotency.Response, error) {
-	if p.Status == StatusSucceeded || p.Status == StatusRequiresCapture {
+	if p.Status == StatusSucceeded || p.Status == StatusRequiresCapture || p.Status == StatusCanceled {
 		return operation.Created(p, "/v1/payments/"+p.ID)
 	}
 	code, decline := deref(p.FailureCode), deref(p.DeclineCode)

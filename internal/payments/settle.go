@@ -1,7 +1,6 @@
 package payments
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -199,10 +198,7 @@ func EndAuthorization(ctx context.Context, tx pgx.Tx, p Payment, in *provider.In
 	case stripe.PaymentIntentStatusSucceeded:
 		status = StatusSucceeded
 	case stripe.PaymentIntentStatusCanceled:
-		status = StatusCanceled
-		reason := cmp.Or(in.CancellationReason, "canceled")
-		out.Code = "authorization_" + reason
-		out.Message = "The authorization was released before capture (" + reason + "); nothing was charged."
+		status, out = StatusCanceled, provider.Released(in)
 	default:
 		return p, false, nil
 	}

@@ -1,6 +1,7 @@
 package provider
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -236,6 +237,11 @@ type Intent struct {
 	AmountCapturable   int64
 	AmountReceived     int64
 	CancellationReason string
+	// ReleasedAuthorization: the intent was canceled after it authorized
+	// (its latest charge was paid and never captured), not before: what
+	// was held went back to the customer. Read from the latest charge,
+	// which RetrieveIntent expands.
+	ReleasedAuthorization bool
 }
 
 // NextAction is an intent's next_action: its type (use_stripe_sdk for a
@@ -260,6 +266,9 @@ func intentOf(pi *stripe.PaymentIntent) *Intent {
 		Metadata: pi.Metadata, Created: time.Unix(pi.Created, 0).UTC(), ClientSecret: pi.ClientSecret,
 		CaptureMethod: string(pi.CaptureMethod), AmountCapturable: pi.AmountCapturable, AmountReceived: pi.AmountReceived,
 		CancellationReason: string(pi.CancellationReason),
+	}
+	if ch := pi.LatestCharge; pi.Status == stripe.PaymentIntentStatusCanceled && ch != nil {
+		in.ReleasedAuthorization = ch.Paid && !ch.Captured
 	}
 	if pi.NextAction != nil {
 		in.NextAction = &NextAction{Type: string(pi.NextAction.Type)}
@@ -287,7 +296,12 @@ func OutcomeOf(in *Intent) Outcome {
 	case stripe.PaymentIntentStatusProcessing, stripe.PaymentIntentStatusRequiresAction,
 		stripe.PaymentIntentStatusRequiresConfirmation:
 		out.Kind = Pending
-	case stripe.PaymentIntentStatusRequiresPaymentMethod, stripe.PaymentIntentStatusCanceled:
+	case stripe.PaymentIntentStatusCanceled:
+		if in.ReleasedAuthorization {
+			return Released(in)
+		}
+		fallthrough
+	case stripe.PaymentIntentStatusRequiresPaymentMethod:
 		// The attempt failed (declined, or 3-D Secure abandoned): no charge.
 		out.Kind = Declined
 		out.Code = string(in.Status)
@@ -384,11 +398,13 @@ func (c *Client) CreateIntent(ctx context.Context, ch Charge) Outcome {
 	return classify(pi, err, rec.get())
 }
 
-// RetrieveIntent reads an intent that exists. A failed read proves nothing
-// about the charge (a 404 or 400 here means a wrong key, mode or account),
-// so every error is Ambiguous, never Declined or Rejected.
+// RetrieveIntent reads an intent that exists, with its latest charge (what
+// tells a released authorization from a decline). A failed read proves
+// nothing about the charge (a 404 or 400 here means a wrong key, mode or
+// account), so every error is Ambiguous, never Declined or Rejected.
 func (c *Client) RetrieveIntent(ctx context.Context, intentID string) Outcome {
 	params := &stripe.PaymentIntentParams{}
+	params.AddExpand("latest_charge")
 	params.Context = ctx
 	c.scope(params)
 	pi, err := c.api.PaymentIntents.Get(intentID, params)
@@ -427,6 +443,18 @@ func Abandoned(in *Intent) Outcome {
 		Kind: Declined, Intent: in, HTTPStatus: http.StatusOK,
 		Code: "authentication_required", DeclineCode: "authentication_required",
 		Message: "The customer did not complete authentication in time; the payment intent was canceled.",
+	}
+}
+
+// Released is the answer of an intent whose authorization was released
+// before capture: Declined, as nothing was charged, with code
+// authorization_ and the provider's reason (automatic: it voided an
+// authorization seven days old).
+func Released(in *Intent) Outcome {
+	reason := cmp.Or(in.CancellationReason, "canceled")
+	return Outcome{
+		Kind: Declined, Intent: in, HTTPStatus: http.StatusOK, Code: "authorization_" + reason,
+		Message: "The authorization was released before capture (" + reason + "); nothing was charged.",
 	}
 }
 
