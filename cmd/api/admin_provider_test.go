@@ -32,9 +32,13 @@ import (
 // withSimulator starts the Stripe simulator in-process and points the
 // commands at it, as the worker would be. It returns a stripe-go client
 // for the test to make intents of its own, and the simulator's admin.
-func (b *opsBundle) withSimulator() (*client.API, stripesim.AdminClient) {
+func (b *opsBundle) withSimulator(tune ...func(*stripesim.Config)) (*client.API, stripesim.AdminClient) {
 	b.t.Helper()
-	srv := httptest.NewServer(stripesim.New(stripesim.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}))
+	cfg := stripesim.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	for _, f := range tune {
+		f(&cfg)
+	}
+	srv := httptest.NewServer(stripesim.New(cfg))
 	b.t.Cleanup(srv.Close)
 	b.extra["STRIPE_SECRET_KEY"] = "sk_test_oncepay"
 	b.extra["STRIPE_API_BASE"] = srv.URL

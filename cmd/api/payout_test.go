@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"github.com/stripe/stripe-go/v76"
@@ -11,6 +12,7 @@ import (
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/payouts"
 	"github.com/oncepay/oncepay/internal/platform/id"
+	"github.com/oncepay/oncepay/tools/stripesim"
 )
 
 // TestPayoutOperatorCommands: a payout reaches the operator's commands
@@ -20,7 +22,9 @@ import (
 func TestPayoutOperatorCommands(t *testing.T) {
 	t.Parallel()
 	b := setupOps(t)
-	api, _ := b.withSimulator()
+	// Its payouts stay pending: the test cancels one at the provider
+	// after a dozen commands, which may take longer than a second.
+	api, _ := b.withSimulator(func(cfg *stripesim.Config) { cfg.PayoutTransitDelay, cfg.PayoutPaidDelay = time.Hour, time.Hour })
 	account := "acct_ops" + strings.ToLower(id.New("a")[2:14])
 	_, err := b.cli("tenants", "set-account", b.name, account)
 	require.NoError(t, err)
