@@ -108,7 +108,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 // binary's configurations reads, for the help to list.
 func parseCommand(args []string) (operator.Command, error) {
 	return operator.Parse(args, operator.Variables{Serve: envconfig.Names(loadConfig),
-		Healthcheck: envconfig.Names(loadHealthcheckConfig), Database: envconfig.Names(loadDatabaseConfig)})
+		Healthcheck: envconfig.Names(loadHealthcheckConfig), Database: envconfig.Names(loadDatabaseConfig)}, kinds.All())
 }
 
 // serveOnDatabase opens the pool the server runs on, traced and watched,

@@ -188,7 +188,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err := queueUI.Start(ctx); err != nil {
 		return fmt.Errorf("start river ui: %w", err)
 	}
-	operatorConsole := console.Handler(console.Config{Pool: pool, Keys: keys, Metrics: m.Registry(), Logger: logger, QueueUI: riverUIPath})
+	operatorConsole := console.Handler(console.Config{Pool: pool, Keys: keys, Metrics: m.Registry(), Logger: logger, QueueUI: riverUIPath, Kinds: kinds.All()})
 	admin := newAdminServer(pool, m, map[string]http.Handler{console.Path: operatorConsole, riverUIPath + "/": queueUI})
 	go func() { _ = admin.Serve(ln) }()
 	defer admin.Close()

@@ -23,6 +23,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/ledger"
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/tenant"
 )
@@ -42,6 +43,8 @@ type Config struct {
 	// QueueUI is where River's UI is served on the same listener
 	// (/riverui); the pages link jobs and queues into it. Empty: no links.
 	QueueUI string
+	// Kinds are the operation kinds the pages list and show: the registry.
+	Kinds operation.Kinds
 }
 
 //go:embed templates/*.html
@@ -153,7 +156,7 @@ func (c *server) payment(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusServiceUnavailable, err)
 		return
 	}
-	ops, err := OperationsOf(r.Context(), c.cfg.Pool, d.Payment)
+	ops, err := OperationsOf(r.Context(), c.cfg.Pool, c.cfg.Kinds, d.Payment)
 	if err == nil {
 		err = AddOperationJobs(r.Context(), c.cfg.Pool, &d, ops)
 	}

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
-	"github.com/oncepay/oncepay/internal/kinds"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/webhooks"
 )
@@ -25,7 +24,7 @@ func (c *server) operator(kind operation.Kind) operation.Operator {
 // operations lists one registered kind's operations, newest first.
 func (c *server) operations(w http.ResponseWriter, r *http.Request) {
 	name, status := r.URL.Query().Get("kind"), r.URL.Query().Get("status")
-	all := kinds.All()
+	all := c.cfg.Kinds
 	i := slices.IndexFunc(all, func(k operation.Kind) bool { return k.Name() == name })
 	if i < 0 {
 		c.fail(w, r, http.StatusBadRequest, fmt.Errorf("kind %q is not one of %v", name, all.Names()))
@@ -43,7 +42,7 @@ func (c *server) operations(w http.ResponseWriter, r *http.Request) {
 // operation is one operation of any kind, with its timeline.
 func (c *server) operation(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	kind, ok := kinds.All().Of(id)
+	kind, ok := c.cfg.Kinds.Of(id)
 	if !ok {
 		c.fail(w, r, http.StatusNotFound, fmt.Errorf("no operation %q", id))
 		return

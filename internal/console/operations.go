@@ -7,7 +7,6 @@ import (
 
 	"github.com/riverqueue/river"
 
-	"github.com/oncepay/oncepay/internal/kinds"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/payments"
 )
@@ -16,11 +15,11 @@ import (
 // capture or a cancel, as an operator sees it.
 type Operation = operation.Summary
 
-// OperationsOf lists p's operations, from every registered kind: its
+// OperationsOf lists p's operations, from every kind of registry: its
 // charge first, then the rest as they were made.
-func OperationsOf(ctx context.Context, db operation.Querier, p payments.Payment) ([]Operation, error) {
+func OperationsOf(ctx context.Context, db operation.Querier, registry operation.Kinds, p payments.Payment) ([]Operation, error) {
 	var ops []Operation
-	for _, kind := range kinds.All() {
+	for _, kind := range registry {
 		list, err := kind.OfPayment(ctx, db, p.TenantID, p.ID)
 		if err != nil {
 			return nil, err

@@ -115,7 +115,7 @@ func TestProviderCallsFoldEveryKindsIDs(t *testing.T) {
 	t.Parallel()
 	sim := httptest.NewServer(stripesim.New(stripesim.Config{Logger: slog.New(slog.DiscardHandler)}))
 	defer sim.Close()
-	all := append(kinds.All(), transfers{kinds.All()[0]})
+	all := append(kinds.All(), addedKind())
 	m := metrics.New()
 	client := &http.Client{Transport: m.ProviderTransport(nil, all.ProviderPrefixes()...)}
 	pc := provider.New(provider.Config{SecretKey: "sk_test_kinds", APIBase: sim.URL, HTTPClient: client})
@@ -150,7 +150,7 @@ func TestProviderCallsFoldEveryKindsIDs(t *testing.T) {
 // names the registry's kinds, a kind added to it included.
 func TestMetricsHelpNamesEveryKind(t *testing.T) {
 	t.Parallel()
-	all := append(kinds.All(), transfers{kinds.All()[0]})
+	all := append(kinds.All(), addedKind())
 	m := metrics.New(all.Names()...)
 	m.KeySwept("payment")
 	m.GroupFellBack("start", "payment")
@@ -172,13 +172,6 @@ func TestMetricsHelpNamesEveryKind(t *testing.T) {
 	}
 	require.Equal(t, len(byKind), seen)
 }
-
-// transfers is a kind added to the registry, whose provider objects are
-// transfers (tr_…).
-type transfers struct{ operation.Kind }
-
-func (transfers) Name() string               { return "transfer" }
-func (transfers) ProviderPrefixes() []string { return []string{"tr"} }
 
 // providerOperations are the operation labels of the provider-call counter.
 func providerOperations(t *testing.T, m *metrics.Metrics) []string {

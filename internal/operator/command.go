@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/oncepay/oncepay/internal/kinds"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/platform/envconfig"
@@ -35,6 +34,8 @@ type Command struct {
 	// variables the command it describes reads.
 	help      string
 	variables []string
+	// kinds is the registry the command acts on.
+	kinds operation.Kinds
 }
 
 // options are the flags of every command; each command defines the ones it
@@ -101,49 +102,51 @@ func (v Variables) of(r reads) []string {
 	return v.Database
 }
 
-// commands is the command table, in the order of the usage text.
-var commands = []spec{
-	{name: "serve", reads: readsServe, summary: "serve HTTP on LISTEN_ADDR (the default command)", help: `Serves the HTTP API on LISTEN_ADDR until SIGINT or SIGTERM, then drains
+// commandTable is the command table, in the order of the usage text, its
+// help naming the kinds of registry.
+func commandTable(registry operation.Kinds) []spec {
+	return []spec{
+		{name: "serve", reads: readsServe, summary: "serve HTTP on LISTEN_ADDR (the default command)", help: `Serves the HTTP API on LISTEN_ADDR until SIGINT or SIGTERM, then drains
 in-flight requests for up to SHUTDOWN_TIMEOUT.`},
-	{name: "healthcheck", reads: readsHealthcheck, summary: "exit 0 if the API on LISTEN_ADDR is ready, 1 if not", help: `Asks the API serving on LISTEN_ADDR (this machine's, for a wildcard address
+		{name: "healthcheck", reads: readsHealthcheck, summary: "exit 0 if the API on LISTEN_ADDR is ready, 1 if not", help: `Asks the API serving on LISTEN_ADDR (this machine's, for a wildcard address
 such as 0.0.0.0) for /readyz and exits 0 if it answers 200 within 3s, 1 if not:
 the health check of an image without curl. It opens no database connection
 of its own; /readyz answers whether the server's pool reaches the database.`},
-	{name: "migrate", summary: "apply all migrations (River's and oncepay's) and exit", help: `Applies River's and oncepay's migrations to DATABASE_URL and exits. Safe to run
+		{name: "migrate", summary: "apply all migrations (River's and oncepay's) and exit", help: `Applies River's and oncepay's migrations to DATABASE_URL and exits. Safe to run
 again: a database that is up to date is left as it is.`},
-	{name: "tenants create", args: []string{"NAME"}, summary: "create a tenant and print its API key once, as JSON", help: `Creates a tenant named NAME (1 to 200 characters, unique) with one API key, and
+		{name: "tenants create", args: []string{"NAME"}, summary: "create a tenant and print its API key once, as JSON", help: `Creates a tenant named NAME (1 to 200 characters, unique) with one API key, and
 prints {"tenant_id": ..., "api_key": ...} as JSON. The key is shown only this
 once: only its hash is stored. Fails if a tenant with that name exists.
 
 With --stripe-account, every provider call made for the tenant acts on that
 Stripe connected account (the Stripe-Account header), where other accounts'
 customers, intents and refunds do not exist. One account belongs to one tenant.`, flags: func(fs *flag.FlagSet, o *options) {
-		fs.StringVar(&o.stripeAccount, "stripe-account", "", "the tenant's Stripe connected account (acct_…); none: the platform's own")
-	}, check: func(o *options) error {
-		if o.stripeAccount == "" {
-			return nil
-		}
-		return tenant.ValidStripeAccount(o.stripeAccount)
-	}},
-	{name: "tenants ensure", args: []string{"NAME"}, summary: "create the tenant if needed, print a new API key", help: `Creates the tenant NAME if it does not exist, then issues a new API key for it
+			fs.StringVar(&o.stripeAccount, "stripe-account", "", "the tenant's Stripe connected account (acct_…); none: the platform's own")
+		}, check: func(o *options) error {
+			if o.stripeAccount == "" {
+				return nil
+			}
+			return tenant.ValidStripeAccount(o.stripeAccount)
+		}},
+		{name: "tenants ensure", args: []string{"NAME"}, summary: "create the tenant if needed, print a new API key", help: `Creates the tenant NAME if it does not exist, then issues a new API key for it
 and prints {"tenant_id": ..., "api_key": ...} as JSON. Keys issued before stay
 valid. Meant for scripts and one-shot setup steps that may run more than once.`},
-	{name: "tenants list", summary: "list the tenants and their API keys (no secrets)", help: `Lists every tenant with its API keys: each key's id (an API key reads
+		{name: "tenants list", summary: "list the tenants and their API keys (no secrets)", help: `Lists every tenant with its API keys: each key's id (an API key reads
 opk_<id>_<secret>), when it was issued, when it expires (after a rotation) or
 was revoked, and whether it authenticates now.`, flags: jsonFlag},
-	{name: "tenants rotate-key", args: []string{"TENANT"}, summary: "issue a new API key; the old ones end after --grace", help: `Issues a new API key for TENANT (its id or its name) and prints it once. Every
+		{name: "tenants rotate-key", args: []string{"TENANT"}, summary: "issue a new API key; the old ones end after --grace", help: `Issues a new API key for TENANT (its id or its name) and prints it once. Every
 key valid before keeps working for the grace period, then stops: time to
 redeploy the clients with the new key. A key already due to end sooner keeps
 its earlier end. --grace 0 ends the old keys at once.`, flags: func(fs *flag.FlagSet, o *options) {
-		jsonFlag(fs, o)
-		fs.DurationVar(&o.grace, "grace", tenant.DefaultGrace, "how long the keys valid before the rotation stay valid (e.g. 1h, 72h)")
-	}, check: func(o *options) error {
-		if o.grace < 0 {
-			return errors.New("--grace cannot be negative")
-		}
-		return nil
-	}},
-	{name: "tenants set-account", args: []string{"TENANT", "ACCOUNT"}, summary: "set or change the tenant's Stripe connected account", help: `Gives TENANT (its id or its name) the Stripe connected account ACCOUNT
+			jsonFlag(fs, o)
+			fs.DurationVar(&o.grace, "grace", tenant.DefaultGrace, "how long the keys valid before the rotation stay valid (e.g. 1h, 72h)")
+		}, check: func(o *options) error {
+			if o.grace < 0 {
+				return errors.New("--grace cannot be negative")
+			}
+			return nil
+		}},
+		{name: "tenants set-account", args: []string{"TENANT", "ACCOUNT"}, summary: "set or change the tenant's Stripe connected account", help: `Gives TENANT (its id or its name) the Stripe connected account ACCOUNT
 (acct_…): its new payments, and their refunds, captures and cancels, are made
 on that account. "none" takes the account away: new payments are made on the
 platform's own account, where a customer belongs to the first tenant that paid
@@ -158,62 +161,62 @@ payouts pending or in transit. Its refunds, captures, cancels and resumed sends
 would then move the new holder's money, and the account's events settle them.
 --force gives the account even so, with --operator and --reason, and prints the
 operations it overrode; they keep acting on the account.`, flags: func(fs *flag.FlagSet, o *options) {
-		jsonFlag(fs, o)
-		fs.BoolVar(&o.force, "force", false, "give the account even though another tenant's operations can still act on it")
-		fs.StringVar(&o.reason, "reason", "", "why, with what you checked (required with --force)")
-		fs.StringVar(&o.operator, "operator", "", "who says so (required with --force)")
-	}, check: func(o *options) error {
-		if !o.force {
-			if o.reason != "" || o.operator != "" {
-				return errors.New("--reason and --operator go with --force")
+			jsonFlag(fs, o)
+			fs.BoolVar(&o.force, "force", false, "give the account even though another tenant's operations can still act on it")
+			fs.StringVar(&o.reason, "reason", "", "why, with what you checked (required with --force)")
+			fs.StringVar(&o.operator, "operator", "", "who says so (required with --force)")
+		}, check: func(o *options) error {
+			if !o.force {
+				if o.reason != "" || o.operator != "" {
+					return errors.New("--reason and --operator go with --force")
+				}
+				return nil
 			}
-			return nil
-		}
-		return requireFlags("operator", "reason")(o)
-	}},
-	{name: "tenants revoke-key", args: []string{"TENANT", "KEY"}, summary: "end one API key at once", help: `Revokes one API key of TENANT (its id or its name) at once: the next request
+			return requireFlags("operator", "reason")(o)
+		}},
+		{name: "tenants revoke-key", args: []string{"TENANT", "KEY"}, summary: "end one API key at once", help: `Revokes one API key of TENANT (its id or its name) at once: the next request
 with it is answered 401. KEY is the key's id, as "api tenants list" shows it,
 or the whole key (opk_<id>_<secret>), as found in a leak. Revoking a revoked
 key changes nothing.`, flags: jsonFlag},
-	{name: "payments list", summary: "list payments of every tenant, newest first", help: `Lists payments of every tenant, newest first, with their state, amount,
+		{name: "payments list", summary: "list payments of every tenant, newest first", help: `Lists payments of every tenant, newest first, with their state, amount,
 failure code and reconciliation schedule.`, flags: func(fs *flag.FlagSet, o *options) {
-		jsonFlag(fs, o)
-		fs.StringVar(&o.status, "status", "", "only payments in this state: "+paymentStates())
-		fs.StringVar(&o.tenant, "tenant", "", "only this tenant's payments (its id or its name)")
-		fs.Func("since", "only payments created since then: a duration back from now (26h) or a time (2006-01-02, RFC 3339)", timeFlag(&o.since))
-		fs.IntVar(&o.limit, "limit", 50, "at most this many payments (1 to 1000)")
-	}, check: func(o *options) error {
-		if o.status != "" && !payments.Status(o.status).Valid() {
-			return fmt.Errorf("--status %q is not a payment state; the states are %s", o.status, paymentStates())
-		}
-		if o.limit < 1 || o.limit > 1000 {
-			return errors.New("--limit must be 1 to 1000")
-		}
-		return nil
-	}},
-	{name: "payments show", args: []string{"ID"}, summary: "everything known of one payment", help: `Shows one payment: its state, its idempotency key and the key's state (and any
+			jsonFlag(fs, o)
+			fs.StringVar(&o.status, "status", "", "only payments in this state: "+paymentStates())
+			fs.StringVar(&o.tenant, "tenant", "", "only this tenant's payments (its id or its name)")
+			fs.Func("since", "only payments created since then: a duration back from now (26h) or a time (2006-01-02, RFC 3339)", timeFlag(&o.since))
+			fs.IntVar(&o.limit, "limit", 50, "at most this many payments (1 to 1000)")
+		}, check: func(o *options) error {
+			if o.status != "" && !payments.Status(o.status).Valid() {
+				return fmt.Errorf("--status %q is not a payment state; the states are %s", o.status, paymentStates())
+			}
+			if o.limit < 1 || o.limit > 1000 {
+				return errors.New("--limit must be 1 to 1000")
+			}
+			return nil
+		}},
+		{name: "payments show", args: []string{"ID"}, summary: "everything known of one payment", help: `Shows one payment: its state, its idempotency key and the key's state (and any
 release of it), what we know of its provider calls (intent, provider key,
 generation, attempt times, reconciliation schedule), its River jobs with the
 errors of their attempts, the provider's events about it and its ledger
 findings. It only reads.`, flags: jsonFlag},
-	{name: "operations list", args: []string{"KIND"}, summary: "list one kind's operations of every tenant, newest first", help: `Lists the operations of KIND (every registered kind: ` + strings.Join(kinds.All().Names(), ", ") + `)
+		{name: "operations list", args: []string{"KIND"}, summary: "list one kind's operations of every tenant, newest first", help: `Lists the operations of KIND (every registered kind: ` + strings.Join(registry.Names(), ", ") + `)
 of every tenant, newest first, with their state, their
 payment (for a kind that has one), their key and why they failed.`, flags: func(fs *flag.FlagSet, o *options) {
-		jsonFlag(fs, o)
-		fs.StringVar(&o.status, "status", "", "only operations in this state")
-		fs.IntVar(&o.limit, "limit", 50, "at most this many operations (1 to 1000)")
-	}, check: func(o *options) error {
-		if o.limit < 1 || o.limit > 1000 {
-			return errors.New("--limit must be 1 to 1000")
-		}
-		return nil
-	}},
-	{name: "operations show", args: []string{"ID"}, summary: "one operation of any kind: its state, its key, its jobs", help: `Shows one operation of any kind by its id (` + kinds.All().Described() + `):
+			jsonFlag(fs, o)
+			fs.StringVar(&o.status, "status", "", "only operations in this state")
+			fs.IntVar(&o.limit, "limit", 50, "at most this many operations (1 to 1000)")
+		}, check: func(o *options) error {
+			if o.limit < 1 || o.limit > 1000 {
+				return errors.New("--limit must be 1 to 1000")
+			}
+			return nil
+		}},
+		{name: "operations show", args: []string{"ID"}, summary: "one operation of any kind: its state, its key, its jobs", help: `Shows one operation of any kind by its id (` + registry.Described() + `):
 its state as an operator sees it, its idempotency key and the key's state, and
 its River jobs with the errors of their attempts. It only reads.`, flags: jsonFlag},
-	{name: "reconcile", reads: readsProvider, args: []string{"ID"}, summary: "look an operation of any kind (" + strings.Join(kinds.All().Names(), ", ") + ") up at the provider now and settle it", help: `Looks operation ID up at the provider now and settles it with its kind's
+		{name: "reconcile", reads: readsProvider, args: []string{"ID"}, summary: "look an operation of any kind (" + strings.Join(registry.Names(), ", ") + ") up at the provider now and settle it", help: `Looks operation ID up at the provider now and settles it with its kind's
 own code; it never sends anything (never charges, refunds or pays out). The
-kinds, by their ids: ` + kinds.All().Described() + `.
+kinds, by their ids: ` + registry.Described() + `.
 
 One in requires_reconciliation is reconciled as its reconciler's next run
 would, whatever its schedule (also one left to an operator): a payment's
@@ -229,10 +232,10 @@ Needs STRIPE_SECRET_KEY and STRIPE_API_BASE as the worker has them, and reads
 RECONCILE_SETTLE like it: "never made" is proven only once no request can
 still be in flight, by the deadline the worker stamped on the row
 with each attempt.`, flags: jsonFlag},
-	{name: "keys release", reads: readsProvider, args: []string{"TENANT", "KEY"}, summary: "release a key stuck unknown, once the provider proves nothing was made", help: `Releases idempotency key KEY of TENANT (its id or its name), stuck "unknown".
+		{name: "keys release", reads: readsProvider, args: []string{"TENANT", "KEY"}, summary: "release a key stuck unknown, once the provider proves nothing was made", help: `Releases idempotency key KEY of TENANT (its id or its name), stuck "unknown".
 Your word alone never releases a key: a charge can exist at the provider that
 we never heard of, and a released key lets the client's retry charge again.
-So the key's operation, of any kind (` + strings.Join(kinds.All().Names(), ", ") + `), is first
+So the key's operation, of any kind (` + strings.Join(registry.Names(), ", ") + `), is first
 looked up at the provider by its own reconciler:
 
   - the provider proves nothing was made: the operation becomes failed
@@ -246,12 +249,12 @@ looked up at the provider by its own reconciler:
 
 Refused
 for a key in any other state. Needs the provider's settings as for "api reconcile".`, flags: func(fs *flag.FlagSet, o *options) {
-		jsonFlag(fs, o)
-		fs.StringVar(&o.reason, "reason", "", "why, with what you checked (required)")
-		fs.StringVar(&o.operator, "operator", "", "who releases it (required)")
-	}, check: requireFlags("reason", "operator")},
-	{name: "ledger check", reads: readsProvider, summary: "compare the provider's objects with ours: " + withLedgerCheck(), help: `Lists the provider's objects created in a window, of every kind that has a
-ledger check (` + withLedgerCheck() + `), and compares them with ours; every
+			jsonFlag(fs, o)
+			fs.StringVar(&o.reason, "reason", "", "why, with what you checked (required)")
+			fs.StringVar(&o.operator, "operator", "", "who releases it (required)")
+		}, check: requireFlags("reason", "operator")},
+		{name: "ledger check", reads: readsProvider, summary: "compare the provider's objects with ours: " + withLedgerCheck(registry), help: `Lists the provider's objects created in a window, of every kind that has a
+ledger check (` + withLedgerCheck(registry) + `), and compares them with ours; every
 disagreement is recorded as a ledger finding (one open finding per
 disagreement) and printed. It only
 reads at the provider: it never charges, refunds or cancels. The worker runs
@@ -262,38 +265,39 @@ Needs STRIPE_SECRET_KEY and STRIPE_API_BASE as the worker has them.
 Exit status: 0 when the books agree, 3 when it found disagreements (new or
 already open), 1 when the check could not be made (configuration, database,
 provider).`, flags: func(fs *flag.FlagSet, o *options) {
-		jsonFlag(fs, o)
-		fs.Func("since", "start of the window: a duration back from now or a time (default 26h)", timeFlag(&o.since))
-		fs.Func("until", "end of the window: a duration back from now or a time (default now)", timeFlag(&o.until))
-	}, check: func(o *options) error {
-		if o.until.IsZero() {
-			o.until = time.Now()
-		}
-		if o.since.IsZero() {
-			o.since = o.until.Add(-26 * time.Hour)
-		}
-		if !o.since.Before(o.until) {
-			return errors.New("--since must be before --until")
-		}
-		return nil
-	}},
-	{name: "findings list", summary: "list ledger findings, newest first", help: `Lists ledger findings (disagreements between our payments or refunds and the
+			jsonFlag(fs, o)
+			fs.Func("since", "start of the window: a duration back from now or a time (default 26h)", timeFlag(&o.since))
+			fs.Func("until", "end of the window: a duration back from now or a time (default now)", timeFlag(&o.until))
+		}, check: func(o *options) error {
+			if o.until.IsZero() {
+				o.until = time.Now()
+			}
+			if o.since.IsZero() {
+				o.since = o.until.Add(-26 * time.Hour)
+			}
+			if !o.since.Before(o.until) {
+				return errors.New("--since must be before --until")
+			}
+			return nil
+		}},
+		{name: "findings list", summary: "list ledger findings, newest first", help: `Lists ledger findings (disagreements between our payments or refunds and the
 provider's), newest first, with their evidence in --json.`, flags: func(fs *flag.FlagSet, o *options) {
-		jsonFlag(fs, o)
-		fs.BoolVar(&o.open, "open", false, "only findings not yet resolved")
-		fs.IntVar(&o.limit, "limit", 100, "at most this many findings (1 to 1000)")
-	}, check: func(o *options) error {
-		if o.limit < 1 || o.limit > 1000 {
-			return errors.New("--limit must be 1 to 1000")
-		}
-		return nil
-	}},
-	{name: "findings resolve", args: []string{"ID"}, summary: "close a finding with how it was resolved", help: `Marks finding ID resolved, with a note saying what was done and who did it.
+			jsonFlag(fs, o)
+			fs.BoolVar(&o.open, "open", false, "only findings not yet resolved")
+			fs.IntVar(&o.limit, "limit", 100, "at most this many findings (1 to 1000)")
+		}, check: func(o *options) error {
+			if o.limit < 1 || o.limit > 1000 {
+				return errors.New("--limit must be 1 to 1000")
+			}
+			return nil
+		}},
+		{name: "findings resolve", args: []string{"ID"}, summary: "close a finding with how it was resolved", help: `Marks finding ID resolved, with a note saying what was done and who did it.
 It changes nothing else: the refund or the corrected row is your doing.`, flags: func(fs *flag.FlagSet, o *options) {
-		jsonFlag(fs, o)
-		fs.StringVar(&o.note, "note", "", "what was done (required)")
-		fs.StringVar(&o.operator, "operator", "", "who resolved it (required)")
-	}, check: requireFlags("note", "operator")},
+			jsonFlag(fs, o)
+			fs.StringVar(&o.note, "note", "", "what was done (required)")
+			fs.StringVar(&o.operator, "operator", "", "who resolved it (required)")
+		}, check: requireFlags("note", "operator")},
+	}
 }
 
 func jsonFlag(fs *flag.FlagSet, o *options) {
@@ -335,7 +339,7 @@ func (s spec) synopsis() string {
 }
 
 // usage is the overview printed by "api help".
-func usage() string {
+func usage(commands []spec) string {
 	var b strings.Builder
 	b.WriteString("usage:\n")
 	for _, s := range commands {
@@ -378,7 +382,7 @@ func (s spec) fullHelp() string {
 // groupUsage lists the commands of a group ("keys", "tenants"): those
 // whose name starts with the group's word. ok is false for a word that
 // names no group.
-func groupUsage(group string) (string, bool) {
+func groupUsage(commands []spec, group string) (string, bool) {
 	var b strings.Builder
 	for _, s := range commands {
 		if strings.HasPrefix(s.name, group+" ") {
@@ -391,7 +395,7 @@ func groupUsage(group string) (string, bool) {
 	return "usage:\n" + b.String() + "\nadd --help to a command for its own help and flags.", true
 }
 
-func lookupSpec(name string) (spec, bool) {
+func lookupSpec(commands []spec, name string) (spec, bool) {
 	for _, s := range commands {
 		if s.name == name {
 			return s, true
@@ -402,16 +406,16 @@ func lookupSpec(name string) (spec, bool) {
 
 // match finds the command named by the leading words (the longest name
 // that matches), and returns it with the words after its name.
-func match(words []string) (spec, []string, bool) {
+func match(commands []spec, words []string) (spec, []string, bool) {
 	if len(words) == 0 {
-		s, _ := lookupSpec("serve")
+		s, _ := lookupSpec(commands, "serve")
 		return s, nil, true
 	}
 	for _, n := range []int{2, 1} {
 		if len(words) < n {
 			continue
 		}
-		if s, ok := lookupSpec(strings.Join(words[:n], " ")); ok {
+		if s, ok := lookupSpec(commands, strings.Join(words[:n], " ")); ok {
 			return s, words[n:], true
 		}
 	}
@@ -420,6 +424,7 @@ func match(words []string) (spec, []string, bool) {
 
 // Names are every command's words, in the order of the usage text.
 func Names() []string {
+	commands := commandTable(nil)
 	names := make([]string, len(commands))
 	for i, s := range commands {
 		names[i] = s.name
@@ -429,17 +434,20 @@ func Names() []string {
 
 func isHelpFlag(w string) bool { return w == "-h" || w == "-help" || w == "--help" }
 
-// Parse reads args (the program name first), its help listing vars. Flags
-// and positional arguments may be interleaved.
-func Parse(args []string, vars Variables) (Command, error) {
+// Parse reads args (the program name first), its help listing vars and
+// the kinds of registry, which the command then acts on. Flags and
+// positional arguments may be interleaved.
+func Parse(args []string, vars Variables, registry operation.Kinds) (Command, error) {
+	commands := commandTable(registry)
+	usage := func() string { return usage(commands) }
 	words := args[1:]
 	if len(words) == 1 && words[0] == "help" {
 		return Command{Name: "help", help: usage(), variables: vars.of(readsServe)}, nil
 	}
-	s, rest, ok := match(words)
+	s, rest, ok := match(commands, words)
 	group, isGroup := "", false
 	if !ok && len(words) > 0 {
-		group, isGroup = groupUsage(words[0])
+		group, isGroup = groupUsage(commands, words[0])
 	}
 	for _, w := range words {
 		if isHelpFlag(w) {
@@ -492,7 +500,7 @@ func Parse(args []string, vars Variables) (Command, error) {
 			return fail("%v", err)
 		}
 	}
-	cmd := Command{Name: s.name, args: positional, opts: opts}
+	cmd := Command{Name: s.name, args: positional, opts: opts, kinds: registry}
 	if s.name == "tenants create" || s.name == "tenants ensure" {
 		cmd.tenant = positional[0]
 	}
@@ -518,10 +526,10 @@ func paymentStates() string {
 
 // withLedgerCheck names the kinds that have a ledger check, from the
 // registry.
-func withLedgerCheck() string {
+func withLedgerCheck(registry operation.Kinds) string {
 	env := operation.Env{Logger: slog.New(slog.DiscardHandler)}
 	var names []string
-	for _, k := range kinds.All() {
+	for _, k := range registry {
 		if k.Ledger(env) != nil {
 			names = append(names, k.Name()+"s")
 		}

@@ -24,7 +24,7 @@ func (c call) keysRelease(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	kind, err := kindOf(rec.ResourceID)
+	kind, err := c.kindOf(rec.ResourceID)
 	if err != nil {
 		return fmt.Errorf("key %s names no operation: %w", key, err)
 	}

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"strings"
 
-	"github.com/oncepay/oncepay/internal/kinds"
 	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/platform/serve"
@@ -26,7 +25,7 @@ func (c call) ledgerCheck(ctx context.Context) error {
 	env := operation.Env{Pool: c.Pool, Provider: pc, Logger: slog.New(slog.DiscardHandler)}
 	var results []operation.LedgerCheckResult
 	var all []ledger.Disagreement
-	for _, kind := range kinds.All() {
+	for _, kind := range c.cmd.kinds {
 		if pass := kind.Ledger(env); pass != nil {
 			res, err := pass.Check(ctx, c.cmd.opts.since, c.cmd.opts.until)
 			if err != nil {

@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
-	"github.com/oncepay/oncepay/internal/kinds"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/platform/serve"
 )
@@ -18,13 +17,13 @@ import (
 // operationsList lists one kind's operations, from the registry.
 func (c call) operationsList(ctx context.Context) error {
 	var kind operation.Kind
-	for _, k := range kinds.All() {
+	for _, k := range c.cmd.kinds {
 		if k.Name() == c.cmd.args[0] {
 			kind = k
 		}
 	}
 	if kind == nil {
-		return serve.Usage(fmt.Errorf("no kind %q; the kinds are %s", c.cmd.args[0], strings.Join(kinds.All().Names(), ", ")))
+		return serve.Usage(fmt.Errorf("no kind %q; the kinds are %s", c.cmd.args[0], strings.Join(c.cmd.kinds.Names(), ", ")))
 	}
 	if s := c.cmd.opts.status; s != "" && !slices.Contains(kind.Statuses(), s) {
 		return serve.Usage(fmt.Errorf("--status %q is not a %s state; the states are %s", s, kind.Name(), strings.Join(kind.Statuses(), ", ")))
@@ -51,9 +50,9 @@ func (c call) operationsList(ctx context.Context) error {
 // operationsShow shows one operation of any kind, with its key and jobs.
 func (c call) operationsShow(ctx context.Context) error {
 	id := c.cmd.args[0]
-	kind, ok := kinds.All().Of(id)
+	kind, ok := c.cmd.kinds.Of(id)
 	if !ok {
-		return fmt.Errorf("%q is no operation's id: ids start with a kind's prefix: %s", id, kinds.All().Described())
+		return fmt.Errorf("%q is no operation's id: ids start with a kind's prefix: %s", id, c.cmd.kinds.Described())
 	}
 	op, err := kind.Operator(operation.Env{Pool: c.Pool, Keys: c.keys(), Logger: slog.New(slog.DiscardHandler)}).Find(ctx, id)
 	if errors.Is(err, kind.Table().NotFound) {

@@ -188,7 +188,7 @@ func (c call) paymentsShow(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ops, err := console.OperationsOf(ctx, c.Pool, d.Payment)
+	ops, err := console.OperationsOf(ctx, c.Pool, c.cmd.kinds, d.Payment)
 	if err != nil {
 		return err
 	}

@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/oncepay/oncepay/internal/kinds"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/platform/envconfig"
 	"github.com/oncepay/oncepay/internal/provider"
@@ -51,10 +50,10 @@ func (c call) reconcileSetup() (*provider.Client, operation.ReconcileConfig, err
 
 // kindOf is the kind an operation's id belongs to, from the registry; an
 // error that lists the kinds' prefixes for an id of none.
-func kindOf(id string) (operation.Kind, error) {
-	kind, ok := kinds.All().Of(id)
+func (c call) kindOf(id string) (operation.Kind, error) {
+	kind, ok := c.cmd.kinds.Of(id)
 	if !ok {
-		return nil, fmt.Errorf("%q is no operation's id: ids start with a kind's prefix: %s", id, kinds.All().Described())
+		return nil, fmt.Errorf("%q is no operation's id: ids start with a kind's prefix: %s", id, c.cmd.kinds.Described())
 	}
 	return kind, nil
 }

@@ -70,7 +70,7 @@ func (c call) reconcileOne(ctx context.Context, kind operation.Kind, id string, 
 }
 
 func (c call) reconcile(ctx context.Context) error {
-	kind, err := kindOf(c.cmd.args[0])
+	kind, err := c.kindOf(c.cmd.args[0])
 	if err != nil {
 		return err
 	}

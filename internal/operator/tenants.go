@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/oncepay/oncepay/internal/kinds"
 	"github.com/oncepay/oncepay/internal/tenant"
 )
 
@@ -20,7 +19,7 @@ func (c call) tenantsCreate(ctx context.Context) error {
 		create = tenant.Ensure
 	case c.cmd.opts.stripeAccount != "":
 		create = func(ctx context.Context, db tenant.Beginner, name string) (tenant.Created, error) {
-			return tenant.CreateOnAccount(ctx, db, name, c.cmd.opts.stripeAccount, kinds.All().AccountUses)
+			return tenant.CreateOnAccount(ctx, db, name, c.cmd.opts.stripeAccount, c.cmd.kinds.AccountUses)
 		}
 	}
 	created, err := create(ctx, c.Pool, c.cmd.tenant)
@@ -69,7 +68,7 @@ func (c call) tenantsSetAccount(ctx context.Context) error {
 		account = ""
 	}
 	set, err := tenant.SetStripeAccount(ctx, c.Pool, c.cmd.args[0], account,
-		tenant.Reassign{Uses: kinds.All().AccountUses, Force: c.cmd.opts.force})
+		tenant.Reassign{Uses: c.cmd.kinds.AccountUses, Force: c.cmd.opts.force})
 	var inUse *tenant.AccountInUseError
 	if errors.As(err, &inUse) {
 		return fmt.Errorf("%w (--force with --operator and --reason gives it even so: they keep acting on it)", err)

@@ -129,7 +129,7 @@ func (s *Stack) ProviderObjects(t *testing.T, object string, match map[string]st
 func (s *Stack) Console(t *testing.T) func(path string) string {
 	t.Helper()
 	srv := httptest.NewServer(console.Handler(console.Config{Pool: s.Pool, Keys: s.API.Keys, Metrics: prometheus.NewRegistry(),
-		Logger: slog.New(slog.DiscardHandler)}))
+		Logger: slog.New(slog.DiscardHandler), Kinds: kinds.All()}))
 	t.Cleanup(srv.Close)
 	return func(path string) string {
 		t.Helper()
