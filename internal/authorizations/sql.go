@@ -8,6 +8,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/operation"
+	"github.com/oncepay/oncepay/internal/platform/postgres"
 )
 
 // ErrNotFound is returned for an action that does not exist for the tenant.
@@ -48,5 +49,5 @@ func insertAction(ctx context.Context, tx pgx.Tx, a Action) (Action, error) {
 		RETURNING `+actionsTable.Columns,
 		a.ID, a.TenantID, a.PaymentID, a.IdempotencyKey, a.Kind, a.AmountToCapture, a.CancellationReason, a.Status,
 		a.ProviderPaymentIntentID, a.ProviderIdempotencyKey, a.ProviderAccount, a.Ref)
-	return operation.CollectOne[Action](rows, err, "insert payment action", ErrNotFound)
+	return postgres.CollectOne[Action](rows, err, "insert payment action", ErrNotFound)
 }

@@ -80,7 +80,7 @@ func TestEveryKindsTableHasTheLifecycle(t *testing.T) {
 				table.Name, column).Scan(&n))
 			require.Equal(t, 1, n, "%s: no column %s.%s", k.Name(), table.Name, column)
 		}
-		_, err := pool.Exec(ctx, `SELECT `+table.ClaimColumns(operation.SettledColumn(1))+` FROM `+table.Name+` LIMIT 0`, int64(0))
+		_, err := pool.Exec(ctx, `SELECT `+table.ClaimColumns(1)+` FROM `+table.Name+` LIMIT 0`, int64(0))
 		require.NoError(t, err, "%s: its claim does not read", k.Name())
 	}
 }

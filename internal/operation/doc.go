@@ -6,7 +6,7 @@
 // recorded; the engine runs the rest the same way for every kind:
 //
 //   - the sweeper hands an operation that no job will finish to
-//     reconciliation (Sweeper);
+//     reconciliation (the sweeper);
 //   - the reconciler settles an operation whose outcome is unknown by
 //     looking it up at the provider, never by sending it again, and proves
 //     absence only once no request can still be in flight (Reconciler);

@@ -1,5 +1,13 @@
 package operation
 
+import (
+	"log/slog"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/oncepay/oncepay/internal/idempotency"
+)
+
 // Names the engine keeps to itself, for its tests.
 type (
 	LastAttempt = lastAttempt
@@ -7,3 +15,14 @@ type (
 )
 
 var Backoff = backoff
+
+// The sweeper, as a kind's Start builds it.
+type (
+	Sweeper[Op any] = sweeper[Op]
+	DrivingJob      = drivingJob
+)
+
+func NewSweeper[Op any](pool *pgxpool.Pool, keys *idempotency.Store, logger *slog.Logger, cfg SweepConfig, table Table, job DrivingJob,
+	kind locking[Op]) *Sweeper[Op] {
+	return newSweeper(pool, keys, logger, cfg, table, job, kind)
+}

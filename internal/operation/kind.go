@@ -18,6 +18,7 @@ import (
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/platform/groupcommit"
+	"github.com/oncepay/oncepay/internal/platform/postgres"
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
@@ -486,15 +487,15 @@ func (s Spec[K, A, Op, O, C]) Start(workers *river.Workers, env Env) ([]Periodic
 	if env.Swept != nil {
 		sweepCfg.OnSwept = func() { env.Swept(s.Name()) }
 	}
-	sweeper := NewSweeper(env.Pool, env.Keys, env.Logger, sweepCfg, s.Where,
-		Stranded{JobKind: (*new(A)).Kind(), JobArg: cmp.Or(s.JobArg, idArg[A]()), Reason: s.Stranded}, Locking[Op](attempt))
+	sweeper := newSweeper(env.Pool, env.Keys, env.Logger, sweepCfg, s.Where,
+		drivingJob{JobKind: (*new(A)).Kind(), JobArg: cmp.Or(s.JobArg, idArg[A]()), Reason: s.Stranded}, locking[Op](attempt))
 	reconcile := &reconcileWorker[reconcileArgs[K]]{Reconciler: s.reconciler(env)}
 	if env.Observe != nil {
 		reconcile.Observe = func(res ReconcileResult) { env.Observe(s.Name(), res) }
 	}
 	adds := []func() error{
 		func() error { return river.AddWorkerSafely(workers, reconcile) },
-		func() error { return river.AddWorkerSafely(workers, &sweepWorker[sweepArgs[K], Op]{Sweeper: sweeper}) },
+		func() error { return river.AddWorkerSafely(workers, &sweepWorker[sweepArgs[K], Op]{sweeper: sweeper}) },
 	}
 	if !s.SharesJob {
 		table := s.Where
@@ -578,7 +579,7 @@ func (s Spec[K, A, Op, O, C]) shown(op Op) Shown {
 
 type specOperator[Op, C, O any] struct {
 	*Reconciler[C, O]
-	locking Locking[Op]
+	locking locking[Op]
 	show    func(Op) Shown
 	pool    *pgxpool.Pool
 }
@@ -608,7 +609,7 @@ func (o specOperator[Op, C, O]) List(ctx context.Context, status string, limit i
 	_, table, _ := o.passInfo()
 	rows, err := o.pool.Query(ctx, `SELECT tenant_id, id FROM `+table.Name+` WHERE ($1 = '' OR status = $1)`+table.scoped()+`
 		ORDER BY id DESC LIMIT $2`, status, limit)
-	ids, err := CollectAll[struct {
+	ids, err := postgres.CollectAll[struct {
 		TenantID string `db:"tenant_id"`
 		ID       string `db:"id"`
 	}](rows, err, "list "+table.Operation+"s")

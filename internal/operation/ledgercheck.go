@@ -12,6 +12,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/oncepay/oncepay/internal/ledger"
+	"github.com/oncepay/oncepay/internal/platform/postgres"
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
@@ -217,7 +218,7 @@ func (c *LedgerChecker[Op, Obj]) comparePage(ctx context.Context, account string
 		SELECT `+c.table.Columns+` FROM `+c.table.Name+`
 		WHERE (id = ANY($1) OR `+c.table.ProviderIDColumn+` = ANY($2) OR oncepay_ref = ANY($3))`+c.table.scoped(),
 		operationIDs, providerIDs, refs)
-	found, err := CollectAll[Op](rows, err, "read the "+c.table.Operation+"s of listed objects")
+	found, err := postgres.CollectAll[Op](rows, err, "read the "+c.table.Operation+"s of listed objects")
 	if err != nil {
 		return err
 	}

@@ -73,9 +73,9 @@ func (c ReconcileConfig) WithDefaults() ReconcileConfig {
 type found int
 
 const (
-	// Undetermined: the look could not tell (an error, an incomplete
+	// undetermined: the look could not tell (an error, an incomplete
 	// list, a window not yet settled, several candidates).
-	Undetermined found = iota
+	undetermined found = iota
 	// Final: the provider has the operation and its outcome is final.
 	Final
 	// Pending: the provider has the operation, not yet final.
@@ -90,7 +90,7 @@ type Look struct {
 	// ProviderID is the provider's object, when one was found; the next
 	// look reads it directly.
 	ProviderID string
-	// Note says why an Undetermined look could not tell.
+	// Note says why an undetermined look could not tell.
 	Note string
 	Err  error
 }
@@ -161,7 +161,7 @@ type Reconcilable[C, O any] interface {
 	Lock(ctx context.Context, tx pgx.Tx, tenantID, id string) error
 }
 
-// SettledColumn computes, by the database's clock (the one that stamped
+// settledColumn computes, by the database's clock (the one that stamped
 // the attempt), whether no request can still be in flight nor uncommitted
 // inside the provider: the last attempt's deadline, as the worker that made
 // it stamped it (stampAttempt), has passed by the settle time that param
@@ -169,7 +169,7 @@ type Reconcilable[C, O any] interface {
 // timeouts configured where it runs: an operator's shell may not have the
 // worker's. An attempt stamped before deadlines were is bounded by the
 // longest call a worker can be configured for.
-func SettledColumn(param int) string {
+func settledColumn(param int) string {
 	return fmt.Sprintf(`(last_provider_attempt_at IS NULL OR
 		coalesce(provider_attempt_deadline, last_provider_attempt_at + %d * interval '1 microsecond')
 			+ $%d * interval '1 microsecond' <= now()) AS settled`, MaxJobTimeout.Microseconds(), param)
@@ -266,7 +266,7 @@ func (r *Reconciler[C, O]) Run(ctx context.Context) (ReconcileResult, error) {
 				ORDER BY reconcile_after
 				LIMIT $1
 				FOR UPDATE SKIP LOCKED)
-			RETURNING `+r.table.ClaimColumns(SettledColumn(3)),
+			RETURNING `+r.table.ClaimColumns(3),
 			r.cfg.Batch, r.cfg.Lease.Microseconds(), r.cfg.Settle.Microseconds())
 		claimed, err := r.collect(rows, err)
 		if err != nil {
@@ -293,7 +293,7 @@ func (r *Reconciler[C, O]) ReconcileNow(ctx context.Context, tenantID, id string
 	rows, err := r.pool.Query(ctx, `
 		UPDATE `+r.table.Name+` SET reconcile_after = now() + $3 * interval '1 microsecond'
 		WHERE tenant_id = $1 AND id = $2 AND status = '`+inReconciliation+`'
-		RETURNING `+r.table.ClaimColumns(SettledColumn(4)),
+		RETURNING `+r.table.ClaimColumns(4),
 		tenantID, id, r.cfg.Lease.Microseconds(), r.cfg.Settle.Microseconds())
 	claimed, err := r.collect(rows, err)
 	if err != nil {
@@ -310,7 +310,7 @@ func (r *Reconciler[C, O]) ReconcileNow(ctx context.Context, tenantID, id string
 // leaves the schedule as it was. ok is false when it is not awaiting.
 func (r *Reconciler[C, O]) Awaiting(ctx context.Context, tenantID, id string) (c C, ok bool, err error) {
 	rows, err := r.pool.Query(ctx, `
-		SELECT `+r.table.ClaimColumns(SettledColumn(3))+`
+		SELECT `+r.table.ClaimColumns(3)+`
 		FROM `+r.table.Name+` WHERE tenant_id = $1 AND id = $2 AND status = '`+inReconciliation+`'`,
 		tenantID, id, r.cfg.Settle.Microseconds())
 	claimed, err := r.collect(rows, err)

@@ -10,14 +10,14 @@ import (
 	"github.com/oncepay/oncepay/internal/platform/postgres"
 )
 
-// AnswerRecorder commits a final provider answer: the operation's state,
+// answerRecorder commits a final provider answer: the operation's state,
 // its key's final response and the job's completion, together, so that a
 // job that recorded its answer never runs again and one that did not asks
 // the provider again, under the same key.
 //
 // RecordEach is the reference: a transaction per answer. RecordGrouped
 // records the answers that arrive at about the same moment in one.
-type AnswerRecorder[A river.JobArgs, Op, O any] interface {
+type answerRecorder[A river.JobArgs, Op, O any] interface {
 	Record(ctx context.Context, job *river.Job[A], op Op, out O) error
 }
 

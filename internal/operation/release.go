@@ -86,7 +86,7 @@ func (r *Reconciler[C, O]) ReleaseKey(ctx context.Context, tenantID, key, reason
 		case Pending:
 			return fail(fmt.Errorf("%w: the provider has %s for %s %s, still pending; the reconciler settles it when it ends (\"api reconcile %s\" looks now)",
 				ErrNotReleasable, look.ProviderID, op, e.ID, e.ID))
-		case Undetermined:
+		case undetermined:
 			return fail(fmt.Errorf("%w: the provider could not prove that %s %s was never created (%s: %s); nothing changed: try again later, or \"api reconcile %s\" to look without releasing",
 				ErrNotReleasable, op, e.ID, look.Note, errText(look.Err), e.ID))
 		}

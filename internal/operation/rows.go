@@ -11,6 +11,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/ledger"
+	"github.com/oncepay/oncepay/internal/platform/postgres"
 )
 
 // operationRow is a kind's operation as the engine reads it: a row of its
@@ -19,7 +20,7 @@ type operationRow interface{ Entry() Entry }
 
 // Rows is a kind's table as the engine reads, locks, resumes and finishes
 // its operations (read with Table.Columns into Op): the SQL every kind
-// would otherwise write again. It is the kind's Locking.
+// would otherwise write again. It is the kind's locking.
 type Rows[Op operationRow] struct {
 	Table Table
 	Keys  *idempotency.Store
@@ -33,7 +34,7 @@ type Rows[Op operationRow] struct {
 // NotFound, as a missing one is.
 func (r Rows[Op]) Load(ctx context.Context, db Querier, tenantID, id string) (Op, error) {
 	rows, err := db.Query(ctx, `SELECT `+r.Table.Columns+` FROM `+r.Table.Name+` WHERE tenant_id = $1 AND id = $2`, tenantID, id)
-	return CollectOne[Op](rows, err, "read "+r.Table.Operation, r.Table.NotFound)
+	return postgres.CollectOne[Op](rows, err, "read "+r.Table.Operation, r.Table.NotFound)
 }
 
 // Entry is what the engine reads of op.
@@ -54,7 +55,7 @@ func (r Rows[Op]) Locked(ctx context.Context, tx pgx.Tx, tenantID, id string) (O
 		return *new(Op), err
 	}
 	rows, err := tx.Query(ctx, `SELECT `+t.Columns+` FROM `+t.Name+` WHERE tenant_id = $1 AND id = $2 FOR UPDATE`, tenantID, id)
-	op, err := CollectOne[Op](rows, err, "lock "+t.Operation, t.NotFound)
+	op, err := postgres.CollectOne[Op](rows, err, "lock "+t.Operation, t.NotFound)
 	if err != nil {
 		return op, err
 	}
@@ -71,7 +72,7 @@ func (r Rows[Op]) Resume(ctx context.Context, tx pgx.Tx, op Op) (Op, error) {
 	generation := e.Generation + 1
 	key := r.Table.NextProviderKey(e, generation)
 	rows, err := r.Table.Resume(ctx, tx, e.TenantID, e.ID, generation, key, r.Table.Columns)
-	return CollectOne[Op](rows, err, "resume "+r.Table.Operation, r.Table.NotFound)
+	return postgres.CollectOne[Op](rows, err, "resume "+r.Table.Operation, r.Table.NotFound)
 }
 
 // Resumed is, for a re-acquired key (attempt.ResourceID), its operation,
@@ -96,7 +97,7 @@ func (r Rows[Op]) Page(ctx context.Context, db Querier, tenantID, parentID, afte
 	rows, err := db.Query(ctx, `SELECT `+r.Table.Columns+` FROM `+r.Table.Name+`
 		WHERE tenant_id = $1 AND ($2 = '' OR `+r.parentColumn()+` = $2) AND ($3 = '' OR id < $3)`+r.Table.scoped()+`
 		ORDER BY id DESC LIMIT $4`, tenantID, parentID, after, n)
-	return CollectAll[Op](rows, err, "list "+r.Table.Operation+"s")
+	return postgres.CollectAll[Op](rows, err, "list "+r.Table.Operation+"s")
 }
 
 // OfParent lists the operations of a parent row, oldest first: a
@@ -104,7 +105,7 @@ func (r Rows[Op]) Page(ctx context.Context, db Querier, tenantID, parentID, afte
 func (r Rows[Op]) OfParent(ctx context.Context, db Querier, tenantID, parentID string) ([]Op, error) {
 	rows, err := db.Query(ctx, `SELECT `+r.Table.Columns+` FROM `+r.Table.Name+`
 		WHERE tenant_id = $1 AND `+r.parentColumn()+` = $2`+r.Table.scoped()+` ORDER BY id`, tenantID, parentID)
-	return CollectAll[Op](rows, err, "list "+r.Table.Operation+"s")
+	return postgres.CollectAll[Op](rows, err, "list "+r.Table.Operation+"s")
 }
 
 // Busy reports whether the parent row parentID has an operation of the
@@ -190,7 +191,7 @@ func (r Rows[Op]) Record(ctx context.Context, tx pgx.Tx, sent Op, decide func(lo
 // the other as a finding).
 func (r Rows[Op]) Finish(ctx context.Context, tx pgx.Tx, op Op, v Verdict) (Op, bool, error) {
 	rows, err := r.Table.finish(ctx, tx, op.Entry(), v)
-	final, err := CollectOne[Op](rows, err, "record "+r.Table.Operation, r.Table.NotFound)
+	final, err := postgres.CollectOne[Op](rows, err, "record "+r.Table.Operation, r.Table.NotFound)
 	if errors.Is(err, r.Table.NotFound) {
 		return op, false, nil
 	}

@@ -11,16 +11,16 @@ import (
 	"github.com/oncepay/oncepay/internal/platform/postgres"
 )
 
-// AttemptStarter starts an operation's provider attempt: it reads the
+// attemptStarter starts an operation's provider attempt: it reads the
 // operation and stamps its attempt clock (stampAttempt), committed before
 // the call, so that a crash cannot lose the bound of the window in which
 // the provider may have acted. ok is false, and op is read as it is, when
 // the operation is no longer in flight; the table's NotFound when it does
 // not exist.
 //
-// StartEach is the reference: a statement per attempt. StartGrouped starts
+// StartEach is the reference: a statement per attempt. startGrouped starts
 // the attempts that begin at about the same moment in one statement.
-type AttemptStarter[Op any] interface {
+type attemptStarter[Op any] interface {
 	Start(ctx context.Context, tenantID, id string) (op Op, ok bool, err error)
 }
 
@@ -66,7 +66,7 @@ func startAttempts[Op operationRow](ctx context.Context, db Querier, t Table, re
 			unnest($1::text[], $2::text[]) AS starting(starting_tenant_id, starting_id)
 		WHERE tenant_id = starting_tenant_id AND id = starting_id AND status = ANY($5)
 		RETURNING `+t.Columns, tenants, ids, lockTimeout, callTimeout.Microseconds(), t.InFlight)
-	return CollectAll[Op](rows, err, "start "+t.Operation+" provider attempts")
+	return postgres.CollectAll[Op](rows, err, "start "+t.Operation+" provider attempts")
 }
 
 // attemptAge is how long ago op's first provider attempt was, by the

@@ -12,7 +12,7 @@ import (
 	"github.com/oncepay/oncepay/internal/platform/groupcommit"
 )
 
-// StartGrouped starts the attempts that begin at about the same moment
+// startGrouped starts the attempts that begin at about the same moment
 // (River hands a worker its jobs in batches) in one statement: one round
 // trip and one commit for the group, where each alone costs one of each.
 // Every attempt's clock is still committed before its call, since a caller
@@ -23,7 +23,7 @@ import (
 // wait, its timeout) its callers start alone (StartEach), each under its
 // own context and at once, not one after another by the group's writer.
 // A group whose statement failed is logged and counted (GroupFallback).
-type StartGrouped[Op operationRow] struct {
+type startGrouped[Op operationRow] struct {
 	each     StartEach[Op]
 	fallback GroupFallback
 	groups   *groupcommit.Grouper[*starting[Op]]
@@ -58,14 +58,14 @@ type starting[Op any] struct {
 // a slot of writers, if set (a budget every kind's groups share).
 func NewStartGrouped[Op operationRow](pool *pgxpool.Pool, table Table, callTimeout time.Duration, fallback GroupFallback,
 	writers *groupcommit.Budget,
-) *StartGrouped[Op] {
-	s := &StartGrouped[Op]{each: StartEach[Op]{Pool: pool, Table: table, CallTimeout: callTimeout}, fallback: fallback}
+) *startGrouped[Op] {
+	s := &startGrouped[Op]{each: StartEach[Op]{Pool: pool, Table: table, CallTimeout: callTimeout}, fallback: fallback}
 	s.groups = groupcommit.New(maxStartGroup, maxStartWriters, writers, s.write)
 	return s
 }
 
 // Start starts one attempt with those that begin at the same moment.
-func (s *StartGrouped[Op]) Start(ctx context.Context, tenantID, id string) (Op, bool, error) {
+func (s *startGrouped[Op]) Start(ctx context.Context, tenantID, id string) (Op, bool, error) {
 	st := &starting[Op]{ctx: ctx, ref: Ref{tenantID, id}}
 	err := s.groups.Do(st)
 	if errors.Is(err, errStartAlone) {
@@ -75,7 +75,7 @@ func (s *StartGrouped[Op]) Start(ctx context.Context, tenantID, id string) (Op, 
 }
 
 // write starts a group, a group of one as StartEach does.
-func (s *StartGrouped[Op]) write(group []*groupcommit.Request[*starting[Op]]) {
+func (s *startGrouped[Op]) write(group []*groupcommit.Request[*starting[Op]]) {
 	if len(group) == 1 {
 		st := group[0].Item
 		var err error
@@ -103,7 +103,7 @@ func (s *StartGrouped[Op]) write(group []*groupcommit.Request[*starting[Op]]) {
 // within startLockWait of a held row, and returns those it started. Its
 // caller then starts each of refs alone, so a failure is reported here as
 // the group's fallback.
-func (s *StartGrouped[Op]) StartGroup(ctx context.Context, refs []Ref) (map[Ref]Op, error) {
+func (s *startGrouped[Op]) StartGroup(ctx context.Context, refs []Ref) (map[Ref]Op, error) {
 	began := time.Now()
 	started, err := s.startTogether(ctx, refs)
 	if err != nil {
@@ -113,7 +113,7 @@ func (s *StartGrouped[Op]) StartGroup(ctx context.Context, refs []Ref) (map[Ref]
 }
 
 // startTogether is StartGroup's statement.
-func (s *StartGrouped[Op]) startTogether(ctx context.Context, refs []Ref) (map[Ref]Op, error) {
+func (s *startGrouped[Op]) startTogether(ctx context.Context, refs []Ref) (map[Ref]Op, error) {
 	// One order for every group's row locks, so that two groups holding a
 	// row each do not wait for the other until the lock wait ends.
 	refs = slices.Clone(refs)

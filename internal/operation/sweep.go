@@ -17,7 +17,7 @@ import (
 	"github.com/oncepay/oncepay/internal/platform/postgres"
 )
 
-// SweepConfig tunes a Sweeper. Zero values take the defaults.
+// SweepConfig tunes a sweeper. Zero values take the defaults.
 type SweepConfig struct {
 	// Grace is how long an operation must have been unchanged before it is
 	// looked at: an operation's job is inserted in the same transaction as
@@ -39,9 +39,9 @@ func (c SweepConfig) WithDefaults() SweepConfig {
 	return c
 }
 
-// Stranded says which job drives a kind's operations, so that the sweeper
+// drivingJob says which job drives a kind's operations, so that the sweeper
 // can find those no job will finish.
-type Stranded struct {
+type drivingJob struct {
 	// JobKind is the River kind of that job, and JobArg the argument that
 	// holds the operation's id.
 	JobKind, JobArg string
@@ -49,26 +49,26 @@ type Stranded struct {
 	Reason string
 }
 
-// Sweeper is the backstop behind a worker's own last-attempt handling: an
+// sweeper is the backstop behind a worker's own last-attempt handling: an
 // operation still in flight with no job that will run again (discarded
 // after a failure the worker could not record, cancelled by hand, deleted)
 // goes to requires_reconciliation and its key to unknown, where the
 // Reconciler settles it. It never calls the provider and never re-executes
 // anything.
-type Sweeper[Op any] struct {
+type sweeper[Op any] struct {
 	pool   *pgxpool.Pool
 	keys   *idempotency.Store
 	logger *slog.Logger
 	cfg    SweepConfig
 	table  Table
-	job    Stranded
-	kind   Locking[Op]
+	job    drivingJob
+	kind   locking[Op]
 }
 
-// NewSweeper returns a Sweeper of the operations of table that job drives.
-func NewSweeper[Op any](pool *pgxpool.Pool, keys *idempotency.Store, logger *slog.Logger, cfg SweepConfig, table Table, job Stranded,
-	kind Locking[Op]) *Sweeper[Op] {
-	return &Sweeper[Op]{pool: pool, keys: keys, logger: logger, cfg: cfg.WithDefaults(), table: table, job: job, kind: kind}
+// newSweeper returns a sweeper of the operations of table that job drives.
+func newSweeper[Op any](pool *pgxpool.Pool, keys *idempotency.Store, logger *slog.Logger, cfg SweepConfig, table Table, job drivingJob,
+	kind locking[Op]) *sweeper[Op] {
+	return &sweeper[Op]{pool: pool, keys: keys, logger: logger, cfg: cfg.WithDefaults(), table: table, job: job, kind: kind}
 }
 
 // strandedCondition is true for a row (alias o) with no live job. The
@@ -82,7 +82,7 @@ const strandedCondition = `NOT EXISTS (
 
 // Run hands every stranded operation to reconciliation and returns how
 // many it handed over.
-func (s *Sweeper[Op]) Run(ctx context.Context) (int, error) {
+func (s *sweeper[Op]) Run(ctx context.Context) (int, error) {
 	rows, err := s.pool.Query(ctx, `
 		SELECT tenant_id, id FROM `+s.table.Name+` o
 		WHERE status = ANY($4::text[])
@@ -119,7 +119,7 @@ func (s *Sweeper[Op]) Run(ctx context.Context) (int, error) {
 // statement of its own, after the locks: a transaction that resumed the
 // operation (and inserted its job) has committed by then, and a new
 // statement sees its job.
-func (s *Sweeper[Op]) sweep(ctx context.Context, tenantID, id string) (bool, error) {
+func (s *sweeper[Op]) sweep(ctx context.Context, tenantID, id string) (bool, error) {
 	moved := false
 	err := postgres.InTx(ctx, s.pool, func(tx pgx.Tx) error {
 		if err := s.kind.Lock(ctx, tx, tenantID, id); err != nil {
@@ -159,17 +159,17 @@ func liveStates() []string {
 	return states
 }
 
-// sweepWorker runs a Sweeper as the River job whose arguments are Args.
+// sweepWorker runs a sweeper as the River job whose arguments are Args.
 type sweepWorker[Args river.JobArgs, Op any] struct {
 	river.WorkerDefaults[Args]
-	Sweeper *Sweeper[Op]
+	sweeper *sweeper[Op]
 }
 
 // Work runs one sweep.
 func (w *sweepWorker[Args, Op]) Work(ctx context.Context, _ *river.Job[Args]) error {
-	n, err := w.Sweeper.Run(ctx)
+	n, err := w.sweeper.Run(ctx)
 	if n > 0 || err != nil {
-		w.Sweeper.logger.InfoContext(ctx, w.Sweeper.table.Operation+" sweep", slog.Int("handed_to_reconciliation", n), slog.Any("error", err))
+		w.sweeper.logger.InfoContext(ctx, w.sweeper.table.Operation+" sweep", slog.Int("handed_to_reconciliation", n), slog.Any("error", err))
 	}
 	return err
 }

@@ -15,8 +15,8 @@ import (
 func (b *bench) sweeper(cfg operation.SweepConfig, swept *int) *operation.Sweeper[Widget] {
 	cfg.OnSwept = func() { *swept++ }
 	var args widgetArgs
-	return operation.NewSweeper(b.pool, b.keys, b.env.Logger, cfg, b.kind.table,
-		operation.Stranded{JobKind: args.Kind(), JobArg: args.IDArg(), Reason: strandedReason}, operation.Locking[Widget](b.kind.attempts(b.env)))
+	return operation.NewSweeper[Widget](b.pool, b.keys, b.env.Logger, cfg, b.kind.table,
+		operation.DrivingJob{JobKind: args.Kind(), JobArg: args.IDArg(), Reason: strandedReason}, b.kind.attempts(b.env))
 }
 
 // strand leaves the widgets with no job, as if an operator had deleted

@@ -74,9 +74,10 @@ func (t Table) Answering() []string {
 }
 
 // ClaimColumns are the columns a claim returns (RETURNING, over the
-// table's row); settled is the column expression SettledColumn makes of
-// the parameter number it is given.
-func (t Table) ClaimColumns(settled string) string {
+// table's row), whether it has settled (settledColumn) by the settle
+// time in parameter number settleParam last.
+func (t Table) ClaimColumns(settleParam int) string {
+	settled := settledColumn(settleParam)
 	if t.ClaimExtra != "" {
 		return t.Columns + ", " + t.ClaimExtra + ", " + settled
 	}

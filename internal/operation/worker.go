@@ -53,9 +53,9 @@ type jobOf interface {
 // proves (provider.Judgement), whatever the object it carries.
 type providerAnswer interface{ Judge() provider.Judgement }
 
-// Locking is how a kind reads and locks one of its operations: what every
+// locking is how a kind reads and locks one of its operations: what every
 // part of the engine that changes an operation needs of it.
-type Locking[Op any] interface {
+type locking[Op any] interface {
 	// Load reads an operation (in a transaction that holds its locks, or
 	// not); the table's NotFound when it does not exist.
 	Load(ctx context.Context, db Querier, tenantID, id string) (Op, error)
@@ -68,7 +68,7 @@ type Locking[Op any] interface {
 // job's arguments, Op the operation as the kind reads it, O the kind's
 // provider answer.
 type Attemptable[Op, O any] interface {
-	Locking[Op]
+	locking[Op]
 	// Send calls the provider for op under its derived key, or reads the
 	// provider object an earlier attempt found. It may read more of op's
 	// context (the payment a refund gives back).
@@ -127,8 +127,8 @@ type Worker[A jobOf, Op operationRow, O providerAnswer] struct {
 	table  Table
 	kind   Attemptable[Op, O]
 	// The seams: StartEach and RecordEach, or their grouped forms.
-	starter  AttemptStarter[Op]
-	recorder AnswerRecorder[A, Op, O]
+	starter  attemptStarter[Op]
+	recorder answerRecorder[A, Op, O]
 	// What the kind also says, if it does (nil if not).
 	pending   pendingRecorder[Op, O]
 	abandoner abandoner[Op, O]

@@ -15,6 +15,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/operation"
+	"github.com/oncepay/oncepay/internal/platform/postgres"
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
@@ -205,7 +206,7 @@ func uncheckedDeclinesBetween(ctx context.Context, db operation.Querier, from, t
 		WHERE status = 'failed' AND provider_payment_intent_id IS NOT NULL AND intent_checked_at IS NULL
 			AND failure_code IS DISTINCT FROM $1 AND id > $2 AND ($3 = '' OR id <= $3)
 		ORDER BY id LIMIT $4`, operation.FailureProviderNotReached, from, to, limit)
-	return operation.CollectAll[Payment](rows, err, "find failed payments with an unchecked intent")
+	return postgres.CollectAll[Payment](rows, err, "find failed payments with an unchecked intent")
 }
 
 // markIntentChecked notes that the intent of failed payment p can take no

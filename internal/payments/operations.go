@@ -11,6 +11,7 @@ import (
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/operation"
+	"github.com/oncepay/oncepay/internal/platform/postgres"
 )
 
 // ListFilter selects payments across tenants for an operator.
@@ -40,7 +41,7 @@ func ListAll(ctx context.Context, db operation.Querier, f ListFilter) ([]Payment
 		WHERE ($1 = '' OR status = $1) AND ($2 = '' OR tenant_id = $2) AND ($3::timestamptz IS NULL OR created_at >= $3)
 		ORDER BY id DESC
 		LIMIT $4`, string(f.Status), f.TenantID, since, f.Limit)
-	return operation.CollectAll[Payment](rows, err, "list payments")
+	return postgres.CollectAll[Payment](rows, err, "list payments")
 }
 
 // Lookup reads a payment of any tenant, for an operator who has only its id.

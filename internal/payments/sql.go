@@ -12,6 +12,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/operation"
+	"github.com/oncepay/oncepay/internal/platform/postgres"
 	"github.com/oncepay/oncepay/internal/platform/problem"
 	"github.com/oncepay/oncepay/internal/provider"
 )
@@ -51,7 +52,7 @@ func listPayments(ctx context.Context, db operation.Querier, tenantID, startingA
 		WHERE tenant_id = $1 AND ($2 = '' OR id < $2)
 		ORDER BY id DESC
 		LIMIT $3`, tenantID, startingAfter, limit)
-	return operation.CollectAll[Payment](rows, err, "list payments")
+	return postgres.CollectAll[Payment](rows, err, "list payments")
 }
 
 // lockPayment reads a tenant's payment and locks its row until tx ends.
@@ -97,7 +98,7 @@ func rowsOf(keys *idempotency.Store) operation.Rows[Payment] {
 }
 
 func collectPayment(rows pgx.Rows, err error, what string) (Payment, error) {
-	return operation.CollectOne[Payment](rows, err, what, ErrNotFound)
+	return postgres.CollectOne[Payment](rows, err, what, ErrNotFound)
 }
 
 // recordPending notes the provider's intent and its non-final state, so

@@ -17,6 +17,7 @@ import (
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/platform/money"
+	"github.com/oncepay/oncepay/internal/platform/postgres"
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
@@ -111,7 +112,7 @@ func insert(ctx context.Context, tx pgx.Tx, p Payout) (Payout, error) {
 		SELECT $1, $2, $3, $4, $5, nullif($6, ''), $7, stripe_account, $8, $9 FROM tenants WHERE id = $2 AND stripe_account IS NOT NULL
 		RETURNING `+table.Columns, p.ID, p.TenantID, p.IdempotencyKey, p.Amount, p.Currency, p.Description, p.Status,
 		p.ProviderIdempotencyKey, p.Ref)
-	if p, err = operation.CollectOne[Payout](rows, err, "insert payout", ErrNotFound); errors.Is(err, ErrNotFound) {
+	if p, err = postgres.CollectOne[Payout](rows, err, "insert payout", ErrNotFound); errors.Is(err, ErrNotFound) {
 		return p, errNoAccount
 	}
 	return p, err

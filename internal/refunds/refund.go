@@ -31,6 +31,7 @@ import (
 	"github.com/oncepay/oncepay/internal/idempotency"
 	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/platform/money"
+	"github.com/oncepay/oncepay/internal/platform/postgres"
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
@@ -125,7 +126,7 @@ func insert(ctx context.Context, tx pgx.Tx, r Refund) (Refund, error) {
 		VALUES ($1, $2, $3, $4, $5, $6, nullif($7, ''), $8, $9, $10, $11)
 		RETURNING `+table.Columns, r.ID, r.TenantID, r.PaymentID, r.IdempotencyKey, r.Amount, r.Currency, r.Reason, r.Status,
 		r.ProviderIdempotencyKey, r.ProviderAccount, r.Ref)
-	return operation.CollectOne[Refund](rows, err, "insert refund", ErrNotFound)
+	return postgres.CollectOne[Refund](rows, err, "insert refund", ErrNotFound)
 }
 
 // amountHeld is what a payment's refunds hold of its amount: total, those

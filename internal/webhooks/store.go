@@ -270,5 +270,5 @@ func About(ctx context.Context, db operation.Querier, objectID string) ([]Stored
 	rows, err := db.Query(ctx, `SELECT id, type, source, created, received_at, processed_at, result,
 			payload->'data'->'object'->>'status' AS object_status
 		FROM webhook_events WHERE object_id = $1 ORDER BY created, id`, objectID)
-	return operation.CollectAll[Stored](rows, err, "read the events about "+objectID)
+	return postgres.CollectAll[Stored](rows, err, "read the events about "+objectID)
 }

@@ -1,4 +1,4 @@
-package operation
+package postgres
 
 import (
 	"errors"
@@ -7,7 +7,8 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// CollectOne reads the one row of a kind's statement; none is notFound.
+// CollectOne reads the one row of a statement into T by column name; none
+// is notFound.
 // what names the statement in errors.
 func CollectOne[T any](rows pgx.Rows, err error, what string, notFound error) (T, error) {
 	var zero T
