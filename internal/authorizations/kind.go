@@ -40,8 +40,8 @@ func CaptureKind() operation.Kind { return spec[capture](Capture, false) }
 // CancelKind declares cancels to the engine, for the registry.
 func CancelKind() operation.Kind { return spec[cancel](Cancel, true) }
 
-func spec[K operation.Named](kind Kind, sharesJob bool) operation.Spec[K, args, Action, provider.Outcome, claim] {
-	return operation.Spec[K, args, Action, provider.Outcome, claim]{
+func spec[K operation.Named](kind Kind, sharesJob bool) operation.Spec[K, args, Action, provider.Outcome] {
+	return operation.Spec[K, args, Action, provider.Outcome]{
 		Where: tableOf(kind), Action: "payment action", Prefixes: []string{kind.idPrefix()}, States: operation.StatusNames(statuses...), ProviderObjects: []string{provider.IntentPrefix},
 		Stranded:  "no job was left to send this " + string(kind),
 		SharesJob: sharesJob, JobWhere: actionsTable,
@@ -54,9 +54,7 @@ func spec[K operation.Named](kind Kind, sharesJob bool) operation.Spec[K, args, 
 		Attempt: func(env operation.Env) operation.Attemptable[Action, provider.Outcome] {
 			return attemptable{rowsOf(env.Keys, kind), env.Provider}
 		},
-		Reconcile: func(env operation.Env) operation.Reconcilable[claim, provider.Outcome] {
-			return operation.ByLookUp[claim](env, attemptable{rowsOf(env.Keys, kind), env.Provider}, lookUp(env))
-		},
+		LookUp: lookUp,
 		Show: func(a Action) operation.Shown {
 			intent := a.ProviderPaymentIntentID
 			return a.Lifecycle.Show(a, string(a.Status), operation.Deref(a.AmountToCapture), &intent, a.PaymentID,

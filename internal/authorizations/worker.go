@@ -40,28 +40,19 @@ func (k attemptable) RecordFinal(ctx context.Context, tx pgx.Tx, a Action, out p
 	return record(ctx, tx, k.Keys, a, out)
 }
 
-// claim is an action as the reconciler claims it, with whether no request
-// can still be in flight.
-type claim struct {
-	Action
-	Settled bool `db:"settled"`
-}
-
-func (c claim) Claimed() Action { return c.Action }
-
 // lookUp settles an action by reading the payment's intent: its state says
 // which action happened, and a held authorization, once no request can
 // still be in flight, proves the action never reached the provider. It
 // never sends the action again.
-func lookUp(env operation.Env) operation.LookUp[claim, provider.Outcome] {
-	return func(ctx context.Context, c claim) (provider.Outcome, operation.Look) {
-		read := env.Provider.For(c.Account()).RetrieveIntent(ctx, c.ProviderPaymentIntentID)
+func lookUp(env operation.Env) operation.LookUp[Action, provider.Outcome] {
+	return func(ctx context.Context, a Action, settled bool) (provider.Outcome, operation.Look) {
+		read := env.Provider.For(a.Account()).RetrieveIntent(ctx, a.ProviderPaymentIntentID)
 		if read.Err != nil {
 			return read, operation.Look{Note: "reading the payment's intent failed", Err: read.Err}
 		}
-		out, held := outcomeOfIntent(c.Action, read.Intent)
+		out, held := outcomeOfIntent(a, read.Intent)
 		switch {
-		case held && c.Settled:
+		case held && settled:
 			return out, operation.Look{Found: operation.Absent}
 		case held:
 			return out, operation.Look{Note: "the authorization is still held, but a request may still be in flight"}

@@ -354,7 +354,7 @@ func (ledgerCheckArgs[K]) InsertOpts() river.InsertOpts { return MaintenanceInse
 // and reconciler (C its claimed operation), and what it shows. The engine
 // builds and registers the rest: the worker, the reconciler, the sweeper,
 // their periodic jobs, the operator's reach and the ledger check.
-type Spec[K Named, A jobOf, Op operationRow, O providerAnswer, C any] struct {
+type Spec[K Named, A jobOf, Op operationRow, O providerAnswer] struct {
 	// Where is the kind's table; Action names its provider call on log
 	// lines ("charge"), the kind's name if empty.
 	Where  Table
@@ -378,10 +378,10 @@ type Spec[K Named, A jobOf, Op operationRow, O providerAnswer, C any] struct {
 	JobWhere  Table
 	// Mount adds the kind's endpoints.
 	Mount func(r chi.Router, d Deps)
-	// Attempt and Reconcile are what the kind supplies to the engine's
-	// worker and reconciler.
-	Attempt   func(env Env) Attemptable[Op, O]
-	Reconcile func(env Env) Reconcilable[C, O]
+	// Attempt is what the kind supplies to the engine's worker, and LookUp
+	// to its reconciler, which records what it finds through Attempt.
+	Attempt func(env Env) Attemptable[Op, O]
+	LookUp  func(env Env) LookUp[Op, O]
 	// Show is an operation as an operator sees it, and on a timeline
 	// (Lifecycle.Show); PaymentOps lists a payment's operations of the
 	// kind, oldest first: by default, for a kind whose parent is the
@@ -407,10 +407,10 @@ type Spec[K Named, A jobOf, Op operationRow, O providerAnswer, C any] struct {
 }
 
 // EventTypes are the events the kind answers.
-func (s Spec[K, A, Op, O, C]) EventTypes() []string { return s.Events }
+func (s Spec[K, A, Op, O]) EventTypes() []string { return s.Events }
 
 // Ledger is the kind's ledger check, if it has one.
-func (s Spec[K, A, Op, O, C]) Ledger(env Env) LedgerPass {
+func (s Spec[K, A, Op, O]) Ledger(env Env) LedgerPass {
 	if s.LedgerCheck == nil {
 		return nil
 	}
@@ -419,7 +419,7 @@ func (s Spec[K, A, Op, O, C]) Ledger(env Env) LedgerPass {
 
 // SettleEvent answers one of the kind's events: what Settle did, or
 // NotOurs.
-func (s Spec[K, A, Op, O, C]) SettleEvent(ctx context.Context, env Env, ev Event) (string, error) {
+func (s Spec[K, A, Op, O]) SettleEvent(ctx context.Context, env Env, ev Event) (string, error) {
 	if s.Settle == nil {
 		return "", fmt.Errorf("the %s kind answers no events", s.Name())
 	}
@@ -437,19 +437,19 @@ func (s Spec[K, A, Op, O, C]) SettleEvent(ctx context.Context, env Env, ev Event
 }
 
 // EventShortcuts are the kind's, or nil.
-func (s Spec[K, A, Op, O, C]) EventShortcuts() eventShortcuts { return s.Shortcuts }
+func (s Spec[K, A, Op, O]) EventShortcuts() eventShortcuts { return s.Shortcuts }
 
 // Name is K's.
-func (s Spec[K, A, Op, O, C]) Name() string {
+func (s Spec[K, A, Op, O]) Name() string {
 	var k K
 	return k.Name()
 }
 
 // Table is where the kind's operations live.
-func (s Spec[K, A, Op, O, C]) Table() Table { return s.Where }
+func (s Spec[K, A, Op, O]) Table() Table { return s.Where }
 
 // IDPrefixes start the kind's operation ids.
-func (s Spec[K, A, Op, O, C]) IDPrefixes() []string { return slices.Clone(s.Prefixes) }
+func (s Spec[K, A, Op, O]) IDPrefixes() []string { return slices.Clone(s.Prefixes) }
 
 // StatusNames are a kind's states as Spec.States takes them.
 func StatusNames[S ~string](states ...S) []string {
@@ -461,10 +461,10 @@ func StatusNames[S ~string](states ...S) []string {
 }
 
 // Statuses are the states the kind's operations take.
-func (s Spec[K, A, Op, O, C]) Statuses() []string { return slices.Clone(s.States) }
+func (s Spec[K, A, Op, O]) Statuses() []string { return slices.Clone(s.States) }
 
 // Owns reports whether id starts with one of the kind's prefixes.
-func (s Spec[K, A, Op, O, C]) Owns(id string) bool {
+func (s Spec[K, A, Op, O]) Owns(id string) bool {
 	for _, p := range s.Prefixes {
 		if strings.HasPrefix(id, p+"_") {
 			return true
@@ -474,14 +474,14 @@ func (s Spec[K, A, Op, O, C]) Owns(id string) bool {
 }
 
 // ProviderPrefixes start the ids of the provider objects the kind acts on.
-func (s Spec[K, A, Op, O, C]) ProviderPrefixes() []string { return s.ProviderObjects }
+func (s Spec[K, A, Op, O]) ProviderPrefixes() []string { return s.ProviderObjects }
 
 // Routes mounts the kind's endpoints.
-func (s Spec[K, A, Op, O, C]) Routes(r chi.Router, d Deps) { s.Mount(r, d) }
+func (s Spec[K, A, Op, O]) Routes(r chi.Router, d Deps) { s.Mount(r, d) }
 
 // Start adds the worker, the reconciler, the sweeper and, if the kind has
 // one, the ledger check, and returns their periodic jobs.
-func (s Spec[K, A, Op, O, C]) Start(workers *river.Workers, env Env) ([]Periodic, error) {
+func (s Spec[K, A, Op, O]) Start(workers *river.Workers, env Env) ([]Periodic, error) {
 	attempt := s.Attempt(env)
 	sweepCfg := env.Sweep
 	if env.Swept != nil {
@@ -528,17 +528,17 @@ func (s Spec[K, A, Op, O, C]) Start(workers *river.Workers, env Env) ([]Periodic
 	return periodic, nil
 }
 
-func (s Spec[K, A, Op, O, C]) reconciler(env Env) *Reconciler[C, O] {
-	return NewReconciler(env.Pool, env.Keys, env.Logger, env.Reconcile, s.Where, s.Reconcile(env))
+func (s Spec[K, A, Op, O]) reconciler(env Env) *Reconciler[Op, O] {
+	return NewReconciler(env.Pool, env.Keys, env.Logger, env.Reconcile, s.Where, s.Attempt(env), s.LookUp(env))
 }
 
 // Operator is the kind's reconciler and its operator's view.
-func (s Spec[K, A, Op, O, C]) Operator(env Env) Operator {
-	return specOperator[Op, C, O]{Reconciler: s.reconciler(env), locking: s.Attempt(env), show: s.shown, pool: env.Pool}
+func (s Spec[K, A, Op, O]) Operator(env Env) Operator {
+	return specOperator[Op, O]{Reconciler: s.reconciler(env), locking: s.Attempt(env), show: s.shown, pool: env.Pool}
 }
 
 // OfPayment lists the kind's operations of a payment.
-func (s Spec[K, A, Op, O, C]) OfPayment(ctx context.Context, db Querier, tenantID, paymentID string) ([]Summary, error) {
+func (s Spec[K, A, Op, O]) OfPayment(ctx context.Context, db Querier, tenantID, paymentID string) ([]Summary, error) {
 	ofPayment := s.PaymentOps
 	if p := s.Where.Parent; ofPayment == nil && p != nil && p.Table == "payments" {
 		ofPayment = Rows[Op]{Table: s.Where}.OfParent
@@ -560,7 +560,7 @@ func (s Spec[K, A, Op, O, C]) OfPayment(ctx context.Context, db Querier, tenantI
 // callName names the kind's provider call on its timeline: its Action,
 // unless its job's worker acts for other kinds too (JobWhere), whose
 // Action then names them all ("payment action"): its own name does.
-func (s Spec[K, A, Op, O, C]) callName() string {
+func (s Spec[K, A, Op, O]) callName() string {
 	if s.JobWhere.Name != "" {
 		return s.Name()
 	}
@@ -570,21 +570,21 @@ func (s Spec[K, A, Op, O, C]) callName() string {
 // shown is the kind's Show of op, its own provider call first among its
 // calls: the call the engine's worker makes, under the provider key it
 // derives, whatever the kind.
-func (s Spec[K, A, Op, O, C]) shown(op Op) Shown {
+func (s Spec[K, A, Op, O]) shown(op Op) Shown {
 	shown := s.Show(op)
 	own := Call{What: s.callName(), Key: shown.ProviderKey, FirstAt: shown.FirstAttemptAt, LastAt: shown.LastAttemptAt}
 	shown.Calls = append([]Call{own}, shown.Calls...)
 	return shown
 }
 
-type specOperator[Op, C, O any] struct {
-	*Reconciler[C, O]
+type specOperator[Op, O any] struct {
+	*Reconciler[Op, O]
 	locking locking[Op]
 	show    func(Op) Shown
 	pool    *pgxpool.Pool
 }
 
-func (o specOperator[Op, C, O]) Show(ctx context.Context, tenantID, id string) (Shown, error) {
+func (o specOperator[Op, O]) Show(ctx context.Context, tenantID, id string) (Shown, error) {
 	op, err := o.locking.Load(ctx, o.pool, tenantID, id)
 	if err != nil {
 		return Shown{}, err
@@ -592,7 +592,7 @@ func (o specOperator[Op, C, O]) Show(ctx context.Context, tenantID, id string) (
 	return o.show(op), nil
 }
 
-func (o specOperator[Op, C, O]) Find(ctx context.Context, id string) (Shown, error) {
+func (o specOperator[Op, O]) Find(ctx context.Context, id string) (Shown, error) {
 	_, table, _ := o.passInfo()
 	var tenantID string
 	err := o.pool.QueryRow(ctx, `SELECT tenant_id FROM `+table.Name+` WHERE id = $1`+table.scoped(), id).Scan(&tenantID)
@@ -605,7 +605,7 @@ func (o specOperator[Op, C, O]) Find(ctx context.Context, id string) (Shown, err
 	return o.Show(ctx, tenantID, id)
 }
 
-func (o specOperator[Op, C, O]) List(ctx context.Context, status string, limit int) ([]Shown, error) {
+func (o specOperator[Op, O]) List(ctx context.Context, status string, limit int) ([]Shown, error) {
 	_, table, _ := o.passInfo()
 	rows, err := o.pool.Query(ctx, `SELECT tenant_id, id FROM `+table.Name+` WHERE ($1 = '' OR status = $1)`+table.scoped()+`
 		ORDER BY id DESC LIMIT $2`, status, limit)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
@@ -148,18 +149,41 @@ func (e Entry) Under(parentID string) Entry {
 	return e
 }
 
-// Reconcilable is what a kind supplies to the reconciler. C is a claimed
-// operation as the kind reads it, O the kind's provider outcome.
-type Reconcilable[C, O any] interface {
-	Entry(c C) Entry
-	// LookUp asks the provider what became of c; it never sends c again.
-	LookUp(ctx context.Context, c C) (O, Look)
-	// RecordFinal records a final outcome found, exactly as the worker
-	// would, in tx, whose caller took the kind's locks (Lock).
-	RecordFinal(ctx context.Context, tx pgx.Tx, c C, out O) error
-	// Lock takes the operation's locks in the kind's lock order, key last.
-	Lock(ctx context.Context, tx pgx.Tx, tenantID, id string) error
+// LookUp is how a kind asks the provider what became of one of its
+// operations, claimed by the reconciler, never sending it again. settled
+// says whether no request for it can still be in flight (its last
+// attempt's deadline passed by the settle time), without which no answer
+// proves the provider never made it. ctx carries the call's deadline.
+type LookUp[Op, O any] func(ctx context.Context, op Op, settled bool) (O, Look)
+
+// claim is an operation as the reconciler claims it: the kind's row, and
+// whether it has settled (ClaimColumns reads both).
+type claim[Op any] struct {
+	op      Op
+	settled bool
 }
+
+// claimRow scans a claim: the kind's columns into Op by name, the last,
+// settled, beside it.
+func claimRow[Op any](row pgx.CollectableRow) (claim[Op], error) {
+	var c claim[Op]
+	op, err := pgx.RowToStructByName[Op](lastApart{row, &c.settled})
+	c.op = op
+	return c, err
+}
+
+// lastApart is a row without its last column, which Scan writes to last.
+type lastApart struct {
+	pgx.CollectableRow
+	last any
+}
+
+func (r lastApart) FieldDescriptions() []pgconn.FieldDescription {
+	all := r.CollectableRow.FieldDescriptions()
+	return all[:len(all)-1]
+}
+
+func (r lastApart) Scan(dest ...any) error { return r.CollectableRow.Scan(append(dest, r.last)...) }
 
 // settledColumn computes, by the database's clock (the one that stamped
 // the attempt), whether no request can still be in flight nor uncommitted
@@ -207,22 +231,27 @@ func stampAttempt(param int) string {
 //     client's retry with the same key runs it under the next generation;
 //   - anything else: looked at again with backoff, and after MaxAttempts
 //     left to an operator (reconcile_after NULL).
-type Reconciler[C, O any] struct {
+type Reconciler[Op, O any] struct {
 	pool   *pgxpool.Pool
 	keys   *idempotency.Store
 	logger *slog.Logger
 	cfg    ReconcileConfig
 	table  Table
-	kind   Reconcilable[C, O]
+	// kind locks and records as the kind's worker does; look asks the
+	// provider.
+	kind Attemptable[Op, O]
+	look LookUp[Op, O]
 }
 
-// NewReconciler returns a Reconciler of the operations in table.
-func NewReconciler[C, O any](pool *pgxpool.Pool, keys *idempotency.Store, logger *slog.Logger, cfg ReconcileConfig, table Table, kind Reconcilable[C, O]) *Reconciler[C, O] {
-	return &Reconciler[C, O]{pool: pool, keys: keys, logger: logger, cfg: cfg.WithDefaults(), table: table, kind: kind}
+// NewReconciler returns a Reconciler of the operations in table, which
+// records what look finds as kind's worker records an answer.
+func NewReconciler[Op, O any](pool *pgxpool.Pool, keys *idempotency.Store, logger *slog.Logger, cfg ReconcileConfig, table Table,
+	kind Attemptable[Op, O], look LookUp[Op, O]) *Reconciler[Op, O] {
+	return &Reconciler[Op, O]{pool: pool, keys: keys, logger: logger, cfg: cfg.WithDefaults(), table: table, kind: kind, look: look}
 }
 
 // Config is the reconciler's configuration, defaults applied.
-func (r *Reconciler[C, O]) Config() ReconcileConfig { return r.cfg }
+func (r *Reconciler[Op, O]) Config() ReconcileConfig { return r.cfg }
 
 // ReconcileResult counts what a run did.
 type ReconcileResult struct {
@@ -254,7 +283,7 @@ func (r ReconcileResult) looked() int {
 
 // Run settles the operations that are due, until none is or the run
 // budget is spent.
-func (r *Reconciler[C, O]) Run(ctx context.Context) (ReconcileResult, error) {
+func (r *Reconciler[Op, O]) Run(ctx context.Context) (ReconcileResult, error) {
 	var res ReconcileResult
 	deadline := time.Now().Add(r.cfg.RunBudget)
 	for time.Now().Before(deadline) {
@@ -276,7 +305,7 @@ func (r *Reconciler[C, O]) Run(ctx context.Context) (ReconcileResult, error) {
 			if err := r.reconcile(ctx, c, &res); err != nil {
 				res.Failed++
 				r.logger.ErrorContext(ctx, "reconciling "+r.table.Operation+" failed",
-					slog.String(r.table.Operation+"_id", r.kind.Entry(c).ID), slog.Any("error", err))
+					slog.String(r.table.Operation+"_id", r.kind.Entry(c.op).ID), slog.Any("error", err))
 			}
 		}
 		if len(claimed) < r.cfg.Batch {
@@ -288,7 +317,7 @@ func (r *Reconciler[C, O]) Run(ctx context.Context) (ReconcileResult, error) {
 
 // ReconcileNow reconciles one operation at once, whatever its schedule (an
 // operator's request, or a test). It claims the operation like a run does.
-func (r *Reconciler[C, O]) ReconcileNow(ctx context.Context, tenantID, id string) (ReconcileResult, error) {
+func (r *Reconciler[Op, O]) ReconcileNow(ctx context.Context, tenantID, id string) (ReconcileResult, error) {
 	var res ReconcileResult
 	rows, err := r.pool.Query(ctx, `
 		UPDATE `+r.table.Name+` SET reconcile_after = now() + $3 * interval '1 microsecond'
@@ -305,10 +334,10 @@ func (r *Reconciler[C, O]) ReconcileNow(ctx context.Context, tenantID, id string
 	return res, r.reconcile(ctx, claimed[0], &res)
 }
 
-// Awaiting reads an operation awaiting reconciliation, as a claim would
+// awaiting reads an operation awaiting reconciliation, as a claim would
 // return it, without claiming it: an operator's look that changes nothing
 // leaves the schedule as it was. ok is false when it is not awaiting.
-func (r *Reconciler[C, O]) Awaiting(ctx context.Context, tenantID, id string) (c C, ok bool, err error) {
+func (r *Reconciler[Op, O]) awaiting(ctx context.Context, tenantID, id string) (c claim[Op], ok bool, err error) {
 	rows, err := r.pool.Query(ctx, `
 		SELECT `+r.table.ClaimColumns(3)+`
 		FROM `+r.table.Name+` WHERE tenant_id = $1 AND id = $2 AND status = '`+inReconciliation+`'`,
@@ -320,19 +349,19 @@ func (r *Reconciler[C, O]) Awaiting(ctx context.Context, tenantID, id string) (c
 	return claimed[0], true, nil
 }
 
-func (r *Reconciler[C, O]) collect(rows pgx.Rows, err error) ([]C, error) {
+func (r *Reconciler[Op, O]) collect(rows pgx.Rows, err error) ([]claim[Op], error) {
 	if err != nil {
 		return nil, fmt.Errorf("claim %ss to reconcile: %w", r.table.Operation, err)
 	}
-	claims, err := pgx.CollectRows(rows, pgx.RowToStructByName[C])
+	claims, err := pgx.CollectRows(rows, claimRow[Op])
 	if err != nil {
 		return nil, fmt.Errorf("claim %ss to reconcile: %w", r.table.Operation, err)
 	}
 	return claims, nil
 }
 
-func (r *Reconciler[C, O]) reconcile(ctx context.Context, c C, res *ReconcileResult) error {
-	e := r.kind.Entry(c)
+func (r *Reconciler[Op, O]) reconcile(ctx context.Context, c claim[Op], res *ReconcileResult) error {
+	e := r.kind.Entry(c.op)
 	log := r.logger.With(append([]any{slog.String("tenant_id", e.TenantID), slog.String(r.table.Operation+"_id", e.ID)},
 		append(e.LogAttrs, slog.Int("generation", e.Generation), slog.Int("reconcile_attempt", e.ReconcileAttempts+1))...)...)
 	if e.FirstAttemptAt == nil {
@@ -349,7 +378,7 @@ func (r *Reconciler[C, O]) reconcile(ctx context.Context, c C, res *ReconcileRes
 		return r.RecordNotReached(ctx, e)
 	}
 
-	out, look := r.kind.LookUp(ctx, c)
+	out, look := r.lookUp(ctx, c)
 	log = log.With(slog.String("found", look.Found.String()), slog.String(r.table.ProviderIDLog, look.ProviderID))
 	switch look.Found {
 	case Final:
@@ -386,8 +415,8 @@ func (r *Reconciler[C, O]) reconcile(ctx context.Context, c C, res *ReconcileRes
 // is this transaction that moves the operation out of reconciliation: the
 // locks, taken before it is read, keep an event's settlement from coming
 // between.
-func (r *Reconciler[C, O]) recordFinal(ctx context.Context, c C, out O, byReconciler bool) error {
-	e := r.kind.Entry(c)
+func (r *Reconciler[Op, O]) recordFinal(ctx context.Context, c claim[Op], out O, byReconciler bool) error {
+	e := r.kind.Entry(c.op)
 	return postgres.InTx(ctx, r.pool, func(tx pgx.Tx) error {
 		if err := r.kind.Lock(ctx, tx, e.TenantID, e.ID); err != nil {
 			return err
@@ -401,7 +430,7 @@ func (r *Reconciler[C, O]) recordFinal(ctx context.Context, c C, out O, byReconc
 				return fmt.Errorf("read %s %s: %w", r.table.Operation, e.ID, err)
 			}
 		}
-		if err := r.kind.RecordFinal(ctx, tx, c, out); err != nil || !awaiting {
+		if err := r.kind.RecordFinal(ctx, tx, c.op, out); err != nil || !awaiting {
 			return err
 		}
 		_, err := tx.Exec(ctx, `UPDATE `+r.table.Name+` SET reconciled_at = now()
@@ -412,6 +441,13 @@ func (r *Reconciler[C, O]) recordFinal(ctx context.Context, c C, out O, byReconc
 		}
 		return nil
 	})
+}
+
+// lookUp asks the provider about c, within the configured call timeout.
+func (r *Reconciler[Op, O]) lookUp(ctx context.Context, c claim[Op]) (O, Look) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+	defer cancel()
+	return r.look(ctx, c.op, c.settled)
 }
 
 func (f found) String() string {
@@ -429,7 +465,7 @@ func (f found) String() string {
 // RecordNotReached fails an operation proven never to have reached the
 // provider and makes its key retryable, under the kind's locks; an
 // operation settled meanwhile is left alone.
-func (r *Reconciler[C, O]) RecordNotReached(ctx context.Context, e Entry) error {
+func (r *Reconciler[Op, O]) RecordNotReached(ctx context.Context, e Entry) error {
 	return postgres.InTx(ctx, r.pool, func(tx pgx.Tx) error {
 		_, err := r.recordNotReachedTx(ctx, tx, e, nil)
 		return err
@@ -440,7 +476,7 @@ func (r *Reconciler[C, O]) RecordNotReached(ctx context.Context, e Entry) error 
 // reports whether the operation changed. freeKey, if set, moves the key
 // from unknown to failed_retryable in place of the reconciler's own
 // transition (an operator's release records who and why).
-func (r *Reconciler[C, O]) recordNotReachedTx(ctx context.Context, tx pgx.Tx, e Entry, freeKey func(context.Context, pgx.Tx) error) (bool, error) {
+func (r *Reconciler[Op, O]) recordNotReachedTx(ctx context.Context, tx pgx.Tx, e Entry, freeKey func(context.Context, pgx.Tx) error) (bool, error) {
 	if err := r.kind.Lock(ctx, tx, e.TenantID, e.ID); err != nil {
 		return false, err
 	}
@@ -469,7 +505,7 @@ type nextLook struct {
 	operatorNote string
 }
 
-func (r *Reconciler[C, O]) reschedule(ctx context.Context, e Entry, next nextLook) error {
+func (r *Reconciler[Op, O]) reschedule(ctx context.Context, e Entry, next nextLook) error {
 	counted := 0
 	if next.counted {
 		counted = 1
@@ -505,7 +541,7 @@ type Pass interface {
 	passInfo() (ReconcileConfig, Table, *slog.Logger)
 }
 
-func (r *Reconciler[C, O]) passInfo() (ReconcileConfig, Table, *slog.Logger) {
+func (r *Reconciler[Op, O]) passInfo() (ReconcileConfig, Table, *slog.Logger) {
 	return r.cfg, r.table, r.logger
 }
 

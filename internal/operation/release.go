@@ -47,7 +47,7 @@ type Released struct {
 // The provider is asked before any lock is taken; the writes then take the
 // kind's locks (key last) and apply only if the operation is still awaiting
 // reconciliation under the same generation.
-func (r *Reconciler[C, O]) ReleaseKey(ctx context.Context, tenantID, key, reason, operator string) (Released, error) {
+func (r *Reconciler[Op, O]) ReleaseKey(ctx context.Context, tenantID, key, reason, operator string) (Released, error) {
 	op := r.table.Operation
 	fail := func(err error) (Released, error) {
 		return Released{}, fmt.Errorf("release key %q: %w", key, err)
@@ -62,7 +62,7 @@ func (r *Reconciler[C, O]) ReleaseKey(ctx context.Context, tenantID, key, reason
 	if rec.ResourceID == "" {
 		return fail(fmt.Errorf("%w: the key names no %s", ErrNotReleasable, op))
 	}
-	c, ok, err := r.Awaiting(ctx, tenantID, rec.ResourceID)
+	c, ok, err := r.awaiting(ctx, tenantID, rec.ResourceID)
 	if err != nil {
 		return fail(err)
 	}
@@ -70,13 +70,13 @@ func (r *Reconciler[C, O]) ReleaseKey(ctx context.Context, tenantID, key, reason
 		return fail(fmt.Errorf("%w: %s %s is not awaiting reconciliation (settled meanwhile?); \"api payments show\" tells more",
 			ErrNotReleasable, op, rec.ResourceID))
 	}
-	e := r.kind.Entry(c)
+	e := r.kind.Entry(c.op)
 	if e.IdempotencyKey != key {
 		return fail(fmt.Errorf("%w: %s %s belongs to another key", ErrNotReleasable, op, e.ID))
 	}
 
 	if e.FirstAttemptAt != nil {
-		out, look := r.kind.LookUp(ctx, c)
+		out, look := r.lookUp(ctx, c)
 		switch look.Found {
 		case Final:
 			if err := r.recordFinal(ctx, c, out, false); err != nil {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -304,44 +303,4 @@ func (t Table) paymentOf(op Entry) string {
 		return op.ParentID
 	}
 	return ""
-}
-
-// claimOf is a kind's claim: its operation as the reconciler claims it,
-// which embeds the operation (ClaimColumns adds whether no request can
-// still be in flight, and what else the kind's look-up reads).
-type claimOf[Op any] interface {
-	operationRow
-	Claimed() Op
-}
-
-// LookUp is how a kind looks a claimed operation up at the provider,
-// never sending it again; ctx carries the call's deadline.
-type LookUp[C, O any] func(ctx context.Context, c C) (O, Look)
-
-// ByLookUp is what a kind supplies to the reconciler when its worker side
-// (attempt) locks and records its operations: only its look-up.
-func ByLookUp[C claimOf[Op], Op any, O providerAnswer](env Env, attempt Attemptable[Op, O], look LookUp[C, O]) Reconcilable[C, O] {
-	return byLookUp[C, Op, O]{attempt: attempt, look: look, timeout: env.Reconcile.WithDefaults().CallTimeout}
-}
-
-type byLookUp[C claimOf[Op], Op any, O providerAnswer] struct {
-	attempt Attemptable[Op, O]
-	look    LookUp[C, O]
-	timeout time.Duration
-}
-
-func (b byLookUp[C, Op, O]) Entry(c C) Entry { return c.Entry() }
-
-func (b byLookUp[C, Op, O]) LookUp(ctx context.Context, c C) (O, Look) {
-	ctx, cancel := context.WithTimeout(ctx, b.timeout)
-	defer cancel()
-	return b.look(ctx, c)
-}
-
-func (b byLookUp[C, Op, O]) RecordFinal(ctx context.Context, tx pgx.Tx, c C, out O) error {
-	return b.attempt.RecordFinal(ctx, tx, c.Claimed(), out)
-}
-
-func (b byLookUp[C, Op, O]) Lock(ctx context.Context, tx pgx.Tx, tenantID, id string) error {
-	return b.attempt.Lock(ctx, tx, tenantID, id)
 }

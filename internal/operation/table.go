@@ -25,8 +25,8 @@ type Table struct {
 	// action on the payment's intent), so a resumed operation keeps it.
 	FixedProviderID bool
 	// Columns are what the kind's operation reads (LifecycleColumns and
-	// its own), and ClaimExtra what a claim reads besides ("… AS intent_id").
-	Columns, ClaimExtra string
+	// its own).
+	Columns string
 	// NotReachedMessage is what an operation proven never sent shows.
 	NotReachedMessage string
 	// AlsoClear, if set, clears more of an outcome's columns when the
@@ -77,11 +77,7 @@ func (t Table) Answering() []string {
 // table's row), whether it has settled (settledColumn) by the settle
 // time in parameter number settleParam last.
 func (t Table) ClaimColumns(settleParam int) string {
-	settled := settledColumn(settleParam)
-	if t.ClaimExtra != "" {
-		return t.Columns + ", " + t.ClaimExtra + ", " + settled
-	}
-	return t.Columns + ", " + settled
+	return t.Columns + ", " + settledColumn(settleParam)
 }
 
 // Parent is a kind's parent relation: Column of the kind's table holds

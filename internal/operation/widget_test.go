@@ -95,14 +95,6 @@ type Widget struct {
 // Entry is what the engine reads of a widget.
 func (w Widget) Entry() operation.Entry { return w.EntryIn(w.Status, w.ProviderWidgetID) }
 
-// widgetClaim is a widget as the reconciler claims it.
-type widgetClaim struct {
-	Widget
-	Settled bool `db:"settled"`
-}
-
-func (c widgetClaim) Claimed() Widget { return c.Widget }
-
 // widgetObject is a widget at the provider.
 type widgetObject struct {
 	ID, Status string
@@ -517,14 +509,12 @@ func newWidgetKind(p *widgetProvider) widgetKind {
 // strandedReason is what a widget the sweeper found with no job shows.
 const strandedReason = "no job was left to send this widget"
 
-func (k widgetKind) spec() operation.Spec[widget, widgetArgs, Widget, widgetAnswer, widgetClaim] {
-	return operation.Spec[widget, widgetArgs, Widget, widgetAnswer, widgetClaim]{
+func (k widgetKind) spec() operation.Spec[widget, widgetArgs, Widget, widgetAnswer] {
+	return operation.Spec[widget, widgetArgs, Widget, widgetAnswer]{
 		Where: k.table, Prefixes: []string{"wgt"}, Stranded: strandedReason,
 		States:  []string{widgetProcessing, widgetSucceeded, widgetFailed, widgetInReconciliation},
 		Attempt: func(env operation.Env) operation.Attemptable[Widget, widgetAnswer] { return k.attempts(env) },
-		Reconcile: func(env operation.Env) operation.Reconcilable[widgetClaim, widgetAnswer] {
-			return operation.ByLookUp[widgetClaim](env, k.attempts(env), k.lookUp)
-		},
+		LookUp:  func(operation.Env) operation.LookUp[Widget, widgetAnswer] { return k.lookUp },
 		Show: func(w Widget) operation.Shown {
 			return w.Show(w, w.Status, w.Amount, w.ProviderWidgetID, "", widgetArgs{TenantID: w.TenantID, ID: w.ID})
 		},
@@ -612,7 +602,7 @@ func widgetLocation(id string) string { return "/v1/widgets/" + id }
 
 // lookUp reads a widget's object once known, else finds it among the
 // provider's objects by its metadata.
-func (k widgetKind) lookUp(ctx context.Context, c widgetClaim) (widgetAnswer, operation.Look) {
+func (k widgetKind) lookUp(ctx context.Context, c Widget, settled bool) (widgetAnswer, operation.Look) {
 	if c.ProviderWidgetID != nil {
 		obj, status := k.provider.read(*c.ProviderWidgetID)
 		if obj == nil {
@@ -624,7 +614,7 @@ func (k widgetKind) lookUp(ctx context.Context, c widgetClaim) (widgetAnswer, op
 		return read, operation.Looked(read, "")
 	}
 	list := func(page func([]*widgetObject) error) error { return k.provider.list(ctx, page) }
-	obj, look := operation.FindOne(list, operation.MadeBy[*widgetObject](k.table, c.Entry()), c.Settled)
+	obj, look := operation.FindOne(list, operation.MadeBy[*widgetObject](k.table, c.Entry()), settled)
 	if obj == nil {
 		return widgetAnswer{provider.Judgement{Kind: provider.Ambiguous, Err: look.Err}}, look
 	}
@@ -911,10 +901,10 @@ func (b *bench) requireHandedOver(t *testing.T, w Widget, reason string, spent b
 
 // reconciler is the widgets' reconciler as the kind's passes run it,
 // with cfg.
-func (b *bench) reconciler(cfg operation.ReconcileConfig) *operation.Reconciler[widgetClaim, widgetAnswer] {
+func (b *bench) reconciler(cfg operation.ReconcileConfig) *operation.Reconciler[Widget, widgetAnswer] {
 	env := b.env
 	env.Reconcile = cfg
-	return operation.NewReconciler(b.pool, b.keys, b.env.Logger, cfg, b.kind.table, b.kind.spec().Reconcile(env))
+	return operation.NewReconciler(b.pool, b.keys, b.env.Logger, cfg, b.kind.table, b.kind.attempts(env), b.kind.lookUp)
 }
 
 // keyOfGeneration is the provider key RefKey derives for w's generation.

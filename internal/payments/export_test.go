@@ -11,10 +11,10 @@ import (
 )
 
 // Reconciler is the payments' reconciler, whose passes the tests run.
-type Reconciler = operation.Reconciler[claim, provider.Outcome]
+type Reconciler = operation.Reconciler[Payment, provider.Outcome]
 
 // NewReconciler is the reconciler the payments' kind starts.
 func NewReconciler(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, logger *slog.Logger, cfg operation.ReconcileConfig) *Reconciler {
 	env := operation.Env{Pool: pool, Keys: keys, Provider: pc, Logger: logger, Reconcile: cfg}
-	return operation.NewReconciler(pool, keys, logger, cfg, paymentsTable, operation.ByLookUp[claim](env, newChargeable(pool, keys, pc), lookUp(env)))
+	return operation.NewReconciler(pool, keys, logger, cfg, paymentsTable, newChargeable(pool, keys, pc), lookUp(env))
 }

@@ -28,26 +28,16 @@ var paymentsTable = operation.Table{
 	Open: `status = '` + string(StatusRequiresCapture) + `' OR (status = '` + string(StatusSucceeded) + `' AND amount_refunded < amount_captured)`,
 }
 
-// claim is a payment as the reconciler claims it, with whether its
-// attempt window has settled by the database's clock.
-type claim struct {
-	Payment
-	Settled bool `db:"settled"`
-}
-
-func (c claim) Claimed() Payment { return c.Payment }
-
 // lookUp looks a payment's charge up at the provider, never charging: by
 // its intent id when one is known, else by its metadata (search, then a
 // consistent list of the window in which the intent can have been
 // created). A declined intent left open is closed first; one still waiting
 // for a customer action that never came is canceled after MaxActionWait,
 // and the cancel is the outcome.
-func lookUp(env operation.Env) operation.LookUp[claim, provider.Outcome] {
+func lookUp(env operation.Env) operation.LookUp[Payment, provider.Outcome] {
 	cfg := env.Reconcile.WithDefaults()
-	return func(ctx context.Context, c claim) (provider.Outcome, operation.Look) {
-		p := c.Payment
-		out, absent, note := findCharge(ctx, env.Provider.For(p.Account()), p, c.Settled, cfg.ClockSkew)
+	return func(ctx context.Context, p Payment, settled bool) (provider.Outcome, operation.Look) {
+		out, absent, note := findCharge(ctx, env.Provider.For(p.Account()), p, settled, cfg.ClockSkew)
 		if leftOpen(out) {
 			out = closeIntent(ctx, env.Provider, p, out)
 			note = "closing the declined intent: " + errText(out.Err)

@@ -30,7 +30,7 @@ func (cancelling) Name() string { return "cancel_payout" }
 
 // Kind declares payouts to the engine: the one value the registry lists.
 func Kind() operation.Kind {
-	return operation.Spec[payout, args, Payout, provider.PayoutOutcome, claim]{
+	return operation.Spec[payout, args, Payout, provider.PayoutOutcome]{
 		Where: table, Prefixes: []string{IDPrefix}, States: operation.StatusNames(statuses...), Stranded: "no job was left to send this payout",
 		ProviderObjects: []string{provider.PayoutPrefix},
 		Mount: func(r chi.Router, d operation.Deps) {
@@ -40,9 +40,7 @@ func Kind() operation.Kind {
 			operation.Reads(r, d, "/payouts", IDPrefix, rowsOf(d.Keys))
 		},
 		Attempt: func(env operation.Env) operation.Attemptable[Payout, provider.PayoutOutcome] { return attempts(env) },
-		Reconcile: func(env operation.Env) operation.Reconcilable[claim, provider.PayoutOutcome] {
-			return operation.ByLookUp[claim](env, attempts(env), lookUp(env))
-		},
+		LookUp:  lookUp,
 		Show: func(p Payout) operation.Shown {
 			return p.Lifecycle.Show(p, string(p.Status), p.Amount, p.ProviderPayoutID, "", args{TenantID: p.TenantID, ID: p.ID},
 				operation.Args[cancelling]{TenantID: p.TenantID, ID: p.ID})
@@ -139,21 +137,12 @@ func cancelKey(p Payout) string {
 	return operation.ProviderKey("payout_cancel", p.TenantID, p.IdempotencyKey, p.ID, p.ProviderKeyGeneration)
 }
 
-// claim is a payout as the reconciler claims it, with whether no request
-// can still be in flight.
-type claim struct {
-	Payout
-	Settled bool `db:"settled"`
-}
-
-func (c claim) Claimed() Payout { return c.Payout }
-
 // lookUp looks a payout up by its provider id once known, else among the
 // account's payouts listed (consistently) since its first attempt, by its
 // metadata.
-func lookUp(env operation.Env) operation.LookUp[claim, provider.PayoutOutcome] {
+func lookUp(env operation.Env) operation.LookUp[Payout, provider.PayoutOutcome] {
 	skew := env.Reconcile.WithDefaults().ClockSkew
-	return func(ctx context.Context, c claim) (provider.PayoutOutcome, operation.Look) {
+	return func(ctx context.Context, c Payout, settled bool) (provider.PayoutOutcome, operation.Look) {
 		pc := env.Provider.For(c.Account())
 		if c.ProviderPayoutID != nil {
 			out := pc.RetrievePayout(ctx, *c.ProviderPayoutID)
@@ -164,7 +153,7 @@ func lookUp(env operation.Env) operation.LookUp[claim, provider.PayoutOutcome] {
 		}
 		window := provider.ListWindow{CreatedFrom: operation.CreatedSince(c.Entry(), *c.FirstProviderAttemptAt).Add(-skew), CreatedTo: time.Now().Add(skew)}
 		po, look := operation.FindOne(func(page func([]*provider.Payout) error) error { return pc.ListPayoutsCreated(ctx, window, page) },
-			operation.MadeBy[*provider.Payout](table, c.Entry()), c.Settled)
+			operation.MadeBy[*provider.Payout](table, c.Entry()), settled)
 		if po == nil {
 			return provider.PayoutOutcome{Kind: provider.Ambiguous, Err: look.Err}, look
 		}

@@ -15,10 +15,10 @@ import (
 var RequestOf = requestOf
 
 // Reconciler is the refunds' reconciler, whose passes the tests run.
-type Reconciler = operation.Reconciler[claim, provider.RefundOutcome]
+type Reconciler = operation.Reconciler[Refund, provider.RefundOutcome]
 
 // NewReconciler is the reconciler the refunds' kind starts.
 func NewReconciler(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, logger *slog.Logger, cfg operation.ReconcileConfig) *Reconciler {
 	env := operation.Env{Pool: pool, Keys: keys, Provider: pc, Logger: logger, Reconcile: cfg}
-	return operation.NewReconciler(pool, keys, logger, cfg, table, operation.ByLookUp[claim](env, attempts(env), lookUp(env)))
+	return operation.NewReconciler(pool, keys, logger, cfg, table, attempts(env), lookUp(env))
 }

@@ -30,7 +30,7 @@ type args = operation.Args[refund]
 
 // Kind declares refunds to the engine, for the registry.
 func Kind() operation.Kind {
-	return operation.Spec[refund, args, Refund, provider.RefundOutcome, claim]{
+	return operation.Spec[refund, args, Refund, provider.RefundOutcome]{
 		Where: table, Prefixes: []string{IDPrefix}, States: operation.StatusNames(statuses...), Stranded: "no refund job was left to finish this refund",
 		ProviderObjects: []string{provider.RefundPrefix},
 		// POST and GET /v1/payments/{id}/refunds, GET /v1/refunds/{id}; a
@@ -40,9 +40,7 @@ func Kind() operation.Kind {
 			operation.Reads(r, d, "/refunds", IDPrefix, rowsOf(d.Keys))
 		},
 		Attempt: func(env operation.Env) operation.Attemptable[Refund, provider.RefundOutcome] { return attempts(env) },
-		Reconcile: func(env operation.Env) operation.Reconcilable[claim, provider.RefundOutcome] {
-			return operation.ByLookUp[claim](env, attempts(env), lookUp(env))
-		},
+		LookUp:  lookUp,
 		Show: func(r Refund) operation.Shown {
 			return r.Lifecycle.Show(r, string(r.Status), r.Amount, r.ProviderRefundID, r.PaymentID,
 				args{TenantID: r.TenantID, ID: r.ID})
@@ -80,32 +78,27 @@ func send(env operation.Env) func(context.Context, Refund) (provider.RefundOutco
 	}
 }
 
-// claim is a refund as the reconciler claims it, with its payment's intent
-// and whether no request can still be in flight.
-type claim struct {
-	Refund
-	IntentID *string `db:"intent_id"`
-	Settled  bool    `db:"settled"`
-}
-
-func (c claim) Claimed() Refund { return c.Refund }
-
 // lookUp looks a refund up by its provider id once known, else among its
 // intent's refunds (the list endpoint, which is consistent) by its
 // metadata; it never refunds.
-func lookUp(env operation.Env) operation.LookUp[claim, provider.RefundOutcome] {
-	return func(ctx context.Context, c claim) (provider.RefundOutcome, operation.Look) {
+func lookUp(env operation.Env) operation.LookUp[Refund, provider.RefundOutcome] {
+	return func(ctx context.Context, c Refund, settled bool) (provider.RefundOutcome, operation.Look) {
 		pc := env.Provider.For(c.Account())
 		var out provider.RefundOutcome
-		switch {
-		case c.ProviderRefundID != nil:
+		if c.ProviderRefundID != nil {
 			out = pc.RetrieveRefund(ctx, *c.ProviderRefundID)
-		case c.IntentID == nil:
+			return out, operation.Looked(out, "reading the refund failed")
+		}
+		p, err := payments.GetPayment(ctx, env.Pool, c.TenantID, c.PaymentID)
+		switch {
+		case err != nil:
+			return provider.RefundOutcome{Kind: provider.Ambiguous, Err: err}, operation.Look{Note: "reading the refund's payment failed", Err: err}
+		case p.ProviderPaymentIntentID == nil:
 			return provider.RefundOutcome{Kind: provider.Ambiguous}, operation.Look{Note: "the refund's payment has no payment intent"}
 		default:
 			re, look := operation.FindOne(func(page func([]*provider.Refund) error) error {
 				key, value := table.FoundBy(c.Entry())
-				found, err := pc.ListRefunds(ctx, *c.IntentID, key, value, 0)
+				found, err := pc.ListRefunds(ctx, *p.ProviderPaymentIntentID, key, value, 0)
 				if err == nil && !found.Complete {
 					err = errors.New("the list of the intent's refunds was not complete")
 				}
@@ -113,7 +106,7 @@ func lookUp(env operation.Env) operation.LookUp[claim, provider.RefundOutcome] {
 					return err
 				}
 				return page(found.Refunds)
-			}, operation.MadeBy[*provider.Refund](table, c.Entry()), c.Settled)
+			}, operation.MadeBy[*provider.Refund](table, c.Entry()), settled)
 			if re == nil {
 				return provider.RefundOutcome{Kind: provider.Ambiguous, Err: look.Err}, look
 			}

@@ -101,8 +101,7 @@ var ErrNotFound = errors.New("refund not found")
 // their lock order is the payment, the refund, then its key.
 var table = operation.Table{
 	Operation: "refund", Name: "refunds", ProviderIDColumn: "provider_refund_id", ProviderIDLog: "provider_refund_id",
-	Columns:    operation.LifecycleColumns + `, payment_id, amount, currency, reason, status, provider_refund_id`,
-	ClaimExtra: `(SELECT provider_payment_intent_id FROM payments WHERE payments.id = refunds.payment_id) AS intent_id`,
+	Columns: operation.LifecycleColumns + `, payment_id, amount, currency, reason, status, provider_refund_id`,
 	NotReachedMessage: "The refund never reached the payment provider and nothing was refunded. " +
 		"Retry the request with the same Idempotency-Key to refund it.",
 	Resumed: string(StatusPending), InFlight: []string{string(StatusPending)}, NotFound: ErrNotFound,
