@@ -199,15 +199,12 @@ func (r Rows[Op]) Finish(ctx context.Context, tx pgx.Tx, op Op, v Verdict) (Op, 
 
 // NotePending notes the provider object of op, still answering and
 // pending at the provider, so that its next attempt reads the object
-// instead of sending again. An object already noted is never replaced.
-func (r Rows[Op]) NotePending(ctx context.Context, db Querier, op Op, providerID string) error {
-	e, col := op.Entry(), r.Table.ProviderIDColumn
-	_, err := db.Exec(ctx, `UPDATE `+r.Table.Name+` SET `+col+` = $3, updated_at = now()
-		WHERE id = $1 AND provider_key_generation = $2 AND status = ANY($4) AND `+col+` IS NULL`, e.ID, e.Generation, providerID, r.Table.Answering())
-	if err != nil {
-		return fmt.Errorf("note the pending %s %s: %w", r.Table.Operation, e.ID, err)
-	}
-	return nil
+// instead of sending again (Table.notePending). waiting, if set, is the
+// in-flight status the object says it now waits in (a payment's
+// requires_action, or processing again), also the values of the kind's
+// AlsoPending.
+func (r Rows[Op]) NotePending(ctx context.Context, db Querier, op Op, providerID, waiting string, also ...any) error {
+	return r.Table.notePending(ctx, db, op.Entry(), providerID, waiting, also...)
 }
 
 // Settle runs settle on the operation that obj, a provider object on

@@ -21,6 +21,8 @@ import (
 //	 failNotReached ▼
 //	     failed (provider_not_reached) ──▶ in flight   Resume
 //
+// A pending answer moves an operation only among its in-flight statuses
+// (notePending: a payment that waits for its customer, or no longer).
 // Every write of an operation's status is in this file. Each is
 // conditional on the status it leaves and the generation it was read in,
 // so two writers racing (the worker and the reconciler, two workers, an
@@ -127,6 +129,22 @@ func (t Table) failNotReached(ctx context.Context, tx pgx.Tx, e Entry, byReconci
 		return false, fmt.Errorf("fail %s never sent: %w", t.Operation, err)
 	}
 	return tag.RowsAffected() > 0, nil
+}
+
+// notePending writes the provider object of e, still answering, and, if
+// waiting is set and e is in flight, the in-flight status it now waits in.
+// An object already noted is never replaced by another.
+func (t Table) notePending(ctx context.Context, db Querier, e Entry, providerID, waiting string, also ...any) error {
+	col := t.ProviderIDColumn
+	_, err := db.Exec(ctx, `
+		UPDATE `+t.Name+` SET `+col+` = $3, updated_at = now(),
+			status = CASE WHEN $5 <> '' AND status = ANY($6) THEN $5 ELSE status END`+t.AlsoPending+`
+		WHERE id = $1 AND provider_key_generation = $2 AND status = ANY($4) AND (`+col+` IS NULL OR `+col+` = $3)`,
+		append([]any{e.ID, e.Generation, providerID, t.Answering(), waiting, t.InFlight}, also...)...)
+	if err != nil {
+		return fmt.Errorf("note the pending %s %s: %w", t.Operation, e.ID, err)
+	}
+	return nil
 }
 
 // finish writes v over the operation e, in its generation, if its status

@@ -37,6 +37,10 @@ type Table struct {
 	// status as $4 and the verdict's Also from $9 on
 	// (", decline_code = nullif($9, '')").
 	AlsoFinish string
+	// AlsoPending, if set, writes more of the kind's columns when a
+	// pending answer is noted (Rows.NotePending): assignments that read
+	// its also from $7 on (", provider_next_action = $7").
+	AlsoPending string
 	// Resumed is the status a resumed operation runs in again
 	// ("processing", "pending").
 	Resumed string

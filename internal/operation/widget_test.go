@@ -561,7 +561,7 @@ func (k widgetKind) attempts(env operation.Env) operation.Attempts[Widget, widge
 			return k.provider.create(ctx, w.ProviderIdempotencyKey, k.table.Metadata(w.Entry()))
 		},
 		Pending: func(ctx context.Context, db operation.Querier, w Widget, out widgetAnswer) error {
-			return rows.NotePending(ctx, db, w, out.Judge().ObjectID)
+			return rows.NotePending(ctx, db, w, out.Judge().ObjectID, "")
 		}}
 }
 

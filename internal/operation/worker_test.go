@@ -437,8 +437,8 @@ func TestAnAnswerOfAnotherGenerationOrObjectChangesNothing(t *testing.T) {
 	unchanged("a hand-over of generation 1")
 
 	rows := b.kind.rows(b.keys)
-	require.NoError(t, rows.NotePending(b.ctx, b.pool, second, "wob_noted"))
-	require.NoError(t, rows.NotePending(b.ctx, b.pool, second, "wob_later"), "a noted object is never replaced")
+	require.NoError(t, rows.NotePending(b.ctx, b.pool, second, "wob_noted", ""))
+	require.NoError(t, rows.NotePending(b.ctx, b.pool, second, "wob_later", ""), "a noted object is never replaced")
 	noted := b.widget(t, second.ID)
 	require.Equal(t, "wob_noted", operation.Deref(noted.ProviderWidgetID))
 	record(noted, "wob_other")

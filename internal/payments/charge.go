@@ -69,7 +69,7 @@ func (k chargeable) Send(ctx context.Context, p Payment) (provider.Outcome, erro
 // UPDATE.
 func (k chargeable) RecordPending(ctx context.Context, db operation.Querier, p Payment, out provider.Outcome) error {
 	if out.Intent == nil || out.Intent.Status != stripe.PaymentIntentStatusRequiresAction || p.Status == StatusRequiresAction {
-		return recordPending(ctx, db, p.ID, out)
+		return recordPending(ctx, db, p, out)
 	}
 	return postgres.InTx(ctx, k.pool, func(tx pgx.Tx) error {
 		locked, err := k.Locked(ctx, tx, p.TenantID, p.ID)

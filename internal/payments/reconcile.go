@@ -19,9 +19,10 @@ var paymentsTable = operation.Table{
 	Columns:           paymentColumns,
 	Listed:            "intents",
 	NotReachedMessage: notReachedMessage, AlsoClear: ", decline_code = NULL, finalized_at = NULL", AlsoFinish: finishColumns,
-	Resumed:  string(StatusProcessing),
-	InFlight: texts(inFlight),
-	NotFound: ErrNotFound,
+	AlsoPending: ", provider_next_action = $7",
+	Resumed:     string(StatusProcessing),
+	InFlight:    texts(inFlight),
+	NotFound:    ErrNotFound,
 	// An authorization still holds money a capture or a cancel acts on;
 	// what a succeeded payment captured, less its refunds, a refund may
 	// still give back from its account.

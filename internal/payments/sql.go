@@ -101,22 +101,17 @@ func collectPayment(rows pgx.Rows, err error, what string) (Payment, error) {
 	return postgres.CollectOne[Payment](rows, err, what, ErrNotFound)
 }
 
-// recordPending notes the provider's intent and its non-final state, so
-// the next run polls that intent instead of creating one.
-func recordPending(ctx context.Context, db operation.Querier, paymentID string, out provider.Outcome) error {
+// recordPending notes the provider's intent and whether it waits for its
+// customer (requires_action, with what the customer must do), so the next
+// run polls that intent instead of creating one.
+func recordPending(ctx context.Context, db operation.Querier, p Payment, out provider.Outcome) error {
 	status := StatusProcessing
 	var next *NextAction
 	if out.Intent.Status == stripe.PaymentIntentStatusRequiresAction {
 		status = StatusRequiresAction
 		next = nextActionOf(out.Intent)
 	}
-	_, err := db.Exec(ctx, `
-		UPDATE payments SET status = $2, provider_payment_intent_id = $3, provider_next_action = $4, updated_at = now()
-		WHERE id = $1 AND status IN ('processing', 'requires_action')`, paymentID, status, out.IntentID(), next)
-	if err != nil {
-		return fmt.Errorf("record pending payment: %w", err)
-	}
-	return nil
+	return rowsOf(nil).NotePending(ctx, db, p, out.IntentID(), string(status), next)
 }
 
 // notePending records a pending provider answer in tx, which holds the
@@ -125,7 +120,7 @@ func recordPending(ctx context.Context, db operation.Querier, paymentID string, 
 // client's retry learns what the customer must do (next_action) without a
 // second request.
 func notePending(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, p Payment, out provider.Outcome) error {
-	if err := recordPending(ctx, tx, p.ID, out); err != nil {
+	if err := recordPending(ctx, tx, p, out); err != nil {
 		return err
 	}
 	if out.Intent == nil || out.Intent.Status != stripe.PaymentIntentStatusRequiresAction {

@@ -55,7 +55,7 @@ func Kind() operation.Kind {
 func attempts(env operation.Env) operation.Attempts[Refund, provider.RefundOutcome] {
 	return operation.Attempts[Refund, provider.RefundOutcome]{Rows: rowsOf(env.Keys), Call: send(env), Verdict: verdictOn,
 		Pending: func(ctx context.Context, db operation.Querier, r Refund, out provider.RefundOutcome) error {
-			return rowsOf(nil).NotePending(ctx, db, r, out.RefundID())
+			return rowsOf(nil).NotePending(ctx, db, r, out.RefundID(), "")
 		}}
 }
 
@@ -201,6 +201,6 @@ func Settle(ctx context.Context, db idempotency.TxBeginner, keys *idempotency.St
 		if out := provider.RefundOutcomeOf(re); out.Kind != provider.Pending {
 			return rs.Record(ctx, tx, r, verdictOn(out))
 		}
-		return r, false, rs.NotePending(ctx, tx, r, re.ID)
+		return r, false, rs.NotePending(ctx, tx, r, re.ID, "")
 	})
 }
