@@ -164,12 +164,8 @@ func (r Rows[Op]) Record(ctx context.Context, tx pgx.Tx, sent Op, decide func(lo
 	if err != nil || v.Status == "" {
 		return op, false, err
 	}
-	answering := r.Table.Answering()
-	if v.From == nil {
-		v.From = answering
-	}
 	final, changed, err := r.Finish(ctx, tx, op, v)
-	if err != nil || !changed || !slices.Contains(answering, op.Entry().Status) {
+	if err != nil || !changed || !slices.Contains(r.Table.Answering(), op.Entry().Status) {
 		return final, changed, err
 	}
 	resp, err := r.Final(ctx, tx, final)
@@ -183,12 +179,15 @@ func (r Rows[Op]) Record(ctx context.Context, tx pgx.Tx, sent Op, decide func(lo
 }
 
 // Finish writes v over op, in its generation, if its status is still one
-// of v.From; the caller holds op's locks (Locked) and writes what else the
+// of v.From (by default, Answering); the caller holds op's locks (Locked) and writes what else the
 // move changes (Record: the key's final answer). changed is false when
 // another transaction moved it first, or when v names another provider
 // object than the one op records (one object a generation: Settle files
 // the other as a finding).
 func (r Rows[Op]) Finish(ctx context.Context, tx pgx.Tx, op Op, v Verdict) (Op, bool, error) {
+	if v.From == nil {
+		v.From = r.Table.Answering()
+	}
 	rows, err := r.Table.finish(ctx, tx, op.Entry(), v)
 	final, err := postgres.CollectOne[Op](rows, err, "record "+r.Table.Operation, r.Table.NotFound)
 	if errors.Is(err, r.Table.NotFound) {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"slices"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -85,7 +84,7 @@ func (k chargeable) RecordPending(ctx context.Context, db operation.Querier, p P
 // the payment's lock, then its UPDATE of the key the key's, in the one
 // lock order.
 func (k chargeable) RecordFinal(ctx context.Context, tx pgx.Tx, p Payment, out provider.Outcome) error {
-	return recordOutcome(ctx, tx, k.Keys, p, answering, out)
+	return recordOutcome(ctx, tx, k.Keys, p, out)
 }
 
 // Abandon cancels an intent still waiting, past polling, for a customer
@@ -102,18 +101,16 @@ func (k chargeable) Abandon(ctx context.Context, p Payment, pending provider.Out
 }
 
 // inFlight are the states in which the charge still waits on the provider
-// (paymentsTable.InFlight); its final answer moves a payment from them.
+// (paymentsTable.InFlight); its final answer moves a payment from them, or
+// from requires_reconciliation (paymentsTable.Answering).
 var inFlight = []Status{StatusProcessing, StatusRequiresAction}
 
-// answering are the states a provider's final answer moves a payment
-// from, the worker's or the reconciler's (paymentsTable.Answering).
-var answering = append(slices.Clone(inFlight), StatusRequiresReconciliation)
-
-// recordOutcome records a final provider outcome for p (a payment in one of
-// the from states): the payment's final state and the idempotency key's
-// final response. The caller holds the payment's locks (Rows.Locked). A payment that
-// already left the from states (another run recorded it) is left alone.
-func recordOutcome(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, p Payment, from []Status, out provider.Outcome) error {
+// recordOutcome records a final provider outcome for p (a payment still
+// answering: paymentsTable.Answering): the payment's final state and the
+// idempotency key's final response. The caller holds the payment's locks
+// (Rows.Locked). A payment that already left those states (another run
+// recorded it) is left alone.
+func recordOutcome(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, p Payment, out provider.Outcome) error {
 	if leftOpen(out) {
 		return fmt.Errorf("BUG: payment %s: intent %s is still %s: cancel it (closeIntent) before recording the decline",
 			p.ID, out.IntentID(), out.Intent.Status)
@@ -130,7 +127,7 @@ func recordOutcome(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, p Pa
 		// payment ends as a released authorization does.
 		status = StatusCanceled
 	}
-	final, changed, err := finalizePayment(ctx, tx, p, from, status, out)
+	final, changed, err := finalizePayment(ctx, tx, p, nil, status, out)
 	if err != nil || !changed {
 		return err
 	}

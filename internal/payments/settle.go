@@ -143,7 +143,7 @@ func settleLocked(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, p Pay
 	case StatusProcessing, StatusRequiresAction, StatusRequiresReconciliation:
 		switch out.Kind {
 		case provider.Succeeded, provider.Declined, provider.Authorized:
-			if err := recordOutcome(ctx, tx, keys, p, []Status{StatusProcessing, StatusRequiresAction, StatusRequiresReconciliation}, out); err != nil {
+			if err := recordOutcome(ctx, tx, keys, p, out); err != nil {
 				return s, err
 			}
 			final, err := lockPayment(ctx, tx, p.TenantID, p.ID)

@@ -140,11 +140,15 @@ func notePending(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, p Paym
 	return nil
 }
 
-// finalizePayment moves a payment from one of the from states to a final
-// state. changed is false when another run already moved it: the caller
-// then records nothing else. The caller holds the payment's locks.
+// finalizePayment moves a payment from one of the from states (none: any
+// answering one) to a final state. changed is false when another run
+// already moved it: the caller then records nothing else. The caller holds
+// the payment's locks.
 func finalizePayment(ctx context.Context, tx pgx.Tx, p Payment, from []Status, status Status, out provider.Outcome) (Payment, bool, error) {
-	v := operation.Verdict{Status: string(status), ProviderID: out.IntentID(), From: texts(from)}
+	v := operation.Verdict{Status: string(status), ProviderID: out.IntentID()}
+	if len(from) > 0 {
+		v.From = texts(from)
+	}
 	var decline string
 	if status == StatusFailed || status == StatusCanceled {
 		v.FailureCode, decline, v.FailureMessage = out.Code, out.DeclineCode, out.Message
