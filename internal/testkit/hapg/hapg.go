@@ -34,7 +34,7 @@ const Database = "oncepay"
 
 // setupTimeout bounds each wait of Start, Rejoin and Switchover: generous,
 // since the machine running the tests may be busy with other packages.
-const setupTimeout = 90 * time.Second
+const setupTimeout = 3 * time.Minute
 
 // Cluster is a formation started for a test, whose every failure fails the
 // test.
