@@ -26,8 +26,7 @@ import (
 func TestWorkerRecordsAFinalAnswer(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
-	b.startWorker(t, 8, false)
-	for _, tc := range []struct {
+	cases := []struct {
 		name         string
 		answer       reply
 		status, code string
@@ -36,17 +35,24 @@ func TestWorkerRecordsAFinalAnswer(t *testing.T) {
 		{"Succeeded", succeeds(), widgetSucceeded, "", true},
 		{"Declined", declines(), widgetFailed, "widget_declined", true},
 		{"Rejected", rejects(), widgetFailed, "widget_invalid", false},
-	} {
+	}
+	// Accepted before any worker runs, so that what accepting wrote is
+	// read before a job could stamp an attempt.
+	accepted := make([]Widget, len(cases))
+	for i, tc := range cases {
+		w := b.newWidget(t, tc.answer)
+		require.Equal(t, 1, w.ProviderKeyGeneration)
+		require.Equal(t, keyOfGeneration(w, 1), w.ProviderIdempotencyKey)
+		require.Nil(t, w.FirstProviderAttemptAt, "no attempt before the job's")
+		key := b.keyOf(t, w)
+		require.Equal(t, idempotency.StatusProcessing, key.Status)
+		require.Equal(t, 202, key.Response.StatusCode)
+		accepted[i] = w
+	}
+	b.startWorker(t, 8, false)
+	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			w := b.newWidget(t, tc.answer)
-			require.Equal(t, 1, w.ProviderKeyGeneration)
-			require.Equal(t, keyOfGeneration(w, 1), w.ProviderIdempotencyKey)
-			require.Nil(t, w.FirstProviderAttemptAt, "no attempt before the job's")
-			accepted := b.keyOf(t, w)
-			require.Equal(t, idempotency.StatusProcessing, accepted.Status)
-			require.Equal(t, 202, accepted.Response.StatusCode)
-
-			w = b.await(t, w, tc.status)
+			w := b.await(t, accepted[i], tc.status)
 			w = b.requireRecorded(t, w, tc.status)
 			require.Equal(t, tc.code, operation.Deref(w.FailureCode))
 			require.Equal(t, 1, b.provider.requestsUnder(w.ProviderIdempotencyKey))

@@ -153,7 +153,8 @@ func (b *bundle) refund(refundID string) refunds.Refund {
 	return r
 }
 
-// waitRefund waits until the refund is in status.
+// waitRefund waits until the refund is in status: a minute, a bound on a
+// failure that a whole make test's load on two cores must not reach.
 func (b *bundle) waitRefund(refundID string, status refunds.Status) refunds.Refund {
 	b.t.Helper()
 	var r refunds.Refund
@@ -161,8 +162,8 @@ func (b *bundle) waitRefund(refundID string, status refunds.Status) refunds.Refu
 		var err error
 		r, err = refunds.GetRefund(b.ctx, b.pool, b.api.Tenant.TenantID, refundID)
 		assert.NoError(c, err)
-		assert.Equal(c, status, r.Status)
-	}, 30*time.Second, 20*time.Millisecond, "refund %s never became %s", refundID, status)
+		assert.Equal(c, status, r.Status, "failure %q, %d looks by the reconciler", operation.Deref(r.FailureMessage), r.ReconcileAttempts)
+	}, time.Minute, 20*time.Millisecond, "refund %s never became %s", refundID, status)
 	return r
 }
 

@@ -78,7 +78,7 @@ func TestServiceRidesAFailover(t *testing.T) {
 	readiness := watchReadiness(ctx, apiURL)
 	killed := c.KillPrimary()
 	killedAt := time.Now()
-	promoted := c.WaitPrimary(time.Minute)
+	promoted := c.WaitPrimary(3 * time.Minute)
 	require.NotEqual(t, killed, promoted)
 	t.Logf("%s killed; %s primary after %s", killed.Name, promoted.Name, time.Since(killedAt).Round(time.Millisecond))
 	load.waitAcknowledgedAfter(t, killedAt, 20, time.Minute)
