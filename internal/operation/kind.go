@@ -351,7 +351,7 @@ func (ledgerCheckArgs[K]) InsertOpts() river.InsertOpts { return MaintenanceInse
 
 // Spec declares a kind K: its table, what it supplies to the engine's
 // worker (A its job's arguments, Op its operation, O its provider answer)
-// and reconciler (C its claimed operation), and what it shows. The engine
+// and reconciler (its look-up), and what it shows. The engine
 // builds and registers the rest: the worker, the reconciler, the sweeper,
 // their periodic jobs, the operator's reach and the ledger check.
 type Spec[K Named, A jobOf, Op operationRow, O providerAnswer] struct {

@@ -179,11 +179,11 @@ func (r Rows[Op]) Record(ctx context.Context, tx pgx.Tx, sent Op, decide func(lo
 }
 
 // Finish writes v over op, in its generation, if its status is still one
-// of v.From (by default, Answering); the caller holds op's locks (Locked) and writes what else the
-// move changes (Record: the key's final answer). changed is false when
-// another transaction moved it first, or when v names another provider
-// object than the one op records (one object a generation: Settle files
-// the other as a finding).
+// of v.From (by default, Answering); the caller holds op's locks (Locked)
+// and writes what else the move changes (Record: the key's final answer).
+// changed is false when another transaction moved it first, or when v
+// names another provider object than the one op records (one object a
+// generation: Settle files the other as a finding).
 func (r Rows[Op]) Finish(ctx context.Context, tx pgx.Tx, op Op, v Verdict) (Op, bool, error) {
 	if v.From == nil {
 		v.From = r.Table.Answering()

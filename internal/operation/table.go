@@ -38,8 +38,8 @@ type Table struct {
 	// (", decline_code = nullif($9, '')").
 	AlsoFinish string
 	// AlsoPending, if set, writes more of the kind's columns when a
-	// pending answer is noted (Rows.NotePending): assignments that read
-	// its also from $7 on (", provider_next_action = $7").
+	// pending answer is noted (Rows.NotePending): assignments that may
+	// read the in-flight statuses as $6 and its also from $7 on.
 	AlsoPending string
 	// Resumed is the status a resumed operation runs in again
 	// ("processing", "pending").

@@ -19,7 +19,9 @@ var paymentsTable = operation.Table{
 	Columns:           paymentColumns,
 	Listed:            "intents",
 	NotReachedMessage: notReachedMessage, AlsoClear: ", decline_code = NULL, finalized_at = NULL", AlsoFinish: finishColumns,
-	AlsoPending: ", provider_next_action = $7",
+	// What the customer must do, kept only while the charge is in flight
+	// (never for a payment the reconciler holds).
+	AlsoPending: ", provider_next_action = CASE WHEN status = ANY($6) THEN $7 ELSE provider_next_action END",
 	Resumed:     string(StatusProcessing),
 	InFlight:    texts(inFlight),
 	NotFound:    ErrNotFound,
