@@ -603,26 +603,41 @@ func (f *Formation) StopWALSenders(ctx context.Context) (resume func(), err erro
 		return nil, err
 	}
 	defer conn.Close(ctx)
-	rows, err := conn.Query(ctx, "SELECT pid FROM pg_stat_replication")
-	if err != nil {
-		return nil, err
-	}
-	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
-	if err != nil {
-		return nil, err
-	}
+	stopped := []int32{}
 	resume = func() {
-		for _, pid := range pids {
+		for _, pid := range stopped {
 			_ = syscall.Kill(int(pid), syscall.SIGCONT)
 		}
 	}
-	for _, pid := range pids {
-		if err := syscall.Kill(int(pid), syscall.SIGSTOP); err != nil {
+	// A standby reconnecting meanwhile (its keeper reloading it) gets a
+	// sender of its own: stop until a read finds none running.
+	for round := 0; ; round++ {
+		rows, err := conn.Query(ctx, "SELECT pid FROM pg_stat_replication WHERE NOT pid = ANY($1)", stopped)
+		if err != nil {
 			resume()
-			return nil, fmt.Errorf("stop %s's WAL sender %d: %w", n.Name, pid, err)
+			return nil, err
 		}
+		pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+		if err != nil {
+			resume()
+			return nil, err
+		}
+		if len(pids) == 0 {
+			return resume, nil
+		}
+		if round == 50 {
+			resume()
+			return nil, fmt.Errorf("%s's WAL senders keep starting: %v", n.Name, pids)
+		}
+		for _, pid := range pids {
+			if err := syscall.Kill(int(pid), syscall.SIGSTOP); err != nil {
+				resume()
+				return nil, fmt.Errorf("stop %s's WAL sender %d: %w", n.Name, pid, err)
+			}
+			stopped = append(stopped, pid)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	return resume, nil
 }
 
 // killWorkingIn SIGKILLs every process whose working directory is dir or
