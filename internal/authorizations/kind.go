@@ -40,8 +40,8 @@ func CaptureKind() operation.Kind { return spec[capture](Capture, false) }
 // CancelKind declares cancels to the engine, for the registry.
 func CancelKind() operation.Kind { return spec[cancel](Cancel, true) }
 
-func spec[K operation.Named](kind Kind, sharesJob bool) operation.Spec[K, args, Action, provider.Outcome] {
-	return operation.Spec[K, args, Action, provider.Outcome]{
+func spec[K operation.Named](kind Kind, sharesJob bool) operation.Spec[K, Action] {
+	return operation.Spec[K, Action]{
 		Where: tableOf(kind), Action: "payment action", Prefixes: []string{kind.idPrefix()}, States: operation.StatusNames(statuses...), ProviderObjects: []string{provider.IntentPrefix},
 		Stranded:  "no job was left to send this " + string(kind),
 		SharesJob: sharesJob, JobWhere: actionsTable,
@@ -51,10 +51,7 @@ func spec[K operation.Named](kind Kind, sharesJob bool) operation.Spec[K, args, 
 			decodeKind := func(w http.ResponseWriter, r *http.Request) (Request, error) { return decode(w, r, kind) }
 			r.Method(http.MethodPost, "/payments/{id}/"+string(kind), operation.Endpoint(d, decodeKind, service{d}.act, actionsTable.LockResource))
 		},
-		Attempt: func(env operation.Env) operation.Attemptable[Action, provider.Outcome] {
-			return attemptable{rowsOf(env.Keys, kind), env.Provider}
-		},
-		LookUp: lookUp,
+		Calls: operation.CallsOf[args](func(env operation.Env) attemptable { return attemptable{rowsOf(env.Keys, kind), env.Provider} }, lookUp),
 		Show: func(a Action) operation.Shown {
 			intent := a.ProviderPaymentIntentID
 			return a.Lifecycle.Show(a, string(a.Status), operation.Deref(a.AmountToCapture), &intent, a.PaymentID,

@@ -349,12 +349,49 @@ func (sweepArgs[K]) InsertOpts() river.InsertOpts { return MaintenanceInsertOpts
 // InsertOpts puts the job on the maintenance queue.
 func (ledgerCheckArgs[K]) InsertOpts() river.InsertOpts { return MaintenanceInsertOpts() }
 
+// Calls are what a kind supplies to the engine's worker (its provider
+// call, Attempt) and reconciler (its look-up, which records what it finds
+// through Attempt), over its job's arguments A and its provider's answer O:
+// CallsOf makes them, so that a Spec names neither.
+type Calls[Op operationRow] struct {
+	jobKind, idArg string
+	locking        func(env Env) locking[Op]
+	worker         func(env Env, name, action string, table Table) func(*river.Workers) error
+	reconciler     func(env Env, table Table) reconcilerOf
+}
+
+// reconcilerOf is a kind's Reconciler as its periodic job and its
+// operator's commands reach it.
+type reconcilerOf interface {
+	Pass
+	ReconcileNow(ctx context.Context, tenantID, id string) (ReconcileResult, error)
+	ReleaseKey(ctx context.Context, tenantID, key, reason, operator string) (Released, error)
+}
+
+// CallsOf are a kind's Calls: attempt makes its provider call from a job
+// whose arguments are A, lookUp finds what became of one whose answer was
+// lost.
+func CallsOf[A jobOf, Op operationRow, O providerAnswer, T Attemptable[Op, O]](attempt func(env Env) T, lookUp func(env Env) LookUp[Op, O]) Calls[Op] {
+	return Calls[Op]{
+		jobKind: (*new(A)).Kind(), idArg: idArg[A](),
+		locking: func(env Env) locking[Op] { return attempt(env) },
+		worker: func(env Env, name, action string, table Table) func(*river.Workers) error {
+			return func(workers *river.Workers) error {
+				return river.AddWorkerSafely(workers, NewWorker[A](env, name, action, table, attempt(env)))
+			}
+		},
+		reconciler: func(env Env, table Table) reconcilerOf {
+			return NewReconciler(env.Pool, env.Keys, env.Logger, env.Reconcile, table, attempt(env), lookUp(env))
+		},
+	}
+}
+
 // Spec declares a kind K: its table, what it supplies to the engine's
-// worker (A its job's arguments, Op its operation, O its provider answer)
-// and reconciler (its look-up), and what it shows. The engine
-// builds and registers the rest: the worker, the reconciler, the sweeper,
-// their periodic jobs, the operator's reach and the ledger check.
-type Spec[K Named, A jobOf, Op operationRow, O providerAnswer] struct {
+// worker and reconciler (its Calls, over its operation Op), and what it
+// shows. The engine builds and registers the rest: the worker, the
+// reconciler, the sweeper, their periodic jobs, the operator's reach and
+// the ledger check.
+type Spec[K Named, Op operationRow] struct {
 	// Where is the kind's table; Action names its provider call on log
 	// lines ("charge"), the kind's name if empty.
 	Where  Table
@@ -369,7 +406,8 @@ type Spec[K Named, A jobOf, Op operationRow, O providerAnswer] struct {
 	ProviderObjects []string
 	// Stranded is what an operation shows when the sweeper finds it with no
 	// job left; JobArg names the job argument that holds the operation's
-	// id, if A is not the engine's Args (which names its own).
+	// id, if the job's arguments are not the engine's Args (which name
+	// their own).
 	Stranded, JobArg string
 	// SharesJob: the job's worker is another kind's, declared beside this
 	// one on the same table and job (a capture's and a cancel's); JobWhere
@@ -378,10 +416,8 @@ type Spec[K Named, A jobOf, Op operationRow, O providerAnswer] struct {
 	JobWhere  Table
 	// Mount adds the kind's endpoints.
 	Mount func(r chi.Router, d Deps)
-	// Attempt is what the kind supplies to the engine's worker, and LookUp
-	// to its reconciler, which records what it finds through Attempt.
-	Attempt func(env Env) Attemptable[Op, O]
-	LookUp  func(env Env) LookUp[Op, O]
+	// Calls are its provider call and look-up (CallsOf).
+	Calls Calls[Op]
 	// Show is an operation as an operator sees it, and on a timeline
 	// (Lifecycle.Show); PaymentOps lists a payment's operations of the
 	// kind, oldest first: by default, for a kind whose parent is the
@@ -407,10 +443,10 @@ type Spec[K Named, A jobOf, Op operationRow, O providerAnswer] struct {
 }
 
 // EventTypes are the events the kind answers.
-func (s Spec[K, A, Op, O]) EventTypes() []string { return s.Events }
+func (s Spec[K, Op]) EventTypes() []string { return s.Events }
 
 // Ledger is the kind's ledger check, if it has one.
-func (s Spec[K, A, Op, O]) Ledger(env Env) LedgerPass {
+func (s Spec[K, Op]) Ledger(env Env) LedgerPass {
 	if s.LedgerCheck == nil {
 		return nil
 	}
@@ -419,7 +455,7 @@ func (s Spec[K, A, Op, O]) Ledger(env Env) LedgerPass {
 
 // SettleEvent answers one of the kind's events: what Settle did, or
 // NotOurs.
-func (s Spec[K, A, Op, O]) SettleEvent(ctx context.Context, env Env, ev Event) (string, error) {
+func (s Spec[K, Op]) SettleEvent(ctx context.Context, env Env, ev Event) (string, error) {
 	if s.Settle == nil {
 		return "", fmt.Errorf("the %s kind answers no events", s.Name())
 	}
@@ -437,19 +473,19 @@ func (s Spec[K, A, Op, O]) SettleEvent(ctx context.Context, env Env, ev Event) (
 }
 
 // EventShortcuts are the kind's, or nil.
-func (s Spec[K, A, Op, O]) EventShortcuts() eventShortcuts { return s.Shortcuts }
+func (s Spec[K, Op]) EventShortcuts() eventShortcuts { return s.Shortcuts }
 
 // Name is K's.
-func (s Spec[K, A, Op, O]) Name() string {
+func (s Spec[K, Op]) Name() string {
 	var k K
 	return k.Name()
 }
 
 // Table is where the kind's operations live.
-func (s Spec[K, A, Op, O]) Table() Table { return s.Where }
+func (s Spec[K, Op]) Table() Table { return s.Where }
 
 // IDPrefixes start the kind's operation ids.
-func (s Spec[K, A, Op, O]) IDPrefixes() []string { return slices.Clone(s.Prefixes) }
+func (s Spec[K, Op]) IDPrefixes() []string { return slices.Clone(s.Prefixes) }
 
 // StatusNames are a kind's states as Spec.States takes them.
 func StatusNames[S ~string](states ...S) []string {
@@ -461,10 +497,10 @@ func StatusNames[S ~string](states ...S) []string {
 }
 
 // Statuses are the states the kind's operations take.
-func (s Spec[K, A, Op, O]) Statuses() []string { return slices.Clone(s.States) }
+func (s Spec[K, Op]) Statuses() []string { return slices.Clone(s.States) }
 
 // Owns reports whether id starts with one of the kind's prefixes.
-func (s Spec[K, A, Op, O]) Owns(id string) bool {
+func (s Spec[K, Op]) Owns(id string) bool {
 	for _, p := range s.Prefixes {
 		if strings.HasPrefix(id, p+"_") {
 			return true
@@ -474,21 +510,20 @@ func (s Spec[K, A, Op, O]) Owns(id string) bool {
 }
 
 // ProviderPrefixes start the ids of the provider objects the kind acts on.
-func (s Spec[K, A, Op, O]) ProviderPrefixes() []string { return s.ProviderObjects }
+func (s Spec[K, Op]) ProviderPrefixes() []string { return s.ProviderObjects }
 
 // Routes mounts the kind's endpoints.
-func (s Spec[K, A, Op, O]) Routes(r chi.Router, d Deps) { s.Mount(r, d) }
+func (s Spec[K, Op]) Routes(r chi.Router, d Deps) { s.Mount(r, d) }
 
 // Start adds the worker, the reconciler, the sweeper and, if the kind has
 // one, the ledger check, and returns their periodic jobs.
-func (s Spec[K, A, Op, O]) Start(workers *river.Workers, env Env) ([]Periodic, error) {
-	attempt := s.Attempt(env)
+func (s Spec[K, Op]) Start(workers *river.Workers, env Env) ([]Periodic, error) {
 	sweepCfg := env.Sweep
 	if env.Swept != nil {
 		sweepCfg.OnSwept = func() { env.Swept(s.Name()) }
 	}
 	sweeper := newSweeper(env.Pool, env.Keys, env.Logger, sweepCfg, s.Where,
-		drivingJob{JobKind: (*new(A)).Kind(), JobArg: cmp.Or(s.JobArg, idArg[A]()), Reason: s.Stranded}, locking[Op](attempt))
+		drivingJob{JobKind: s.Calls.jobKind, JobArg: cmp.Or(s.JobArg, s.Calls.idArg), Reason: s.Stranded}, s.Calls.locking(env))
 	reconcile := &reconcileWorker[reconcileArgs[K]]{Reconciler: s.reconciler(env)}
 	if env.Observe != nil {
 		reconcile.Observe = func(res ReconcileResult) { env.Observe(s.Name(), res) }
@@ -502,9 +537,8 @@ func (s Spec[K, A, Op, O]) Start(workers *river.Workers, env Env) ([]Periodic, e
 		if s.JobWhere.Name != "" {
 			table = s.JobWhere
 		}
-		adds = append(adds, func() error {
-			return river.AddWorkerSafely(workers, NewWorker[A](env, s.Name(), cmp.Or(s.Action, s.Name()), table, attempt))
-		})
+		addWorker := s.Calls.worker(env, s.Name(), cmp.Or(s.Action, s.Name()), table)
+		adds = append(adds, func() error { return addWorker(workers) })
 	}
 	periodic := []Periodic{{reconcileArgs[K]{}, EveryReconcile}, {sweepArgs[K]{}, EverySweep}}
 	if s.LedgerCheck != nil {
@@ -528,17 +562,15 @@ func (s Spec[K, A, Op, O]) Start(workers *river.Workers, env Env) ([]Periodic, e
 	return periodic, nil
 }
 
-func (s Spec[K, A, Op, O]) reconciler(env Env) *Reconciler[Op, O] {
-	return NewReconciler(env.Pool, env.Keys, env.Logger, env.Reconcile, s.Where, s.Attempt(env), s.LookUp(env))
-}
+func (s Spec[K, Op]) reconciler(env Env) reconcilerOf { return s.Calls.reconciler(env, s.Where) }
 
 // Operator is the kind's reconciler and its operator's view.
-func (s Spec[K, A, Op, O]) Operator(env Env) Operator {
-	return specOperator[Op, O]{Reconciler: s.reconciler(env), locking: s.Attempt(env), show: s.shown, pool: env.Pool}
+func (s Spec[K, Op]) Operator(env Env) Operator {
+	return specOperator[Op]{reconcilerOf: s.reconciler(env), locking: s.Calls.locking(env), show: s.shown, pool: env.Pool}
 }
 
 // OfPayment lists the kind's operations of a payment.
-func (s Spec[K, A, Op, O]) OfPayment(ctx context.Context, db Querier, tenantID, paymentID string) ([]Summary, error) {
+func (s Spec[K, Op]) OfPayment(ctx context.Context, db Querier, tenantID, paymentID string) ([]Summary, error) {
 	ofPayment := s.PaymentOps
 	if p := s.Where.Parent; ofPayment == nil && p != nil && p.Table == "payments" {
 		ofPayment = Rows[Op]{Table: s.Where}.OfParent
@@ -560,7 +592,7 @@ func (s Spec[K, A, Op, O]) OfPayment(ctx context.Context, db Querier, tenantID, 
 // callName names the kind's provider call on its timeline: its Action,
 // unless its job's worker acts for other kinds too (JobWhere), whose
 // Action then names them all ("payment action"): its own name does.
-func (s Spec[K, A, Op, O]) callName() string {
+func (s Spec[K, Op]) callName() string {
 	if s.JobWhere.Name != "" {
 		return s.Name()
 	}
@@ -570,21 +602,21 @@ func (s Spec[K, A, Op, O]) callName() string {
 // shown is the kind's Show of op, its own provider call first among its
 // calls: the call the engine's worker makes, under the provider key it
 // derives, whatever the kind.
-func (s Spec[K, A, Op, O]) shown(op Op) Shown {
+func (s Spec[K, Op]) shown(op Op) Shown {
 	shown := s.Show(op)
 	own := Call{What: s.callName(), Key: shown.ProviderKey, FirstAt: shown.FirstAttemptAt, LastAt: shown.LastAttemptAt}
 	shown.Calls = append([]Call{own}, shown.Calls...)
 	return shown
 }
 
-type specOperator[Op, O any] struct {
-	*Reconciler[Op, O]
+type specOperator[Op any] struct {
+	reconcilerOf
 	locking locking[Op]
 	show    func(Op) Shown
 	pool    *pgxpool.Pool
 }
 
-func (o specOperator[Op, O]) Show(ctx context.Context, tenantID, id string) (Shown, error) {
+func (o specOperator[Op]) Show(ctx context.Context, tenantID, id string) (Shown, error) {
 	op, err := o.locking.Load(ctx, o.pool, tenantID, id)
 	if err != nil {
 		return Shown{}, err
@@ -592,7 +624,7 @@ func (o specOperator[Op, O]) Show(ctx context.Context, tenantID, id string) (Sho
 	return o.show(op), nil
 }
 
-func (o specOperator[Op, O]) Find(ctx context.Context, id string) (Shown, error) {
+func (o specOperator[Op]) Find(ctx context.Context, id string) (Shown, error) {
 	_, table, _ := o.passInfo()
 	var tenantID string
 	err := o.pool.QueryRow(ctx, `SELECT tenant_id FROM `+table.Name+` WHERE id = $1`+table.scoped(), id).Scan(&tenantID)
@@ -605,7 +637,7 @@ func (o specOperator[Op, O]) Find(ctx context.Context, id string) (Shown, error)
 	return o.Show(ctx, tenantID, id)
 }
 
-func (o specOperator[Op, O]) List(ctx context.Context, status string, limit int) ([]Shown, error) {
+func (o specOperator[Op]) List(ctx context.Context, status string, limit int) ([]Shown, error) {
 	_, table, _ := o.passInfo()
 	rows, err := o.pool.Query(ctx, `SELECT tenant_id, id FROM `+table.Name+` WHERE ($1 = '' OR status = $1)`+table.scoped()+`
 		ORDER BY id DESC LIMIT $2`, status, limit)

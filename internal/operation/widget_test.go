@@ -509,12 +509,12 @@ func newWidgetKind(p *widgetProvider) widgetKind {
 // strandedReason is what a widget the sweeper found with no job shows.
 const strandedReason = "no job was left to send this widget"
 
-func (k widgetKind) spec() operation.Spec[widget, widgetArgs, Widget, widgetAnswer] {
-	return operation.Spec[widget, widgetArgs, Widget, widgetAnswer]{
+func (k widgetKind) spec() operation.Spec[widget, Widget] {
+	return operation.Spec[widget, Widget]{
 		Where: k.table, Prefixes: []string{"wgt"}, Stranded: strandedReason,
-		States:  []string{widgetProcessing, widgetSucceeded, widgetFailed, widgetInReconciliation},
-		Attempt: func(env operation.Env) operation.Attemptable[Widget, widgetAnswer] { return k.attempts(env) },
-		LookUp:  func(operation.Env) operation.LookUp[Widget, widgetAnswer] { return k.lookUp },
+		States: []string{widgetProcessing, widgetSucceeded, widgetFailed, widgetInReconciliation},
+		Calls: operation.CallsOf[widgetArgs](k.attempts,
+			func(operation.Env) operation.LookUp[Widget, widgetAnswer] { return k.lookUp }),
 		Show: func(w Widget) operation.Shown {
 			return w.Show(w, w.Status, w.Amount, w.ProviderWidgetID, "", widgetArgs{TenantID: w.TenantID, ID: w.ID})
 		},

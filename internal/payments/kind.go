@@ -21,7 +21,7 @@ func (payment) Name() string { return "payment" }
 // every other kind's parent: its charge heads the timeline of the
 // payment's operations.
 func Kind() operation.Kind {
-	return operation.Spec[payment, ChargePaymentArgs, Payment, provider.Outcome]{
+	return operation.Spec[payment, Payment]{
 		Where: paymentsTable, Action: "charge", Prefixes: []string{"pay"}, States: operation.StatusNames(Statuses()...), ProviderObjects: []string{provider.IntentPrefix},
 		JobArg: "payment_id", Stranded: "no charge job was left to finish this payment",
 		Mount: func(r chi.Router, d operation.Deps) {
@@ -30,10 +30,7 @@ func Kind() operation.Kind {
 			r.Get("/payments", s.HandleList())
 			r.Get("/payments/{id}", s.HandleGet())
 		},
-		Attempt: func(env operation.Env) operation.Attemptable[Payment, provider.Outcome] {
-			return newChargeable(env.Pool, env.Keys, env.Provider)
-		},
-		LookUp: lookUp,
+		Calls: operation.CallsOf[ChargePaymentArgs](func(env operation.Env) chargeable { return newChargeable(env.Pool, env.Keys, env.Provider) }, lookUp),
 		Show: func(p Payment) operation.Shown {
 			shown := p.Lifecycle.Show(p, string(p.Status), p.Amount, p.ProviderPaymentIntentID, p.ID, ChargePaymentArgs{TenantID: p.TenantID, PaymentID: p.ID})
 			shown.Calls = p.intentCancelCalls()

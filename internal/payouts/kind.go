@@ -30,7 +30,7 @@ func (cancelling) Name() string { return "cancel_payout" }
 
 // Kind declares payouts to the engine: the one value the registry lists.
 func Kind() operation.Kind {
-	return operation.Spec[payout, args, Payout, provider.PayoutOutcome]{
+	return operation.Spec[payout, Payout]{
 		Where: table, Prefixes: []string{IDPrefix}, States: operation.StatusNames(statuses...), Stranded: "no job was left to send this payout",
 		ProviderObjects: []string{provider.PayoutPrefix},
 		Mount: func(r chi.Router, d operation.Deps) {
@@ -39,8 +39,7 @@ func Kind() operation.Kind {
 			r.Method(http.MethodPost, "/payouts/{id}/cancel", operation.Endpoint(d, decodeCancel, s.cancel, nil))
 			operation.Reads(r, d, "/payouts", IDPrefix, rowsOf(d.Keys))
 		},
-		Attempt: func(env operation.Env) operation.Attemptable[Payout, provider.PayoutOutcome] { return attempts(env) },
-		LookUp:  lookUp,
+		Calls: operation.CallsOf[args](attempts, lookUp),
 		Show: func(p Payout) operation.Shown {
 			return p.Lifecycle.Show(p, string(p.Status), p.Amount, p.ProviderPayoutID, "", args{TenantID: p.TenantID, ID: p.ID},
 				operation.Args[cancelling]{TenantID: p.TenantID, ID: p.ID})

@@ -30,7 +30,7 @@ type args = operation.Args[refund]
 
 // Kind declares refunds to the engine, for the registry.
 func Kind() operation.Kind {
-	return operation.Spec[refund, args, Refund, provider.RefundOutcome]{
+	return operation.Spec[refund, Refund]{
 		Where: table, Prefixes: []string{IDPrefix}, States: operation.StatusNames(statuses...), Stranded: "no refund job was left to finish this refund",
 		ProviderObjects: []string{provider.RefundPrefix},
 		// POST and GET /v1/payments/{id}/refunds, GET /v1/refunds/{id}; a
@@ -39,8 +39,7 @@ func Kind() operation.Kind {
 			r.Method(http.MethodPost, "/payments/{id}/refunds", operation.Endpoint(d, decodeCreate, service{d}.create, table.LockResource))
 			operation.Reads(r, d, "/refunds", IDPrefix, rowsOf(d.Keys))
 		},
-		Attempt: func(env operation.Env) operation.Attemptable[Refund, provider.RefundOutcome] { return attempts(env) },
-		LookUp:  lookUp,
+		Calls: operation.CallsOf[args](attempts, lookUp),
 		Show: func(r Refund) operation.Shown {
 			return r.Lifecycle.Show(r, string(r.Status), r.Amount, r.ProviderRefundID, r.PaymentID,
 				args{TenantID: r.TenantID, ID: r.ID})
