@@ -26,3 +26,11 @@ func NewSweeper[Op any](pool *pgxpool.Pool, keys *idempotency.Store, logger *slo
 	kind locking[Op]) *Sweeper[Op] {
 	return newSweeper(pool, keys, logger, cfg, table, job, kind)
 }
+
+// A kind's reconciler, as its Spec builds it.
+type Reconciler[Op, O any] = reconciler[Op, O]
+
+func NewReconciler[Op, O any](pool *pgxpool.Pool, keys *idempotency.Store, logger *slog.Logger, cfg ReconcileConfig, table Table,
+	kind Attemptable[Op, O], look LookUp[Op, O]) *Reconciler[Op, O] {
+	return newReconciler(pool, keys, logger, cfg, table, kind, look)
+}

@@ -360,7 +360,7 @@ type Calls[Op operationRow] struct {
 	reconciler     func(env Env, table Table) reconcilerOf
 }
 
-// reconcilerOf is a kind's Reconciler as its periodic job and its
+// reconcilerOf is a kind's reconciler as its periodic job and its
 // operator's commands reach it.
 type reconcilerOf interface {
 	Pass
@@ -381,7 +381,7 @@ func CallsOf[A jobOf, Op operationRow, O providerAnswer, T Attemptable[Op, O]](a
 			}
 		},
 		reconciler: func(env Env, table Table) reconcilerOf {
-			return NewReconciler(env.Pool, env.Keys, env.Logger, env.Reconcile, table, attempt(env), lookUp(env))
+			return newReconciler(env.Pool, env.Keys, env.Logger, env.Reconcile, table, attempt(env), lookUp(env))
 		},
 	}
 }

@@ -17,7 +17,7 @@ import (
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
-// ReconcileConfig tunes a Reconciler. Zero values take the defaults.
+// ReconcileConfig tunes a kind's reconciler. Zero values take the defaults.
 type ReconcileConfig struct {
 	// Batch is how many due operations one pass claims. Defaults to 50.
 	Batch int
@@ -219,7 +219,7 @@ func stampAttempt(param int) string {
 			provider_attempt_deadline = greatest(provider_attempt_deadline, now() + $%d * interval '1 microsecond')`, param)
 }
 
-// Reconciler settles operations in requires_reconciliation by looking them
+// reconciler settles operations in requires_reconciliation by looking them
 // up at the provider, never by sending them again:
 //
 //   - found and final: recorded exactly as the worker would (operation, then
@@ -231,7 +231,7 @@ func stampAttempt(param int) string {
 //     client's retry with the same key runs it under the next generation;
 //   - anything else: looked at again with backoff, and after MaxAttempts
 //     left to an operator (reconcile_after NULL).
-type Reconciler[Op, O any] struct {
+type reconciler[Op, O any] struct {
 	pool   *pgxpool.Pool
 	keys   *idempotency.Store
 	logger *slog.Logger
@@ -243,15 +243,15 @@ type Reconciler[Op, O any] struct {
 	look LookUp[Op, O]
 }
 
-// NewReconciler returns a Reconciler of the operations in table, which
+// newReconciler returns a reconciler of the operations in table, which
 // records what look finds as kind's worker records an answer.
-func NewReconciler[Op, O any](pool *pgxpool.Pool, keys *idempotency.Store, logger *slog.Logger, cfg ReconcileConfig, table Table,
-	kind Attemptable[Op, O], look LookUp[Op, O]) *Reconciler[Op, O] {
-	return &Reconciler[Op, O]{pool: pool, keys: keys, logger: logger, cfg: cfg.WithDefaults(), table: table, kind: kind, look: look}
+func newReconciler[Op, O any](pool *pgxpool.Pool, keys *idempotency.Store, logger *slog.Logger, cfg ReconcileConfig, table Table,
+	kind Attemptable[Op, O], look LookUp[Op, O]) *reconciler[Op, O] {
+	return &reconciler[Op, O]{pool: pool, keys: keys, logger: logger, cfg: cfg.WithDefaults(), table: table, kind: kind, look: look}
 }
 
 // Config is the reconciler's configuration, defaults applied.
-func (r *Reconciler[Op, O]) Config() ReconcileConfig { return r.cfg }
+func (r *reconciler[Op, O]) Config() ReconcileConfig { return r.cfg }
 
 // ReconcileResult counts what a run did.
 type ReconcileResult struct {
@@ -283,7 +283,7 @@ func (r ReconcileResult) looked() int {
 
 // Run settles the operations that are due, until none is or the run
 // budget is spent.
-func (r *Reconciler[Op, O]) Run(ctx context.Context) (ReconcileResult, error) {
+func (r *reconciler[Op, O]) Run(ctx context.Context) (ReconcileResult, error) {
 	var res ReconcileResult
 	deadline := time.Now().Add(r.cfg.RunBudget)
 	for time.Now().Before(deadline) {
@@ -317,7 +317,7 @@ func (r *Reconciler[Op, O]) Run(ctx context.Context) (ReconcileResult, error) {
 
 // ReconcileNow reconciles one operation at once, whatever its schedule (an
 // operator's request, or a test). It claims the operation like a run does.
-func (r *Reconciler[Op, O]) ReconcileNow(ctx context.Context, tenantID, id string) (ReconcileResult, error) {
+func (r *reconciler[Op, O]) ReconcileNow(ctx context.Context, tenantID, id string) (ReconcileResult, error) {
 	var res ReconcileResult
 	rows, err := r.pool.Query(ctx, `
 		UPDATE `+r.table.Name+` SET reconcile_after = now() + $3 * interval '1 microsecond'
@@ -337,7 +337,7 @@ func (r *Reconciler[Op, O]) ReconcileNow(ctx context.Context, tenantID, id strin
 // awaiting reads an operation awaiting reconciliation, as a claim would
 // return it, without claiming it: an operator's look that changes nothing
 // leaves the schedule as it was. ok is false when it is not awaiting.
-func (r *Reconciler[Op, O]) awaiting(ctx context.Context, tenantID, id string) (c claim[Op], ok bool, err error) {
+func (r *reconciler[Op, O]) awaiting(ctx context.Context, tenantID, id string) (c claim[Op], ok bool, err error) {
 	rows, err := r.pool.Query(ctx, `
 		SELECT `+r.table.ClaimColumns(3)+`
 		FROM `+r.table.Name+` WHERE tenant_id = $1 AND id = $2 AND status = '`+inReconciliation+`'`,
@@ -349,7 +349,7 @@ func (r *Reconciler[Op, O]) awaiting(ctx context.Context, tenantID, id string) (
 	return claimed[0], true, nil
 }
 
-func (r *Reconciler[Op, O]) collect(rows pgx.Rows, err error) ([]claim[Op], error) {
+func (r *reconciler[Op, O]) collect(rows pgx.Rows, err error) ([]claim[Op], error) {
 	if err != nil {
 		return nil, fmt.Errorf("claim %ss to reconcile: %w", r.table.Operation, err)
 	}
@@ -360,7 +360,7 @@ func (r *Reconciler[Op, O]) collect(rows pgx.Rows, err error) ([]claim[Op], erro
 	return claims, nil
 }
 
-func (r *Reconciler[Op, O]) reconcile(ctx context.Context, c claim[Op], res *ReconcileResult) error {
+func (r *reconciler[Op, O]) reconcile(ctx context.Context, c claim[Op], res *ReconcileResult) error {
 	e := r.kind.Entry(c.op)
 	log := r.logger.With(append([]any{slog.String("tenant_id", e.TenantID), slog.String(r.table.Operation+"_id", e.ID)},
 		append(e.LogAttrs, slog.Int("generation", e.Generation), slog.Int("reconcile_attempt", e.ReconcileAttempts+1))...)...)
@@ -415,7 +415,7 @@ func (r *Reconciler[Op, O]) reconcile(ctx context.Context, c claim[Op], res *Rec
 // is this transaction that moves the operation out of reconciliation: the
 // locks, taken before it is read, keep an event's settlement from coming
 // between.
-func (r *Reconciler[Op, O]) recordFinal(ctx context.Context, c claim[Op], out O, byReconciler bool) error {
+func (r *reconciler[Op, O]) recordFinal(ctx context.Context, c claim[Op], out O, byReconciler bool) error {
 	e := r.kind.Entry(c.op)
 	return postgres.InTx(ctx, r.pool, func(tx pgx.Tx) error {
 		if err := r.kind.Lock(ctx, tx, e.TenantID, e.ID); err != nil {
@@ -444,7 +444,7 @@ func (r *Reconciler[Op, O]) recordFinal(ctx context.Context, c claim[Op], out O,
 }
 
 // lookUp asks the provider about c, within the configured call timeout.
-func (r *Reconciler[Op, O]) lookUp(ctx context.Context, c claim[Op]) (O, Look) {
+func (r *reconciler[Op, O]) lookUp(ctx context.Context, c claim[Op]) (O, Look) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
 	defer cancel()
 	return r.look(ctx, c.op, c.settled)
@@ -465,7 +465,7 @@ func (f found) String() string {
 // RecordNotReached fails an operation proven never to have reached the
 // provider and makes its key retryable, under the kind's locks; an
 // operation settled meanwhile is left alone.
-func (r *Reconciler[Op, O]) RecordNotReached(ctx context.Context, e Entry) error {
+func (r *reconciler[Op, O]) RecordNotReached(ctx context.Context, e Entry) error {
 	return postgres.InTx(ctx, r.pool, func(tx pgx.Tx) error {
 		_, err := r.recordNotReachedTx(ctx, tx, e, nil)
 		return err
@@ -476,7 +476,7 @@ func (r *Reconciler[Op, O]) RecordNotReached(ctx context.Context, e Entry) error
 // reports whether the operation changed. freeKey, if set, moves the key
 // from unknown to failed_retryable in place of the reconciler's own
 // transition (an operator's release records who and why).
-func (r *Reconciler[Op, O]) recordNotReachedTx(ctx context.Context, tx pgx.Tx, e Entry, freeKey func(context.Context, pgx.Tx) error) (bool, error) {
+func (r *reconciler[Op, O]) recordNotReachedTx(ctx context.Context, tx pgx.Tx, e Entry, freeKey func(context.Context, pgx.Tx) error) (bool, error) {
 	if err := r.kind.Lock(ctx, tx, e.TenantID, e.ID); err != nil {
 		return false, err
 	}
@@ -505,7 +505,7 @@ type nextLook struct {
 	operatorNote string
 }
 
-func (r *Reconciler[Op, O]) reschedule(ctx context.Context, e Entry, next nextLook) error {
+func (r *reconciler[Op, O]) reschedule(ctx context.Context, e Entry, next nextLook) error {
 	counted := 0
 	if next.counted {
 		counted = 1
@@ -541,7 +541,7 @@ type Pass interface {
 	passInfo() (ReconcileConfig, Table, *slog.Logger)
 }
 
-func (r *Reconciler[Op, O]) passInfo() (ReconcileConfig, Table, *slog.Logger) {
+func (r *reconciler[Op, O]) passInfo() (ReconcileConfig, Table, *slog.Logger) {
 	return r.cfg, r.table, r.logger
 }
 

@@ -47,7 +47,7 @@ type Released struct {
 // The provider is asked before any lock is taken; the writes then take the
 // kind's locks (key last) and apply only if the operation is still awaiting
 // reconciliation under the same generation.
-func (r *Reconciler[Op, O]) ReleaseKey(ctx context.Context, tenantID, key, reason, operator string) (Released, error) {
+func (r *reconciler[Op, O]) ReleaseKey(ctx context.Context, tenantID, key, reason, operator string) (Released, error) {
 	op := r.table.Operation
 	fail := func(err error) (Released, error) {
 		return Released{}, fmt.Errorf("release key %q: %w", key, err)

@@ -101,7 +101,7 @@ type (
 	}
 )
 
-// Worker runs one kind's provider operation as a River job, the way every
+// worker runs one kind's provider operation as a River job, the way every
 // operation must run to happen exactly once at the provider:
 //
 //   - the attempt clock commits before every call, so a crash cannot lose
@@ -115,7 +115,7 @@ type (
 //     window ending, the last attempt failing for any reason) goes to the
 //     reconciler, with the key unknown, in the transaction that completes
 //     the job.
-type Worker[A jobOf, Op operationRow, O providerAnswer] struct {
+type worker[A jobOf, Op operationRow, O providerAnswer] struct {
 	river.WorkerDefaults[A]
 
 	pool *pgxpool.Pool
@@ -138,8 +138,8 @@ type Worker[A jobOf, Op operationRow, O providerAnswer] struct {
 // operations live in table, built from env's pool, keys, logger and
 // WorkerConfig; env.GroupFellBack, if set, hears of its grouped starter's
 // and recorder's fallbacks.
-func NewWorker[A jobOf, Op operationRow, O providerAnswer](env Env, name, action string, table Table, kind Attemptable[Op, O]) *Worker[A, Op, O] {
-	w := &Worker[A, Op, O]{pool: env.Pool, keys: env.Keys, log: env.Logger, t: env.Worker.timings(), action: action, table: table, kind: kind}
+func NewWorker[A jobOf, Op operationRow, O providerAnswer](env Env, name, action string, table Table, kind Attemptable[Op, O]) river.Worker[A] {
+	w := &worker[A, Op, O]{pool: env.Pool, keys: env.Keys, log: env.Logger, t: env.Worker.timings(), action: action, table: table, kind: kind}
 	starter, recorder := StartEach[Op]{Pool: env.Pool, Table: table, CallTimeout: w.t.CallTimeout}, RecordEach[A, Op, O]{Pool: env.Pool, Kind: kind}
 	w.starter, w.recorder = starter, recorder
 	if fastpath.Built && !env.Worker.Ungrouped {
@@ -153,11 +153,11 @@ func NewWorker[A jobOf, Op operationRow, O providerAnswer](env Env, name, action
 }
 
 // Timeout bounds one attempt; the provider call carries a shorter deadline.
-func (w *Worker[A, Op, O]) Timeout(*river.Job[A]) time.Duration { return w.t.JobTimeout }
+func (w *worker[A, Op, O]) Timeout(*river.Job[A]) time.Duration { return w.t.JobTimeout }
 
 // Work runs one attempt; on the job's last attempt any failure hands the
 // operation to reconciliation (lastAttempt).
-func (w *Worker[A, Op, O]) Work(ctx context.Context, job *river.Job[A]) error {
+func (w *worker[A, Op, O]) Work(ctx context.Context, job *river.Job[A]) error {
 	tenantID, id := job.Args.Of()
 	log := w.log.With(slog.String("tenant_id", tenantID), slog.String(w.table.Operation+"_id", id),
 		slog.Int64("job_id", job.ID), slog.Int("attempt", job.Attempt))
@@ -181,7 +181,7 @@ func (w *Worker[A, Op, O]) Work(ctx context.Context, job *river.Job[A]) error {
 // attempt runs one attempt; clock moves to the database's clock as the
 // attempt stamps it, by which its failure, if it fails, is dated after its
 // provider call.
-func (w *Worker[A, Op, O]) attempt(ctx context.Context, job *river.Job[A], tenantID, id string, sent *attemptClock, clock *dbClock,
+func (w *worker[A, Op, O]) attempt(ctx context.Context, job *river.Job[A], tenantID, id string, sent *attemptClock, clock *dbClock,
 	log *slog.Logger,
 ) error {
 	op, ok, err := w.starter.Start(ctx, tenantID, id)
@@ -235,7 +235,7 @@ func (w *Worker[A, Op, O]) attempt(ctx context.Context, job *river.Job[A], tenan
 // record acts on the provider's answer: records it if final, notes it and
 // polls if pending, hands the operation over if only a look-up can tell,
 // and fails the attempt (retried with the same key) if it proves nothing.
-func (w *Worker[A, Op, O]) record(ctx context.Context, job *river.Job[A], id string, op Op, out O, age time.Duration, sent attemptClock, log *slog.Logger) error {
+func (w *worker[A, Op, O]) record(ctx context.Context, job *river.Job[A], id string, op Op, out O, age time.Duration, sent attemptClock, log *slog.Logger) error {
 	j := out.Judge()
 	log = log.With(slog.String(w.table.ProviderIDLog, j.ObjectID), slog.String("outcome", j.Kind.String()))
 
@@ -286,21 +286,21 @@ func isFinal(k provider.Kind) bool {
 
 // undetermined fails the attempt so that River retries it with the same
 // key; on the last attempt, Work hands the operation over instead.
-func (w *Worker[A, Op, O]) undetermined(ctx context.Context, id string, j provider.Judgement, log *slog.Logger) error {
+func (w *worker[A, Op, O]) undetermined(ctx context.Context, id string, j provider.Judgement, log *slog.Logger) error {
 	log.WarnContext(ctx, "provider outcome undetermined; will retry with the same key", slog.Any("error", j.Err))
 	return fmt.Errorf("%s %s: the provider's answer proves nothing: %w", w.action, id, j.Err)
 }
 
 // recordFinal commits a final answer: the operation's state, its key's
 // final response and the job's completion, together.
-func (w *Worker[A, Op, O]) recordFinal(ctx context.Context, job *river.Job[A], op Op, out O) error {
+func (w *worker[A, Op, O]) recordFinal(ctx context.Context, job *river.Job[A], op Op, out O) error {
 	return w.recorder.Record(ctx, job, op, out)
 }
 
 // handOver gives the job's operation (if still in flight) to the
 // reconciler, its key unknown, and completes the job, in one transaction;
 // keySpent and sent as Table.HandOver's.
-func (w *Worker[A, Op, O]) handOver(ctx context.Context, job *river.Job[A], reason string, keySpent bool, sent attemptClock) error {
+func (w *worker[A, Op, O]) handOver(ctx context.Context, job *river.Job[A], reason string, keySpent bool, sent attemptClock) error {
 	tenantID, id := job.Args.Of()
 	return postgres.InTx(ctx, w.pool, func(tx pgx.Tx) error {
 		if err := w.kind.Lock(ctx, tx, tenantID, id); err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
 	"github.com/stripe/stripe-go/v76"
 
 	"github.com/oncepay/oncepay/internal/idempotency"
@@ -30,7 +31,7 @@ import (
 // replays a stored 5xx, attempts are exhausted, the key's window is ending),
 // the payment goes to the Reconciler, which looks the charge up instead.
 func NewChargeWorker(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, logger *slog.Logger,
-	cfg operation.WorkerConfig) *operation.Worker[ChargePaymentArgs, Payment, provider.Outcome] {
+	cfg operation.WorkerConfig) river.Worker[ChargePaymentArgs] {
 	env := operation.Env{Pool: pool, Keys: keys, Provider: pc, Logger: logger, Worker: cfg}
 	return operation.NewWorker[ChargePaymentArgs](env, payment{}.Name(), "charge", paymentsTable, newChargeable(pool, keys, pc))
 }

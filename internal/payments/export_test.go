@@ -1,6 +1,7 @@
 package payments
 
 import (
+	"context"
 	"log/slog"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -10,11 +11,15 @@ import (
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
-// Reconciler is the payments' reconciler, whose passes the tests run.
-type Reconciler = operation.Reconciler[Payment, provider.Outcome]
+// Reconciler is the payments' reconciler as their kind starts it, whose
+// passes the tests run.
+type Reconciler interface {
+	operation.Pass
+	ReconcileNow(ctx context.Context, tenantID, id string) (operation.ReconcileResult, error)
+}
 
 // NewReconciler is the reconciler the payments' kind starts.
-func NewReconciler(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, logger *slog.Logger, cfg operation.ReconcileConfig) *Reconciler {
+func NewReconciler(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, logger *slog.Logger, cfg operation.ReconcileConfig) Reconciler {
 	env := operation.Env{Pool: pool, Keys: keys, Provider: pc, Logger: logger, Reconcile: cfg}
-	return operation.NewReconciler(pool, keys, logger, cfg, paymentsTable, newChargeable(pool, keys, pc), lookUp(env))
+	return Kind().Operator(env).(Reconciler)
 }

@@ -1,6 +1,7 @@
 package refunds
 
 import (
+	"context"
 	"log/slog"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -14,11 +15,15 @@ import (
 // whose answer was lost.
 var RequestOf = requestOf
 
-// Reconciler is the refunds' reconciler, whose passes the tests run.
-type Reconciler = operation.Reconciler[Refund, provider.RefundOutcome]
+// Reconciler is the refunds' reconciler as their kind starts it, whose
+// passes the tests run.
+type Reconciler interface {
+	operation.Pass
+	ReconcileNow(ctx context.Context, tenantID, id string) (operation.ReconcileResult, error)
+}
 
 // NewReconciler is the reconciler the refunds' kind starts.
-func NewReconciler(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, logger *slog.Logger, cfg operation.ReconcileConfig) *Reconciler {
+func NewReconciler(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, logger *slog.Logger, cfg operation.ReconcileConfig) Reconciler {
 	env := operation.Env{Pool: pool, Keys: keys, Provider: pc, Logger: logger, Reconcile: cfg}
-	return operation.NewReconciler(pool, keys, logger, cfg, table, attempts(env), lookUp(env))
+	return Kind().Operator(env).(Reconciler)
 }
