@@ -25,10 +25,12 @@ func Kind() operation.Kind {
 		Where: paymentsTable, Action: "charge", Prefixes: []string{"pay"}, States: operation.StatusNames(Statuses()...), ProviderObjects: []string{provider.IntentPrefix},
 		JobArg: "payment_id", Stranded: "no charge job was left to finish this payment",
 		Mount: func(r chi.Router, d operation.Deps) {
+			// A re-acquired key resumes its payment: lock the payment first.
 			s := &Service{Deps: d}
-			r.Method(http.MethodPost, "/payments", s.HandleCreate())
-			r.Get("/payments", s.HandleList())
-			r.Get("/payments/{id}", s.HandleGet())
+			create := operation.Endpoint(d, DecodeCreate, s.create, LockPayment)
+			create.Fresh = s.fresh
+			r.Method(http.MethodPost, "/payments", create)
+			operation.Reads(r, d, "/payments", "pay", rowsOf(d.Keys))
 		},
 		Calls: operation.CallsOf[ChargePaymentArgs](func(env operation.Env) chargeable { return newChargeable(env.Pool, env.Keys, env.Provider) }, lookUp),
 		Show: func(p Payment) operation.Shown {

@@ -44,17 +44,6 @@ func GetPayment(ctx context.Context, db operation.Querier, tenantID, paymentID s
 	return rowsOf(nil).Load(ctx, db, tenantID, paymentID)
 }
 
-// listPayments returns up to limit payments older than startingAfter (or the
-// newest, if empty), newest first.
-func listPayments(ctx context.Context, db operation.Querier, tenantID, startingAfter string, limit int) ([]Payment, error) {
-	rows, err := db.Query(ctx, `
-		SELECT `+paymentColumns+` FROM payments
-		WHERE tenant_id = $1 AND ($2 = '' OR id < $2)
-		ORDER BY id DESC
-		LIMIT $3`, tenantID, startingAfter, limit)
-	return postgres.CollectAll[Payment](rows, err, "list payments")
-}
-
 // lockPayment reads a tenant's payment and locks its row until tx ends.
 // Every transaction that changes a payment's outcome takes this lock first
 // and the idempotency key's second; one order everywhere means two of them
