@@ -27,7 +27,7 @@ func Kind() operation.Kind {
 		Mount: func(r chi.Router, d operation.Deps) {
 			// A re-acquired key resumes its payment: lock the payment first.
 			s := &Service{Deps: d}
-			create := operation.Endpoint(d, DecodeCreate, s.create, LockPayment)
+			create := operation.Endpoint(d, DecodeCreate, s.create, paymentsTable.LockResource)
 			create.Fresh = s.fresh
 			r.Method(http.MethodPost, "/payments", create)
 			operation.Reads(r, d, "/payments", "pay", rowsOf(d.Keys))

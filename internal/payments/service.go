@@ -3,7 +3,6 @@ package payments
 import (
 	"cmp"
 	"context"
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -68,7 +67,7 @@ func (s *Service) newPayment(ctx context.Context, attempt idempotency.Attempt, r
 // reached the provider, under its next provider key generation.
 func (s *Service) resume(ctx context.Context, tx pgx.Tx, attempt idempotency.Attempt) (idempotency.Outcome, error) {
 	tenantID := attempt.Request.TenantID
-	// Its lock is usually held already (see LockPayment); taking it again
+	// Its lock is usually held already (the Endpoint's LockResource); taking it again
 	// is free.
 	p, _, err := rowsOf(s.Keys).Resumed(ctx, tx, attempt, nil)
 	if err != nil {
@@ -119,15 +118,4 @@ func (s *Service) accepted(p Payment) (idempotency.Response, error) {
 // final: the payment as it stands, and when to look again.
 func acceptedResponse(p Payment, retryAfter time.Duration) (idempotency.Response, error) {
 	return operation.Accepted(p, "/v1/payments/"+p.ID, retryAfter)
-}
-
-// LockPayment is the idempotency Endpoint's LockResource hook: it locks the
-// payment a re-acquired key names before the key itself, in the one lock
-// order (payment, then key) that every outcome-changing transaction uses.
-// Payment ids are unique across tenants; the key already scoped the tenant.
-func LockPayment(ctx context.Context, tx pgx.Tx, paymentID string) error {
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM payments WHERE id = $1 FOR UPDATE`, paymentID); err != nil {
-		return fmt.Errorf("lock payment: %w", err)
-	}
-	return nil
 }

@@ -53,12 +53,6 @@ func lockPayment(ctx context.Context, tx pgx.Tx, tenantID, paymentID string) (Pa
 	return collectPayment(rows, err, "lock payment")
 }
 
-// LockPaymentRow is lockPayment for the packages that compose payments
-// (refunds): a tenant's payment, locked until tx ends.
-func LockPaymentRow(ctx context.Context, tx pgx.Tx, tenantID, paymentID string) (Payment, error) {
-	return lockPayment(ctx, tx, tenantID, paymentID)
-}
-
 // LockForOperation locks a tenant's payment for an operation on it (a
 // refund, a capture, a cancel): the first lock of the one order. It
 // answers what the client must see when it cannot: 404 for a payment that
