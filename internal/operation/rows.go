@@ -207,20 +207,27 @@ func (r Rows[Op]) NotePending(ctx context.Context, db Querier, op Op, providerID
 }
 
 // Settle runs settle on the operation that obj, a provider object on
-// account, names by its metadata (Table.Named), locked, in a transaction of
-// its own, if the object was made for its request (Table.MadeFor: in any
-// generation, or by a lost life of its rows): how a kind's events, and its
-// follow-up jobs, record what an object proves. An account's object may
-// name any operation: one of another account is not the object's
-// (NotFound). An operation holds one provider object: another object
-// naming it changes nothing and is filed as a ledger finding
-// (ErrDuplicateObject).
+// account, names by its metadata (Table.Named), or that recorded it if it
+// names none, locked, in a transaction of its own, if the operation
+// records the object or the object was made for its request (Table.MadeFor:
+// in any generation, or by a lost life of its rows): how a kind's events,
+// and its follow-up jobs, record what an object proves. An account's
+// object may name any operation: one of another account is not the
+// object's (NotFound). An operation holds one provider object: another
+// object made for it changes nothing and is filed as a ledger finding
+// (ErrDuplicateObject). settle's op is the operation as read when it did
+// not run.
 func (r Rows[Op]) Settle(ctx context.Context, db idempotency.TxBeginner, account string, obj providerObject,
 	settle func(tx pgx.Tx, locked Op) (Op, bool, error)) (op Op, changed bool, err error) {
 	objectID, metadata := obj.Ref()
 	var duplicate *ledger.Disagreement
 	err = pgx.BeginTxFunc(ctx, db, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
 		tenantID, id := r.Table.Named(metadata)
+		if tenantID == "" || id == "" {
+			if tenantID, id, err = r.Table.recorder(ctx, tx, objectID); err != nil {
+				return err
+			}
+		}
 		op, err = r.Locked(ctx, tx, tenantID, id)
 		if ref := metadata[MetadataRef]; errors.Is(err, r.Table.NotFound) && ref != "" {
 			// The operation that made it is gone with its rows: the retry
@@ -235,8 +242,10 @@ func (r Rows[Op]) Settle(ctx context.Context, db idempotency.TxBeginner, account
 		switch e := op.Entry(); {
 		case e.Account != account:
 			return fmt.Errorf("an object of account %q names %s %s of account %q: %w", account, r.Table.Operation, id, e.Account, r.Table.NotFound)
+		case e.ProviderID != nil && *e.ProviderID == objectID:
+			op, changed, err = settle(tx, op)
 		case !r.Table.MadeFor(metadata, e):
-		case e.ProviderID != nil && *e.ProviderID != objectID:
+		case e.ProviderID != nil:
 			duplicate, err = r.Table.fileDuplicate(ctx, tx, e, obj)
 		default:
 			op, changed, err = settle(tx, op)
@@ -247,6 +256,19 @@ func (r Rows[Op]) Settle(ctx context.Context, db idempotency.TxBeginner, account
 		err = fmt.Errorf("%s %s: %w (%s; new finding: %t)", r.Table.Operation, op.Entry().ID, ErrDuplicateObject, duplicate.Reason, duplicate.New)
 	}
 	return op, changed, err
+}
+
+// recorder is the operation that recorded the provider object objectID:
+// the table's NotFound if none did.
+func (t Table) recorder(ctx context.Context, tx pgx.Tx, objectID string) (tenantID, id string, err error) {
+	err = tx.QueryRow(ctx, `SELECT tenant_id, id FROM `+t.Name+` WHERE `+t.ProviderIDColumn+` = $1`+t.scoped(), objectID).Scan(&tenantID, &id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", "", fmt.Errorf("no %s recorded provider object %s: %w", t.Operation, objectID, t.NotFound)
+	}
+	if err != nil {
+		return "", "", fmt.Errorf("find the %s that recorded %s: %w", t.Operation, objectID, err)
+	}
+	return tenantID, id, nil
 }
 
 // IDOfRef is the newest of the tenant's operations made for the request

@@ -22,7 +22,8 @@ func (b *bench) settleEvent(t *testing.T, obj widgetObject, account string) stri
 // TestEventsSettleWhatTheirObjectProves: an event records what its
 // object, read again, proves of the widget it was made for in its current
 // generation, exactly as the worker would, once. An object of another
-// account, or naming none of our widgets, is not ours; a second object
+// account, or naming none of our widgets, is not ours; one without our
+// metadata is the widget's that recorded it; a second object
 // naming a recorded widget, in its generation or an earlier one, changes
 // nothing and is filed once as a finding; the object of a lost
 // life of a widget's request is adopted by the widget made for it since.
@@ -44,6 +45,13 @@ func TestEventsSettleWhatTheirObjectProves(t *testing.T) {
 
 	stray := b.provider.makeObject(widgetSucceeded, map[string]string{"widget_id": id.New("wgt"), operation.MetadataTenantID: b.tenantID})
 	require.Equal(t, operation.NotOurs, b.settleEvent(t, *stray, ""))
+	bare := b.provider.makeObject(widgetSucceeded, nil)
+	require.Equal(t, operation.NotOurs, b.settleEvent(t, *bare, ""), "no metadata, and no widget recorded it")
+	recorder := b.await(t, b.newWidget(t, storedServerError(widgetSucceeded)), widgetInReconciliation)
+	_, err := b.pool.Exec(b.ctx, `UPDATE widgets SET provider_widget_id = $1 WHERE id = $2`, bare.ID, recorder.ID)
+	require.NoError(t, err)
+	require.Equal(t, operation.Settled, b.settleEvent(t, *bare, ""), "an object without metadata is the widget's that recorded it")
+	require.Equal(t, bare.ID, operation.Deref(b.requireRecorded(t, recorder, widgetSucceeded).ProviderWidgetID))
 
 	copied := b.provider.makeObject(widgetFailed, made.Metadata)
 	for range 2 {

@@ -2,7 +2,6 @@ package payments
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -120,10 +119,6 @@ func settleEvent(ctx context.Context, env operation.Env, ev operation.Event) (st
 		return "", fmt.Errorf("close intent %s: %w", ev.ObjectID, out.Err)
 	}
 	s, err := Settle(ctx, env.Pool, env.Keys, ev.Account, out)
-	if errors.Is(err, ErrNotOurs) {
-		env.Logger.InfoContext(ctx, "event about an intent of no payment of ours", slog.String("intent_id", ev.ObjectID))
-		return operation.NotOurs, nil
-	}
 	if err != nil {
 		return "", err
 	}

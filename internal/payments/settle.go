@@ -57,14 +57,11 @@ type Settlement struct {
 	Kind, Reason string
 }
 
-// ErrNotOurs is returned by Settle for an intent that names no payment of
-// ours: created by someone else on the same provider account.
-var ErrNotOurs = errors.New("the intent belongs to no payment")
-
 // Settle brings a payment in line with what the provider says about one of
 // its intents: out is the answer of reading the intent (never an event's
-// copy of it: events are hints). It takes the locks every outcome change
-// takes (payment row, then key) and then:
+// copy of it: events are hints), on account. The engine finds the payment
+// (Rows.Settle: the one the intent's metadata names, or that recorded an
+// intent without it) and takes the locks every outcome change takes; then:
 //
 //   - a payment still waiting (processing, requires_action,
 //     requires_reconciliation) on an intent made for its request that
@@ -75,70 +72,36 @@ var ErrNotOurs = errors.New("the intent belongs to no payment")
 //     running now records nothing over it (its writes require a waiting
 //     payment), and the reconciler skips it likewise.
 //   - a final payment the intent agrees with is left alone;
-//   - an intent that contradicts a final payment, or a succeeded intent the
-//     payment does not know, is a Contradiction: nothing changes, and the
-//     caller records the evidence for an operator.
+//   - an intent that contradicts a final payment is a Contradiction:
+//     nothing changes, and the caller records the evidence for an operator;
+//   - a second intent made for the payment's request changes nothing and
+//     is filed as a finding (the engine's ErrDuplicateObject), whatever it
+//     did: the request ran twice at the provider.
 //
-// The intent's metadata names the payment (payment_id, tenant_id); an
-// intent without it is looked up by its id. out must carry an intent, read
-// on account: a payment of another account is not the intent's
-// (ErrNotOurs), whatever its metadata says.
+// A payment of another account is not the intent's (ErrNotFound), whatever
+// its metadata says.
 func Settle(ctx context.Context, pool *pgxpool.Pool, keys *idempotency.Store, account string, out provider.Outcome) (Settlement, error) {
 	in := out.Intent
 	if in == nil {
 		return Settlement{}, errors.New("settle: the outcome carries no intent")
 	}
-	tenantID, paymentID := in.Metadata[MetadataTenantID], in.Metadata[MetadataPaymentID]
-	if tenantID == "" || paymentID == "" {
-		p, err := paymentOfIntent(ctx, pool, in.ID)
-		if errors.Is(err, ErrNotFound) {
-			return Settlement{}, fmt.Errorf("settle intent %s: %w", in.ID, ErrNotOurs)
-		}
-		if err != nil {
-			return Settlement{}, err
-		}
-		tenantID, paymentID = p.TenantID, p.ID
-	}
-	var s Settlement
-	err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
-		p, err := rowsOf(keys).Locked(ctx, tx, tenantID, paymentID)
-		if ref := in.Metadata[operation.MetadataRef]; errors.Is(err, ErrNotFound) && ref != "" {
-			// The payment that made it is gone with its rows: the retry that
-			// took its place, if one did, adopts the intent.
-			if paymentID, err = paymentsTable.IDOfRef(ctx, tx, tenantID, ref); err == nil {
-				p, err = rowsOf(keys).Locked(ctx, tx, tenantID, paymentID)
-			}
-		}
-		if errors.Is(err, ErrNotFound) {
-			return fmt.Errorf("settle intent %s: %w", in.ID, ErrNotOurs)
-		}
-		if err != nil {
-			return err
-		}
-		if p.Account() != account {
-			// An account's intent may name any payment in its metadata.
-			return fmt.Errorf("settle intent %s of account %q: payment %s is of account %q: %w", in.ID, account, p.ID, p.Account(), ErrNotOurs)
-		}
+	s := Settlement{Verdict: Unchanged}
+	p, _, err := rowsOf(keys).Settle(ctx, pool, account, in, func(tx pgx.Tx, p Payment) (Payment, bool, error) {
+		var err error
 		s, err = settleLocked(ctx, tx, keys, p, out)
-		return err
+		return s.Payment, s.Verdict == Recorded, err
 	})
+	if s.Payment.ID == "" {
+		s.Payment = p
+	}
 	return s, err
 }
 
+// settleLocked settles p, locked, from out: an intent p records, or one
+// made for its request while it records none.
 func settleLocked(ctx context.Context, tx pgx.Tx, keys *idempotency.Store, p Payment, out provider.Outcome) (Settlement, error) {
 	in := out.Intent
 	s := Settlement{Verdict: Unchanged, Payment: p}
-	known := p.ProviderPaymentIntentID == nil || *p.ProviderPaymentIntentID == in.ID
-	if !intentOfGeneration(in, p) || !known {
-		// Not the charge the payment waits on. Harmless unless it took or
-		// holds money: then the customer may be charged twice.
-		if out.Kind == provider.Succeeded || out.Kind == provider.Authorized {
-			s.Verdict, s.Kind = Contradiction, ledger.KindUnexpectedCharge
-			s.Reason = fmt.Sprintf("intent %s (generation %s) succeeded, but payment %s is %s under generation %d with intent %s",
-				in.ID, generationOf(in), p.ID, p.Status, p.ProviderKeyGeneration, deref(p.ProviderPaymentIntentID))
-		}
-		return s, nil
-	}
 	switch p.Status {
 	case StatusProcessing, StatusRequiresAction, StatusRequiresReconciliation:
 		switch out.Kind {
