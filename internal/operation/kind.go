@@ -200,6 +200,17 @@ type Env struct {
 	GroupWriters *groupcommit.Budget
 }
 
+// withDefaults is env with each service's defaults where its configuration
+// leaves them zero: applied once, where a kind's declaration takes env, so
+// that what the kind is handed is the configuration in force.
+func (env Env) withDefaults() Env {
+	env.Worker = env.Worker.WithDefaults()
+	env.Reconcile = env.Reconcile.WithDefaults()
+	env.Sweep = env.Sweep.WithDefaults()
+	env.Ledger = env.Ledger.WithDefaults()
+	return env
+}
+
 // Schedule names the interval a periodic job runs at, which the worker's
 // configuration sets.
 type Schedule int
@@ -447,6 +458,7 @@ func (s Spec[K, Op]) EventTypes() []string { return s.Events }
 
 // Ledger is the kind's ledger check, if it has one.
 func (s Spec[K, Op]) Ledger(env Env) LedgerPass {
+	env = env.withDefaults()
 	if s.LedgerCheck == nil {
 		return nil
 	}
@@ -456,6 +468,7 @@ func (s Spec[K, Op]) Ledger(env Env) LedgerPass {
 // SettleEvent answers one of the kind's events: what Settle did, or
 // NotOurs.
 func (s Spec[K, Op]) SettleEvent(ctx context.Context, env Env, ev Event) (string, error) {
+	env = env.withDefaults()
 	if s.Settle == nil {
 		return "", fmt.Errorf("the %s kind answers no events", s.Name())
 	}
@@ -518,6 +531,7 @@ func (s Spec[K, Op]) Routes(r chi.Router, d Deps) { s.Mount(r, d) }
 // Start adds the worker, the reconciler, the sweeper and, if the kind has
 // one, the ledger check, and returns their periodic jobs.
 func (s Spec[K, Op]) Start(workers *river.Workers, env Env) ([]Periodic, error) {
+	env = env.withDefaults()
 	sweepCfg := env.Sweep
 	if env.Swept != nil {
 		sweepCfg.OnSwept = func() { env.Swept(s.Name()) }
@@ -566,6 +580,7 @@ func (s Spec[K, Op]) reconciler(env Env) reconcilerOf { return s.Calls.reconcile
 
 // Operator is the kind's reconciler and its operator's view.
 func (s Spec[K, Op]) Operator(env Env) Operator {
+	env = env.withDefaults()
 	return specOperator[Op]{reconcilerOf: s.reconciler(env), locking: s.Calls.locking(env), show: s.shown, pool: env.Pool}
 }
 

@@ -38,7 +38,7 @@ var paymentsTable = operation.Table{
 // for a customer action that never came is canceled after MaxActionWait,
 // and the cancel is the outcome.
 func lookUp(env operation.Env) operation.LookUp[Payment, provider.Outcome] {
-	cfg := env.Reconcile.WithDefaults()
+	cfg := env.Reconcile
 	return func(ctx context.Context, p Payment, settled bool) (provider.Outcome, operation.Look) {
 		out, absent, note := findCharge(ctx, env.Provider.For(p.Account()), p, settled, cfg.ClockSkew)
 		if leftOpen(out) {

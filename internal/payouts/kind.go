@@ -140,7 +140,7 @@ func cancelKey(p Payout) string {
 // account's payouts listed (consistently) since its first attempt, by its
 // metadata.
 func lookUp(env operation.Env) operation.LookUp[Payout, provider.PayoutOutcome] {
-	skew := env.Reconcile.WithDefaults().ClockSkew
+	skew := env.Reconcile.ClockSkew
 	return func(ctx context.Context, c Payout, settled bool) (provider.PayoutOutcome, operation.Look) {
 		pc := env.Provider.For(c.Account())
 		if c.ProviderPayoutID != nil {
