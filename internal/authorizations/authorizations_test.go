@@ -344,11 +344,11 @@ func TestCaptureNeverSentIsResumed(t *testing.T) {
 	_, err = b.pool.Exec(b.ctx, `UPDATE idempotency_keys SET status = 'unknown' WHERE idempotency_key = $1`, key)
 	require.NoError(t, err)
 	env := operation.Env{Pool: b.pool, Keys: b.api.Keys, Provider: b.provider, Logger: slog.New(slog.DiscardHandler)}
-	cancels := authorizations.CancelKind().Operator(env).(operation.Pass)
+	cancels := authorizations.CancelKind().Operator(env)
 	res, err := cancels.Run(b.ctx)
 	require.NoError(t, err)
 	require.Zero(t, res.NotReached, "the cancels' reconciler leaves a capture alone")
-	captures := authorizations.CaptureKind().Operator(env).(operation.Pass)
+	captures := authorizations.CaptureKind().Operator(env)
 	res, err = captures.Run(b.ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, res.NotReached)

@@ -84,7 +84,7 @@ func ReadAbout(w http.ResponseWriter, r *http.Request, prefix, noun string) (obj
 	return objectID, body, err
 }
 
-// NewResource is how a kind's operations are read over HTTP.
-func NewResource[T any](d Deps, noun, prefix string, notFound error) Resource[T] {
-	return Resource[T]{Noun: noun, Prefix: prefix, NotFound: notFound, Logger: d.Logger, Timeout: d.ReadTimeout}
+// newResource is how a kind's operations are read over HTTP.
+func newResource[T any](d Deps, noun, prefix string, notFound error) resource[T] {
+	return resource[T]{Noun: noun, Prefix: prefix, NotFound: notFound, Logger: d.Logger, Timeout: d.ReadTimeout}
 }

@@ -34,3 +34,5 @@ func NewReconciler[Op, O any](pool *pgxpool.Pool, keys *idempotency.Store, logge
 	kind Attemptable[Op, O], look LookUp[Op, O]) *Reconciler[Op, O] {
 	return newReconciler(pool, keys, logger, cfg, table, kind, look)
 }
+
+var RequestRef = requestRef

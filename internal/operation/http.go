@@ -27,10 +27,10 @@ const (
 	maxListLimit     = 100
 )
 
-// Resource is how a kind's objects are read over HTTP: one at a time by id,
+// resource is how a kind's objects are read over HTTP: one at a time by id,
 // and in pages, newest first. Another tenant's object is answered exactly
 // like a missing one.
-type Resource[T any] struct {
+type resource[T any] struct {
 	// Noun names the object in problems ("payment"), and Prefix is its
 	// ids' prefix ("pay").
 	Noun, Prefix string
@@ -48,12 +48,12 @@ type listPage[T any] struct {
 	HasMore bool   `json:"has_more"`
 }
 
-func (res Resource[T]) readContext(ctx context.Context) (context.Context, context.CancelFunc) {
+func (res resource[T]) readContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, cmp.Or(res.Timeout, 5*time.Second))
 }
 
 // HandleGet serves GET …/{id}; get reads a tenant's object.
-func (res Resource[T]) HandleGet(get func(ctx context.Context, tenantID, id string) (T, error)) http.HandlerFunc {
+func (res resource[T]) HandleGet(get func(ctx context.Context, tenantID, id string) (T, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if fields := queryErrors(r); len(fields) > 0 {
 			respond.Problem(w, r, res.Logger, &problem.Error{Type: problem.InvalidRequest, Detail: "Invalid query parameters.", Fields: fields})
@@ -82,7 +82,7 @@ func (res Resource[T]) HandleGet(get func(ctx context.Context, tenantID, id stri
 // ?limit=&starting_after=. list returns up to n objects of the tenant older
 // than after (the newest, if empty); an error it returns is answered as a
 // problem (a *problem.Error as itself).
-func (res Resource[T]) HandleList(list func(ctx context.Context, r *http.Request, tenantID, after string, n int) ([]T, error)) http.HandlerFunc {
+func (res resource[T]) HandleList(list func(ctx context.Context, r *http.Request, tenantID, after string, n int) ([]T, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		fields := queryErrors(r, "limit", "starting_after")

@@ -229,6 +229,8 @@ type Periodic struct {
 
 // Operator is what an operator's commands ask of a kind.
 type Operator interface {
+	// Run is one pass of the kind's reconciler, as its periodic job runs it.
+	Run(ctx context.Context) (ReconcileResult, error)
 	// ReconcileNow looks one operation awaiting reconciliation up now.
 	ReconcileNow(ctx context.Context, tenantID, id string) (ReconcileResult, error)
 	// ReleaseKey releases a key stuck unknown, on the provider's proof only.
@@ -374,7 +376,7 @@ type Calls[Op operationRow] struct {
 // reconcilerOf is a kind's reconciler as its periodic job and its
 // operator's commands reach it.
 type reconcilerOf interface {
-	Pass
+	pass
 	ReconcileNow(ctx context.Context, tenantID, id string) (ReconcileResult, error)
 	ReleaseKey(ctx context.Context, tenantID, key, reason, operator string) (Released, error)
 }

@@ -16,7 +16,7 @@ import (
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
-// LedgerCheckConfig tunes a LedgerChecker. Zero values take the defaults.
+// LedgerCheckConfig tunes a kind's ledger check. Zero values take the defaults.
 type LedgerCheckConfig struct {
 	// Window is how far back the periodic check looks. Defaults to 26h:
 	// a day, plus margin for a run that was late.
@@ -117,11 +117,11 @@ func (f *Finding) evidence() map[string]any {
 	return f.Evidence
 }
 
-// LedgerChecker compares the provider's objects of one operation kind
+// ledgerChecker compares the provider's objects of one operation kind
 // with the kind's operations and records every disagreement as a ledger
 // finding, for an operator. It only reads at the provider (lists objects,
 // reads one by id): it never sends an operation, and never changes one.
-type LedgerChecker[Op operationRow, Obj providerObject] struct {
+type ledgerChecker[Op operationRow, Obj providerObject] struct {
 	pool   *pgxpool.Pool
 	logger *slog.Logger
 	cfg    LedgerCheckConfig
@@ -129,11 +129,11 @@ type LedgerChecker[Op operationRow, Obj providerObject] struct {
 	kind   Audited[Op, Obj]
 }
 
-// NewLedgerChecker returns the LedgerChecker of the kind whose operations
+// NewLedgerChecker returns the ledger check of the kind whose operations
 // are table's rows (its Columns read into an Op).
 func NewLedgerChecker[Op operationRow, Obj providerObject](pool *pgxpool.Pool, logger *slog.Logger, cfg LedgerCheckConfig, table Table,
-	kind Audited[Op, Obj]) *LedgerChecker[Op, Obj] {
-	return &LedgerChecker[Op, Obj]{pool: pool, logger: logger, cfg: cfg.WithDefaults(), table: table, kind: kind}
+	kind Audited[Op, Obj]) LedgerPass {
+	return &ledgerChecker[Op, Obj]{pool: pool, logger: logger, cfg: cfg.WithDefaults(), table: table, kind: kind}
 }
 
 // LedgerCheckResult is what one check saw and found.
@@ -166,7 +166,7 @@ func (r LedgerCheckResult) NewFindings() int {
 // Check compares the provider objects created in [from, to] (widened by
 // the clock skew) with our operations, and the operations that succeeded
 // with a first provider attempt in [from, to] with the provider's objects.
-func (c *LedgerChecker[Op, Obj]) Check(ctx context.Context, from, to time.Time) (LedgerCheckResult, error) {
+func (c *ledgerChecker[Op, Obj]) Check(ctx context.Context, from, to time.Time) (LedgerCheckResult, error) {
 	res := LedgerCheckResult{From: from, To: to, Objects: cmp.Or(c.table.Listed, "provider "+c.table.Operation+"s"),
 		Operations: c.table.Operation + "s", Made: "succeeded"}
 	if len(c.table.Made) > 0 {
@@ -202,7 +202,7 @@ func (c *LedgerChecker[Op, Obj]) Check(ctx context.Context, from, to time.Time) 
 // request since (its ref). An operation of another account is not the
 // object's: an account's object can name any id, and metadata naming
 // another tenant's operation is not ours to match.
-func (c *LedgerChecker[Op, Obj]) comparePage(ctx context.Context, account string, page []Obj, res *LedgerCheckResult) error {
+func (c *ledgerChecker[Op, Obj]) comparePage(ctx context.Context, account string, page []Obj, res *LedgerCheckResult) error {
 	var operationIDs, providerIDs, refs []string
 	for _, obj := range page {
 		ref := c.table.objectRef(obj)
@@ -301,7 +301,7 @@ func (t Table) duplicateFor(obj providerObject, op Entry) (Finding, bool) {
 }
 
 // missing is the finding of a made op whose object is not at the provider.
-func (c *LedgerChecker[Op, Obj]) missing(op Op, opID, providerID string) Finding {
+func (c *ledgerChecker[Op, Obj]) missing(op Op, opID, providerID string) Finding {
 	if m, ok := c.kind.(misser[Op]); ok {
 		return m.Missing(op, providerID)
 	}
@@ -317,7 +317,7 @@ func (c *LedgerChecker[Op, Obj]) missing(op Op, opID, providerID string) Finding
 // checkExists looks for the object of a succeeded operation: one the
 // listing did not show is read by id, and one that does not exist is a
 // finding.
-func (c *LedgerChecker[Op, Obj]) checkExists(ctx context.Context, op Op, listed map[string]bool, res *LedgerCheckResult) error {
+func (c *ledgerChecker[Op, Obj]) checkExists(ctx context.Context, op Op, listed map[string]bool, res *LedgerCheckResult) error {
 	ref := op.Entry()
 	if ref.ProviderID == nil {
 		return c.record(ctx, res, c.missing(op, ref.ID, ""))
@@ -348,7 +348,7 @@ func (c *LedgerChecker[Op, Obj]) checkExists(ctx context.Context, op Op, listed 
 	return nil
 }
 
-func (c *LedgerChecker[Op, Obj]) record(ctx context.Context, res *LedgerCheckResult, f Finding) error {
+func (c *ledgerChecker[Op, Obj]) record(ctx context.Context, res *LedgerCheckResult, f Finding) error {
 	d, err := ledger.Report(ctx, c.pool, c.logger, f.Disagreement, f.evidence())
 	if err != nil {
 		return err
@@ -358,17 +358,17 @@ func (c *LedgerChecker[Op, Obj]) record(ctx context.Context, res *LedgerCheckRes
 }
 
 // LedgerPass is one kind's ledger check, as ledgerCheckWorker runs it: a
-// LedgerChecker of any kind.
+// ledger check of any kind.
 type LedgerPass interface {
 	Check(ctx context.Context, from, to time.Time) (LedgerCheckResult, error)
 	passInfo() (LedgerCheckConfig, Table, *slog.Logger)
 }
 
-func (c *LedgerChecker[Op, Obj]) passInfo() (LedgerCheckConfig, Table, *slog.Logger) {
+func (c *ledgerChecker[Op, Obj]) passInfo() (LedgerCheckConfig, Table, *slog.Logger) {
 	return c.cfg, c.table, c.logger
 }
 
-// ledgerCheckWorker runs a kind's LedgerChecker over its window as a
+// ledgerCheckWorker runs a kind's ledger check over its window as a
 // River job. Two runs side by side are harmless: a finding already open is
 // not recorded again.
 type ledgerCheckWorker[Args river.JobArgs] struct {

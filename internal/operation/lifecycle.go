@@ -59,7 +59,7 @@ type Lifecycle struct {
 // account, with an id (prefix_…), its ref and its first generation's
 // provider key, derived from the ref.
 func NewLifecycle(t Table, prefix string, req idempotency.Request, account *string) Lifecycle {
-	ref := RequestRef(t.Operation, req.TenantID, req.Key, req.Fingerprint)
+	ref := requestRef(t.Operation, req.TenantID, req.Key, req.Fingerprint)
 	return Lifecycle{ID: id.New(prefix), TenantID: req.TenantID, IdempotencyKey: req.Key, ProviderKeyGeneration: 1,
 		ProviderIdempotencyKey: RefKey(ref, 1), ProviderAccount: account, Ref: &ref}
 }
@@ -211,7 +211,7 @@ func (l Lifecycle) Failure() (code, message string) {
 // prefix: GET path/{id}, and a page of them newest first at GET path, or,
 // for a kind with a parent, of a parent's at GET parent path/{id}path.
 func Reads[Op operationRow](r chi.Router, d Deps, path, prefix string, rows Rows[Op]) {
-	res := NewResource[Op](d, rows.Table.Operation, prefix, rows.Table.NotFound)
+	res := newResource[Op](d, rows.Table.Operation, prefix, rows.Table.NotFound)
 	r.Get(path+"/{id}", res.HandleGet(func(ctx context.Context, tenantID, id string) (Op, error) { return rows.Load(ctx, d.DB, tenantID, id) }))
 	p := rows.Table.Parent
 	if p == nil {

@@ -10,7 +10,7 @@ import (
 // refDomain separates refs from any other hash of the same inputs.
 const refDomain = "oncepay operation ref v1"
 
-// RequestRef is an operation's identity at the provider, the one that survives
+// requestRef is an operation's identity at the provider, the one that survives
 // the loss of its rows: a digest of its kind, its tenant, the client's key
 // and the request's fingerprint. A restore, or a failover to a standby
 // that missed the last commits, loses the operation's row, its key's row
@@ -20,7 +20,7 @@ const refDomain = "oncepay operation ref v1"
 // adopts that object and never makes a second one. The fingerprint keeps
 // apart a client key reused, after its rows were lost, for another
 // request: the API would have refused it (422) had they survived.
-func RequestRef(kind, tenantID, clientKey string, fingerprint [32]byte) string {
+func requestRef(kind, tenantID, clientKey string, fingerprint [32]byte) string {
 	h := sha256.New()
 	for _, part := range []string{refDomain, kind, tenantID, clientKey, string(fingerprint[:])} {
 		h.Write([]byte(part))

@@ -137,7 +137,7 @@ type Entry struct {
 	Account    string
 	ProviderID *string
 	// Ref is the operation's identity at the provider that survives the
-	// loss of its rows (RequestRef); "" for an operation made before refs were.
+	// loss of its rows (requestRef); "" for an operation made before refs were.
 	Ref string
 	// ProviderKey is the provider key of its current generation.
 	ProviderKey string
@@ -534,9 +534,8 @@ func backoff(base, ceiling time.Duration, attempt int) time.Duration {
 	return delay
 }
 
-// Pass is a reconciler's run, as reconcileWorker runs it: a Reconciler,
-// or a kind's type that embeds one.
-type Pass interface {
+// pass is a reconciler's run, as reconcileWorker runs it.
+type pass interface {
 	Run(ctx context.Context) (ReconcileResult, error)
 	passInfo() (ReconcileConfig, Table, *slog.Logger)
 }
@@ -549,7 +548,7 @@ func (r *reconciler[Op, O]) passInfo() (ReconcileConfig, Table, *slog.Logger) {
 // Args.
 type reconcileWorker[Args river.JobArgs] struct {
 	river.WorkerDefaults[Args]
-	Reconciler Pass
+	Reconciler pass
 	// Observe, if set, receives each pass's counts (for metrics).
 	Observe func(ReconcileResult)
 }

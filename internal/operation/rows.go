@@ -272,7 +272,7 @@ func (t Table) recorder(ctx context.Context, tx pgx.Tx, objectID string) (tenant
 }
 
 // IDOfRef is the newest of the tenant's operations made for the request
-// ref (RequestRef): the one that took the place of an operation whose rows
+// ref (requestRef): the one that took the place of an operation whose rows
 // were lost, when an object of the lost one names it by its id. The
 // table's NotFound if none is.
 func (t Table) IDOfRef(ctx context.Context, db Querier, tenantID, ref string) (string, error) {

@@ -265,7 +265,7 @@ func (w *worker[A, Op, O]) record(ctx context.Context, job *river.Job[A], id str
 		log.WarnContext(ctx, w.table.Operation+" still pending at the provider; giving up polling", slog.String("provider_status", j.State))
 		return w.handOver(ctx, job, "the "+w.table.Operation+" stayed "+j.State+" at the provider", false, sent)
 	case j.Kind == provider.KeyConflict:
-		// The key is derived from the request (RequestRef), so another
+		// The key is derived from the request (requestRef), so another
 		// request under it is this one's earlier life, whose rows a restore
 		// or a failover lost (its id, in the metadata, differed): only a
 		// look-up by the ref finds its object, which the operation adopts.

@@ -51,7 +51,7 @@ type chargeBundle struct {
 
 // reconciler returns a Reconciler for the bundle with the tests' short
 // timers where cfg leaves them zero.
-func (b *chargeBundle) reconciler(cfg operation.ReconcileConfig) payments.Reconciler {
+func (b *chargeBundle) reconciler(cfg operation.ReconcileConfig) operation.Operator {
 	return payments.NewReconciler(b.pool, b.keys, b.provider, b.logger, shortReconcile(cfg))
 }
 

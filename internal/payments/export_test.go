@@ -1,7 +1,6 @@
 package payments
 
 import (
-	"context"
 	"log/slog"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -11,15 +10,8 @@ import (
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
-// Reconciler is the payments' reconciler as their kind starts it, whose
-// passes the tests run.
-type Reconciler interface {
-	operation.Pass
-	ReconcileNow(ctx context.Context, tenantID, id string) (operation.ReconcileResult, error)
-}
-
 // NewReconciler is the reconciler the payments' kind starts.
-func NewReconciler(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, logger *slog.Logger, cfg operation.ReconcileConfig) Reconciler {
+func NewReconciler(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, logger *slog.Logger, cfg operation.ReconcileConfig) operation.Operator {
 	env := operation.Env{Pool: pool, Keys: keys, Provider: pc, Logger: logger, Reconcile: cfg}
-	return Kind().Operator(env).(Reconciler)
+	return Kind().Operator(env)
 }

@@ -22,7 +22,7 @@ import (
 // connected account of a tenant or of a payment of the window: each has
 // intents of its own.
 func NewLedgerChecker(pool *pgxpool.Pool, pc *provider.Client, logger *slog.Logger,
-	cfg operation.LedgerCheckConfig) *operation.LedgerChecker[Payment, *provider.Intent] {
+	cfg operation.LedgerCheckConfig) operation.LedgerPass {
 	return operation.NewLedgerChecker(pool, logger, cfg, paymentsTable, intentAudit{pool: pool, provider: pc})
 }
 

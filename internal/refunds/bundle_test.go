@@ -96,7 +96,7 @@ func setup(t *testing.T, opts options) *bundle {
 
 // reconciler returns a refund Reconciler with the tests' short timers where
 // cfg leaves them zero.
-func (b *bundle) reconciler(cfg operation.ReconcileConfig) refunds.Reconciler {
+func (b *bundle) reconciler(cfg operation.ReconcileConfig) operation.Operator {
 	return refunds.NewReconciler(b.pool, b.keys, b.provider, b.logger, shortReconcile(cfg))
 }
 

@@ -1,7 +1,6 @@
 package refunds
 
 import (
-	"context"
 	"log/slog"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -15,15 +14,8 @@ import (
 // whose answer was lost.
 var RequestOf = requestOf
 
-// Reconciler is the refunds' reconciler as their kind starts it, whose
-// passes the tests run.
-type Reconciler interface {
-	operation.Pass
-	ReconcileNow(ctx context.Context, tenantID, id string) (operation.ReconcileResult, error)
-}
-
 // NewReconciler is the reconciler the refunds' kind starts.
-func NewReconciler(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, logger *slog.Logger, cfg operation.ReconcileConfig) Reconciler {
+func NewReconciler(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, logger *slog.Logger, cfg operation.ReconcileConfig) operation.Operator {
 	env := operation.Env{Pool: pool, Keys: keys, Provider: pc, Logger: logger, Reconcile: cfg}
-	return Kind().Operator(env).(Reconciler)
+	return Kind().Operator(env)
 }
