@@ -259,16 +259,24 @@ func (r Rows[Op]) Settle(ctx context.Context, db idempotency.TxBeginner, account
 }
 
 // recorder is the operation that recorded the provider object objectID:
-// the table's NotFound if none did.
+// the table's NotFound if none did. Operations that share one object (a
+// capture and a cancel act on their payment's intent) cannot tell which
+// the object's news is for: an error, for an operator.
 func (t Table) recorder(ctx context.Context, tx pgx.Tx, objectID string) (tenantID, id string, err error) {
-	err = tx.QueryRow(ctx, `SELECT tenant_id, id FROM `+t.Name+` WHERE `+t.ProviderIDColumn+` = $1`+t.scoped(), objectID).Scan(&tenantID, &id)
-	if errors.Is(err, pgx.ErrNoRows) {
+	rows, err := tx.Query(ctx, `SELECT tenant_id, id FROM `+t.Name+` WHERE `+t.ProviderIDColumn+` = $1`+t.scoped()+` LIMIT 2`, objectID)
+	found, err := postgres.CollectAll[struct {
+		TenantID string `db:"tenant_id"`
+		ID       string `db:"id"`
+	}](rows, err, "find the "+t.Operation+" that recorded "+objectID)
+	switch {
+	case err != nil:
+		return "", "", err
+	case len(found) == 0:
 		return "", "", fmt.Errorf("no %s recorded provider object %s: %w", t.Operation, objectID, t.NotFound)
+	case len(found) > 1:
+		return "", "", fmt.Errorf("%s %s and %s both recorded provider object %s", t.Operation, found[0].ID, found[1].ID, objectID)
 	}
-	if err != nil {
-		return "", "", fmt.Errorf("find the %s that recorded %s: %w", t.Operation, objectID, err)
-	}
-	return tenantID, id, nil
+	return found[0].TenantID, found[0].ID, nil
 }
 
 // IDOfRef is the newest of the tenant's operations made for the request

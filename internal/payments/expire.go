@@ -76,7 +76,10 @@ func (e *Expirer) Run(ctx context.Context) (ExpireResult, error) {
 		}
 		s, err := Settle(ctx, e.pool, e.keys, p.Account, out)
 		if err != nil {
-			return res, err
+			// One payment's failure must not hold up those behind it, which
+			// every pass reads after it.
+			log.ErrorContext(ctx, "could not settle an old authorization; looking again next run", slog.Any("error", err))
+			continue
 		}
 		if s.Verdict == Recorded {
 			res.Settled++

@@ -630,7 +630,11 @@ func (f *Formation) StopWALSenders(ctx context.Context) (resume func(), err erro
 			return nil, fmt.Errorf("%s's WAL senders keep starting: %v", n.Name, pids)
 		}
 		for _, pid := range pids {
-			if err := syscall.Kill(int(pid), syscall.SIGSTOP); err != nil {
+			err := syscall.Kill(int(pid), syscall.SIGSTOP)
+			switch {
+			case errors.Is(err, syscall.ESRCH):
+				// Gone since the read (a reconnecting standby's old sender).
+			case err != nil:
 				resume()
 				return nil, fmt.Errorf("stop %s's WAL sender %d: %w", n.Name, pid, err)
 			}
