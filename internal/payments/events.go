@@ -100,7 +100,7 @@ func (shortcuts) Awaited(payload, account string) string { return ChargeAwaitedS
 // payment from that answer, never from the event's copy.
 func settleEvent(ctx context.Context, env operation.Env, ev operation.Event) (string, error) {
 	if agrees, err := finalAsTold(ctx, env.Pool, ev); err != nil || agrees {
-		return Unchanged.String(), err
+		return Unchanged, err
 	}
 	out := env.Provider.For(ev.Account).RetrieveIntent(ctx, ev.ObjectID)
 	if out.Kind == provider.Ambiguous && out.HTTPStatus == http.StatusNotFound {
@@ -147,7 +147,7 @@ func settleEvent(ctx context.Context, env operation.Env, ev operation.Event) (st
 		log.ErrorContext(ctx, "the provider contradicts the payment's recorded state; left for an operator",
 			slog.String("finding", s.Kind), slog.String("reason", s.Reason), slog.Bool("new_finding", isNew))
 	}
-	return s.Verdict.String(), nil
+	return s.Verdict, nil
 }
 
 // finalAsTold reports whether ev (an intent's event) tells of a final

@@ -15,42 +15,26 @@ import (
 	"github.com/oncepay/oncepay/internal/provider"
 )
 
-// Verdict is what settling a payment from the provider's word did.
-type Verdict int
-
+// What settling a payment from the provider's word did, in the words the
+// webhooks record.
 const (
 	// Recorded: the payment was not final and now is, recorded exactly as
 	// the charge worker records it (payment, then the key's final answer).
-	Recorded Verdict = iota + 1
-	// Unchanged: nothing to record. The payment is final and the provider
-	// agrees, or the intent is another one made for the payment's request
-	// and charged nothing.
-	Unchanged
+	Recorded = operation.Settled
+	// Unchanged: nothing to record; the payment is final and the provider
+	// agrees.
+	Unchanged = operation.Unchanged
 	// StillPending: the intent is not final yet; a waiting payment notes
 	// the intent and whether the customer must act.
-	StillPending
+	StillPending = "pending"
 	// Contradiction: the provider contradicts what oncepay recorded. Nothing
-	// was changed; Settlement.Contradiction says what disagrees.
-	Contradiction
+	// was changed; Settlement's Kind and Reason say what disagrees.
+	Contradiction = operation.FiledFinding
 )
-
-func (v Verdict) String() string {
-	switch v {
-	case Recorded:
-		return "settled"
-	case Unchanged:
-		return "unchanged"
-	case StillPending:
-		return "pending"
-	case Contradiction:
-		return "finding"
-	}
-	return fmt.Sprintf("Verdict(%d)", int(v))
-}
 
 // Settlement is Settle's answer.
 type Settlement struct {
-	Verdict Verdict
+	Verdict string
 	// Payment is the payment as it stands after settling.
 	Payment Payment
 	// Kind (a ledger finding kind) and Reason describe a Contradiction.

@@ -96,7 +96,7 @@ func TestEventBeforeTheChargesAnswerAwaitsIt(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, webhooks.AwaitResult{Told: 1, Released: 1}, res)
 	result, processed = b.eventResult(t, recordedEvent)
-	require.Equal(t, payments.Unchanged.String(), result)
+	require.Equal(t, payments.Unchanged, result)
 	require.True(t, processed)
 	require.Zero(t, b.eventJobs(t, recordedEvent))
 	require.Equal(t, 1, b.eventJobs(t, otherEvent))
