@@ -10,6 +10,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncepay/oncepay/internal/operation"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payments"
 	"github.com/oncepay/oncepay/internal/platform/id"
@@ -39,6 +40,11 @@ func readJob(t *testing.T, ctx context.Context, tx pgx.Tx) jobRow {
 	return j
 }
 
+// charge names a kind's job as the engine's Args make it: a charge's.
+type charge struct{}
+
+func (charge) Name() string { return "charge" }
+
 // TestQueueInsertIsRiversRow: a charge job queued into a batch is the row
 // River's own client inserts for the same args, unique key and unique
 // states included, so River's uniqueness holds between the two; options
@@ -50,7 +56,7 @@ func TestQueueInsertIsRiversRow(t *testing.T) {
 	client, err := outbox.NewInsertOnly(pool, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
 	jobs := outbox.New(client)
-	args := payments.ChargePaymentArgs{TenantID: id.New("ten"), PaymentID: id.New("pay")}
+	args := operation.Args[charge]{TenantID: id.New("ten"), ID: id.New("pay")}
 
 	// Each in a transaction rolled back: the same args, inserted both ways.
 	inserted := func(insert func(tx pgx.Tx) error) jobRow {
@@ -104,7 +110,7 @@ func TestQueueInsertIsRiversRow(t *testing.T) {
 	require.NoError(t, pool.SendBatch(ctx, b).Close())
 	notified("the queued insert")
 	var n int
-	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE args->>'payment_id' = $1`, args.PaymentID).Scan(&n))
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE args->>'id' = $1`, args.ID).Scan(&n))
 	require.Equal(t, 1, n)
 
 	for _, unsupported := range []river.JobArgs{periodicArgs{}, payments.ExpireAuthorizationsArgs{}} {

@@ -63,7 +63,7 @@ func BenchmarkIdempotencyOverhead(b *testing.B) {
 			err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 				p := newPayment(idempotency.Request{TenantID: tenantID, Key: id.New("key")}, req)
 				p.CreatedAt, p.UpdatedAt = time.Now(), time.Now()
-				if _, err := svc.Outbox.InsertTx(ctx, tx, ChargePaymentArgs{TenantID: tenantID, PaymentID: p.ID}); err != nil {
+				if _, err := svc.Outbox.InsertTx(ctx, tx, args{TenantID: tenantID, ID: p.ID}); err != nil {
 					return err
 				}
 				batch := &pgx.Batch{}

@@ -31,9 +31,9 @@ import (
 // replays a stored 5xx, attempts are exhausted, the key's window is ending),
 // the payment goes to the Reconciler, which looks the charge up instead.
 func NewChargeWorker(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client, logger *slog.Logger,
-	cfg operation.WorkerConfig) river.Worker[ChargePaymentArgs] {
+	cfg operation.WorkerConfig) river.Worker[args] {
 	env := operation.Env{Pool: pool, Keys: keys, Provider: pc, Logger: logger, Worker: cfg}
-	return operation.NewWorker[ChargePaymentArgs](env, payment{}.Name(), "charge", paymentsTable, newChargeable(pool, keys, pc))
+	return operation.NewWorker[args](env, payment{}.Name(), "charge", paymentsTable, newChargeable(pool, keys, pc))
 }
 
 func newChargeable(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Client) chargeable {

@@ -15,3 +15,6 @@ func NewReconciler(pool *pgxpool.Pool, keys *idempotency.Store, pc *provider.Cli
 	env := operation.Env{Pool: pool, Keys: keys, Provider: pc, Logger: logger, Reconcile: cfg}
 	return Kind().Operator(env)
 }
+
+// ChargeArgs are a charge job's arguments, for the tests that run one.
+type ChargeArgs = args

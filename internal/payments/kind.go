@@ -17,13 +17,20 @@ type payment struct{}
 
 func (payment) Name() string { return "payment" }
 
+// Job names a payment's charge job as it was named before the engine's
+// Args: jobs already queued carry them.
+func (payment) Job() (kind, idArg string) { return "charge_payment", "payment_id" }
+
+// args are a charge job's: the payment's tenant and id.
+type args = operation.Args[payment]
+
 // Kind declares payments to the engine, for the registry. A payment is
 // every other kind's parent: its charge heads the timeline of the
 // payment's operations.
 func Kind() operation.Kind {
 	return operation.Spec[payment, Payment]{
 		Where: paymentsTable, Action: "charge", Prefixes: []string{"pay"}, States: operation.StatusNames(Statuses()...), ProviderObjects: []string{provider.IntentPrefix},
-		JobArg: "payment_id", Stranded: "no charge job was left to finish this payment",
+		Stranded: "no charge job was left to finish this payment",
 		Mount: func(r chi.Router, d operation.Deps) {
 			// A re-acquired key resumes its payment: lock the payment first.
 			s := &Service{Deps: d}
@@ -32,9 +39,9 @@ func Kind() operation.Kind {
 			r.Method(http.MethodPost, "/payments", create)
 			operation.Reads(r, d, "/payments", "pay", rowsOf(d.Keys))
 		},
-		Calls: operation.CallsOf[ChargePaymentArgs](func(env operation.Env) chargeable { return newChargeable(env.Pool, env.Keys, env.Provider) }, lookUp),
+		Calls: operation.CallsOf[args](func(env operation.Env) chargeable { return newChargeable(env.Pool, env.Keys, env.Provider) }, lookUp),
 		Show: func(p Payment) operation.Shown {
-			shown := p.Lifecycle.Show(p, string(p.Status), p.Amount, p.ProviderPaymentIntentID, p.ID, ChargePaymentArgs{TenantID: p.TenantID, PaymentID: p.ID})
+			shown := p.Lifecycle.Show(p, string(p.Status), p.Amount, p.ProviderPaymentIntentID, p.ID, args{TenantID: p.TenantID, ID: p.ID})
 			shown.Calls = p.intentCancelCalls()
 			return shown
 		},

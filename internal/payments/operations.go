@@ -91,7 +91,7 @@ func Show(ctx context.Context, db idempotency.Querier, keys *idempotency.Store, 
 	if d.Releases, err = idempotency.Releases(ctx, db, p.TenantID, p.IdempotencyKey); err != nil {
 		return Detail{}, err
 	}
-	if d.Jobs, err = operation.JobsOf(ctx, db, ChargePaymentArgs{TenantID: p.TenantID, PaymentID: p.ID}); err != nil {
+	if d.Jobs, err = operation.JobsOf(ctx, db, args{TenantID: p.TenantID, ID: p.ID}); err != nil {
 		return Detail{}, err
 	}
 	// Events name the intent; an intent of an earlier generation is found

@@ -57,22 +57,22 @@ func newRecorderBundle(t *testing.T) recorderBundle {
 }
 
 // answer is a charge's final answer, waiting to be recorded.
-type answer = operation.Answered[ChargePaymentArgs, Payment, provider.Outcome]
+type answer = operation.Answered[args, Payment, provider.Outcome]
 
 // groupedRecorder is the engine's grouped recorder of the charges' answers.
-func (b recorderBundle) groupedRecorder(pool *pgxpool.Pool) *operation.RecordGrouped[ChargePaymentArgs, Payment, provider.Outcome] {
+func (b recorderBundle) groupedRecorder(pool *pgxpool.Pool) *operation.RecordGrouped[args, Payment, provider.Outcome] {
 	return b.groupedRecorderWith(pool, operation.RecordGroupedConfig{})
 }
 
 // groupedRecorderWith is groupedRecorder telling cfg's Fallback of its
 // groups' fallbacks.
-func (b recorderBundle) groupedRecorderWith(pool *pgxpool.Pool, cfg operation.RecordGroupedConfig) *operation.RecordGrouped[ChargePaymentArgs, Payment, provider.Outcome] {
+func (b recorderBundle) groupedRecorderWith(pool *pgxpool.Pool, cfg operation.RecordGroupedConfig) *operation.RecordGrouped[args, Payment, provider.Outcome] {
 	cfg.Fallback.Kind, cfg.Timeout = payment{}.Name(), 5*time.Second
 	return operation.NewRecordGrouped(b.recordEach(pool), cfg)
 }
 
-func (b recorderBundle) recordEach(pool *pgxpool.Pool) operation.RecordEach[ChargePaymentArgs, Payment, provider.Outcome] {
-	return operation.RecordEach[ChargePaymentArgs, Payment, provider.Outcome]{Pool: pool, Kind: newChargeable(pool, b.keys, nil)}
+func (b recorderBundle) recordEach(pool *pgxpool.Pool) operation.RecordEach[args, Payment, provider.Outcome] {
+	return operation.RecordEach[args, Payment, provider.Outcome]{Pool: pool, Kind: newChargeable(pool, b.keys, nil)}
 }
 
 func (b recorderBundle) charge(t *testing.T) *answer {
@@ -96,7 +96,7 @@ func (b recorderBundle) charge(t *testing.T) *answer {
 	require.NoError(t, err)
 	return &answer{
 		Ctx: b.ctx, Op: p,
-		Job: &river.Job[ChargePaymentArgs]{JobRow: row, Args: ChargePaymentArgs{TenantID: b.tenant, PaymentID: p.ID}},
+		Job: &river.Job[args]{JobRow: row, Args: args{TenantID: b.tenant, ID: p.ID}},
 		Out: provider.Outcome{Kind: provider.Succeeded, Intent: &provider.Intent{ID: "pi_" + p.ID, Status: stripe.PaymentIntentStatusSucceeded}},
 	}
 }
@@ -123,7 +123,7 @@ func (b recorderBundle) recorded(t *testing.T, f *answer, want bool) {
 // and returns each charge's result: a group that fails sends each charge
 // back to its caller, which records again, at once, through the recorder
 // (alone, or in a group that fails in turn).
-func (b recorderBundle) writeNow(r *operation.RecordGrouped[ChargePaymentArgs, Payment, provider.Outcome], group []*answer) map[*answer]error {
+func (b recorderBundle) writeNow(r *operation.RecordGrouped[args, Payment, provider.Outcome], group []*answer) map[*answer]error {
 	errs := map[*answer]error{}
 	if r.RecordGroup(group) == nil {
 		for _, f := range group {

@@ -61,8 +61,8 @@ func TestChargeRoundTrips(t *testing.T) {
 	log.Take()
 	worker := payments.NewChargeWorker(traced, api.Keys, provider.New(provider.Config{SecretKey: "sk_test_oncepay", APIBase: sim.URL}),
 		logger, operation.WorkerConfig{JobTimeout: 5 * time.Second})
-	err = worker.Work(rivertest.WorkContext(ctx, jobs), &river.Job[payments.ChargePaymentArgs]{JobRow: row,
-		Args: payments.ChargePaymentArgs{TenantID: api.Tenant.TenantID, PaymentID: paymentID}})
+	err = worker.Work(rivertest.WorkContext(ctx, jobs), &river.Job[payments.ChargeArgs]{JobRow: row,
+		Args: payments.ChargeArgs{TenantID: api.Tenant.TenantID, ID: paymentID}})
 	require.NoError(t, err)
 	sent := log.Take()
 	t.Logf("charge, %d round trips:\n  %s", len(sent), strings.Join(sent, "\n  "))

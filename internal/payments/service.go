@@ -57,7 +57,7 @@ func (s *Service) newPayment(ctx context.Context, attempt idempotency.Attempt, r
 	}
 	writes := &pgx.Batch{}
 	queueInsertPayment(writes, p)
-	if err := s.Outbox.QueueInsert(ctx, writes, ChargePaymentArgs{TenantID: tenantID, PaymentID: p.ID}); err != nil {
+	if err := s.Outbox.QueueInsert(ctx, writes, args{TenantID: tenantID, ID: p.ID}); err != nil {
 		return idempotency.Outcome{}, err
 	}
 	return idempotency.Outcome{Status: idempotency.StatusProcessing, ResourceID: p.ID, Response: resp, Writes: writes}, nil
@@ -73,7 +73,7 @@ func (s *Service) resume(ctx context.Context, tx pgx.Tx, attempt idempotency.Att
 	if err != nil {
 		return idempotency.Outcome{}, err
 	}
-	if _, err := s.Outbox.InsertTx(ctx, tx, ChargePaymentArgs{TenantID: tenantID, PaymentID: p.ID}); err != nil {
+	if _, err := s.Outbox.InsertTx(ctx, tx, args{TenantID: tenantID, ID: p.ID}); err != nil {
 		return idempotency.Outcome{}, err
 	}
 	resp, err := s.accepted(p)
