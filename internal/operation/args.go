@@ -35,13 +35,11 @@ func jobNames[K Named]() (kind, idArg string) {
 	return k.Name(), "id"
 }
 
-// idArg is the argument of A that holds its operation's id, if A is the
-// engine's Args.
-func idArg[A any]() string {
-	if a, ok := any(*new(A)).(interface{ IDArg() string }); ok {
-		return a.IDArg()
-	}
-	return ""
+// namedJob is a kind's job arguments that also name the argument holding
+// its operation's id: the engine's Args.
+type namedJob interface {
+	jobOf
+	IDArg() string
 }
 
 // Kind is the job's River kind.

@@ -382,11 +382,13 @@ type reconcilerOf interface {
 }
 
 // CallsOf are a kind's Calls: attempt makes its provider call from a job
-// whose arguments are A, lookUp finds what became of one whose answer was
-// lost.
-func CallsOf[A jobOf, Op operationRow, O providerAnswer, T Attemptable[Op, O]](attempt func(env Env) T, lookUp func(env Env) LookUp[Op, O]) Calls[Op] {
+// whose arguments are A (the engine's Args, which name the argument that
+// holds the operation's id for the sweeper), lookUp finds what became of
+// one whose answer was lost.
+func CallsOf[A namedJob, Op operationRow, O providerAnswer, T Attemptable[Op, O]](attempt func(env Env) T, lookUp func(env Env) LookUp[Op, O]) Calls[Op] {
+	var job A
 	return Calls[Op]{
-		jobKind: (*new(A)).Kind(), idArg: idArg[A](),
+		jobKind: job.Kind(), idArg: job.IDArg(),
 		locking: func(env Env) locking[Op] { return attempt(env) },
 		worker: func(env Env, name, action string, table Table) func(*river.Workers) error {
 			return func(workers *river.Workers) error {
@@ -418,10 +420,8 @@ type Spec[K Named, Op operationRow] struct {
 	// the kind acts on (provider.RefundPrefix).
 	ProviderObjects []string
 	// Stranded is what an operation shows when the sweeper finds it with no
-	// job left; JobArg names the job argument that holds the operation's
-	// id, if the job's arguments are not the engine's Args (which name
-	// their own).
-	Stranded, JobArg string
+	// job left.
+	Stranded string
 	// SharesJob: the job's worker is another kind's, declared beside this
 	// one on the same table and job (a capture's and a cancel's); JobWhere
 	// is then the whole table the job's worker acts on.
@@ -539,7 +539,7 @@ func (s Spec[K, Op]) Start(workers *river.Workers, env Env) ([]Periodic, error) 
 		sweepCfg.OnSwept = func() { env.Swept(s.Name()) }
 	}
 	sweeper := newSweeper(env.Pool, env.Keys, env.Logger, sweepCfg, s.Where,
-		drivingJob{JobKind: s.Calls.jobKind, JobArg: cmp.Or(s.JobArg, s.Calls.idArg), Reason: s.Stranded}, s.Calls.locking(env))
+		drivingJob{JobKind: s.Calls.jobKind, JobArg: s.Calls.idArg, Reason: s.Stranded}, s.Calls.locking(env))
 	reconcile := &reconcileWorker[reconcileArgs[K]]{Reconciler: s.reconciler(env)}
 	if env.Observe != nil {
 		reconcile.Observe = func(res ReconcileResult) { env.Observe(s.Name(), res) }

@@ -215,8 +215,8 @@ func (r Rows[Op]) NotePending(ctx context.Context, db Querier, op Op, providerID
 // object may name any operation: one of another account is not the
 // object's (NotFound). An operation holds one provider object: another
 // object made for it changes nothing and is filed as a ledger finding
-// (ErrDuplicateObject). settle's op is the operation as read when it did
-// not run.
+// (ErrDuplicateObject). op is what settle returned, or the operation as
+// read when settle did not run.
 func (r Rows[Op]) Settle(ctx context.Context, db idempotency.TxBeginner, account string, obj providerObject,
 	settle func(tx pgx.Tx, locked Op) (Op, bool, error)) (op Op, changed bool, err error) {
 	objectID, metadata := obj.Ref()

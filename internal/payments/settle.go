@@ -70,14 +70,12 @@ func Settle(ctx context.Context, pool *pgxpool.Pool, keys *idempotency.Store, ac
 		return Settlement{}, errors.New("settle: the outcome carries no intent")
 	}
 	s := Settlement{Verdict: Unchanged}
-	p, _, err := rowsOf(keys).Settle(ctx, pool, account, in, func(tx pgx.Tx, p Payment) (Payment, bool, error) {
+	var err error
+	s.Payment, _, err = rowsOf(keys).Settle(ctx, pool, account, in, func(tx pgx.Tx, p Payment) (Payment, bool, error) {
 		var err error
 		s, err = settleLocked(ctx, tx, keys, p, out)
 		return s.Payment, s.Verdict == Recorded, err
 	})
-	if s.Payment.ID == "" {
-		s.Payment = p
-	}
 	return s, err
 }
 
